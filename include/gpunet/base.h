@@ -1,0 +1,123 @@
+/* Shared basics for every module: error codes, clocks and a growable byte
+ * buffer. Header-only because the sandbox module depends on no other module,
+ * yet every module needs these. */
+#ifndef GPUNET_BASE_H
+#define GPUNET_BASE_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Functions that can fail return 0 or a negative code: one of these, or
+ * -errno from the system. */
+enum {
+  GN_OK = 0,
+  GN_EINVAL = -10000, /* bad argument or malformed input */
+  GN_EPROTO,          /* protocol violation by a peer */
+  GN_ESIG,            /* signature does not verify */
+  GN_ENOMEM,
+  GN_ETOOBIG,      /* over a size, length or count limit */
+  GN_EVERSION,     /* protocol version we do not speak */
+  GN_EEXPIRED,     /* past its expiry */
+  GN_EREPLAY,      /* nonce already seen */
+  GN_ENOTFOUND,    /* no such object */
+  GN_EEXIST,       /* already exists */
+  GN_EPERM,        /* not allowed (wrong signer, unsafe file mode...) */
+  GN_EDIGEST,      /* content does not match its digest */
+  GN_ESTATE,       /* not valid in the object's current state */
+  GN_EBUSY,        /* resource in use (a GPU already leased...) */
+  GN_EIO,          /* I/O error not described by errno */
+  GN_EDB,          /* SQLite error */
+  GN_ETIMEDOUT,    /* a peer or a server did not answer in time */
+  GN_ECLOSED,      /* the session or handle is closed */
+  GN_EUNSUPPORTED, /* not supported here (no runtime, no GPU...) */
+  GN_EAUDIT,       /* an invoice or ledger check failed */
+  GN_EREMOTE,      /* a remote server (registry, peer) reported an error */
+  GN_ELAST
+};
+
+static inline const char *gn_strerror(int code) {
+  switch (code) {
+  case GN_OK: return "success";
+  case GN_EINVAL: return "invalid argument or malformed input";
+  case GN_EPROTO: return "protocol error";
+  case GN_ESIG: return "bad signature";
+  case GN_ENOMEM: return "out of memory";
+  case GN_ETOOBIG: return "over a size limit";
+  case GN_EVERSION: return "unsupported protocol version";
+  case GN_EEXPIRED: return "expired";
+  case GN_EREPLAY: return "replayed";
+  case GN_ENOTFOUND: return "not found";
+  case GN_EEXIST: return "already exists";
+  case GN_EPERM: return "not permitted";
+  case GN_EDIGEST: return "digest mismatch";
+  case GN_ESTATE: return "invalid state";
+  case GN_EBUSY: return "busy";
+  case GN_EIO: return "I/O error";
+  case GN_EDB: return "database error";
+  case GN_ETIMEDOUT: return "timed out";
+  case GN_ECLOSED: return "closed";
+  case GN_EUNSUPPORTED: return "not supported";
+  case GN_EAUDIT: return "audit failed";
+  case GN_EREMOTE: return "remote error";
+  default: break;
+  }
+  if (code < 0 && code > -4096)
+    return strerror(-code);
+  return "unknown error";
+}
+
+/* Monotonic milliseconds: for metering and timeouts, never for records. */
+static inline uint64_t gn_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* UTC Unix seconds: what records carry. */
+static inline int64_t gn_unix_s(void) { return (int64_t)time(NULL); }
+
+/* A growable byte buffer. Zero-initialise it; gn_buf_done frees what it holds. */
+typedef struct gn_buf {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+} gn_buf;
+
+static inline int gn_buf_reserve(gn_buf *b, size_t extra) {
+  if (extra > SIZE_MAX / 2 - b->len)
+    return GN_ETOOBIG;
+  if (b->len + extra <= b->cap)
+    return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + extra)
+    cap *= 2;
+  uint8_t *p = realloc(b->data, cap);
+  if (!p)
+    return GN_ENOMEM;
+  b->data = p;
+  b->cap = cap;
+  return 0;
+}
+
+static inline int gn_buf_append(gn_buf *b, const void *p, size_t n) {
+  int r = gn_buf_reserve(b, n);
+  if (r < 0)
+    return r;
+  if (n)
+    memcpy(b->data + b->len, p, n);
+  b->len += n;
+  return 0;
+}
+
+static inline void gn_buf_done(gn_buf *b) {
+  free(b->data);
+  b->data = NULL;
+  b->len = b->cap = 0;
+}
+
+#define GN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,66 @@
+/* Offers: what a provider advertises, their encoding, and the offer table a
+ * node keeps of everything it has heard. */
+#ifndef GPUNET_OFFER_H
+#define GPUNET_OFFER_H
+
+#include <gpunet/identity.h>
+#include <gpunet/wire.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+
+#define GN_OFFER_ID_STRLEN 16 /* "o-" + 12 hex + NUL, padded */
+
+typedef struct gn_offer {
+  uint8_t provider[GN_PK_LEN];
+  uint64_t seq;       /* increases with every refresh by the provider */
+  int64_t issued_s;   /* UTC */
+  int64_t expires_s;  /* UTC; a table drops the offer after this */
+  char addr[64];      /* provider's listen address, host:port */
+  char gpu_model[64]; /* "NVIDIA GeForce RTX 4090" */
+  uint32_t vram_mib;
+  uint32_t gpus_free;
+  uint32_t gpus_total;
+  uint64_t price_uper_hour; /* micro-units of currency per GPU-hour */
+  char currency[8];         /* "EUR" */
+  uint32_t max_hours;
+  bool simulated; /* the GPU is simulated: no real hardware */
+} gn_offer;
+
+/* The body of a GN_MSG_OFFER envelope. */
+int gn_offer_encode(const gn_offer *o, gn_buf *ret);
+int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret);
+/* Stable id of a provider's offer for one GPU model: "o-" + 12 hex digits of
+ * BLAKE2b(provider || model). */
+void gn_offer_id(const gn_offer *o, char ret_id[GN_OFFER_ID_STRLEN]);
+
+typedef struct gn_offer_entry {
+  gn_offer offer;
+  char id[GN_OFFER_ID_STRLEN];
+  uint8_t *raw; /* the signed envelope as received, for relaying */
+  size_t raw_len;
+} gn_offer_entry;
+
+typedef struct gn_offer_table gn_offer_table;
+
+gn_offer_table *gn_offer_table_new(size_t max_entries);
+gn_offer_table *gn_offer_table_free(gn_offer_table *t);
+/* Verifies a GN_MSG_OFFER envelope (issuer's signature, expiry against now_s)
+ * and inserts it. Returns 1 if it is new or newer than what the table held, 0
+ * if it was a duplicate or older, or a negative code (the table is unchanged). */
+int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_t now_s);
+/* Handles a GN_MSG_OFFER_WITHDRAW envelope body {provider, seq}: drops the
+ * provider's offers with seq <= the given one. Returns the number dropped. */
+int gn_offer_table_withdraw(gn_offer_table *t, const uint8_t *env, size_t len);
+size_t gn_offer_table_remove_provider(gn_offer_table *t, const uint8_t provider[GN_PK_LEN]);
+size_t gn_offer_table_expire(gn_offer_table *t, int64_t now_s);
+size_t gn_offer_table_count(const gn_offer_table *t);
+/* Entries in no particular order; index < count. Pointers stay valid until
+ * the next change to the table. */
+const gn_offer_entry *gn_offer_table_at(const gn_offer_table *t, size_t index);
+const gn_offer_entry *gn_offer_table_find(const gn_offer_table *t, const char *id);
+/* The offer cache in SQLite (table "offers"): save replaces its contents,
+ * load re-verifies each cached envelope and skips expired ones. */
+int gn_offer_table_save(const gn_offer_table *t, sqlite3 *db);
+int gn_offer_table_load(gn_offer_table *t, sqlite3 *db, int64_t now_s);
+
+#endif

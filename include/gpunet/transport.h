@@ -1,0 +1,40 @@
+/* Peer-to-peer transport: TCP on libuv, each connection a Noise_XX session
+ * whose handshake binds the peer's Ed25519 node id. Carries envelopes. */
+#ifndef GPUNET_TRANSPORT_H
+#define GPUNET_TRANSPORT_H
+
+#include <gpunet/identity.h>
+#include <gpunet/wire.h>
+#include <uv.h>
+
+typedef struct gn_transport gn_transport;
+
+typedef struct gn_transport_cbs {
+  /* A session finished its handshake. addr is the peer's advertised listen
+   * address ("host:port", empty if it does not listen). */
+  void (*on_peer_up)(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud);
+  void (*on_peer_down)(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud);
+  /* One envelope arrived and verified; raw is its encoded form (valid only
+   * during the call). */
+  void (*on_message)(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                     size_t raw_len, void *ud);
+} gn_transport_cbs;
+
+int gn_transport_new(uv_loop_t *loop, const gn_identity *id, const gn_transport_cbs *cbs, void *ud,
+                     gn_transport **ret_t);
+/* Listens on "host:port" (port 0 picks one); the bound address is then
+ * available from gn_transport_listen_addr. */
+int gn_transport_listen(gn_transport *t, const char *addr);
+const char *gn_transport_listen_addr(const gn_transport *t);
+/* Starts connecting; on_peer_up follows on success. A second connect to a
+ * peer already up is harmless. */
+int gn_transport_connect(gn_transport *t, const char *addr);
+/* Queues one encoded envelope to a connected peer; GN_ENOTFOUND if none. */
+int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len);
+bool gn_transport_is_up(const gn_transport *t, const uint8_t peer[GN_PK_LEN]);
+size_t gn_transport_peer_count(const gn_transport *t);
+/* Closes every session and handle; cb (may be NULL) runs once all are closed,
+ * after which the transport is freed. */
+void gn_transport_close(gn_transport *t, void (*cb)(void *ud), void *ud);
+
+#endif

@@ -1,0 +1,117 @@
+/* The peer-to-peer wire format: bounded msgpack reading and writing, and the
+ * signed envelope every peer-to-peer message travels in. */
+#ifndef GPUNET_WIRE_H
+#define GPUNET_WIRE_H
+
+#include <gpunet/base.h>
+#include <gpunet/identity.h>
+#include <msgpack.h>
+#include <stdbool.h>
+
+#define GN_PROTO_VERSION 1
+#define GN_MSG_MAX (8u * 1024u * 1024u) /* one envelope, encoded */
+#define GN_WIRE_MAX_DEPTH 16
+#define GN_WIRE_MAX_ITEMS 200000 /* elements of one array or map */
+
+/* Message types. Every message between peers is one envelope of these. */
+enum gn_msg_type {
+  GN_MSG_PEERS = 1,          /* known peers: [{id, addr}] */
+  GN_MSG_OFFER = 2,          /* a provider's signed offer */
+  GN_MSG_OFFER_WITHDRAW = 3, /* the provider leaves or withdraws */
+  GN_MSG_LEASE_REQUEST = 10, /* requester -> provider, signed by requester */
+  GN_MSG_LEASE_ACCEPT = 11,  /* provider -> requester: the agreement */
+  GN_MSG_LEASE_REJECT = 12,
+  GN_MSG_LEASE_RELEASE = 13, /* requester ends the lease early */
+  GN_MSG_LEASE_END = 14,     /* provider says the lease ended */
+  GN_MSG_JOB_MANIFEST = 20,  /* requester -> provider */
+  GN_MSG_JOB_STATUS = 21,    /* provider -> requester: accepted/rejected/running/exited */
+  GN_MSG_JOB_LOG = 22,       /* provider -> requester: a chunk of output */
+  GN_MSG_JOB_STOP = 23,      /* requester -> provider */
+  GN_MSG_INVOICE = 30,       /* provider -> requester */
+  GN_MSG_INVOICE_ACCEPT = 31, /* requester's countersignature */
+  GN_MSG_INVOICE_REJECT = 32,
+  GN_MSG_ERROR = 40,
+  GN_MSG_ATTEST_CHALLENGE = 50, /* reserved for GPU attestation */
+  GN_MSG_ATTEST_RESPONSE = 51,
+  GN_MSG_ATTEST_OPEN = 52,
+  GN_MSG_ATTEST_PROOF = 53,
+};
+
+/* Returns a short lowercase name ("offer", "lease_request"...), or NULL for a
+ * type this version does not know. */
+const char *gn_msg_type_name(uint32_t type);
+
+/* --- writing --------------------------------------------------------------*/
+
+typedef struct gn_wire_writer {
+  msgpack_sbuffer sbuf;
+  msgpack_packer pk;
+} gn_wire_writer;
+
+void gn_wire_writer_init(gn_wire_writer *w);
+void gn_wire_writer_done(gn_wire_writer *w);
+/* Hands the encoded bytes to ret (appended) and resets the writer. */
+int gn_wire_writer_take(gn_wire_writer *w, gn_buf *ret);
+void gn_wire_put_map(gn_wire_writer *w, uint32_t n);
+void gn_wire_put_array(gn_wire_writer *w, uint32_t n);
+void gn_wire_put_str(gn_wire_writer *w, const char *s);
+void gn_wire_put_bin(gn_wire_writer *w, const void *p, size_t n);
+void gn_wire_put_u64(gn_wire_writer *w, uint64_t v);
+void gn_wire_put_i64(gn_wire_writer *w, int64_t v);
+void gn_wire_put_bool(gn_wire_writer *w, bool v);
+void gn_wire_put_nil(gn_wire_writer *w);
+
+/* --- reading --------------------------------------------------------------*/
+
+/* A decoded document. The input bytes are scanned first so that no container
+ * claims more elements than bytes remain, and no nesting exceeds
+ * GN_WIRE_MAX_DEPTH; only then is msgpack-c asked to unpack. Trailing bytes are
+ * an error. */
+typedef struct gn_wire_doc {
+  msgpack_unpacked u;
+  const msgpack_object *root;
+} gn_wire_doc;
+
+int gn_wire_decode(const uint8_t *buf, size_t len, gn_wire_doc *ret_doc);
+void gn_wire_doc_done(gn_wire_doc *doc);
+
+/* Accessors on a map object. All return GN_EINVAL if the key is missing or
+ * has the wrong type, GN_ETOOBIG if over max. */
+const msgpack_object *gn_wire_get(const msgpack_object *map, const char *key);
+int gn_wire_get_u64(const msgpack_object *map, const char *key, uint64_t *ret);
+int gn_wire_get_i64(const msgpack_object *map, const char *key, int64_t *ret);
+int gn_wire_get_bool(const msgpack_object *map, const char *key, bool *ret);
+/* Copies a string into buf (NUL-terminated); it must fit in cap-1 bytes and
+ * contain no NUL. */
+int gn_wire_get_str(const msgpack_object *map, const char *key, char *buf, size_t cap);
+/* Binary of exactly len bytes, copied. */
+int gn_wire_get_bin_exact(const msgpack_object *map, const char *key, uint8_t *out, size_t len);
+/* Binary of at most max bytes, by reference into the document. */
+int gn_wire_get_bin_ref(const msgpack_object *map, const char *key, size_t max, const uint8_t **ret_p, size_t *ret_len);
+/* Array of at most max elements. */
+int gn_wire_get_array(const msgpack_object *map, const char *key, size_t max, const msgpack_object_array **ret);
+
+/* --- envelopes ------------------------------------------------------------*/
+
+/* Encoded as the msgpack array [version, type, signer(bin 32), body(bin),
+ * sig(bin 64)]. The signature covers GN_ENVELOPE_PREFIX (with its NUL), the
+ * type as 4 bytes big-endian, then the body bytes exactly as carried. */
+#define GN_ENVELOPE_PREFIX "gpunet-envelope-v1"
+
+typedef struct gn_envelope {
+  uint32_t version;
+  uint32_t type;
+  uint8_t signer[GN_PK_LEN];
+  const uint8_t *body; /* points into the buffer given to gn_envelope_open */
+  size_t body_len;
+  uint8_t sig[GN_SIG_LEN];
+} gn_envelope;
+
+/* Signs body as type and appends the encoded envelope to ret. */
+int gn_envelope_seal(const gn_identity *id, uint32_t type, const uint8_t *body, size_t body_len, gn_buf *ret);
+/* Parses and verifies an envelope. GN_EVERSION for another version,
+ * GN_ESIG for a bad signature, GN_EINVAL/GN_ETOOBIG for malformed input.
+ * ret->body points into buf. Never re-encodes. */
+int gn_envelope_open(const uint8_t *buf, size_t len, gn_envelope *ret);
+
+#endif

@@ -1,0 +1,2 @@
+/* Placeholder so the sandbox library has a source until its files land. */
+typedef int gn__sandbox_empty;
