@@ -10,7 +10,9 @@
 #define GN_PK_LEN 32
 #define GN_SIG_LEN 64
 /* Printable node id: "gn" + lowercase base32 (RFC 4648, no padding) of the
- * public key followed by a 2-byte BLAKE2b checksum: 2 + 56 chars + NUL. */
+ * public key followed by a 2-byte BLAKE2b checksum and a version byte (1):
+ * 35 bytes, i.e. 2 + 56 chars + NUL. The checksum is the first two bytes of
+ * BLAKE2b-256("gpunet-node-id" || pk || version). */
 #define GN_NODE_ID_STRLEN 59
 
 typedef struct gn_identity {

@@ -46,6 +46,7 @@ const char *gn_msg_type_name(uint32_t type);
 typedef struct gn_wire_writer {
   msgpack_sbuffer sbuf;
   msgpack_packer pk;
+  bool failed; /* an allocation failed: take reports GN_ENOMEM */
 } gn_wire_writer;
 
 void gn_wire_writer_init(gn_wire_writer *w);
@@ -72,6 +73,8 @@ typedef struct gn_wire_doc {
   const msgpack_object *root;
 } gn_wire_doc;
 
+/* Strings and binaries in the document point into buf, which must outlive
+ * the document. GN_ETOOBIG over a limit, GN_EINVAL when malformed. */
 int gn_wire_decode(const uint8_t *buf, size_t len, gn_wire_doc *ret_doc);
 void gn_wire_doc_done(gn_wire_doc *doc);
 
