@@ -208,6 +208,12 @@ int gn_wire_decode(const uint8_t *buf, size_t len, gn_wire_doc *ret_doc) {
   }
   /* The root lives in the zone rather than in the struct, so a caller may
    * copy the gn_wire_doc by value. */
+  /* A bare scalar is unpacked without a zone; give it one to hold the root
+   * (msgpack_unpacked_destroy frees it like any other). */
+  if (!doc.u.zone && !(doc.u.zone = msgpack_zone_new(sizeof(msgpack_object) * 2))) {
+    msgpack_unpacked_destroy(&doc.u);
+    return GN_ENOMEM;
+  }
   msgpack_object *root = msgpack_zone_malloc(doc.u.zone, sizeof(*root));
   if (!root) {
     msgpack_unpacked_destroy(&doc.u);
