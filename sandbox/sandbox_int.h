@@ -1,0 +1,118 @@
+/* Private declarations shared by the sandbox module's files: limits, error
+ * text, digests, the manifest/index/config parsers and the registry client. */
+#ifndef GPUNET_SANDBOX_INT_H
+#define GPUNET_SANDBOX_INT_H
+
+#include <gpunet/sandbox.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Limits on what a registry may hand us. */
+#define GN__MANIFEST_MAX (4u * 1024u * 1024u) /* manifests and indexes */
+#define GN__CONFIG_MAX (4u * 1024u * 1024u)   /* image config blobs */
+#define GN__TOKEN_MAX (64u * 1024u)           /* token endpoint replies */
+#define GN__LAYERS_MAX 128u
+#define GN__INDEX_MAX 1024u                     /* entries in an image index */
+#define GN__LAYER_MAX_BYTES (64ull << 30)       /* 64 GiB compressed per layer */
+#define GN__CONFIG_STRINGS_MAX 4096u            /* entries in cmd/entrypoint/env */
+#define GN__CONFIG_STRING_MAX (64u * 1024u)     /* bytes in one of those entries */
+#define GN__REDIRECTS_MAX 5L
+
+#define GN__MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
+#define GN__MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
+#define GN__MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
+#define GN__MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
+
+/* Writes a formatted message into err (may be NULL) and returns code. */
+int gn__err(char *err, size_t err_cap, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* True when s is "sha256:" followed by exactly 64 lowercase hex digits. */
+bool gn__digest_valid(const char *s);
+/* "sha256:" + hex of a 32-byte hash. */
+void gn__digest_from_hash(const uint8_t hash[32], char out[GN_DIGEST_STRLEN]);
+/* sha256 digest string of a byte range. */
+void gn__digest_of(const void *p, size_t n, char out[GN_DIGEST_STRLEN]);
+/* "sha256:ab12cd34…" for messages: the algorithm and 8 hex digits. */
+const char *gn__digest_short(const char *digest, char buf[32]);
+
+/* --- manifest, index and config parsing (manifest.c) ---------------------*/
+
+typedef struct gn__descriptor {
+  char media_type[128];
+  char digest[GN_DIGEST_STRLEN];
+  uint64_t size;
+} gn__descriptor;
+
+typedef enum gn__manifest_kind { GN__KIND_MANIFEST = 1, GN__KIND_INDEX = 2 } gn__manifest_kind;
+
+/* Tells a manifest from an index: by its mediaType field, else by the
+ * Content-Type the registry sent (may be NULL), else by shape. */
+int gn__manifest_kind_of(const uint8_t *p, size_t n, const char *content_type, gn__manifest_kind *ret);
+
+typedef struct gn__manifest {
+  gn__descriptor config;
+  size_t layer_count;
+  gn__descriptor *layers; /* layer_count entries, bottom first */
+} gn__manifest;
+
+/* Parses an image manifest (OCI or Docker schema 2), validating every
+ * descriptor. gn__manifest_done frees what it holds. */
+int gn__manifest_parse(const uint8_t *p, size_t n, gn__manifest *ret);
+void gn__manifest_done(gn__manifest *m);
+
+/* Picks the manifest for os/arch from an image index or Docker manifest
+ * list. GN_ENOTFOUND when the index has none for that platform. */
+int gn__index_pick(const uint8_t *p, size_t n, const char *os, const char *arch, gn__descriptor *ret);
+
+typedef struct gn__config {
+  char **entrypoint; /* NULL-terminated or NULL */
+  char **cmd;
+  char **env;
+  char workdir[256];
+  char os[32];
+  char arch[32];
+} gn__config;
+
+/* Parses an image config blob; the process fields are all optional. */
+int gn__config_parse(const uint8_t *p, size_t n, gn__config *ret);
+void gn__config_done(gn__config *c);
+char **gn__strv_free(char **v);
+
+/* --- registry client (registry.c) ----------------------------------------*/
+
+typedef struct gn__registry gn__registry;
+
+int gn__registry_new(const gn_imageref *ref, gn__registry **ret);
+gn__registry *gn__registry_free(gn__registry *r);
+
+/* GET /v2/<name>/manifests/<reference> into body (at most GN__MANIFEST_MAX
+ * bytes). ret_content_type and ret_header_digest (the Docker-Content-Digest
+ * header, "" when absent) are optional. */
+int gn__registry_get_manifest(gn__registry *r, const char *reference, gn_buf *body, char ret_content_type[128],
+                              char ret_header_digest[GN_DIGEST_STRLEN], char *err, size_t err_cap);
+
+typedef struct gn__blob_sink {
+  int fd;                   /* appended to */
+  uint64_t offset;          /* bytes already in fd (a resumed download) */
+  uint64_t expected_size;   /* the descriptor's size: more is refused */
+  void *hash_state;         /* crypto_hash_sha256_state fed with every byte */
+  gn_pull_progress_fn progress;
+  void *progress_ud;
+  const char *what;
+  uint64_t fetched; /* bytes this call received */
+  bool restarted;   /* the server ignored Range: the caller must start over */
+} gn__blob_sink;
+
+/* GET /v2/<name>/blobs/<digest>, following redirects, appending to sink->fd
+ * and hashing while streaming. With sink->offset > 0 it asks for the rest
+ * with Range; a server that answers 200 instead sets sink->restarted and
+ * writes nothing, so the caller can truncate and call again. */
+int gn__registry_get_blob(gn__registry *r, const char *digest, gn__blob_sink *sink, char *err, size_t err_cap);
+
+/* --- store internals (store.c) --------------------------------------------*/
+
+const char *gn__store_dir(const gn_store *s);
+/* dir/blobs/sha256/<hex> for a valid digest. */
+void gn__store_blob_path(const gn_store *s, const char *digest, char out[4096]);
+
+#endif

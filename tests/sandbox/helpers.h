@@ -1,0 +1,185 @@
+/* Test helpers for the sandbox tests: temp dirs, running scripts/registry on
+ * a free loopback port, reading and writing files. Header-only: each test
+ * program includes it once. */
+#ifndef GN_TEST_SANDBOX_HELPERS_H
+#define GN_TEST_SANDBOX_HELPERS_H
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The repository root: GN_SOURCE_DIR from ctest, else derived from this
+ * file's path. */
+static const char *th_source_dir(void) {
+  static char dir[4096];
+  const char *env = getenv("GN_SOURCE_DIR");
+  if (env && env[0])
+    return env;
+  snprintf(dir, sizeof(dir), "%s", __FILE__);
+  char *p = strstr(dir, "/tests/sandbox/");
+  if (p)
+    *p = '\0';
+  return dir;
+}
+
+static int th_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* Runs a shell command, captures up to cap-1 bytes of its stdout (trailing
+ * newline stripped). Returns the exit status, or -1. */
+static int th_run(const char *cmd, char *out, size_t cap) {
+  FILE *f = popen(cmd, "r");
+  if (!f)
+    return -1;
+  size_t n = 0;
+  if (out && cap) {
+    n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    while (n && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+      out[--n] = '\0';
+  } else {
+    char sink[4096];
+    while (fread(sink, 1, sizeof(sink), f) > 0) {
+    }
+  }
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *th_mkdtemp(const char *tag) {
+  char *p = malloc(256);
+  snprintf(p, 256, "/tmp/gn-%s-XXXXXX", tag);
+  if (!mkdtemp(p)) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+static void th_rm_rf(const char *path) {
+  char cmd[4200];
+  if (!path || strlen(path) < 8 || strncmp(path, "/tmp/", 5) != 0)
+    return; /* only ever our own temp dirs */
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+  th_run(cmd, NULL, 0);
+}
+
+static int th_write_file(const char *path, const void *p, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    return -1;
+  ssize_t w = write(fd, p, n);
+  close(fd);
+  return w == (ssize_t)n ? 0 : -1;
+}
+
+/* Reads a whole file (NUL-terminated for convenience); NULL on error. */
+static char *th_read_file(const char *path, size_t *ret_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 4096, n = 0;
+  char *b = malloc(cap);
+  for (;;) {
+    if (n + 4096 + 1 > cap) {
+      cap *= 2;
+      b = realloc(b, cap);
+    }
+    size_t r = fread(b + n, 1, 4096, f);
+    n += r;
+    if (r == 0)
+      break;
+  }
+  fclose(f);
+  b[n] = '\0';
+  if (ret_len)
+    *ret_len = n;
+  return b;
+}
+
+static bool th_exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* Counts directory entries other than . and .. (-1 if it cannot open). */
+static int th_count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+      n++;
+  closedir(d);
+  return n;
+}
+
+/* A running test registry with a busybox image pushed as bb:latest. */
+typedef struct th_registry {
+  char *dir;
+  int port;
+  char host[64];         /* "127.0.0.1:PORT" */
+  char digest[80];       /* of bb:latest */
+} th_registry;
+
+static int th_registry_start(th_registry *r) {
+  char cmd[8192], out[256];
+  memset(r, 0, sizeof(*r));
+  r->dir = th_mkdtemp("reg");
+  if (!r->dir)
+    return -1;
+  for (int tries = 0; tries < 3; tries++) {
+    r->port = th_free_port();
+    snprintf(cmd, sizeof(cmd), "'%s/scripts/registry' start '%s' %d >&2", th_source_dir(), r->dir, r->port);
+    if (th_run(cmd, NULL, 0) == 0)
+      break;
+    r->port = -1;
+  }
+  if (r->port < 0)
+    return -1;
+  snprintf(r->host, sizeof(r->host), "127.0.0.1:%d", r->port);
+  snprintf(cmd, sizeof(cmd), "'%s/scripts/registry' build-busybox '%s/img' bb:latest %d", th_source_dir(), r->dir,
+           r->port);
+  if (th_run(cmd, out, sizeof(out)) != 0 || strncmp(out, "sha256:", 7) != 0)
+    return -1;
+  snprintf(r->digest, sizeof(r->digest), "%s", out);
+  return 0;
+}
+
+static void th_registry_stop(th_registry *r) {
+  char cmd[4200];
+  if (!r->dir)
+    return;
+  snprintf(cmd, sizeof(cmd), "'%s/scripts/registry' stop '%s' >&2", th_source_dir(), r->dir);
+  th_run(cmd, NULL, 0);
+  th_rm_rf(r->dir);
+  free(r->dir);
+  r->dir = NULL;
+}
+
+/* Where docker-registry keeps a blob's bytes. */
+static void th_registry_blob_path(const th_registry *r, const char *digest, char *out, size_t cap) {
+  snprintf(out, cap, "%s/data/docker/registry/v2/blobs/sha256/%.2s/%s/data", r->dir, digest + 7, digest + 7);
+}
+
+#endif
