@@ -143,7 +143,7 @@ typedef struct th_registry {
 } th_registry;
 
 static int th_registry_start(th_registry *r) {
-  char cmd[8192], out[256];
+  char cmd[8192], out[80];
   memset(r, 0, sizeof(*r));
   r->dir = th_mkdtemp("reg");
   if (!r->dir)
