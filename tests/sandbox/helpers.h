@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@
 
 /* The repository root: GN_SOURCE_DIR from ctest, else derived from this
  * file's path. */
-static const char *th_source_dir(void) {
+static inline const char *th_source_dir(void) {
   static char dir[4096];
   const char *env = getenv("GN_SOURCE_DIR");
   if (env && env[0])
@@ -30,7 +31,7 @@ static const char *th_source_dir(void) {
   return dir;
 }
 
-static int th_free_port(void) {
+static inline int th_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof(a);
@@ -45,7 +46,7 @@ static int th_free_port(void) {
 
 /* Runs a shell command, captures up to cap-1 bytes of its stdout (trailing
  * newline stripped). Returns the exit status, or -1. */
-static int th_run(const char *cmd, char *out, size_t cap) {
+static inline int th_run(const char *cmd, char *out, size_t cap) {
   FILE *f = popen(cmd, "r");
   if (!f)
     return -1;
@@ -64,7 +65,7 @@ static int th_run(const char *cmd, char *out, size_t cap) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static char *th_mkdtemp(const char *tag) {
+static inline char *th_mkdtemp(const char *tag) {
   char *p = malloc(256);
   snprintf(p, 256, "/tmp/gn-%s-XXXXXX", tag);
   if (!mkdtemp(p)) {
@@ -74,7 +75,7 @@ static char *th_mkdtemp(const char *tag) {
   return p;
 }
 
-static void th_rm_rf(const char *path) {
+static inline void th_rm_rf(const char *path) {
   char cmd[4200];
   if (!path || strlen(path) < 8 || strncmp(path, "/tmp/", 5) != 0)
     return; /* only ever our own temp dirs */
@@ -82,7 +83,7 @@ static void th_rm_rf(const char *path) {
   th_run(cmd, NULL, 0);
 }
 
-static int th_write_file(const char *path, const void *p, size_t n) {
+static inline int th_write_file(const char *path, const void *p, size_t n) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0)
     return -1;
@@ -92,7 +93,7 @@ static int th_write_file(const char *path, const void *p, size_t n) {
 }
 
 /* Reads a whole file (NUL-terminated for convenience); NULL on error. */
-static char *th_read_file(const char *path, size_t *ret_len) {
+static inline char *th_read_file(const char *path, size_t *ret_len) {
   FILE *f = fopen(path, "rb");
   if (!f)
     return NULL;
@@ -115,13 +116,13 @@ static char *th_read_file(const char *path, size_t *ret_len) {
   return b;
 }
 
-static bool th_exists(const char *path) {
+static inline bool th_exists(const char *path) {
   struct stat st;
   return lstat(path, &st) == 0;
 }
 
 /* Counts directory entries other than . and .. (-1 if it cannot open). */
-static int th_count_entries(const char *dir) {
+static inline int th_count_entries(const char *dir) {
   DIR *d = opendir(dir);
   if (!d)
     return -1;
@@ -142,7 +143,7 @@ typedef struct th_registry {
   char digest[80];       /* of bb:latest */
 } th_registry;
 
-static int th_registry_start(th_registry *r) {
+static inline int th_registry_start(th_registry *r) {
   char cmd[8192], out[80];
   memset(r, 0, sizeof(*r));
   r->dir = th_mkdtemp("reg");
@@ -166,7 +167,7 @@ static int th_registry_start(th_registry *r) {
   return 0;
 }
 
-static void th_registry_stop(th_registry *r) {
+static inline void th_registry_stop(th_registry *r) {
   char cmd[4200];
   if (!r->dir)
     return;
@@ -178,7 +179,7 @@ static void th_registry_stop(th_registry *r) {
 }
 
 /* Where docker-registry keeps a blob's bytes. */
-static void th_registry_blob_path(const th_registry *r, const char *digest, char *out, size_t cap) {
+static inline void th_registry_blob_path(const th_registry *r, const char *digest, char *out, size_t cap) {
   snprintf(out, cap, "%s/data/docker/registry/v2/blobs/sha256/%.2s/%s/data", r->dir, digest + 7, digest + 7);
 }
 
