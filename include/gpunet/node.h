@@ -1,0 +1,205 @@
+/* The daemon's infrastructure pieces, shared by gpunetd and the gpunet CLI:
+ * the control server (HTTP/JSON on a Unix socket), configuration, the GPU
+ * inventory (NVML via dlopen), the offer filter language and logging. */
+#ifndef GPUNET_NODE_H
+#define GPUNET_NODE_H
+
+#include <gpunet/base.h>
+#include <gpunet/offer.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <uv.h>
+
+/* --- control server (node/control.c) --------------------------------------
+ *
+ * HTTP/JSON over an owner-only Unix socket, served by libmicrohttpd and driven
+ * from the libuv loop (no extra thread: every callback runs on the loop).
+ *
+ * Request lifetime: a gn_ctl_req handed to a handler must be answered exactly
+ * once with one of the gn_ctl_reply_* functions, either before the handler
+ * returns or later from any loop callback (the connection is suspended
+ * meanwhile). Until that reply the req stays alive whatever happens: if the
+ * client hangs up or gn_ctl_close runs (which answers the client 503), the
+ * req is detached from its connection and the handler's later reply simply
+ * frees it. A req must not be used after its reply. */
+
+typedef struct gn_ctl gn_ctl;
+typedef struct gn_ctl_req gn_ctl_req;
+typedef void (*gn_ctl_handler)(gn_ctl_req *req, void *ud);
+
+#define GN_CTL_MAX_BODY (1024 * 1024) /* request bodies above this get 413 */
+
+/* Binds sock_path (mode 0600, set before listen), and serves it on loop.
+ * A stale socket file is replaced only if nobody answers on it: GN_EBUSY when
+ * another daemon is listening there, GN_EEXIST if the path is not a socket,
+ * GN_EINVAL if it is too long for a Unix socket address. Changes the process
+ * umask briefly around bind(): call it from the main thread at start-up. */
+int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret);
+/* Adds a route. pattern is a path whose segments may be ":name" parameters,
+ * e.g. "/v1/jobs/:id/logs". The first matching route wins. Unknown paths get
+ * 404, known paths with another method 405. Copies method and pattern. */
+int gn_ctl_route(gn_ctl *c, const char *method, const char *pattern, gn_ctl_handler fn, void *ud);
+/* Answers pending requests 503, stops serving, unlinks the socket and frees
+ * the server (its uv handles close asynchronously: run the loop afterwards).
+ * Accepts NULL. */
+void gn_ctl_close(gn_ctl *c);
+
+const char *gn_ctl_req_method(const gn_ctl_req *r);
+const char *gn_ctl_req_path(const gn_ctl_req *r);
+/* A ":name" segment of the matched pattern (URL-decoded), or NULL. */
+const char *gn_ctl_req_param(const gn_ctl_req *r, const char *name);
+/* A query-string argument (URL-decoded), or NULL. Copied when the request
+ * arrives, so it stays valid until the reply. */
+const char *gn_ctl_req_query(const gn_ctl_req *r, const char *name);
+/* The parsed JSON body, or NULL when the request had none. Bodies over
+ * GN_CTL_MAX_BODY are answered 413 and invalid JSON 400 before any handler
+ * runs. Owned by the req. */
+const json_t *gn_ctl_req_body(const gn_ctl_req *r);
+
+/* Replies. Each one ends the req (see "Request lifetime" above). */
+void gn_ctl_reply_json(gn_ctl_req *r, unsigned status, json_t *body /* reference stolen */);
+/* Body {"error": "<formatted message>"}. */
+void gn_ctl_reply_error(gn_ctl_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type, const char *text);
+
+/* --- configuration (node/config.c) ----------------------------------------
+ *
+ * Precedence: defaults < config file < command-line flags. The config file is
+ * DATA_DIR/gpunet.conf if present, else $XDG_CONFIG_HOME/gpunet/gpunet.conf
+ * (default ~/.config/gpunet/gpunet.conf), or the one named by --config. */
+
+#define GN_CONFIG_MAX_BOOTSTRAP 16
+#define GN_CONFIG_MAX_SIMULATE 8
+
+typedef struct gn_config {
+  char data_dir[PATH_MAX];
+  char config_path[PATH_MAX]; /* the file that was read, "" if none */
+  char listen[64];            /* host:port, default "127.0.0.1:7946" */
+  char *bootstrap[GN_CONFIG_MAX_BOOTSTRAP];
+  size_t bootstrap_count;
+  bool provide;
+  uint64_t price_uper_hour; /* default 400000 (0.40 per GPU-hour) */
+  char currency[8];         /* default "EUR" */
+  char *simulate_gpu[GN_CONFIG_MAX_SIMULATE];
+  size_t simulate_count;
+  char runtime[64]; /* "runc", "crun", a path, or "" for auto-detection */
+  uint32_t max_hours; /* default 24 */
+  bool allow_simulated;
+  char log_level[16]; /* default "info" */
+} gn_config;
+
+/* Positive results of gn_config_parse_args / gn_config_load: the caller
+ * should print gn_config_usage() or its version and exit 0. */
+enum { GN_CONFIG_HELP = 1, GN_CONFIG_VERSION = 2 };
+
+/* The default data directory: $XDG_DATA_HOME/gpunet, else
+ * $HOME/.local/share/gpunet. GN_ETOOBIG if it does not fit, GN_ENOTFOUND
+ * when neither variable is set. */
+int gn_config_default_data_dir(char *buf, size_t cap);
+/* Where the config file is looked for when --config is not given. */
+int gn_config_default_path(const char *data_dir, char *buf, size_t cap);
+void gn_config_defaults(gn_config *cfg);
+/* Reads `key = value` lines. A missing file is an error unless missing_ok.
+ * On error writes a message naming the file and line to err and leaves cfg
+ * as it was. */
+int gn_config_load_file(gn_config *cfg, const char *path, bool missing_ok, char *err, size_t cap);
+/* Applies gpunetd's flags (getopt_long; argv is not modified). Never prints.
+ * Returns 0, GN_CONFIG_HELP, GN_CONFIG_VERSION or GN_EINVAL with err set. */
+int gn_config_parse_args(gn_config *cfg, int argc, char *const *argv, char *err, size_t cap);
+/* All of the above in order: defaults, the --data-dir/--config flags, the
+ * config file, then every flag. cfg must be fresh (not yet holding strings). */
+int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_t cap);
+const char *gn_config_usage(void);
+/* Writes a commented default config file (0600, directory 0700 created if
+ * missing), atomically replacing any existing one. */
+int gn_config_write_default(const char *path);
+/* Frees what cfg holds; cfg may be reused after gn_config_defaults. */
+void gn_config_done(gn_config *cfg);
+
+/* --- GPU inventory (node/gpu.c) -------------------------------------------
+ *
+ * NVML is loaded at run time (dlopen "libnvidia-ml.so.1", or the path in the
+ * environment variable GN_NVML_LIB), so one binary runs with or without a GPU.
+ * A missing NVML function or a failing query leaves that field unknown (0 or
+ * empty; minor -1); no library means no real GPUs. */
+
+typedef struct gn_gpu {
+  int index;
+  char uuid[96];
+  char name[96];
+  uint64_t memory_mib;
+  char driver[32];
+  char pci_bus_id[32];
+  int minor;         /* -1 if unknown */
+  char dev_path[32]; /* "/dev/nvidia0", "" if unknown or simulated */
+  bool simulated;
+} gn_gpu;
+
+typedef struct gn_gpu_list {
+  gn_gpu *items;
+  size_t count;
+} gn_gpu_list;
+
+/* Real GPUs first, then one simulated GPU per entry of simulate ("RTX 4090",
+ * "rtx4090" and "4090" name the same model). GN_EINVAL for an unknown
+ * simulated model (gn_gpu_sim_models lists the known ones). */
+int gn_gpu_discover(const char *const *simulate, size_t simulate_count, gn_gpu_list *ret);
+/* Current utilization in percent. GN_EUNSUPPORTED for simulated GPUs or
+ * when NVML cannot tell. */
+int gn_gpu_utilization(const gn_gpu *g, uint8_t *ret_pct);
+void gn_gpu_list_done(gn_gpu_list *l);
+/* "RTX 3090, RTX 4090, ...": the models --simulate-gpu accepts. */
+const char *gn_gpu_sim_models(void);
+/* Releases the NVML library kept loaded for gn_gpu_utilization. */
+void gn_gpu_shutdown(void);
+
+/* --- offer filter (node/filter.c) ------------------------------------------
+ *
+ * "gpu=rtx4090 vram>=24 price<=0.50 count>=2 simulated=false": terms separated
+ * by spaces or commas, all must hold. Keys: gpu (= or !=, case-insensitive
+ * substring ignoring spaces, dashes and an "NVIDIA"/"GeForce" prefix), vram
+ * (GiB, rounded), price (currency units per GPU-hour), count (GPUs free),
+ * simulated (true/false). Operators: = != < <= > >= (== is =). */
+
+#define GN_FILTER_MAX_TERMS 16
+#define GN_FILTER_MAX_LEN 1024
+
+enum gn_filter_key { GN_FILTER_GPU, GN_FILTER_VRAM, GN_FILTER_PRICE, GN_FILTER_COUNT, GN_FILTER_SIMULATED };
+enum gn_filter_op { GN_FILTER_EQ, GN_FILTER_NE, GN_FILTER_LT, GN_FILTER_LE, GN_FILTER_GT, GN_FILTER_GE };
+
+typedef struct gn_filter_term {
+  enum gn_filter_key key;
+  enum gn_filter_op op;
+  char text[64]; /* gpu: the normalized model fragment */
+  uint64_t num;  /* vram GiB, price micro-units, count, simulated 0/1 */
+} gn_filter_term;
+
+typedef struct gn_filter {
+  gn_filter_term terms[GN_FILTER_MAX_TERMS];
+  size_t count; /* 0 matches everything */
+} gn_filter;
+
+/* GN_EINVAL or GN_ETOOBIG with a one-line message in err on bad input. */
+int gn_filter_parse(const char *s, gn_filter *ret, char *err, size_t cap);
+bool gn_filter_match(const gn_filter *f, const gn_offer *o);
+
+/* --- logging (node/log.c) --------------------------------------------------
+ *
+ * For the daemon only (library code never logs): one line per message,
+ * "2026-12-02T11:00:00Z info  message", to stderr by default. */
+
+enum gn_log_level { GN_LOG_DEBUG, GN_LOG_INFO, GN_LOG_WARN, GN_LOG_ERROR };
+
+void gn_log(enum gn_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void gn_logv(enum gn_log_level level, const char *fmt, va_list ap);
+/* "debug", "info", "warn" or "error"; GN_EINVAL otherwise. */
+int gn_log_set_level(const char *name);
+/* Where lines go (stderr if NULL). */
+void gn_log_set_output(FILE *f);
+
+#endif

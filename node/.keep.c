@@ -1,2 +1,0 @@
-/* Placeholder so the node library has a source until its files land. */
-typedef int gn__node_empty;

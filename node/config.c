@@ -1,0 +1,567 @@
+/* gpunetd's configuration: defaults, the `key = value` config file and the
+ * command-line flags, applied in that order. */
+#include "infra.h"
+#include <gpunet/node.h>
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CFG_MAX_LINE 4096
+#define CFG_MAX_LINES 10000
+
+/* Option ids for getopt_long: the keys that only flags have. */
+enum { OPT_CONFIG = 256, OPT_VERSION, OPT_KEY_BASE = 512 };
+
+/* One entry per config key; flag is its gpunetd option name. */
+typedef enum {
+  KEY_DATA_DIR,
+  KEY_LISTEN,
+  KEY_BOOTSTRAP,
+  KEY_PROVIDE,
+  KEY_PRICE,
+  KEY_CURRENCY,
+  KEY_SIMULATE_GPU,
+  KEY_RUNTIME,
+  KEY_MAX_HOURS,
+  KEY_ALLOW_SIMULATED,
+  KEY_LOG_LEVEL,
+  KEY_COUNT
+} cfg_key;
+
+static const struct {
+  const char *name;
+  const char *flag;
+  bool boolean; /* a flag without argument; "true"/"false" in the file */
+} cfg_keys[KEY_COUNT] = {
+    [KEY_DATA_DIR] = {"data_dir", "data-dir", false},
+    [KEY_LISTEN] = {"listen", "listen", false},
+    [KEY_BOOTSTRAP] = {"bootstrap", "bootstrap", false},
+    [KEY_PROVIDE] = {"provide", "provide", true},
+    [KEY_PRICE] = {"price", "price", false},
+    [KEY_CURRENCY] = {"currency", "currency", false},
+    [KEY_SIMULATE_GPU] = {"simulate_gpu", "simulate-gpu", false},
+    [KEY_RUNTIME] = {"runtime", "runtime", false},
+    [KEY_MAX_HOURS] = {"max_hours", "max-hours", false},
+    [KEY_ALLOW_SIMULATED] = {"allow_simulated", "allow-simulated", true},
+    [KEY_LOG_LEVEL] = {"log_level", "log-level", false},
+};
+
+static const char usage_text[] =
+    "Usage: gpunetd [OPTIONS]\n"
+    "Runs the gpunet node: joins the overlay, serves the control API for the\n"
+    "gpunet command and, with --provide, rents out this machine's GPUs.\n"
+    "\n"
+    "  --data-dir DIR          state directory (default $XDG_DATA_HOME/gpunet,\n"
+    "                          else ~/.local/share/gpunet)\n"
+    "  --config FILE           config file (default DATA_DIR/gpunet.conf if it\n"
+    "                          exists, else ~/.config/gpunet/gpunet.conf)\n"
+    "  --listen ADDR:PORT      peer address to listen on (default 127.0.0.1:7946)\n"
+    "  --bootstrap ADDR:PORT   peer to join through (repeatable)\n"
+    "  --provide               offer this machine's GPUs for rent\n"
+    "  --price AMOUNT          price per GPU-hour in currency units (default 0.40)\n"
+    "  --currency CODE         currency of prices (default EUR)\n"
+    "  --simulate-gpu MODEL    add a simulated GPU, e.g. \"RTX 4090\" (repeatable)\n"
+    "  --runtime runc|crun|PATH  OCI runtime (default: detect)\n"
+    "  --max-hours N           longest lease this node accepts (default 24)\n"
+    "  --allow-simulated       as a requester, accept simulated GPUs\n"
+    "  --log-level LEVEL       debug, info, warn or error (default info)\n"
+    "  -h, --help              show this help\n"
+    "  --version               show the version\n"
+    "\n"
+    "Every option can also be set in the config file as `key = value`, with\n"
+    "dashes written as underscores (simulate_gpu = RTX 4090).\n";
+
+const char *gn_config_usage(void) {
+  return usage_text;
+}
+
+/* --- paths -------------------------------------------------------------------*/
+
+static int path_fmt(char *buf, size_t cap, const char *a, const char *b) {
+  int n = snprintf(buf, cap, "%s%s", a, b);
+  return n < 0 || (size_t)n >= cap ? GN_ETOOBIG : 0;
+}
+
+int gn_config_default_data_dir(char *buf, size_t cap) {
+  const char *x = getenv("XDG_DATA_HOME");
+  if (x && x[0] == '/')
+    return path_fmt(buf, cap, x, "/gpunet");
+  const char *home = getenv("HOME");
+  if (!home || !home[0])
+    return GN_ENOTFOUND;
+  return path_fmt(buf, cap, home, "/.local/share/gpunet");
+}
+
+int gn_config_default_path(const char *data_dir, char *buf, size_t cap) {
+  char p[PATH_MAX];
+  if (data_dir && data_dir[0] && path_fmt(p, sizeof(p), data_dir, "/gpunet.conf") == 0 && access(p, F_OK) == 0)
+    return path_fmt(buf, cap, p, "");
+  const char *x = getenv("XDG_CONFIG_HOME");
+  if (x && x[0] == '/')
+    return path_fmt(buf, cap, x, "/gpunet/gpunet.conf");
+  const char *home = getenv("HOME");
+  if (!home || !home[0])
+    return GN_ENOTFOUND;
+  return path_fmt(buf, cap, home, "/.config/gpunet/gpunet.conf");
+}
+
+/* --- values ------------------------------------------------------------------*/
+
+void gn_config_defaults(gn_config *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  if (gn_config_default_data_dir(cfg->data_dir, sizeof(cfg->data_dir)) < 0)
+    cfg->data_dir[0] = '\0';
+  snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:7946");
+  cfg->price_uper_hour = 400000;
+  snprintf(cfg->currency, sizeof(cfg->currency), "EUR");
+  cfg->max_hours = 24;
+  snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
+}
+
+void gn_config_done(gn_config *cfg) {
+  if (!cfg)
+    return;
+  for (size_t i = 0; i < cfg->bootstrap_count; i++)
+    free(cfg->bootstrap[i]);
+  for (size_t i = 0; i < cfg->simulate_count; i++)
+    free(cfg->simulate_gpu[i]);
+  cfg->bootstrap_count = cfg->simulate_count = 0;
+}
+
+/* Deep copy, so a failed load can be thrown away without touching cfg. */
+static int cfg_copy(gn_config *dst, const gn_config *src) {
+  *dst = *src;
+  dst->bootstrap_count = dst->simulate_count = 0;
+  for (size_t i = 0; i < src->bootstrap_count; i++) {
+    if (!(dst->bootstrap[i] = strdup(src->bootstrap[i])))
+      goto oom;
+    dst->bootstrap_count++;
+  }
+  for (size_t i = 0; i < src->simulate_count; i++) {
+    if (!(dst->simulate_gpu[i] = strdup(src->simulate_gpu[i])))
+      goto oom;
+    dst->simulate_count++;
+  }
+  return 0;
+oom:
+  gn_config_done(dst);
+  return GN_ENOMEM;
+}
+
+static bool parse_bool(const char *v, bool *ret) {
+  static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(yes); i++) {
+    if (strcasecmp(v, yes[i]) == 0) {
+      *ret = true;
+      return true;
+    }
+    if (strcasecmp(v, no[i]) == 0) {
+      *ret = false;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* host:port with a port in 1..65535; the host is resolved later. */
+static bool valid_hostport(const char *v) {
+  const char *colon = strrchr(v, ':');
+  if (!colon || colon == v || strlen(v) >= 64)
+    return false;
+  char *end;
+  errno = 0;
+  unsigned long port = strtoul(colon + 1, &end, 10);
+  return errno == 0 && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535;
+}
+
+static bool copy_str(char *dst, size_t cap, const char *v) {
+  size_t n = strlen(v);
+  if (n >= cap)
+    return false;
+  memcpy(dst, v, n + 1);
+  return true;
+}
+
+/* Sets one key from its text value; err says what is wrong with the value. */
+static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t cap) {
+  const char *name = cfg_keys[key].name;
+  bool b;
+  switch (key) {
+  case KEY_DATA_DIR:
+    if (!v[0] || !copy_str(cfg->data_dir, sizeof(cfg->data_dir), v))
+      goto bad;
+    return 0;
+  case KEY_LISTEN:
+    if (!valid_hostport(v) || !copy_str(cfg->listen, sizeof(cfg->listen), v))
+      goto bad_addr;
+    return 0;
+  case KEY_BOOTSTRAP:
+    if (!valid_hostport(v))
+      goto bad_addr;
+    if (cfg->bootstrap_count == GN_CONFIG_MAX_BOOTSTRAP) {
+      snprintf(err, cap, "too many bootstrap peers (at most %d)", GN_CONFIG_MAX_BOOTSTRAP);
+      return GN_ETOOBIG;
+    }
+    if (!(cfg->bootstrap[cfg->bootstrap_count] = strdup(v)))
+      return GN_ENOMEM;
+    cfg->bootstrap_count++;
+    return 0;
+  case KEY_PROVIDE:
+  case KEY_ALLOW_SIMULATED:
+    if (!parse_bool(v, &b)) {
+      snprintf(err, cap, "%s must be true or false, not '%s'", name, v);
+      return GN_EINVAL;
+    }
+    *(key == KEY_PROVIDE ? &cfg->provide : &cfg->allow_simulated) = b;
+    return 0;
+  case KEY_PRICE:
+    if (gn__price_parse(v, &cfg->price_uper_hour) < 0) {
+      snprintf(err, cap, "bad price '%s': want an amount per GPU-hour like 0.40 (at most 6 decimals)", v);
+      return GN_EINVAL;
+    }
+    return 0;
+  case KEY_CURRENCY: {
+    size_t n = strlen(v);
+    bool ok = n >= 1 && n < sizeof(cfg->currency);
+    for (size_t i = 0; ok && i < n; i++)
+      ok = isupper((unsigned char)v[i]);
+    if (!ok) {
+      snprintf(err, cap, "bad currency '%s': want an upper-case code like EUR", v);
+      return GN_EINVAL;
+    }
+    memcpy(cfg->currency, v, n + 1);
+    return 0;
+  }
+  case KEY_SIMULATE_GPU:
+    if (!v[0] || strlen(v) >= 96)
+      goto bad;
+    if (cfg->simulate_count == GN_CONFIG_MAX_SIMULATE) {
+      snprintf(err, cap, "too many simulated GPUs (at most %d)", GN_CONFIG_MAX_SIMULATE);
+      return GN_ETOOBIG;
+    }
+    if (!(cfg->simulate_gpu[cfg->simulate_count] = strdup(v)))
+      return GN_ENOMEM;
+    cfg->simulate_count++;
+    return 0;
+  case KEY_RUNTIME:
+    if (!copy_str(cfg->runtime, sizeof(cfg->runtime), v))
+      goto bad;
+    return 0;
+  case KEY_MAX_HOURS: {
+    char *end;
+    errno = 0;
+    unsigned long h = strtoul(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || h < 1 || h > 8760) {
+      snprintf(err, cap, "bad max_hours '%s': want a whole number of hours from 1 to 8760", v);
+      return GN_EINVAL;
+    }
+    cfg->max_hours = (uint32_t)h;
+    return 0;
+  }
+  case KEY_LOG_LEVEL:
+    if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error")) {
+      snprintf(err, cap, "bad log_level '%s' (known: debug, info, warn, error)", v);
+      return GN_EINVAL;
+    }
+    copy_str(cfg->log_level, sizeof(cfg->log_level), v);
+    return 0;
+  case KEY_COUNT:
+    break;
+  }
+bad:
+  snprintf(err, cap, "bad value for %s: '%.200s'", name, v);
+  return GN_EINVAL;
+bad_addr:
+  snprintf(err, cap, "bad %s address '%.200s': want HOST:PORT", name, v);
+  return GN_EINVAL;
+}
+
+/* Drops the list a repeatable key had, so the first flag replaces what the
+ * file said rather than adding to it. */
+static void cfg_clear_list(gn_config *cfg, cfg_key key) {
+  if (key == KEY_BOOTSTRAP) {
+    for (size_t i = 0; i < cfg->bootstrap_count; i++)
+      free(cfg->bootstrap[i]);
+    cfg->bootstrap_count = 0;
+  } else if (key == KEY_SIMULATE_GPU) {
+    for (size_t i = 0; i < cfg->simulate_count; i++)
+      free(cfg->simulate_gpu[i]);
+    cfg->simulate_count = 0;
+  }
+}
+
+/* --- the file ----------------------------------------------------------------*/
+
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s))
+    s++;
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1]))
+    s[--n] = '\0';
+  return s;
+}
+
+int gn_config_load_file(gn_config *cfg, const char *path, bool missing_ok, char *err, size_t cap) {
+  FILE *f = fopen(path, "re");
+  if (!f) {
+    int e = errno;
+    if (e == ENOENT && missing_ok)
+      return 0;
+    snprintf(err, cap, "cannot read config file %s: %s", path, strerror(e));
+    return -e;
+  }
+  gn_config tmp;
+  int r = cfg_copy(&tmp, cfg);
+  if (r < 0) {
+    fclose(f);
+    snprintf(err, cap, "out of memory");
+    return r;
+  }
+  char line[CFG_MAX_LINE + 2];
+  char msg[256];
+  unsigned lineno = 0;
+  while (fgets(line, sizeof(line), f)) {
+    lineno++;
+    if (lineno > CFG_MAX_LINES) {
+      snprintf(err, cap, "%s: more than %d lines", path, CFG_MAX_LINES);
+      r = GN_ETOOBIG;
+      goto out;
+    }
+    size_t n = strlen(line);
+    if (n == sizeof(line) - 1 && line[n - 1] != '\n') {
+      snprintf(err, cap, "%s:%u: line longer than %d bytes", path, lineno, CFG_MAX_LINE);
+      r = GN_ETOOBIG;
+      goto out;
+    }
+    /* '#' starts a comment anywhere: no value needs one. */
+    char *hash = strchr(line, '#');
+    if (hash)
+      *hash = '\0';
+    char *s = trim(line);
+    if (!*s)
+      continue;
+    char *eq = strchr(s, '=');
+    if (!eq) {
+      snprintf(err, cap, "%s:%u: expected `key = value`, got '%.100s'", path, lineno, s);
+      r = GN_EINVAL;
+      goto out;
+    }
+    *eq = '\0';
+    char *k = trim(s), *v = trim(eq + 1);
+    cfg_key key = KEY_COUNT;
+    for (int i = 0; i < KEY_COUNT; i++)
+      if (strcmp(k, cfg_keys[i].name) == 0)
+        key = (cfg_key)i;
+    if (key == KEY_COUNT) {
+      snprintf(err, cap, "%s:%u: unknown key '%.100s'", path, lineno, k);
+      r = GN_EINVAL;
+      goto out;
+    }
+    r = cfg_set(&tmp, key, v, msg, sizeof(msg));
+    if (r < 0) {
+      snprintf(err, cap, "%s:%u: %s", path, lineno, r == GN_ENOMEM ? "out of memory" : msg);
+      goto out;
+    }
+  }
+  if (ferror(f)) {
+    snprintf(err, cap, "cannot read config file %s: %s", path, strerror(errno));
+    r = GN_EIO;
+    goto out;
+  }
+  copy_str(tmp.config_path, sizeof(tmp.config_path), path);
+  gn_config_done(cfg);
+  *cfg = tmp;
+  r = 0;
+out:
+  if (r < 0)
+    gn_config_done(&tmp);
+  fclose(f);
+  return r;
+}
+
+/* --- the flags ---------------------------------------------------------------*/
+
+static void build_longopts(struct option *o) {
+  size_t n = 0;
+  for (int i = 0; i < KEY_COUNT; i++)
+    o[n++] = (struct option){cfg_keys[i].flag, cfg_keys[i].boolean ? no_argument : required_argument, NULL,
+                             OPT_KEY_BASE + i};
+  o[n++] = (struct option){"config", required_argument, NULL, OPT_CONFIG};
+  o[n++] = (struct option){"help", no_argument, NULL, 'h'};
+  o[n++] = (struct option){"version", no_argument, NULL, OPT_VERSION};
+  o[n] = (struct option){0};
+}
+
+/* One getopt pass. With early, applies only --data-dir and remembers
+ * --config (the flags that decide which file to read). */
+static int parse_pass(gn_config *cfg, int argc, char *const *argv, bool early, const char **ret_config, char *err,
+                      size_t cap) {
+  struct option longopts[KEY_COUNT + 4];
+  build_longopts(longopts);
+  bool cleared[KEY_COUNT] = {false};
+  char msg[256];
+  int c, r = 0;
+  opterr = 0;
+  optind = 0; /* GNU: full re-initialisation, so passes can repeat */
+  /* '+': stop at the first non-option instead of permuting argv. */
+  while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+    const char *opt = argv[optind - 1];
+    if (c == 'h')
+      return GN_CONFIG_HELP;
+    if (c == OPT_VERSION)
+      return GN_CONFIG_VERSION;
+    if (c == '?') {
+      snprintf(err, cap, "unknown option '%s' (see gpunetd --help)", opt);
+      return GN_EINVAL;
+    }
+    if (c == ':') {
+      snprintf(err, cap, "option '%s' needs a value", opt);
+      return GN_EINVAL;
+    }
+    if (c == OPT_CONFIG) {
+      if (ret_config)
+        *ret_config = optarg;
+      continue;
+    }
+    cfg_key key = (cfg_key)(c - OPT_KEY_BASE);
+    if (early && key != KEY_DATA_DIR)
+      continue;
+    if (!cleared[key]) {
+      cfg_clear_list(cfg, key);
+      cleared[key] = true;
+    }
+    r = cfg_set(cfg, key, cfg_keys[key].boolean ? "true" : optarg, msg, sizeof(msg));
+    if (r < 0) {
+      snprintf(err, cap, "--%s: %s", cfg_keys[key].flag, r == GN_ENOMEM ? "out of memory" : msg);
+      return r;
+    }
+  }
+  if (optind < argc) {
+    snprintf(err, cap, "unexpected argument '%s' (see gpunetd --help)", argv[optind]);
+    return GN_EINVAL;
+  }
+  return 0;
+}
+
+int gn_config_parse_args(gn_config *cfg, int argc, char *const *argv, char *err, size_t cap) {
+  return parse_pass(cfg, argc, argv, false, NULL, err, cap);
+}
+
+int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_t cap) {
+  gn_config_defaults(cfg);
+  const char *explicit_path = NULL;
+  int r = parse_pass(cfg, argc, argv, true, &explicit_path, err, cap);
+  if (r != 0)
+    return r;
+  if (explicit_path) {
+    r = gn_config_load_file(cfg, explicit_path, false, err, cap);
+  } else {
+    char path[PATH_MAX];
+    if (gn_config_default_path(cfg->data_dir, path, sizeof(path)) == 0)
+      r = gn_config_load_file(cfg, path, true, err, cap);
+  }
+  if (r < 0)
+    return r;
+  if (!cfg->data_dir[0]) {
+    snprintf(err, cap, "no data directory: set HOME or XDG_DATA_HOME, or pass --data-dir");
+    return GN_EINVAL;
+  }
+  return gn_config_parse_args(cfg, argc, argv, err, cap);
+}
+
+/* --- the default file --------------------------------------------------------*/
+
+static const char default_conf[] =
+    "# gpunet configuration. One `key = value` per line; '#' starts a comment.\n"
+    "# Every key can be overridden by the gpunetd flag of the same name, with\n"
+    "# underscores written as dashes (max_hours = 8 is --max-hours 8).\n"
+    "# The values shown commented out are the defaults.\n"
+    "\n"
+    "# Peer address this node listens on (HOST:PORT).\n"
+    "#listen = 127.0.0.1:7946\n"
+    "\n"
+    "# Peers to join the overlay through; repeat the key for several.\n"
+    "#bootstrap = 192.0.2.10:7946\n"
+    "\n"
+    "# Offer this machine's GPUs for rent.\n"
+    "#provide = false\n"
+    "\n"
+    "# Price per GPU-hour, in currency units, and the currency.\n"
+    "#price = 0.40\n"
+    "#currency = EUR\n"
+    "\n"
+    "# Longest lease this node accepts, in hours.\n"
+    "#max_hours = 24\n"
+    "\n"
+    "# For development without an NVIDIA GPU: offer a simulated one. Offers and\n"
+    "# attestations say so, and requesters refuse them unless allow_simulated.\n"
+    "#simulate_gpu = RTX 4090\n"
+    "#allow_simulated = false\n"
+    "\n"
+    "# OCI runtime: runc, crun or a path; empty means detect.\n"
+    "#runtime =\n"
+    "\n"
+    "# debug, info, warn or error.\n"
+    "#log_level = info\n";
+
+/* mkdir -p with mode 0700 for what it creates. */
+static int mkdirs(const char *dir) {
+  char p[PATH_MAX];
+  if (path_fmt(p, sizeof(p), dir, "") < 0)
+    return GN_ETOOBIG;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/')
+      continue;
+    *s = '\0';
+    if (mkdir(p, 0700) < 0 && errno != EEXIST)
+      return -errno;
+    *s = '/';
+  }
+  if (mkdir(p, 0700) < 0 && errno != EEXIST)
+    return -errno;
+  return 0;
+}
+
+int gn_config_write_default(const char *path) {
+  char dir[PATH_MAX], tmp[PATH_MAX];
+  if (!path || path_fmt(dir, sizeof(dir), path, "") < 0 || path_fmt(tmp, sizeof(tmp), path, ".tmp") < 0)
+    return GN_EINVAL;
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    int r = mkdirs(dir);
+    if (r < 0)
+      return r;
+  }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return -errno;
+  int r = 0;
+  size_t off = 0, len = sizeof(default_conf) - 1;
+  while (off < len) {
+    ssize_t n = write(fd, default_conf + off, len - off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      r = -errno;
+      break;
+    }
+    off += (size_t)n;
+  }
+  if (r == 0 && fchmod(fd, 0600) < 0)
+    r = -errno;
+  if (r == 0 && fsync(fd) < 0)
+    r = -errno;
+  if (close(fd) < 0 && r == 0)
+    r = -errno;
+  if (r == 0 && rename(tmp, path) < 0)
+    r = -errno;
+  if (r < 0)
+    unlink(tmp);
+  return r;
+}
