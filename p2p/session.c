@@ -1,0 +1,397 @@
+/* One peer connection as an I/O-free state machine: length-prefixed Noise
+ * frames, the XX handshake that binds each side's node key, and application
+ * messages chunked across transport frames. */
+#include "session.h"
+
+#include <sodium.h>
+
+enum { ST_HANDSHAKE, ST_UP, ST_CLOSED };
+
+#define FRAME_HDR 2
+#define MSG_HDR 4
+#define PAYLOAD_MAX 256 /* handshake payload: a small map */
+
+struct gn_session {
+  int state;
+  int error;
+  bool initiator;
+  const gn_identity *id;
+  char addr[GN_SESSION_ADDR_MAX];
+  uint64_t deadline_ms;
+  size_t max_msg;
+  gn_noise_rng rng;
+  void *rng_ud;
+
+  gn_noise_handshake hs;
+  uint8_t s_priv[GN_NOISE_DHLEN];
+  gn_noise_cipher send, recv;
+
+  uint8_t peer[GN_PK_LEN];
+  char peer_addr[GN_SESSION_ADDR_MAX];
+
+  /* the frame being read */
+  uint8_t frame[FRAME_HDR + GN_NOISE_MAX_MSG];
+  size_t frame_have;
+  /* the application message being reassembled */
+  gn_buf msg;
+  size_t msg_total;
+  bool msg_delivered;
+
+  uint8_t plain[GN_NOISE_MAX_MSG];
+  gn_buf out;
+};
+
+static void random_bytes(gn_session *s, uint8_t *p, size_t n) {
+  if (s->rng)
+    s->rng(s->rng_ud, p, n);
+  else
+    randombytes_buf(p, n);
+}
+
+int gn__session_new(const gn_session_cfg *cfg, gn_session **ret_s) {
+  if (!cfg || !cfg->id || !ret_s)
+    return GN_EINVAL;
+  if (cfg->listen_addr && strlen(cfg->listen_addr) >= GN_SESSION_ADDR_MAX)
+    return GN_ETOOBIG;
+  if (sodium_init() < 0)
+    return GN_EIO;
+  gn_session *s = calloc(1, sizeof(*s));
+  if (!s)
+    return GN_ENOMEM;
+  s->state = ST_HANDSHAKE;
+  s->initiator = cfg->initiator;
+  s->id = cfg->id;
+  if (cfg->listen_addr)
+    snprintf(s->addr, sizeof(s->addr), "%s", cfg->listen_addr);
+  s->deadline_ms = cfg->now_ms + (cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : GN_SESSION_HANDSHAKE_TIMEOUT_MS);
+  s->max_msg = cfg->max_msg ? cfg->max_msg : GN_MSG_MAX;
+  s->rng = cfg->rng;
+  s->rng_ud = cfg->rng_ud;
+  /* A fresh Noise static key per session: the node key signs it, so it needs
+   * no life beyond the connection. */
+  random_bytes(s, s->s_priv, sizeof(s->s_priv));
+  int r = gn__noise_handshake_init(&s->hs, GN_SESSION_PROTOCOL, s->initiator, (const uint8_t *)GN_SESSION_PROLOGUE,
+                                   strlen(GN_SESSION_PROLOGUE), s->s_priv, NULL, cfg->rng, cfg->rng_ud);
+  if (r < 0) {
+    gn__session_free(s);
+    return r;
+  }
+  *ret_s = s;
+  return 0;
+}
+
+gn_session *gn__session_free(gn_session *s) {
+  if (!s)
+    return NULL;
+  gn_buf_done(&s->msg);
+  gn_buf_done(&s->out);
+  /* Keys, the handshake and any plaintext left in the buffers. */
+  sodium_memzero(s, sizeof(*s));
+  free(s);
+  return NULL;
+}
+
+static int session_fail(gn_session *s, int err) {
+  if (s->state != ST_CLOSED) {
+    s->state = ST_CLOSED;
+    s->error = err;
+    gn__noise_handshake_wipe(&s->hs);
+    gn__noise_cipher_wipe(&s->send);
+    gn__noise_cipher_wipe(&s->recv);
+    sodium_memzero(s->s_priv, sizeof(s->s_priv));
+  }
+  return err;
+}
+
+/* Appends a 2-byte length and a reserved body of n bytes to the output. */
+static int out_frame(gn_session *s, size_t n, uint8_t **ret_body) {
+  if (n > GN_NOISE_MAX_MSG)
+    return GN_ETOOBIG;
+  int r = gn_buf_reserve(&s->out, FRAME_HDR + n);
+  if (r < 0)
+    return r;
+  uint8_t *p = s->out.data + s->out.len;
+  p[0] = (uint8_t)(n >> 8);
+  p[1] = (uint8_t)n;
+  s->out.len += FRAME_HDR + n;
+  *ret_body = p + FRAME_HDR;
+  return 0;
+}
+
+/* {v, id, sig, addr}: sig binds our node key to our Noise static key. */
+static int handshake_payload(gn_session *s, gn_buf *ret) {
+  uint8_t msg[sizeof(GN_SESSION_STATIC_PREFIX) + GN_NOISE_DHLEN], sig[GN_SIG_LEN];
+  memcpy(msg, GN_SESSION_STATIC_PREFIX, sizeof(GN_SESSION_STATIC_PREFIX));
+  memcpy(msg + sizeof(GN_SESSION_STATIC_PREFIX), s->hs.s_pub, GN_NOISE_DHLEN);
+  gn_identity_sign(s->id, msg, sizeof(msg), sig);
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 4);
+  gn_wire_put_str(&w, "v");
+  gn_wire_put_u64(&w, GN_PROTO_VERSION);
+  gn_wire_put_str(&w, "id");
+  gn_wire_put_bin(&w, s->id->pk, GN_PK_LEN);
+  gn_wire_put_str(&w, "sig");
+  gn_wire_put_bin(&w, sig, GN_SIG_LEN);
+  gn_wire_put_str(&w, "addr");
+  gn_wire_put_str(&w, s->addr);
+  int r = gn_wire_writer_take(&w, ret);
+  gn_wire_writer_done(&w);
+  return r;
+}
+
+static int verify_payload(gn_session *s, const uint8_t *p, size_t n) {
+  gn_wire_doc doc;
+  uint64_t v;
+  uint8_t id[GN_PK_LEN], sig[GN_SIG_LEN], msg[sizeof(GN_SESSION_STATIC_PREFIX) + GN_NOISE_DHLEN];
+  char addr[GN_SESSION_ADDR_MAX];
+  int r = gn_wire_decode(p, n, &doc);
+  if (r < 0)
+    return GN_EPROTO;
+  if (gn_wire_get_u64(doc.root, "v", &v) < 0) {
+    r = GN_EPROTO;
+    goto out;
+  }
+  if (v != GN_PROTO_VERSION) {
+    r = GN_EVERSION;
+    goto out;
+  }
+  if (gn_wire_get_bin_exact(doc.root, "id", id, GN_PK_LEN) < 0 ||
+      gn_wire_get_bin_exact(doc.root, "sig", sig, GN_SIG_LEN) < 0 ||
+      gn_wire_get_str(doc.root, "addr", addr, sizeof(addr)) < 0 || !s->hs.has_rs) {
+    r = GN_EPROTO;
+    goto out;
+  }
+  memcpy(msg, GN_SESSION_STATIC_PREFIX, sizeof(GN_SESSION_STATIC_PREFIX));
+  memcpy(msg + sizeof(GN_SESSION_STATIC_PREFIX), s->hs.rs, GN_NOISE_DHLEN);
+  if ((r = gn_sig_verify(id, msg, sizeof(msg), sig)) < 0)
+    goto out;
+  memcpy(s->peer, id, GN_PK_LEN);
+  memcpy(s->peer_addr, addr, sizeof(addr));
+  r = 0;
+out:
+  gn_wire_doc_done(&doc);
+  return r;
+}
+
+/* Writes our next handshake message (with the identity payload unless it is
+ * the first, anonymous one) as a frame. */
+static int handshake_send(gn_session *s) {
+  gn_buf payload = {0};
+  uint8_t *body;
+  size_t n;
+  int r = 0;
+  if (s->hs.msg_index > 0 && (r = handshake_payload(s, &payload)) < 0)
+    goto out;
+  uint8_t msg[GN_NOISE_DHLEN * 2 + GN_NOISE_TAGLEN * 2 + PAYLOAD_MAX];
+  if ((r = gn__noise_handshake_write(&s->hs, payload.data, payload.len, msg, sizeof(msg), &n)) < 0)
+    goto out;
+  if ((r = out_frame(s, n, &body)) < 0)
+    goto out;
+  memcpy(body, msg, n);
+out:
+  gn_buf_done(&payload);
+  return r;
+}
+
+static int handshake_finish(gn_session *s) {
+  int r = gn__noise_handshake_split(&s->hs, &s->send, &s->recv, NULL);
+  if (r < 0)
+    return r;
+  sodium_memzero(s->s_priv, sizeof(s->s_priv));
+  s->state = ST_UP;
+  return 1;
+}
+
+int gn__session_start(gn_session *s) {
+  if (s->state != ST_HANDSHAKE || !s->initiator || s->hs.msg_index != 0)
+    return GN_ESTATE;
+  int r = handshake_send(s);
+  return r < 0 ? session_fail(s, r) : 0;
+}
+
+static int on_handshake_frame(gn_session *s, const uint8_t *f, size_t n, gn_session_event *ev) {
+  size_t pn;
+  int r = gn__noise_handshake_read(&s->hs, f, n, s->plain, PAYLOAD_MAX, &pn);
+  if (r < 0)
+    return r == GN_ESTATE ? GN_EPROTO : r;
+  switch (s->hs.msg_index) {
+  case 1: /* responder read the anonymous first message */
+    if (pn != 0)
+      return GN_EPROTO;
+    return handshake_send(s);
+  case 2: /* initiator read the responder's identity */
+    if ((r = verify_payload(s, s->plain, pn)) < 0)
+      return r;
+    if ((r = handshake_send(s)) < 0)
+      return r;
+    break;
+  case 3: /* responder read the initiator's identity */
+    if ((r = verify_payload(s, s->plain, pn)) < 0)
+      return r;
+    break;
+  default: return GN_EPROTO;
+  }
+  ev->kind = GN_SESSION_EV_UP;
+  ev->msg = NULL;
+  ev->msg_len = 0;
+  return handshake_finish(s);
+}
+
+static int on_transport_frame(gn_session *s, const uint8_t *f, size_t n, gn_session_event *ev) {
+  if (n < GN_NOISE_TAGLEN)
+    return GN_EPROTO;
+  int r = gn__noise_cipher_decrypt(&s->recv, NULL, 0, f, n, s->plain);
+  if (r < 0)
+    return r;
+  size_t pn = n - GN_NOISE_TAGLEN;
+  const uint8_t *p = s->plain;
+  if (s->msg_total == 0) {
+    if (pn < MSG_HDR + 1)
+      return GN_EPROTO;
+    size_t total = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+    if (total == 0)
+      return GN_EPROTO;
+    if (total > s->max_msg)
+      return GN_ETOOBIG;
+    s->msg_total = total;
+    p += MSG_HDR;
+    pn -= MSG_HDR;
+  } else if (pn == 0) {
+    return GN_EPROTO;
+  }
+  if (pn > s->msg_total - s->msg.len)
+    return GN_EPROTO;
+  if ((r = gn_buf_append(&s->msg, p, pn)) < 0)
+    return r;
+  if (s->msg.len < s->msg_total)
+    return 0;
+  ev->kind = GN_SESSION_EV_MESSAGE;
+  ev->msg = s->msg.data;
+  ev->msg_len = s->msg.len;
+  s->msg_total = 0;
+  s->msg_delivered = true;
+  return 1;
+}
+
+int gn__session_feed(gn_session *s, const uint8_t *data, size_t len, size_t *ret_used, gn_session_event *ret_ev) {
+  size_t used = 0;
+  int r = 0;
+  if (s->state == ST_CLOSED)
+    return GN_ECLOSED;
+  if (s->msg_delivered) {
+    /* The last event's message has been seen; keep the allocation unless it
+     * was large. */
+    s->msg_delivered = false;
+    s->msg.len = 0;
+    if (s->msg.cap > 1u << 20)
+      gn_buf_done(&s->msg);
+  }
+  while (used < len) {
+    size_t want;
+    if (s->frame_have < FRAME_HDR) {
+      want = FRAME_HDR - s->frame_have;
+    } else {
+      size_t flen = (size_t)s->frame[0] << 8 | s->frame[1];
+      want = FRAME_HDR + flen - s->frame_have;
+    }
+    size_t take = want < len - used ? want : len - used;
+    memcpy(s->frame + s->frame_have, data + used, take);
+    s->frame_have += take;
+    used += take;
+    if (s->frame_have < FRAME_HDR || take < want)
+      continue;
+    size_t flen = (size_t)s->frame[0] << 8 | s->frame[1];
+    if (flen == 0) {
+      r = GN_EPROTO; /* no Noise message is empty */
+      goto fail;
+    }
+    if (s->frame_have < FRAME_HDR + flen)
+      continue; /* the header just completed */
+    s->frame_have = 0;
+    if (s->state == ST_HANDSHAKE)
+      r = on_handshake_frame(s, s->frame + FRAME_HDR, flen, ret_ev);
+    else
+      r = on_transport_frame(s, s->frame + FRAME_HDR, flen, ret_ev);
+    if (r < 0)
+      goto fail;
+    if (r == 1) {
+      *ret_used = used;
+      return 1;
+    }
+  }
+  *ret_used = used;
+  return 0;
+fail:
+  *ret_used = used;
+  return session_fail(s, r);
+}
+
+int gn__session_send(gn_session *s, const uint8_t *msg, size_t len) {
+  if (s->state != ST_UP)
+    return s->state == ST_CLOSED ? GN_ECLOSED : GN_ESTATE;
+  if (len == 0 || !msg)
+    return GN_EINVAL;
+  if (len > s->max_msg || len > UINT32_MAX)
+    return GN_ETOOBIG;
+  size_t frames = (len + MSG_HDR + GN_NOISE_MAX_PAYLOAD - 1) / GN_NOISE_MAX_PAYLOAD;
+  int r = gn_buf_reserve(&s->out, len + MSG_HDR + frames * (FRAME_HDR + GN_NOISE_TAGLEN));
+  if (r < 0)
+    return r;
+  size_t off = 0;
+  bool first = true;
+  while (off < len) {
+    size_t room = GN_NOISE_MAX_PAYLOAD - (first ? MSG_HDR : 0);
+    size_t chunk = len - off < room ? len - off : room;
+    size_t pn = chunk + (first ? MSG_HDR : 0);
+    uint8_t *body;
+    if ((r = out_frame(s, pn + GN_NOISE_TAGLEN, &body)) < 0)
+      return session_fail(s, r);
+    uint8_t *p = body;
+    if (first) {
+      p[0] = (uint8_t)(len >> 24);
+      p[1] = (uint8_t)(len >> 16);
+      p[2] = (uint8_t)(len >> 8);
+      p[3] = (uint8_t)len;
+      p += MSG_HDR;
+    }
+    memcpy(p, msg + off, chunk);
+    /* In place: the AEAD allows the ciphertext to overwrite the plaintext. */
+    if ((r = gn__noise_cipher_encrypt(&s->send, NULL, 0, body, pn, body)) < 0)
+      return session_fail(s, r);
+    off += chunk;
+    first = false;
+  }
+  return 0;
+}
+
+int gn__session_take_output(gn_session *s, gn_buf *ret) {
+  if (s->out.len == 0)
+    return 0;
+  int r;
+  if (ret->len == 0 && ret->data == NULL) {
+    /* Hand over the buffer itself: no copy for the common case. */
+    *ret = s->out;
+    memset(&s->out, 0, sizeof(s->out));
+    return 0;
+  }
+  if ((r = gn_buf_append(ret, s->out.data, s->out.len)) < 0)
+    return r;
+  s->out.len = 0;
+  return 0;
+}
+
+size_t gn__session_output_len(const gn_session *s) { return s->out.len; }
+
+int gn__session_tick(gn_session *s, uint64_t now_ms) {
+  if (s->state == ST_HANDSHAKE && now_ms >= s->deadline_ms)
+    return session_fail(s, GN_ETIMEDOUT);
+  return s->state == ST_CLOSED ? GN_ECLOSED : 0;
+}
+
+bool gn__session_is_up(const gn_session *s) { return s->state == ST_UP; }
+bool gn__session_is_closed(const gn_session *s) { return s->state == ST_CLOSED; }
+bool gn__session_is_initiator(const gn_session *s) { return s->initiator; }
+const uint8_t *gn__session_peer(const gn_session *s) { return s->peer; }
+const char *gn__session_peer_addr(const gn_session *s) { return s->peer_addr; }
+int gn__session_error(const gn_session *s) { return s->error; }

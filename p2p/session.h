@@ -1,0 +1,70 @@
+/* Private to p2p: one peer connection as an I/O-free state machine. Bytes
+ * from the socket go in, bytes for the socket and events come out; time and
+ * randomness are injected, so a simulator drives it as well as libuv. */
+#ifndef GPUNET_P2P_SESSION_H
+#define GPUNET_P2P_SESSION_H
+
+#include <gpunet/identity.h>
+#include <gpunet/wire.h>
+
+#include "noise.h"
+
+#define GN_SESSION_PROTOCOL "Noise_XX_25519_ChaChaPoly_BLAKE2b"
+#define GN_SESSION_PROLOGUE "gpunet-p2p-v1"
+/* Signed by the node key to bind it to the session's Noise static key. */
+#define GN_SESSION_STATIC_PREFIX "gpunet-noise-static-v1"
+#define GN_SESSION_ADDR_MAX 64 /* with its NUL, like gn_offer.addr */
+#define GN_SESSION_HANDSHAKE_TIMEOUT_MS 10000
+
+typedef struct gn_session gn_session;
+
+typedef struct gn_session_cfg {
+  bool initiator;
+  const gn_identity *id;
+  const char *listen_addr; /* advertised to the peer; NULL or "" if none */
+  uint64_t now_ms;         /* creation time, for the handshake deadline */
+  uint64_t handshake_timeout_ms; /* 0: GN_SESSION_HANDSHAKE_TIMEOUT_MS */
+  size_t max_msg;          /* 0: GN_MSG_MAX */
+  gn_noise_rng rng;        /* NULL: libsodium */
+  void *rng_ud;
+} gn_session_cfg;
+
+typedef enum gn_session_event_kind {
+  GN_SESSION_EV_UP = 1, /* handshake done: peer and peer_addr are set */
+  GN_SESSION_EV_MESSAGE, /* one application message: msg, msg_len */
+} gn_session_event_kind;
+
+typedef struct gn_session_event {
+  gn_session_event_kind kind;
+  /* Point into the session; valid until the next call on it. */
+  const uint8_t *msg;
+  size_t msg_len;
+} gn_session_event;
+
+int gn__session_new(const gn_session_cfg *cfg, gn_session **ret_s);
+gn_session *gn__session_free(gn_session *s);
+/* The initiator writes its first handshake message into the output. */
+int gn__session_start(gn_session *s);
+/* Consumes bytes from data until it has an event (returns 1 and fills
+ * ret_ev), or all are consumed (returns 0). *ret_used says how many bytes
+ * were taken either way. A negative return closes the session for good. */
+int gn__session_feed(gn_session *s, const uint8_t *data, size_t len, size_t *ret_used, gn_session_event *ret_ev);
+/* Encrypts one application message (1..max_msg bytes) into the output. */
+int gn__session_send(gn_session *s, const uint8_t *msg, size_t len);
+/* Moves the bytes waiting for the socket to the end of ret. */
+int gn__session_take_output(gn_session *s, gn_buf *ret);
+size_t gn__session_output_len(const gn_session *s);
+/* GN_ETIMEDOUT (and the session closes) when the handshake is not done by
+ * its deadline. */
+int gn__session_tick(gn_session *s, uint64_t now_ms);
+
+bool gn__session_is_up(const gn_session *s);
+bool gn__session_is_closed(const gn_session *s);
+bool gn__session_is_initiator(const gn_session *s);
+/* The peer's Ed25519 key and advertised address: valid once up. */
+const uint8_t *gn__session_peer(const gn_session *s);
+const char *gn__session_peer_addr(const gn_session *s);
+/* Why the session closed (a GN_E* code), 0 while open. */
+int gn__session_error(const gn_session *s);
+
+#endif

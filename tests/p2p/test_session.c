@@ -1,0 +1,309 @@
+/* Tests for the I/O-free session: two sessions wired in memory complete the
+ * XX handshake, exchange large messages, and fail closed on bad input. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <sodium.h>
+
+#include "session.h"
+
+typedef struct side {
+  gn_session *s;
+  int ups;
+  int msgs;
+  gn_buf last; /* copy of the last message */
+  int err;
+} side;
+
+static gn_identity *ida, *idb;
+
+static int setup(void **state) {
+  (void)state;
+  return gn_identity_generate(&ida) || gn_identity_generate(&idb);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  ida = gn_identity_free(ida);
+  idb = gn_identity_free(idb);
+  return 0;
+}
+
+/* xorshift: deterministic randomness for the sessions. */
+static void test_rng(void *ud, uint8_t *out, size_t len) {
+  uint64_t *st = ud;
+  for (size_t i = 0; i < len; i++) {
+    *st ^= *st << 13;
+    *st ^= *st >> 7;
+    *st ^= *st << 17;
+    out[i] = (uint8_t)*st;
+  }
+}
+
+static void new_side(side *x, bool initiator, const gn_identity *id, const char *addr, gn_noise_rng rng, void *ud) {
+  memset(x, 0, sizeof(*x));
+  gn_session_cfg cfg = {.initiator = initiator, .id = id, .listen_addr = addr, .now_ms = 1000, .rng = rng, .rng_ud = ud};
+  assert_int_equal(gn__session_new(&cfg, &x->s), 0);
+}
+
+static void free_side(side *x) {
+  x->s = gn__session_free(x->s);
+  gn_buf_done(&x->last);
+}
+
+/* Moves everything from one side's output into the other, in chunks of
+ * `chunk` bytes (0: all at once), handling events. */
+static bool deliver(side *from, side *to, size_t chunk) {
+  gn_buf b = {0};
+  assert_int_equal(gn__session_take_output(from->s, &b), 0);
+  bool any = b.len > 0;
+  size_t off = 0;
+  while (off < b.len && !to->err) {
+    size_t n = chunk && chunk < b.len - off ? chunk : b.len - off;
+    size_t pos = 0;
+    while (pos < n) {
+      size_t used = 0;
+      gn_session_event ev;
+      int r = gn__session_feed(to->s, b.data + off + pos, n - pos, &used, &ev);
+      if (r < 0) {
+        to->err = r;
+        break;
+      }
+      pos += used;
+      if (r == 1 && ev.kind == GN_SESSION_EV_UP)
+        to->ups++;
+      if (r == 1 && ev.kind == GN_SESSION_EV_MESSAGE) {
+        to->msgs++;
+        to->last.len = 0;
+        assert_int_equal(gn_buf_append(&to->last, ev.msg, ev.msg_len), 0);
+      }
+    }
+    off += n;
+  }
+  gn_buf_done(&b);
+  return any;
+}
+
+static void pump(side *a, side *b, size_t chunk) {
+  for (int i = 0; i < 100; i++) {
+    bool x = deliver(a, b, chunk);
+    bool y = deliver(b, a, chunk);
+    if (!x && !y)
+      return;
+  }
+  fail_msg("sessions never went quiet");
+}
+
+static void handshake(side *a, side *b, size_t chunk) {
+  new_side(a, true, ida, "127.0.0.1:7000", NULL, NULL);
+  new_side(b, false, idb, "", NULL, NULL);
+  assert_int_equal(gn__session_start(a->s), 0);
+  pump(a, b, chunk);
+}
+
+static void test_session_handshake_binds_node_ids(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  assert_int_equal(a.err, 0);
+  assert_int_equal(b.err, 0);
+  assert_int_equal(a.ups, 1);
+  assert_int_equal(b.ups, 1);
+  assert_true(gn__session_is_up(a.s) && gn__session_is_up(b.s));
+  assert_memory_equal(gn__session_peer(a.s), idb->pk, GN_PK_LEN);
+  assert_memory_equal(gn__session_peer(b.s), ida->pk, GN_PK_LEN);
+  assert_string_equal(gn__session_peer_addr(b.s), "127.0.0.1:7000");
+  assert_string_equal(gn__session_peer_addr(a.s), "");
+  free_side(&a);
+  free_side(&b);
+}
+
+static void test_session_handshake_byte_by_byte(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 1);
+  assert_int_equal(a.ups + b.ups, 2);
+  assert_int_equal(gn__session_send(a.s, (const uint8_t *)"ping", 4), 0);
+  pump(&a, &b, 1);
+  assert_int_equal(b.msgs, 1);
+  assert_memory_equal(b.last.data, "ping", 4);
+  free_side(&a);
+  free_side(&b);
+}
+
+static void test_session_exchanges_5mib_messages(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  size_t n = 5u << 20;
+  uint8_t *big = malloc(n);
+  randombytes_buf(big, n);
+  assert_int_equal(gn__session_send(a.s, big, n), 0);
+  assert_int_equal(gn__session_send(a.s, (const uint8_t *)"after", 5), 0);
+  /* odd chunk size: frames split across feeds */
+  assert_true(deliver(&a, &b, 7777));
+  assert_int_equal(b.err, 0);
+  assert_int_equal(b.msgs, 2);
+  assert_memory_equal(b.last.data, "after", 5);
+  /* and the other way, checking content */
+  assert_int_equal(gn__session_send(b.s, big, n), 0);
+  deliver(&b, &a, 0);
+  assert_int_equal(a.msgs, 1);
+  assert_int_equal(a.last.len, n);
+  assert_memory_equal(a.last.data, big, n);
+  free(big);
+  free_side(&a);
+  free_side(&b);
+}
+
+static void test_session_bad_frame_closes(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  assert_int_equal(gn__session_send(a.s, (const uint8_t *)"hello", 5), 0);
+  gn_buf out = {0};
+  assert_int_equal(gn__session_take_output(a.s, &out), 0);
+  out.data[out.len - 1] ^= 1; /* the tag */
+  size_t used;
+  gn_session_event ev;
+  assert_int_equal(gn__session_feed(b.s, out.data, out.len, &used, &ev), GN_EPROTO);
+  assert_true(gn__session_is_closed(b.s));
+  assert_int_equal(gn__session_error(b.s), GN_EPROTO);
+  assert_int_equal(gn__session_feed(b.s, out.data, out.len, &used, &ev), GN_ECLOSED);
+  assert_int_equal(gn__session_send(b.s, (const uint8_t *)"x", 1), GN_ECLOSED);
+  gn_buf_done(&out);
+  free_side(&a);
+  free_side(&b);
+}
+
+static void test_session_rejects_garbage_and_empty_frames(void **state) {
+  (void)state;
+  const struct {
+    const char *what;
+    const uint8_t *bytes;
+    size_t len;
+  } cases[] = {
+      {"empty frame", (const uint8_t *)"\x00\x00", 2},
+      {"short first message", (const uint8_t *)"\x00\x03\x01\x02\x03", 5},
+      {"payload in first message", (const uint8_t *)"\x00\x21"
+                                                     "0123456789abcdef0123456789abcdefX",
+       35},
+  };
+  for (size_t k = 0; k < GN_ARRAY_SIZE(cases); k++) {
+    side b;
+    new_side(&b, false, idb, "", NULL, NULL);
+    size_t used;
+    gn_session_event ev;
+    int r = gn__session_feed(b.s, cases[k].bytes, cases[k].len, &used, &ev);
+    if (r != GN_EPROTO)
+      fail_msg("case '%s': got %d", cases[k].what, r);
+    assert_true(gn__session_is_closed(b.s));
+    free_side(&b);
+  }
+}
+
+static void test_session_rejects_wrong_identity_signature(void **state) {
+  (void)state;
+  /* An impostor claims ida's public key but signs with idb's secret key. */
+  gn_identity fake = {0};
+  memcpy(fake.pk, ida->pk, GN_PK_LEN);
+  fake.sk = idb->sk;
+  side a, b;
+  new_side(&a, true, &fake, "", NULL, NULL);
+  new_side(&b, false, idb, "", NULL, NULL);
+  assert_int_equal(gn__session_start(a.s), 0);
+  pump(&a, &b, 0);
+  assert_int_equal(b.err, GN_ESIG);
+  assert_int_equal(b.ups, 0);
+  assert_true(gn__session_is_closed(b.s));
+  free_side(&a);
+  free_side(&b);
+  /* and the same for a responder impostor, caught by the initiator */
+  new_side(&a, true, ida, "", NULL, NULL);
+  memcpy(fake.pk, idb->pk, GN_PK_LEN);
+  fake.sk = ida->sk;
+  new_side(&b, false, &fake, "", NULL, NULL);
+  assert_int_equal(gn__session_start(a.s), 0);
+  pump(&a, &b, 0);
+  assert_int_equal(a.err, GN_ESIG);
+  assert_int_equal(a.ups, 0);
+  free_side(&a);
+  free_side(&b);
+}
+
+static void test_session_oversized_message_closes_receiver(void **state) {
+  (void)state;
+  side a, b;
+  new_side(&a, true, ida, "", NULL, NULL);
+  memset(&b, 0, sizeof(b));
+  gn_session_cfg cfg = {.initiator = false, .id = idb, .now_ms = 0, .max_msg = 1000};
+  assert_int_equal(gn__session_new(&cfg, &b.s), 0);
+  assert_int_equal(gn__session_start(a.s), 0);
+  pump(&a, &b, 0);
+  assert_int_equal(gn__session_send(b.s, (const uint8_t *)"x", 1), 0);
+  uint8_t big[1001] = {0};
+  assert_int_equal(gn__session_send(b.s, big, sizeof(big)), GN_ETOOBIG);
+  assert_int_equal(gn__session_send(a.s, big, sizeof(big)), 0);
+  deliver(&a, &b, 0);
+  assert_int_equal(b.err, GN_ETOOBIG);
+  free_side(&a);
+  free_side(&b);
+}
+
+static void test_session_handshake_times_out(void **state) {
+  (void)state;
+  side a;
+  new_side(&a, true, ida, "", NULL, NULL); /* created at 1000 ms */
+  assert_int_equal(gn__session_start(a.s), 0);
+  assert_int_equal(gn__session_tick(a.s, 1000 + GN_SESSION_HANDSHAKE_TIMEOUT_MS - 1), 0);
+  assert_int_equal(gn__session_tick(a.s, 1000 + GN_SESSION_HANDSHAKE_TIMEOUT_MS), GN_ETIMEDOUT);
+  assert_true(gn__session_is_closed(a.s));
+  free_side(&a);
+}
+
+static void test_session_send_before_up_is_refused(void **state) {
+  (void)state;
+  side a;
+  new_side(&a, true, ida, "", NULL, NULL);
+  assert_int_equal(gn__session_send(a.s, (const uint8_t *)"x", 1), GN_ESTATE);
+  free_side(&a);
+}
+
+static void test_session_is_deterministic_with_injected_rng(void **state) {
+  (void)state;
+  gn_buf out[2] = {{0}, {0}};
+  for (int run = 0; run < 2; run++) {
+    uint64_t sa = 42, sb = 4242;
+    side a, b;
+    new_side(&a, true, ida, "", test_rng, &sa);
+    new_side(&b, false, idb, "", test_rng, &sb);
+    assert_int_equal(gn__session_start(a.s), 0);
+    pump(&a, &b, 0);
+    assert_int_equal(gn__session_send(a.s, (const uint8_t *)"same", 4), 0);
+    assert_int_equal(gn__session_take_output(a.s, &out[run]), 0);
+    free_side(&a);
+    free_side(&b);
+  }
+  assert_int_equal(out[0].len, out[1].len);
+  assert_memory_equal(out[0].data, out[1].data, out[0].len);
+  gn_buf_done(&out[0]);
+  gn_buf_done(&out[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_session_handshake_binds_node_ids),
+      cmocka_unit_test(test_session_handshake_byte_by_byte),
+      cmocka_unit_test(test_session_exchanges_5mib_messages),
+      cmocka_unit_test(test_session_bad_frame_closes),
+      cmocka_unit_test(test_session_rejects_garbage_and_empty_frames),
+      cmocka_unit_test(test_session_rejects_wrong_identity_signature),
+      cmocka_unit_test(test_session_oversized_message_closes_receiver),
+      cmocka_unit_test(test_session_handshake_times_out),
+      cmocka_unit_test(test_session_send_before_up_is_refused),
+      cmocka_unit_test(test_session_is_deterministic_with_injected_rng),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
