@@ -1,0 +1,219 @@
+/* GPU attestation: a challenge that only hardware of a claimed class answers in
+ * time, checked cheaply on a CPU, plus the signed report a provider attaches to
+ * its offers. I/O-free: every step takes bytes, time and randomness in and
+ * hands bytes back. See docs/attestation.md for the protocol and its math. */
+#ifndef GPUNET_ATTEST_H
+#define GPUNET_ATTEST_H
+
+#include <gpunet/base.h>
+#include <gpunet/identity.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GN_ATTEST_VERSION 1
+#define GN_ATTEST_NONCE_LEN 32
+#define GN_ATTEST_HASH_LEN 32
+#define GN_ATTEST_N_MIN 64u
+#define GN_ATTEST_N_MAX 16384u
+#define GN_ATTEST_DEPTH_MAX 16u
+#define GN_ATTEST_ROUNDS_MAX 65536u
+#define GN_ATTEST_OPEN_ROUNDS_MAX 64u
+#define GN_ATTEST_OPEN_ROWS_MAX 64u
+/* Bytes of opened rows one proof may carry (rows are 4*n bytes each). */
+#define GN_ATTEST_PROOF_ROW_BYTES_MAX (4u * 1024u * 1024u)
+#define GN_ATTEST_CLASS_STRLEN 32
+#define GN_ATTEST_VERDICT_STRLEN 160
+
+/* Envelope types beside the reserved GN_MSG_ATTEST_* (50-53) of wire.h. */
+#define GN_MSG_ATTEST_REPORT 54  /* a provider's signed attestation report */
+#define GN_MSG_ATTEST_VERDICT 55 /* a verifier's signed verdict on one exchange */
+
+/* What the verifier asks for. n is a power of two in [N_MIN, N_MAX]; each
+ * round computes depth chained int8 products of n x n matrices; rounds are
+ * chained through their Merkle roots. After the roots arrive the verifier
+ * opens open_rows distinct rows in each of open_rounds distinct rounds. */
+typedef struct gn_attest_params {
+  uint32_t n;
+  uint32_t depth;
+  uint32_t rounds;
+  uint32_t open_rounds;
+  uint32_t open_rows;
+} gn_attest_params;
+
+/* GN_EINVAL unless every field is in range (see the limits above). */
+int gn_attest_params_check(const gn_attest_params *p);
+/* Multiply-accumulate operations the prover performs, counted as 2 ops per
+ * MAC: 2 * depth * n^3 * rounds. */
+double gn_attest_params_ops(const gn_attest_params *p);
+
+/* Randomness source, injected so tests and simulators replay exactly. NULL
+ * means libsodium's randombytes_buf. */
+typedef void (*gn_attest_rng_fn)(void *ctx, uint8_t *buf, size_t len);
+
+/* --- GPU classes ------------------------------------------------------------*/
+
+typedef struct gn_attest_class {
+  const char *name;      /* "RTX 4090" */
+  const char *match;     /* substring of the NVML/CUDA device name */
+  uint32_t memory_mib;   /* nominal memory */
+  double bandwidth_gbs;  /* memory bandwidth, GB/s (10^9 bytes) */
+  double int8_tops;      /* dense int8 tensor throughput, 10^12 ops/s */
+  double min_fraction;   /* measured/peak needed to verify the class */
+} gn_attest_class;
+
+/* By exact name ("RTX 4090") or, failing that, by device name substring
+ * ("NVIDIA GeForce RTX 4090"); NULL when unknown. */
+const gn_attest_class *gn_attest_class_find(const char *name);
+size_t gn_attest_class_count(void);
+const gn_attest_class *gn_attest_class_at(size_t index);
+
+/* Challenge parameters for a claimed class: n=4096, depth=4, and as many
+ * rounds as the class needs to spend target_ms at its peak (at least 1). */
+int gn_attest_params_for_class(const gn_attest_class *c, uint32_t target_ms, gn_attest_params *ret);
+
+/* --- the verifier's state machine --------------------------------------------*/
+
+typedef enum gn_attest_outcome {
+  GN_ATTEST_VERIFIED = 0, /* proof holds and fast enough for the class */
+  GN_ATTEST_TOO_SLOW,     /* proof holds, too slow for the class */
+  GN_ATTEST_SIMULATED,    /* proof holds, prover said it is simulated */
+  GN_ATTEST_FAILED,       /* the proof does not hold: wrong row, bad path... */
+} gn_attest_outcome;
+
+typedef struct gn_attest_result {
+  gn_attest_outcome outcome;
+  char verdict[GN_ATTEST_VERDICT_STRLEN]; /* "verified RTX 4090", ... */
+  char claimed_class[GN_ATTEST_CLASS_STRLEN];
+  double measured_tops;                   /* from the verifier's clock */
+  double expected_tops;                   /* min_fraction * class peak */
+  uint64_t elapsed_ms;                    /* as given by the caller */
+  uint64_t prover_ms;                     /* the prover's own claim, informative */
+  bool simulated;
+  uint8_t nonce[GN_ATTEST_NONCE_LEN];
+  uint8_t final_root[GN_ATTEST_HASH_LEN];
+  uint8_t roots_hash[GN_ATTEST_HASH_LEN]; /* BLAKE2b-256 of all round roots */
+} gn_attest_result;
+
+typedef struct gn_attest_verifier gn_attest_verifier;
+
+/* Starts an exchange: draws a nonce from rng and appends the challenge
+ * (a GN_MSG_ATTEST_CHALLENGE body) to ret_challenge. claimed_class is the
+ * class the provider claims (from its offer), used for the verdict. */
+int gn_attest_verifier_new(const gn_attest_params *p, const char *claimed_class, gn_attest_rng_fn rng, void *rng_ctx,
+                           gn_buf *ret_challenge, gn_attest_verifier **ret_v);
+gn_attest_verifier *gn_attest_verifier_free(gn_attest_verifier *v);
+/* Takes the prover's GN_MSG_ATTEST_RESPONSE body, then draws the rows to open
+ * from fresh randomness and appends the GN_MSG_ATTEST_OPEN body. GN_EREPLAY
+ * when the response answers another nonce, GN_ESTATE when a response was
+ * already taken. */
+int gn_attest_verifier_on_response(gn_attest_verifier *v, const uint8_t *msg, size_t len, gn_buf *ret_open);
+/* Checks the GN_MSG_ATTEST_PROOF body by recomputing every opened row and its
+ * Merkle path, then grades the timing. elapsed_ms is the verifier's own
+ * measure from sending the challenge to receiving the response. A proof that
+ * does not hold yields 0 with outcome GN_ATTEST_FAILED; a negative return means
+ * a malformed message or a call in the wrong state. */
+int gn_attest_verifier_on_proof(gn_attest_verifier *v, const uint8_t *msg, size_t len, uint64_t elapsed_ms,
+                                gn_attest_result *ret);
+
+/* The verdict rule alone: "verified C", "too slow for C (measured X TOPS,
+ * expected at least Y TOPS)", or "simulated". Fills outcome, verdict,
+ * measured_tops, expected_tops; GN_ENOTFOUND for an unknown class. */
+int gn_attest_grade(const gn_attest_params *p, const char *claimed_class, uint64_t elapsed_ms, bool simulated,
+                    gn_attest_result *ret);
+
+/* --- the prover -----------------------------------------------------------------*/
+
+/* A compute backend. chain computes every round and writes rounds*32 bytes of
+ * roots; round_output writes round r's full n*n int32 output (row-major) given
+ * the previous round's root (zeros for round 0), for opening. ctx is the
+ * backend's. The CPU backend is gn_attest_backend_cpu(); the CUDA one comes
+ * from gn_attest_cuda_open(). */
+typedef struct gn_attest_backend {
+  const char *name;
+  bool simulated; /* results must be graded "simulated" */
+  void *ctx;
+  int (*chain)(void *ctx, const gn_attest_params *p, const uint8_t nonce[GN_ATTEST_NONCE_LEN], uint8_t *ret_roots);
+  int (*round_output)(void *ctx, const gn_attest_params *p, const uint8_t nonce[GN_ATTEST_NONCE_LEN], uint32_t round,
+                      const uint8_t prev_root[GN_ATTEST_HASH_LEN], int32_t *ret_c);
+} gn_attest_backend;
+
+/* The plain C reference, marked simulated (a CPU is no GPU). */
+const gn_attest_backend *gn_attest_backend_cpu(void);
+
+/* Loads libgpunet_attest_cuda.so (env GN_ATTEST_CUDA_LIB, else beside the
+ * executable, else the build dir) and binds to CUDA device `device`.
+ * GN_EUNSUPPORTED when the library, the CUDA driver or the device is missing. */
+int gn_attest_cuda_open(int device, gn_attest_backend **ret);
+gn_attest_backend *gn_attest_cuda_close(gn_attest_backend *b);
+/* The CUDA device's name ("NVIDIA GeForce RTX 4090"). */
+int gn_attest_cuda_device_name(const gn_attest_backend *b, char *buf, size_t cap);
+
+typedef struct gn_attest_prover gn_attest_prover;
+
+/* A prover for one exchange, using backend b (borrowed; it must outlive the
+ * prover). */
+int gn_attest_prover_new(const gn_attest_backend *b, gn_attest_prover **ret);
+gn_attest_prover *gn_attest_prover_free(gn_attest_prover *pr);
+/* Runs the challenge (blocking: put it on a worker thread) and appends the
+ * GN_MSG_ATTEST_RESPONSE body. GN_EREPLAY for a nonce this prover already
+ * answered, GN_ESTATE if it already answered one challenge. */
+int gn_attest_prover_on_challenge(gn_attest_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_response);
+/* Opens the requested rows (recomputing the opened rounds) and appends the
+ * GN_MSG_ATTEST_PROOF body. */
+int gn_attest_prover_on_open(gn_attest_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_proof);
+
+/* --- reports ----------------------------------------------------------------------*/
+
+typedef struct gn_attest_gpu {
+  char uuid[64];        /* "GPU-8f3c..." from NVML, or "" */
+  char name[96];        /* "NVIDIA GeForce RTX 4090" */
+  uint32_t memory_mib;
+  char pci_bus_id[32];  /* "00000000:01:00.0" */
+  char driver[32];      /* "550.54.14" */
+} gn_attest_gpu;
+
+/* What a provider attaches to its offers: its GPU, the exchange and the
+ * verdict. A report checked by a peer carries the verifier's own signed
+ * GN_MSG_ATTEST_VERDICT envelope (verdict_env) and its key. */
+typedef struct gn_attest_report {
+  gn_attest_gpu gpu;
+  gn_attest_params params;
+  uint8_t nonce[GN_ATTEST_NONCE_LEN];
+  uint8_t final_root[GN_ATTEST_HASH_LEN];
+  uint8_t roots_hash[GN_ATTEST_HASH_LEN];
+  uint64_t prover_ms;
+  uint64_t elapsed_ms;          /* whoever graded it measured this */
+  char claimed_class[GN_ATTEST_CLASS_STRLEN];
+  char verdict[GN_ATTEST_VERDICT_STRLEN];
+  bool simulated;
+  int64_t issued_s;             /* UTC */
+  bool has_verifier;            /* a peer checked it: the fields below are set */
+  uint8_t verifier[GN_PK_LEN];
+  uint8_t *verdict_env;         /* malloc'd, owned by the report */
+  size_t verdict_env_len;
+} gn_attest_report;
+
+/* Frees what the report holds (verdict_env). */
+void gn_attest_report_done(gn_attest_report *r);
+/* Fills a report from a finished exchange (copies; no verifier yet). */
+void gn_attest_report_from_result(gn_attest_report *r, const gn_attest_gpu *gpu, const gn_attest_params *p,
+                                  const gn_attest_result *res, int64_t issued_s);
+
+/* A verifier signs its verdict on an exchange with a provider (provider's
+ * key): a GN_MSG_ATTEST_VERDICT envelope appended to ret. */
+int gn_attest_verdict_seal(const gn_identity *verifier, const uint8_t provider[GN_PK_LEN], const gn_attest_params *p,
+                           const gn_attest_result *res, int64_t issued_s, gn_buf *ret);
+/* Attaches a verifier's verdict envelope to the provider's report after
+ * checking it: signature, nonce, roots and verdict must match the report and
+ * provider must be the verdict's subject. */
+int gn_attest_report_attach_verdict(gn_attest_report *r, const uint8_t provider[GN_PK_LEN], const uint8_t *env,
+                                    size_t len);
+/* Seals the report as a GN_MSG_ATTEST_REPORT envelope signed by the provider. */
+int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r, gn_buf *ret);
+/* Opens and checks a report envelope (and its verdict envelope when present);
+ * ret_provider gets the signer. GN_ESIG for a bad signature on either. The
+ * caller frees with gn_attest_report_done. */
+int gn_attest_report_open(const uint8_t *env, size_t len, gn_attest_report *ret, uint8_t ret_provider[GN_PK_LEN]);
+
+#endif

@@ -1,0 +1,1 @@
+/* placeholder */ extern "C" int gn_attest_cuda_abi(void) { return 0; }
