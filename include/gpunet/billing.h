@@ -52,10 +52,15 @@ typedef struct gn_agreement {
 void gn_lease_terms_init(gn_lease_terms *t);
 /* The requester's signed GN_MSG_LEASE_REQUEST envelope. */
 int gn_lease_request_seal(const gn_identity *requester, const gn_lease_terms *t, gn_buf *ret_env);
-/* Verifies a request envelope (signature, signer == terms.requester). */
+/* Verifies a request envelope (signature, signer == terms.requester) and the
+ * terms: lease_id 1..23 of [A-Za-z0-9._-], count 1..GN_LEASE_MAX_GPUS,
+ * currency 1..7 of [A-Z], gpu_model non-empty, 1 <= max_s <=
+ * GN_INVOICE_MAX_S. */
 int gn_lease_request_open(const uint8_t *env, size_t len, gn_lease_terms *ret);
 /* The provider's GN_MSG_LEASE_ACCEPT envelope embedding the request
- * envelope: this is the agreement both sides signed. */
+ * envelope: this is the agreement both sides signed. The provider must be
+ * the one named in the request (GN_EPERM) and grant exactly terms.count GPUs
+ * (ids of 1..63 bytes). */
 int gn_agreement_seal(const gn_identity *provider, const uint8_t *request_env, size_t request_len, int64_t start_s,
                       const char *const *gpus, uint32_t gpu_count, gn_buf *ret_env);
 /* Verifies both signatures and that the signers are the provider and
@@ -97,21 +102,52 @@ typedef struct gn_tick {
 typedef struct gn_ledger gn_ledger;
 
 /* Uses (does not own) db, which the caller opened in WAL mode; creates the
- * ledger's tables if missing. */
+ * ledger's tables if missing. The connection must have PRAGMA
+ * synchronous=FULL (or EXTRA): every tick is reported durable once its commit
+ * returns, which WAL only guarantees when each commit is fsynced. Returns
+ * GN_EINVAL on a connection with a weaker setting (it does not change the
+ * caller's pragmas). */
 int gn_ledger_open(sqlite3 *db, gn_ledger **ret);
 gn_ledger *gn_ledger_free(gn_ledger *l);
 /* Begins a lease's chain; its genesis is BLAKE2b of the agreement envelope. */
 int gn_ledger_begin_lease(gn_ledger *l, const char *lease_id, const uint8_t *agreement_env, size_t len);
 /* Appends the next tick (idx must be last+1) and commits it before
- * returning: once this returns 0 the second is durable. */
+ * returning: once this returns 0 the second is durable. The lease must have
+ * been begun. gpus must not exceed the agreement's count (GN_EINVAL), util is
+ * 0..100 or GN_UTIL_UNKNOWN; GN_ETOOBIG once max_s ticks exist. A t_s
+ * earlier than the previous tick's (wall clock stepped back) is recorded as
+ * the previous tick's t_s; ret_tick shows what was stored. GN_ESTATE if the
+ * connection is inside a transaction (the commit would not be ours). */
 int gn_ledger_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util,
                           gn_tick *ret_tick);
+/* GN_ENOTFOUND for a lease never begun. */
 int gn_ledger_tick_count(gn_ledger *l, const char *lease_id, uint64_t *ret);
+/* The last tick of a lease (for a restarted node resuming its meter);
+ * GN_ENOTFOUND if the lease is unknown or has no tick yet. */
+int gn_ledger_last_tick(gn_ledger *l, const char *lease_id, gn_tick *ret);
+/* Appends the agreement envelope the lease was begun with to ret_env. */
+int gn_ledger_agreement(gn_ledger *l, const char *lease_id, gn_buf *ret_env);
+/* Calls fn for every tick of a lease in order, re-verifying the stored hash
+ * chain from the genesis as it goes. GN_EAUDIT with a reason ("second 17 is
+ * missing", "second 17: hash chain broken ...") if the stored rows do not
+ * form the chain; a negative return from fn stops the walk and is returned. */
+int gn_ledger_each_tick(gn_ledger *l, const char *lease_id, int (*fn)(const gn_tick *t, void *arg), void *arg,
+                        char *reason, size_t cap);
+/* gn_ledger_each_tick without a callback: 0 if the lease's chain is intact. */
+int gn_ledger_verify_chain(gn_ledger *l, const char *lease_id, char *reason, size_t cap);
 
 /* --- invoices -------------------------------------------------------------*/
 
+/* An invoice carries at most 7 days of ticks, and a lease's max_s may not
+ * exceed it (the final invoice covers the whole lease). */
+#define GN_INVOICE_MAX_S 604800u
+
 /* Builds and signs the provider's GN_MSG_INVOICE for a lease from its ledger
- * ticks. */
+ * ticks: cumulative from second 1, so the same call also makes the interval
+ * debit notes (end_reason "interval"). The provider must be the agreement's
+ * (GN_EPERM); the stored chain is re-verified first (GN_EAUDIT if broken).
+ * end_s earlier than the last tick is raised to it. end_reason: at most 63
+ * bytes, e.g. "released", "expired", "interval", "job-exited". */
 int gn_invoice_seal(gn_ledger *l, const gn_identity *provider, const char *lease_id, int64_t end_s,
                     const char *end_reason, gn_buf *ret_env);
 
@@ -128,7 +164,16 @@ typedef struct gn_invoice_summary {
   uint64_t total_micro;
   int64_t start_s, end_s;
   uint8_t chain_head[32];
+  /* Set by gn_invoice_audit_json and the ledger's records: the requester's
+   * countersignature is present and verifies. */
+  bool countersigned;
+  int64_t accepted_s;
 } gn_invoice_summary;
+
+/* Decodes a stored or received invoice for display: verifies the invoice
+ * signature and the agreement's, but not the tick chain (use
+ * gn_invoice_check for that). */
+int gn_invoice_summarize(const uint8_t *invoice_env, size_t len, gn_invoice_summary *ret);
 
 /* The requester's check of an invoice against its own record: the agreement
  * must be the one it holds (same bytes), signatures, chain, prices and
@@ -137,17 +182,63 @@ typedef struct gn_invoice_summary {
  * one-line reason naming the first problem. */
 int gn_invoice_check(const uint8_t *invoice_env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
                      uint64_t observed_s, uint64_t tolerance_s, gn_invoice_summary *ret, char *reason, size_t cap);
-/* The requester's countersignature (GN_MSG_INVOICE_ACCEPT) or rejection. */
+/* The requester's countersignature (GN_MSG_INVOICE_ACCEPT) or rejection
+ * (GN_MSG_INVOICE_REJECT, reason at most 255 bytes). Accepting verifies the
+ * invoice fully first (GN_EAUDIT if it does not verify); both return
+ * GN_EPERM if requester is not the agreement's requester. */
 int gn_invoice_accept_seal(const gn_identity *requester, const uint8_t *invoice_env, size_t len, gn_buf *ret_env);
 int gn_invoice_reject_seal(const gn_identity *requester, const uint8_t *invoice_env, size_t len,
                            const char *reason, gn_buf *ret_env);
 
-/* Invoices kept by a node (table "invoices"), as provider or requester. */
+typedef struct gn_invoice_response {
+  bool accepted; /* GN_MSG_INVOICE_ACCEPT; false for GN_MSG_INVOICE_REJECT */
+  char lease_id[GN_LEASE_ID_STRLEN];
+  uint8_t invoice_hash[32];
+  int64_t at_s;     /* accepted_s (0 for a rejection) */
+  char reason[256]; /* the rejection's reason ("" for an acceptance) */
+} gn_invoice_response;
+
+/* The provider's check of an accept or reject envelope for invoice_env:
+ * GN_ESIG if its signature fails, GN_EPERM if not signed by the agreement's
+ * requester, GN_EDIGEST if it names another invoice, GN_EINVAL if malformed. */
+int gn_invoice_response_open(const uint8_t *env, size_t len, const uint8_t *invoice_env, size_t invoice_len,
+                             gn_invoice_response *ret);
+
+/* Invoices kept by a node (table "invoices"), as provider or requester: one
+ * row per (lease_id, role), so storing again replaces it (a newer cumulative
+ * debit note, the final invoice, or the same invoice with its acceptance and
+ * a new status). role is "provider" or "requester"; status a short lowercase
+ * word ("issued", "accepted", "rejected", "disputed"; at most 15 bytes);
+ * accept_env (NULL/0 for none) is the requester's accept or reject envelope.
+ * The invoice must verify (gn_invoice_summarize) and be for lease_id, and the
+ * response must verify against it (gn_invoice_response_open). */
 int gn_ledger_store_invoice(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *invoice_env,
                             size_t invoice_len, const uint8_t *accept_env, size_t accept_len, const char *status);
 
+typedef struct gn_invoice_record {
+  char lease_id[GN_LEASE_ID_STRLEN];
+  char invoice_id[GN_LEASE_ID_STRLEN]; /* "i-" + 16 hex of BLAKE2b(invoice) */
+  char role[16];
+  char status[16];
+  int64_t created_s, updated_s;
+  gn_invoice_summary summary; /* countersigned says if accept holds an acceptance */
+  gn_buf invoice;             /* the signed invoice envelope */
+  gn_buf accept;              /* the accept or reject envelope, len 0 if none */
+} gn_invoice_record;
+
+void gn_invoice_record_done(gn_invoice_record *r);
+gn_invoice_record *gn_invoice_records_free(gn_invoice_record *recs, size_t n);
+/* Finds an invoice by lease id or invoice id; role NULL for either (the
+ * provider's row first when a node holds both). GN_ENOTFOUND if none. */
+int gn_ledger_get_invoice(gn_ledger *l, const char *id, const char *role, gn_invoice_record *ret);
+/* All invoices (role NULL) or one role's, oldest first; *ret is NULL when
+ * there are none. Free with gn_invoice_records_free. */
+int gn_ledger_list_invoices(gn_ledger *l, const char *role, gn_invoice_record **ret, size_t *ret_n);
+
 /* Writes the self-contained JSON export (all envelopes in hex plus a
- * readable summary). Returns a jansson json_t* through ret (caller decrefs). */
+ * readable summary). Returns a jansson json_t* through ret (caller decrefs).
+ * The invoice must verify (GN_EAUDIT otherwise); accept_env (NULL/0 for
+ * none) must be the requester's acceptance of it. */
 struct json_t;
 int gn_invoice_export(const uint8_t *invoice_env, size_t invoice_len, const uint8_t *accept_env, size_t accept_len,
                       struct json_t **ret_json);
@@ -155,7 +246,9 @@ int gn_invoice_export(const uint8_t *invoice_env, size_t invoice_len, const uint
  * per-second price and total, and that the readable fields match the signed
  * ones. 0 and a summary when all checks out; GN_EAUDIT and a reason naming the
  * first failure (which second, which field) otherwise; GN_EINVAL if the file
- * is not an invoice export. */
+ * is not an invoice export. On success reason holds "" when the requester's
+ * countersignature verifies, or a note that the invoice is signed by the
+ * provider only ("not countersigned ..."; summary.countersigned is false). */
 int gn_invoice_audit_json(const struct json_t *doc, gn_invoice_summary *ret, char *reason, size_t cap);
 
 #endif

@@ -1,2 +1,0 @@
-/* Placeholder so the billing library has a source until its files land. */
-typedef int gn__billing_empty;

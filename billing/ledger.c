@@ -1,0 +1,601 @@
+/* The ledger: hash-chained, append-only usage ticks per lease in SQLite, and
+ * the invoices a node keeps. The database handle belongs to the caller. */
+#include "billing_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+/* Durability: gn_ledger_append_tick commits every tick in its own transaction
+ * before it returns. With the caller's journal_mode=WAL and synchronous=FULL,
+ * SQLite fsyncs the WAL at every commit, so a committed tick survives a crash
+ * or power loss, and a crash can only lose the tick whose transaction had not
+ * yet committed: the second being written. With synchronous=NORMAL a WAL
+ * commit is not fsynced and a power loss could silently drop seconds that
+ * were already reported (and billed to the requester's observation), so
+ * gn_ledger_open refuses such a connection instead of changing it: the
+ * connection is shared with other tables whose owners chose its pragmas, and
+ * setting them behind their back would hide the decision. */
+
+static const char *const schema_sql =
+    "CREATE TABLE IF NOT EXISTS ledger_leases("
+    " lease_id TEXT PRIMARY KEY NOT NULL,"
+    " genesis BLOB NOT NULL,"
+    " agreement BLOB NOT NULL,"
+    " gpus_max INTEGER NOT NULL,"
+    " max_s INTEGER NOT NULL,"
+    " start_s INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS ticks("
+    " lease_id TEXT NOT NULL,"
+    " idx INTEGER NOT NULL,"
+    " t_s INTEGER NOT NULL,"
+    " gpus INTEGER NOT NULL,"
+    " util INTEGER NOT NULL,"
+    " hash BLOB NOT NULL,"
+    " PRIMARY KEY(lease_id, idx)) WITHOUT ROWID;"
+    /* Append-only, enforced by the database itself so that no code path (ours
+     * or a careless future one) can rewrite a billed second. */
+    "CREATE TRIGGER IF NOT EXISTS ticks_no_update BEFORE UPDATE ON ticks"
+    " BEGIN SELECT RAISE(ABORT, 'ticks are append-only'); END;"
+    "CREATE TRIGGER IF NOT EXISTS ticks_no_delete BEFORE DELETE ON ticks"
+    " BEGIN SELECT RAISE(ABORT, 'ticks are append-only'); END;"
+    "CREATE TRIGGER IF NOT EXISTS ledger_leases_no_update BEFORE UPDATE ON ledger_leases"
+    " BEGIN SELECT RAISE(ABORT, 'ledger leases are append-only'); END;"
+    "CREATE TRIGGER IF NOT EXISTS ledger_leases_no_delete BEFORE DELETE ON ledger_leases"
+    " BEGIN SELECT RAISE(ABORT, 'ledger leases are append-only'); END;"
+    "CREATE TABLE IF NOT EXISTS invoices("
+    " lease_id TEXT NOT NULL,"
+    " role TEXT NOT NULL,"
+    " invoice_id TEXT NOT NULL,"
+    " invoice BLOB NOT NULL,"
+    " accept BLOB,"
+    " status TEXT NOT NULL,"
+    " created_s INTEGER NOT NULL,"
+    " updated_s INTEGER NOT NULL,"
+    " PRIMARY KEY(lease_id, role));"
+    "CREATE INDEX IF NOT EXISTS invoices_by_id ON invoices(invoice_id);";
+
+struct gn_ledger {
+  sqlite3 *db;
+  sqlite3_stmt *begin, *commit, *rollback;
+  sqlite3_stmt *lease, *last, *insert, *count;
+};
+
+static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **ret) {
+  return sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, ret, NULL) == SQLITE_OK ? 0 : GN_EDB;
+}
+
+static int step_done(sqlite3_stmt *st) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  return rc == SQLITE_DONE ? 0 : GN_EDB;
+}
+
+static int pragma_int(sqlite3 *db, const char *sql, int *ret) {
+  sqlite3_stmt *st = NULL;
+  int r = GN_EDB;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  if (sqlite3_step(st) != SQLITE_ROW)
+    goto out;
+  *ret = sqlite3_column_int(st, 0);
+  r = 0;
+out:
+  sqlite3_finalize(st);
+  return r;
+}
+
+gn_ledger *gn_ledger_free(gn_ledger *l) {
+  if (!l)
+    return NULL;
+  sqlite3_finalize(l->begin);
+  sqlite3_finalize(l->commit);
+  sqlite3_finalize(l->rollback);
+  sqlite3_finalize(l->lease);
+  sqlite3_finalize(l->last);
+  sqlite3_finalize(l->insert);
+  sqlite3_finalize(l->count);
+  free(l);
+  return NULL;
+}
+
+int gn_ledger_open(sqlite3 *db, gn_ledger **ret) {
+  gn_ledger *l = NULL;
+  int sync = 0, r;
+  if (!db || !ret)
+    return GN_EINVAL;
+  if ((r = pragma_int(db, "PRAGMA synchronous", &sync)) < 0)
+    return r;
+  if (sync < 2) /* 2 = FULL, 3 = EXTRA; see the durability note above */
+    return GN_EINVAL;
+  if (sqlite3_exec(db, "SAVEPOINT gn_ledger_schema", NULL, NULL, NULL) != SQLITE_OK)
+    return GN_EDB;
+  if (sqlite3_exec(db, schema_sql, NULL, NULL, NULL) != SQLITE_OK) {
+    sqlite3_exec(db, "ROLLBACK TO gn_ledger_schema; RELEASE gn_ledger_schema", NULL, NULL, NULL);
+    return GN_EDB;
+  }
+  if (sqlite3_exec(db, "RELEASE gn_ledger_schema", NULL, NULL, NULL) != SQLITE_OK)
+    return GN_EDB;
+  l = calloc(1, sizeof(*l));
+  if (!l)
+    return GN_ENOMEM;
+  l->db = db;
+  if ((r = prep(db, "BEGIN IMMEDIATE", &l->begin)) < 0 || (r = prep(db, "COMMIT", &l->commit)) < 0 ||
+      (r = prep(db, "ROLLBACK", &l->rollback)) < 0 ||
+      (r = prep(db, "SELECT genesis, gpus_max, max_s, start_s FROM ledger_leases WHERE lease_id = ?1", &l->lease)) <
+          0 ||
+      (r = prep(db, "SELECT idx, t_s, hash FROM ticks WHERE lease_id = ?1 ORDER BY idx DESC LIMIT 1", &l->last)) <
+          0 ||
+      (r = prep(db, "INSERT INTO ticks(lease_id, idx, t_s, gpus, util, hash) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                &l->insert)) < 0 ||
+      (r = prep(db, "SELECT count(*) FROM ticks WHERE lease_id = ?1", &l->count)) < 0)
+    goto out;
+  *ret = l;
+  l = NULL;
+out:
+  gn_ledger_free(l);
+  return r;
+}
+
+static bool lease_id_ok(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n >= GN_LEASE_ID_STRLEN)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+          c == '.'))
+      return false;
+  }
+  return true;
+}
+
+int gn_ledger_begin_lease(gn_ledger *l, const char *lease_id, const uint8_t *agreement_env, size_t len) {
+  gn_agreement ag;
+  uint8_t genesis[GN__HASH_LEN];
+  sqlite3_stmt *st = NULL;
+  int r;
+  if (!l || !lease_id_ok(lease_id) || !agreement_env)
+    return GN_EINVAL;
+  if ((r = gn_agreement_open(agreement_env, len, &ag)) < 0)
+    return r;
+  if (strcmp(ag.terms.lease_id, lease_id) != 0)
+    return GN_EINVAL;
+  gn__genesis(agreement_env, len, genesis);
+  /* Beginning the same lease again with the same agreement is a no-op, so a
+   * restarted node can replay its lease table; another agreement under a
+   * lease id already in use is refused. */
+  if (sqlite3_prepare_v2(l->db,
+                         "INSERT INTO ledger_leases(lease_id, genesis, agreement, gpus_max, max_s, start_s)"
+                         " VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(lease_id) DO NOTHING",
+                         -1, &st, NULL) != SQLITE_OK)
+    return GN_EDB;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, genesis, sizeof(genesis), SQLITE_STATIC);
+  sqlite3_bind_blob(st, 3, agreement_env, (int)len, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 4, ag.terms.count);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)ag.terms.max_s);
+  sqlite3_bind_int64(st, 6, ag.start_s);
+  r = sqlite3_step(st) == SQLITE_DONE ? 0 : GN_EDB;
+  sqlite3_finalize(st);
+  st = NULL;
+  if (r < 0 || sqlite3_changes(l->db) == 1)
+    return r;
+  r = GN_EEXIST;
+  sqlite3_bind_text(l->lease, 1, lease_id, -1, SQLITE_STATIC);
+  if (sqlite3_step(l->lease) == SQLITE_ROW) {
+    const void *g = sqlite3_column_blob(l->lease, 0);
+    if (g && sqlite3_column_bytes(l->lease, 0) == GN__HASH_LEN && memcmp(g, genesis, GN__HASH_LEN) == 0)
+      r = 0;
+  }
+  sqlite3_reset(l->lease);
+  return r;
+}
+
+typedef struct lease_row {
+  uint8_t genesis[GN__HASH_LEN];
+  uint32_t gpus_max;
+  uint64_t max_s;
+  int64_t start_s;
+} lease_row;
+
+static int lease_get(gn_ledger *l, const char *lease_id, lease_row *ret) {
+  int r = GN_ENOTFOUND;
+  sqlite3_bind_text(l->lease, 1, lease_id, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(l->lease);
+  if (rc == SQLITE_ROW) {
+    const void *g = sqlite3_column_blob(l->lease, 0);
+    if (!g || sqlite3_column_bytes(l->lease, 0) != GN__HASH_LEN) {
+      r = GN_EDB;
+    } else {
+      memcpy(ret->genesis, g, GN__HASH_LEN);
+      ret->gpus_max = (uint32_t)sqlite3_column_int64(l->lease, 1);
+      ret->max_s = (uint64_t)sqlite3_column_int64(l->lease, 2);
+      ret->start_s = sqlite3_column_int64(l->lease, 3);
+      r = 0;
+    }
+  } else if (rc != SQLITE_DONE) {
+    r = GN_EDB;
+  }
+  sqlite3_reset(l->lease);
+  return r;
+}
+
+/* The last tick of a lease: idx 0 with the genesis hash if it has none. */
+static int last_get(gn_ledger *l, const char *lease_id, const lease_row *lr, gn_tick *ret) {
+  int r = 0;
+  memset(ret, 0, sizeof(*ret));
+  memcpy(ret->hash, lr->genesis, GN__HASH_LEN);
+  ret->t_s = lr->start_s;
+  sqlite3_bind_text(l->last, 1, lease_id, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(l->last);
+  if (rc == SQLITE_ROW) {
+    const void *h = sqlite3_column_blob(l->last, 2);
+    if (!h || sqlite3_column_bytes(l->last, 2) != GN__HASH_LEN) {
+      r = GN_EDB;
+    } else {
+      ret->idx = (uint64_t)sqlite3_column_int64(l->last, 0);
+      ret->t_s = sqlite3_column_int64(l->last, 1);
+      memcpy(ret->hash, h, GN__HASH_LEN);
+    }
+  } else if (rc != SQLITE_DONE) {
+    r = GN_EDB;
+  }
+  sqlite3_reset(l->last);
+  return r;
+}
+
+int gn__ledger_append(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util, bool commit,
+                      gn_tick *ret_tick) {
+  lease_row lr;
+  gn_tick last, t;
+  int r;
+  if (!l || !lease_id_ok(lease_id) || (util > 100 && util != GN_UTIL_UNKNOWN))
+    return GN_EINVAL;
+  if (commit) {
+    /* Our own transaction is what makes "committed before it returns" true;
+     * inside someone else's it would not be, so refuse rather than lie. */
+    if (!sqlite3_get_autocommit(l->db))
+      return GN_ESTATE;
+    if (step_done(l->begin) < 0)
+      return GN_EDB;
+  }
+  if ((r = lease_get(l, lease_id, &lr)) < 0 || (r = last_get(l, lease_id, &lr, &last)) < 0)
+    goto out;
+  if (gpus > lr.gpus_max) {
+    r = GN_EINVAL;
+    goto out;
+  }
+  if (last.idx >= lr.max_s || last.idx >= GN__INVOICE_MAX_TICKS) {
+    r = GN_ETOOBIG; /* the lease has run its maximum duration */
+    goto out;
+  }
+  memset(&t, 0, sizeof(t));
+  t.idx = last.idx + 1;
+  /* Records carry wall-clock time, which can step backwards (NTP); the chain
+   * must stay verifiable (t_s non-decreasing, never before the start), so a
+   * step back is recorded as the previous second's time. */
+  t.t_s = t_s < last.t_s ? last.t_s : t_s;
+  t.gpus = gpus;
+  t.util = util;
+  gn__tick_hash(last.hash, lease_id, t.idx, t.t_s, t.gpus, t.util, t.hash);
+  sqlite3_bind_text(l->insert, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(l->insert, 2, (sqlite3_int64)t.idx);
+  sqlite3_bind_int64(l->insert, 3, t.t_s);
+  sqlite3_bind_int64(l->insert, 4, t.gpus);
+  sqlite3_bind_int64(l->insert, 5, t.util);
+  sqlite3_bind_blob(l->insert, 6, t.hash, GN__HASH_LEN, SQLITE_STATIC);
+  if ((r = step_done(l->insert)) < 0)
+    goto out;
+  if (commit && (r = step_done(l->commit)) < 0)
+    goto out;
+  commit = false;
+  if (ret_tick)
+    *ret_tick = t;
+out:
+  if (commit)
+    step_done(l->rollback);
+  return r;
+}
+
+int gn_ledger_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util,
+                          gn_tick *ret_tick) {
+  return gn__ledger_append(l, lease_id, t_s, gpus, util, true, ret_tick);
+}
+
+int gn_ledger_tick_count(gn_ledger *l, const char *lease_id, uint64_t *ret) {
+  lease_row lr;
+  int r;
+  if (!l || !lease_id || !ret)
+    return GN_EINVAL;
+  if ((r = lease_get(l, lease_id, &lr)) < 0)
+    return r;
+  sqlite3_bind_text(l->count, 1, lease_id, -1, SQLITE_STATIC);
+  r = GN_EDB;
+  if (sqlite3_step(l->count) == SQLITE_ROW) {
+    *ret = (uint64_t)sqlite3_column_int64(l->count, 0);
+    r = 0;
+  }
+  sqlite3_reset(l->count);
+  return r;
+}
+
+int gn_ledger_last_tick(gn_ledger *l, const char *lease_id, gn_tick *ret) {
+  lease_row lr;
+  gn_tick t;
+  int r;
+  if (!l || !lease_id || !ret)
+    return GN_EINVAL;
+  if ((r = lease_get(l, lease_id, &lr)) < 0 || (r = last_get(l, lease_id, &lr, &t)) < 0)
+    return r;
+  if (t.idx == 0)
+    return GN_ENOTFOUND;
+  /* gpus and util of the last tick are not needed by last_get's callers;
+   * fetch them for this public accessor. */
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(l->db, "SELECT gpus, util FROM ticks WHERE lease_id = ?1 AND idx = ?2", -1, &st, NULL) !=
+      SQLITE_OK)
+    return GN_EDB;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)t.idx);
+  r = GN_EDB;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    t.gpus = (uint32_t)sqlite3_column_int64(st, 0);
+    t.util = (uint8_t)sqlite3_column_int(st, 1);
+    *ret = t;
+    r = 0;
+  }
+  sqlite3_finalize(st);
+  return r;
+}
+
+int gn_ledger_agreement(gn_ledger *l, const char *lease_id, gn_buf *ret_env) {
+  sqlite3_stmt *st = NULL;
+  int r = GN_ENOTFOUND;
+  if (!l || !lease_id || !ret_env)
+    return GN_EINVAL;
+  if (sqlite3_prepare_v2(l->db, "SELECT agreement FROM ledger_leases WHERE lease_id = ?1", -1, &st, NULL) !=
+      SQLITE_OK)
+    return GN_EDB;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    r = gn_buf_append(ret_env, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+  else if (rc != SQLITE_DONE)
+    r = GN_EDB;
+  sqlite3_finalize(st);
+  return r;
+}
+
+int gn_ledger_each_tick(gn_ledger *l, const char *lease_id, int (*fn)(const gn_tick *t, void *arg), void *arg,
+                        char *reason, size_t cap) {
+  lease_row lr;
+  sqlite3_stmt *st = NULL;
+  uint8_t prev[GN__HASH_LEN];
+  uint64_t want = 1;
+  int r, rc;
+  if (!l || !lease_id)
+    return GN_EINVAL;
+  if ((r = lease_get(l, lease_id, &lr)) < 0)
+    return r;
+  memcpy(prev, lr.genesis, GN__HASH_LEN);
+  if (sqlite3_prepare_v2(l->db, "SELECT idx, t_s, gpus, util, hash FROM ticks WHERE lease_id = ?1 ORDER BY idx", -1,
+                         &st, NULL) != SQLITE_OK)
+    return GN_EDB;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    gn_tick t;
+    uint8_t h[GN__HASH_LEN];
+    const void *hp = sqlite3_column_blob(st, 4);
+    t.idx = (uint64_t)sqlite3_column_int64(st, 0);
+    t.t_s = sqlite3_column_int64(st, 1);
+    t.gpus = (uint32_t)sqlite3_column_int64(st, 2);
+    t.util = (uint8_t)sqlite3_column_int(st, 3);
+    /* The stored chain is re-verified on every read: rows written around the
+     * triggers (by hand, or by a tool that dropped them) are caught here,
+     * before they could be signed into an invoice. */
+    if (t.idx != want) {
+      r = gn__fail(reason, cap, "ledger of lease %s: second %" PRIu64 " is missing", lease_id, want);
+      goto out;
+    }
+    gn__tick_hash(prev, lease_id, t.idx, t.t_s, t.gpus, t.util, h);
+    if (!hp || sqlite3_column_bytes(st, 4) != GN__HASH_LEN || memcmp(hp, h, GN__HASH_LEN) != 0) {
+      r = gn__fail(reason, cap, "ledger of lease %s: second %" PRIu64 ": hash chain broken (tick fields or order changed)",
+                   lease_id, t.idx);
+      goto out;
+    }
+    memcpy(t.hash, h, GN__HASH_LEN);
+    memcpy(prev, h, GN__HASH_LEN);
+    want++;
+    if (fn && (r = fn(&t, arg)) < 0)
+      goto out;
+  }
+  r = rc == SQLITE_DONE ? 0 : GN_EDB;
+out:
+  sqlite3_finalize(st);
+  return r;
+}
+
+int gn_ledger_verify_chain(gn_ledger *l, const char *lease_id, char *reason, size_t cap) {
+  return gn_ledger_each_tick(l, lease_id, NULL, NULL, reason, cap);
+}
+
+/* --- invoices kept by the node ------------------------------------------*/
+
+static bool role_ok(const char *role) {
+  return role && (strcmp(role, "provider") == 0 || strcmp(role, "requester") == 0);
+}
+
+static bool status_ok(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n >= sizeof(((gn_invoice_record *)0)->status))
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || s[i] == '_' || s[i] == '-'))
+      return false;
+  return true;
+}
+
+int gn_ledger_store_invoice(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *invoice_env,
+                            size_t invoice_len, const uint8_t *accept_env, size_t accept_len, const char *status) {
+  gn_invoice_summary sum;
+  gn_invoice_response resp;
+  uint8_t hash[GN__HASH_LEN];
+  char id[GN_LEASE_ID_STRLEN];
+  sqlite3_stmt *st = NULL;
+  int r;
+  if (!l || !lease_id || !role_ok(role) || !invoice_env || !status_ok(status) || (accept_len && !accept_env))
+    return GN_EINVAL;
+  /* Only what verifies is kept, so everything listed later can be shown
+   * without re-checking and exported as it is. */
+  if ((r = gn_invoice_summarize(invoice_env, invoice_len, &sum)) < 0)
+    return r;
+  if (strcmp(sum.lease_id, lease_id) != 0)
+    return GN_EINVAL;
+  if (accept_len && (r = gn_invoice_response_open(accept_env, accept_len, invoice_env, invoice_len, &resp)) < 0)
+    return r;
+  gn__invoice_hash(invoice_env, invoice_len, hash);
+  gn__invoice_id(hash, id);
+  if (sqlite3_prepare_v2(l->db,
+                         "INSERT INTO invoices(lease_id, role, invoice_id, invoice, accept, status, created_s, updated_s)"
+                         " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) ON CONFLICT(lease_id, role) DO UPDATE SET"
+                         " invoice_id = excluded.invoice_id, invoice = excluded.invoice, accept = excluded.accept,"
+                         " status = excluded.status, updated_s = excluded.updated_s",
+                         -1, &st, NULL) != SQLITE_OK)
+    return GN_EDB;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 4, invoice_env, (int)invoice_len, SQLITE_STATIC);
+  if (accept_len)
+    sqlite3_bind_blob(st, 5, accept_env, (int)accept_len, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 5);
+  sqlite3_bind_text(st, 6, status, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 7, gn_unix_s());
+  r = sqlite3_step(st) == SQLITE_DONE ? 0 : GN_EDB;
+  sqlite3_finalize(st);
+  return r;
+}
+
+void gn_invoice_record_done(gn_invoice_record *r) {
+  if (!r)
+    return;
+  gn_buf_done(&r->invoice);
+  gn_buf_done(&r->accept);
+}
+
+gn_invoice_record *gn_invoice_records_free(gn_invoice_record *recs, size_t n) {
+  if (!recs)
+    return NULL;
+  for (size_t i = 0; i < n; i++)
+    gn_invoice_record_done(&recs[i]);
+  free(recs);
+  return NULL;
+}
+
+#define INVOICE_COLS "lease_id, role, invoice_id, invoice, accept, status, created_s, updated_s"
+
+static void copy_text(char *dst, size_t cap, const unsigned char *src) {
+  snprintf(dst, cap, "%s", src ? (const char *)src : "");
+}
+
+/* Fills *ret from the current row; on failure ret holds nothing to free. */
+static int record_from_row(sqlite3_stmt *st, gn_invoice_record *ret) {
+  gn_invoice_record rec;
+  int r;
+  memset(&rec, 0, sizeof(rec));
+  copy_text(rec.lease_id, sizeof(rec.lease_id), sqlite3_column_text(st, 0));
+  copy_text(rec.role, sizeof(rec.role), sqlite3_column_text(st, 1));
+  copy_text(rec.invoice_id, sizeof(rec.invoice_id), sqlite3_column_text(st, 2));
+  copy_text(rec.status, sizeof(rec.status), sqlite3_column_text(st, 5));
+  rec.created_s = sqlite3_column_int64(st, 6);
+  rec.updated_s = sqlite3_column_int64(st, 7);
+  if ((r = gn_buf_append(&rec.invoice, sqlite3_column_blob(st, 3), (size_t)sqlite3_column_bytes(st, 3))) < 0 ||
+      (r = gn_buf_append(&rec.accept, sqlite3_column_blob(st, 4), (size_t)sqlite3_column_bytes(st, 4))) < 0)
+    goto out;
+  if ((r = gn_invoice_summarize(rec.invoice.data, rec.invoice.len, &rec.summary)) < 0)
+    goto out;
+  rec.summary.countersigned = false;
+  if (rec.accept.len) {
+    gn_invoice_response resp;
+    if (gn_invoice_response_open(rec.accept.data, rec.accept.len, rec.invoice.data, rec.invoice.len, &resp) == 0 &&
+        resp.accepted) {
+      rec.summary.countersigned = true;
+      rec.summary.accepted_s = resp.at_s;
+    }
+  }
+  *ret = rec;
+  return 0;
+out:
+  gn_invoice_record_done(&rec);
+  return r;
+}
+
+int gn_ledger_get_invoice(gn_ledger *l, const char *id, const char *role, gn_invoice_record *ret) {
+  sqlite3_stmt *st = NULL;
+  int r = GN_ENOTFOUND, rc;
+  if (!l || !id || !ret || (role && !role_ok(role)))
+    return GN_EINVAL;
+  if (sqlite3_prepare_v2(l->db,
+                         "SELECT " INVOICE_COLS " FROM invoices WHERE (lease_id = ?1 OR invoice_id = ?1)"
+                         " AND (?2 IS NULL OR role = ?2) ORDER BY role = 'requester', updated_s DESC LIMIT 1",
+                         -1, &st, NULL) != SQLITE_OK)
+    return GN_EDB;
+  sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+  if (role)
+    sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 2);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    r = record_from_row(st, ret);
+  else if (rc != SQLITE_DONE)
+    r = GN_EDB;
+  sqlite3_finalize(st);
+  return r;
+}
+
+int gn_ledger_list_invoices(gn_ledger *l, const char *role, gn_invoice_record **ret, size_t *ret_n) {
+  sqlite3_stmt *st = NULL;
+  gn_invoice_record *recs = NULL;
+  size_t n = 0, cap = 0;
+  int r = 0, rc;
+  if (!l || !ret || !ret_n || (role && !role_ok(role)))
+    return GN_EINVAL;
+  if (sqlite3_prepare_v2(l->db,
+                         "SELECT " INVOICE_COLS " FROM invoices WHERE (?1 IS NULL OR role = ?1)"
+                         " ORDER BY created_s, lease_id, role",
+                         -1, &st, NULL) != SQLITE_OK)
+    return GN_EDB;
+  if (role)
+    sqlite3_bind_text(st, 1, role, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 1);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n == cap) {
+      size_t ncap = cap ? cap * 2 : 8;
+      gn_invoice_record *p = realloc(recs, ncap * sizeof(*recs));
+      if (!p) {
+        r = GN_ENOMEM;
+        goto out;
+      }
+      recs = p;
+      cap = ncap;
+    }
+    if ((r = record_from_row(st, &recs[n])) < 0)
+      goto out;
+    n++;
+  }
+  if (rc != SQLITE_DONE) {
+    r = GN_EDB;
+    goto out;
+  }
+  *ret = recs;
+  *ret_n = n;
+  recs = NULL;
+  n = 0;
+out:
+  sqlite3_finalize(st);
+  gn_invoice_records_free(recs, n);
+  return r;
+}

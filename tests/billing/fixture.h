@@ -1,0 +1,118 @@
+/* Shared test fixture for the billing tests: identities, a signed agreement,
+ * and a real SQLite database file in a fresh temporary directory. */
+#ifndef GPUNET_TESTS_BILLING_FIXTURE_H
+#define GPUNET_TESTS_BILLING_FIXTURE_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs the above first. */
+#include <cmocka.h>
+
+#include "billing_int.h"
+
+#include <sodium.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct fixture {
+  char dir[64];
+  char path[128];
+  sqlite3 *db;
+  gn_ledger *ledger;
+  gn_identity *provider, *requester, *other;
+  gn_lease_terms terms;
+  gn_buf request, agreement;
+} fixture;
+
+static inline sqlite3 *fx_db_open(const char *path) {
+  sqlite3 *db = NULL;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  assert_int_equal(sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", NULL, NULL, NULL), SQLITE_OK);
+  return db;
+}
+
+static inline void fx_terms(fixture *f, gn_lease_terms *t, uint32_t count, uint64_t price, uint64_t max_s) {
+  memset(t, 0, sizeof(*t));
+  gn_lease_terms_init(t);
+  memcpy(t->provider, f->provider->pk, GN_PK_LEN);
+  memcpy(t->requester, f->requester->pk, GN_PK_LEN);
+  snprintf(t->offer_id, sizeof(t->offer_id), "o-0123456789ab");
+  snprintf(t->gpu_model, sizeof(t->gpu_model), "NVIDIA GeForce RTX 4090");
+  t->count = count;
+  t->price_uper_hour = price;
+  snprintf(t->currency, sizeof(t->currency), "EUR");
+  t->max_s = max_s;
+  t->interval_s = 60;
+  t->requested_s = 1764670000;
+  t->simulated = true;
+}
+
+static const char *const fx_gpus[GN_LEASE_MAX_GPUS] = {
+    "GPU-00000000-0000-0000-0000-000000000001", "GPU-00000000-0000-0000-0000-000000000002",
+    "GPU-00000000-0000-0000-0000-000000000003", "GPU-00000000-0000-0000-0000-000000000004",
+    "GPU-5", "GPU-6", "GPU-7", "GPU-8", "GPU-9", "GPU-10", "GPU-11", "GPU-12", "GPU-13", "GPU-14", "GPU-15", "GPU-16"};
+
+#define FX_START_S 1764670001
+
+/* Seals a request and the agreement for t into req and ag (appended). */
+static inline void fx_agree(fixture *f, const gn_lease_terms *t, gn_buf *req, gn_buf *ag) {
+  assert_int_equal(gn_lease_request_seal(f->requester, t, req), 0);
+  assert_int_equal(gn_agreement_seal(f->provider, req->data, req->len, FX_START_S, fx_gpus, t->count, ag), 0);
+}
+
+static inline int fx_setup_with(void **state, uint32_t count, uint64_t price, uint64_t max_s) {
+  fixture *f = calloc(1, sizeof(*f));
+  assert_non_null(f);
+  snprintf(f->dir, sizeof(f->dir), "/tmp/gn-billing-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->path, sizeof(f->path), "%s/gpunet.db", f->dir);
+  f->db = fx_db_open(f->path);
+  assert_int_equal(gn_ledger_open(f->db, &f->ledger), 0);
+  assert_int_equal(gn_identity_generate(&f->provider), 0);
+  assert_int_equal(gn_identity_generate(&f->requester), 0);
+  assert_int_equal(gn_identity_generate(&f->other), 0);
+  fx_terms(f, &f->terms, count, price, max_s);
+  fx_agree(f, &f->terms, &f->request, &f->agreement);
+  *state = f;
+  return 0;
+}
+
+static inline int fx_setup(void **state) { return fx_setup_with(state, 1, 400000, 3600); }
+
+static inline int fx_teardown(void **state) {
+  fixture *f = *state;
+  char cmd[160];
+  gn_ledger_free(f->ledger);
+  sqlite3_close(f->db);
+  gn_identity_free(f->provider);
+  gn_identity_free(f->requester);
+  gn_identity_free(f->other);
+  gn_buf_done(&f->request);
+  gn_buf_done(&f->agreement);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", f->dir);
+  free(f);
+  return 0;
+}
+
+/* Begins the fixture's lease and writes n ticks of `gpus` GPUs, one per
+ * second from the start. */
+static inline void fx_ticks(fixture *f, uint64_t n, uint32_t gpus) {
+  uint64_t have = 0;
+  if (gn_ledger_tick_count(f->ledger, f->terms.lease_id, &have) == GN_ENOTFOUND)
+    assert_int_equal(gn_ledger_begin_lease(f->ledger, f->terms.lease_id, f->agreement.data, f->agreement.len), 0);
+  assert_int_equal(sqlite3_exec(f->db, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
+  for (uint64_t i = 0; i < n; i++)
+    assert_int_equal(gn__ledger_append(f->ledger, f->terms.lease_id, FX_START_S + (int64_t)(have + i), gpus,
+                                       (uint8_t)((have + i) % 101), false, NULL),
+                     0);
+  assert_int_equal(sqlite3_exec(f->db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+}
+
+#endif
