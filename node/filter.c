@@ -155,15 +155,12 @@ static int parse_term(const char *s, size_t len, gn_filter_term *t, char *err, s
   }
   switch (t->key) {
   case GN_FILTER_GPU:
-    gn__gpu_model_norm(v, t->text, sizeof(t->text));
-    if (!t->text[0]) {
-      snprintf(err, cap, "gpu model '%.100s' names no model", v);
-      return GN_EINVAL;
-    }
+    /* Kept raw until the whole model is known (see gn_filter_parse). */
     if (strlen(v) >= sizeof(t->text)) {
       snprintf(err, cap, "gpu model '%.40s...' is too long", v);
       return GN_ETOOBIG;
     }
+    memcpy(t->text, v, strlen(v) + 1);
     return 0;
   case GN_FILTER_VRAM:
   case GN_FILTER_COUNT:
@@ -214,10 +211,35 @@ int gn_filter_parse(const char *s, gn_filter *ret, char *err, size_t cap) {
       snprintf(err, cap, "too many filter terms (at most %d)", GN_FILTER_MAX_TERMS);
       return GN_ETOOBIG;
     }
+    /* A bare word after a gpu term continues its model: gpu=RTX 4090. */
+    if (f.count && f.terms[f.count - 1].key == GN_FILTER_GPU && strcspn(s + start, "=<>!") >= i - start) {
+      gn_filter_term *t = &f.terms[f.count - 1];
+      size_t have = strlen(t->text);
+      if (have + 1 + (i - start) >= sizeof(t->text)) {
+        snprintf(err, cap, "gpu model '%.40s...' is too long", t->text);
+        return GN_ETOOBIG;
+      }
+      t->text[have] = ' ';
+      memcpy(t->text + have + 1, s + start, i - start);
+      t->text[have + 1 + (i - start)] = '\0';
+      continue;
+    }
     int r = parse_term(s + start, i - start, &f.terms[f.count], err, cap);
     if (r < 0)
       return r;
     f.count++;
+  }
+  for (size_t k = 0; k < f.count; k++) {
+    gn_filter_term *t = &f.terms[k];
+    if (t->key != GN_FILTER_GPU)
+      continue;
+    char norm[sizeof(t->text)];
+    gn__gpu_model_norm(t->text, norm, sizeof(norm));
+    if (!norm[0]) {
+      snprintf(err, cap, "gpu model '%s' names no model", t->text);
+      return GN_EINVAL;
+    }
+    memcpy(t->text, norm, strlen(norm) + 1);
   }
   *ret = f;
   return 0;

@@ -164,7 +164,8 @@ void gn_gpu_shutdown(void);
  * by spaces or commas, all must hold. Keys: gpu (= or !=, case-insensitive
  * substring ignoring spaces, dashes and an "NVIDIA"/"GeForce" prefix), vram
  * (GiB, rounded), price (currency units per GPU-hour), count (GPUs free),
- * simulated (true/false). Operators: = != < <= > >= (== is =). */
+ * simulated (true/false). Operators: = != < <= > >= (== is =). A bare word
+ * after a gpu term continues the model, so "gpu=RTX 4090 vram>=24" works. */
 
 #define GN_FILTER_MAX_TERMS 16
 #define GN_FILTER_MAX_LEN 1024

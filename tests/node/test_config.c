@@ -1,0 +1,371 @@
+/* Tests of gpunetd's configuration: defaults, the config file, flags, their
+ * precedence and the error messages, with real files in a temporary dir. */
+#include <gpunet/node.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+typedef struct fixture {
+  char dir[64];
+  char data[128];
+  char xdg_config[128];
+} fixture;
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof(*f));
+  snprintf(f->dir, sizeof(f->dir), "/tmp/gn-cfg-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->data, sizeof(f->data), "%s/data", f->dir);
+  snprintf(f->xdg_config, sizeof(f->xdg_config), "%s/xdgconf", f->dir);
+  mkdir(f->data, 0700);
+  /* Keep the developer's own files out of every test. */
+  setenv("HOME", f->dir, 1);
+  setenv("XDG_DATA_HOME", f->data, 1);
+  setenv("XDG_CONFIG_HOME", f->xdg_config, 1);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+  assert_int_equal(system(cmd), 0);
+  free(f);
+  return 0;
+}
+
+static void test_config_defaults(void **state) {
+  fixture *f = *state;
+  gn_config c;
+  gn_config_defaults(&c);
+  char want[256];
+  snprintf(want, sizeof(want), "%s/gpunet", f->data);
+  assert_string_equal(c.data_dir, want);
+  assert_string_equal(c.listen, "127.0.0.1:7946");
+  assert_int_equal(c.price_uper_hour, 400000);
+  assert_string_equal(c.currency, "EUR");
+  assert_int_equal(c.max_hours, 24);
+  assert_string_equal(c.log_level, "info");
+  assert_string_equal(c.runtime, "");
+  assert_false(c.provide);
+  assert_false(c.allow_simulated);
+  assert_int_equal(c.bootstrap_count, 0);
+  gn_config_done(&c);
+}
+
+static void test_config_data_dir_falls_back_to_home(void **state) {
+  fixture *f = *state;
+  unsetenv("XDG_DATA_HOME");
+  char buf[256], want[256];
+  assert_int_equal(gn_config_default_data_dir(buf, sizeof(buf)), 0);
+  snprintf(want, sizeof(want), "%s/.local/share/gpunet", f->dir);
+  assert_string_equal(buf, want);
+  assert_int_equal(gn_config_default_path("/nonexistent", buf, sizeof(buf)), 0);
+  snprintf(want, sizeof(want), "%s/gpunet/gpunet.conf", f->xdg_config);
+  assert_string_equal(buf, want);
+  unsetenv("XDG_CONFIG_HOME");
+  assert_int_equal(gn_config_default_path("/nonexistent", buf, sizeof(buf)), 0);
+  snprintf(want, sizeof(want), "%s/.config/gpunet/gpunet.conf", f->dir);
+  assert_string_equal(buf, want);
+}
+
+static void test_config_file_sets_every_key(void **state) {
+  fixture *f = *state;
+  char path[256];
+  snprintf(path, sizeof(path), "%s/a.conf", f->dir);
+  write_file(path, "# a comment\n"
+                   "\n"
+                   "data_dir = /srv/gpunet\n"
+                   "  listen=0.0.0.0:9000   # trailing comment\n"
+                   "bootstrap = 10.0.0.1:7946\n"
+                   "bootstrap = peer.example:7000\n"
+                   "provide = yes\n"
+                   "price = 0.55\n"
+                   "currency = USD\n"
+                   "simulate_gpu = RTX 4090\n"
+                   "simulate_gpu = 3090\n"
+                   "runtime = crun\n"
+                   "max_hours = 48\n"
+                   "allow_simulated = true\n"
+                   "log_level = debug\n");
+  gn_config c;
+  gn_config_defaults(&c);
+  char err[256] = "";
+  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), 0);
+  assert_string_equal(c.data_dir, "/srv/gpunet");
+  assert_string_equal(c.listen, "0.0.0.0:9000");
+  assert_int_equal(c.bootstrap_count, 2);
+  assert_string_equal(c.bootstrap[1], "peer.example:7000");
+  assert_true(c.provide);
+  assert_int_equal(c.price_uper_hour, 550000);
+  assert_string_equal(c.currency, "USD");
+  assert_int_equal(c.simulate_count, 2);
+  assert_string_equal(c.simulate_gpu[0], "RTX 4090");
+  assert_string_equal(c.runtime, "crun");
+  assert_int_equal(c.max_hours, 48);
+  assert_true(c.allow_simulated);
+  assert_string_equal(c.log_level, "debug");
+  assert_string_equal(c.config_path, path);
+  gn_config_done(&c);
+}
+
+static void test_config_unknown_key_names_the_line(void **state) {
+  fixture *f = *state;
+  char path[256];
+  snprintf(path, sizeof(path), "%s/b.conf", f->dir);
+  write_file(path, "listen = 127.0.0.1:1\n# fine\nprovdie = true\n");
+  gn_config c;
+  gn_config_defaults(&c);
+  char err[512] = "", want[512];
+  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), GN_EINVAL);
+  snprintf(want, sizeof(want), "%s:3: unknown key 'provdie'", path);
+  assert_string_equal(err, want);
+  /* A failed load changes nothing, not even the keys before the bad line. */
+  assert_string_equal(c.listen, "127.0.0.1:7946");
+  gn_config_done(&c);
+}
+
+static void test_config_bad_values_table(void **state) {
+  fixture *f = *state;
+  static const struct {
+    const char *line;
+    const char *msg;
+  } cases[] = {
+      {"price = 0.4.0", "bad price '0.4.0'"},
+      {"price = 0.1234567", "bad price"},
+      {"price = -1", "bad price"},
+      {"listen = nowhere", "bad listen address 'nowhere'"},
+      {"listen = host:70000", "bad listen address"},
+      {"bootstrap = :7946", "bad bootstrap address"},
+      {"provide = perhaps", "provide must be true or false"},
+      {"max_hours = 0", "bad max_hours '0'"},
+      {"max_hours = 9999", "bad max_hours"},
+      {"max_hours = 1x", "bad max_hours"},
+      {"currency = eur", "bad currency 'eur'"},
+      {"log_level = loud", "bad log_level 'loud'"},
+      {"just words", "expected `key = value`"},
+  };
+  char path[256];
+  snprintf(path, sizeof(path), "%s/c.conf", f->dir);
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    char text[256];
+    snprintf(text, sizeof(text), "\n%s\n", cases[i].line);
+    write_file(path, text);
+    gn_config c;
+    gn_config_defaults(&c);
+    char err[512] = "";
+    if (gn_config_load_file(&c, path, false, err, sizeof(err)) >= 0)
+      fail_msg("'%s' was accepted", cases[i].line);
+    if (!strstr(err, cases[i].msg) || !strstr(err, ":2: "))
+      fail_msg("'%s': error '%s' lacks '%s' or the line number", cases[i].line, err, cases[i].msg);
+    gn_config_done(&c);
+  }
+}
+
+static void test_config_price_parse_table(void **state) {
+  fixture *f = *state;
+  static const struct {
+    const char *text;
+    uint64_t micro;
+  } cases[] = {{"0.40", 400000}, {"0.4", 400000}, {"1", 1000000}, {".5", 500000},
+               {"12.345678", 12345678}, {"0", 0}, {"3.", 3000000}};
+  char path[256];
+  snprintf(path, sizeof(path), "%s/p.conf", f->dir);
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    char text[64];
+    snprintf(text, sizeof(text), "price = %s\n", cases[i].text);
+    write_file(path, text);
+    gn_config c;
+    gn_config_defaults(&c);
+    char err[256] = "";
+    if (gn_config_load_file(&c, path, false, err, sizeof(err)) != 0)
+      fail_msg("price %s: %s", cases[i].text, err);
+    if (c.price_uper_hour != cases[i].micro)
+      fail_msg("price %s: got %llu", cases[i].text, (unsigned long long)c.price_uper_hour);
+    gn_config_done(&c);
+  }
+}
+
+static void test_config_missing_file(void **state) {
+  fixture *f = *state;
+  char path[256];
+  snprintf(path, sizeof(path), "%s/none.conf", f->dir);
+  gn_config c;
+  gn_config_defaults(&c);
+  char err[256] = "";
+  assert_int_equal(gn_config_load_file(&c, path, true, err, sizeof(err)), 0);
+  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), -ENOENT);
+  assert_non_null(strstr(err, "none.conf"));
+  gn_config_done(&c);
+}
+
+/* defaults < file < flags, and a flag list replaces the file's list. */
+static void test_config_flags_override_file(void **state) {
+  fixture *f = *state;
+  char ddir[256], path[300];
+  snprintf(ddir, sizeof(ddir), "%s/node1", f->dir);
+  mkdir(ddir, 0700);
+  snprintf(path, sizeof(path), "%s/gpunet.conf", ddir);
+  write_file(path, "listen = 127.0.0.1:8000\nprice = 0.30\nbootstrap = 10.0.0.1:1\nmax_hours = 5\n");
+  char *argv[] = {"gpunetd", "--data-dir", ddir, "--price", "0.45", "--bootstrap", "10.0.0.2:2",
+                  "--bootstrap", "10.0.0.3:3", "--provide", "--simulate-gpu", "RTX 4090", NULL};
+  gn_config c;
+  char err[256] = "";
+  int r = gn_config_load(&c, GN_ARRAY_SIZE(argv) - 1, argv, err, sizeof(err));
+  if (r != 0)
+    fail_msg("load: %s", err);
+  assert_string_equal(c.data_dir, ddir);
+  assert_string_equal(c.config_path, path); /* DATA_DIR/gpunet.conf is read */
+  assert_string_equal(c.listen, "127.0.0.1:8000"); /* from the file */
+  assert_int_equal(c.max_hours, 5);                 /* from the file */
+  assert_int_equal(c.price_uper_hour, 450000);      /* the flag wins */
+  assert_int_equal(c.bootstrap_count, 2);
+  assert_string_equal(c.bootstrap[0], "10.0.0.2:2");
+  assert_string_equal(c.bootstrap[1], "10.0.0.3:3");
+  assert_true(c.provide);
+  assert_int_equal(c.simulate_count, 1);
+  assert_string_equal(c.currency, "EUR"); /* the default */
+  gn_config_done(&c);
+}
+
+static void test_config_xdg_file_used_when_data_dir_has_none(void **state) {
+  fixture *f = *state;
+  char dir[256], path[300];
+  snprintf(dir, sizeof(dir), "%s/gpunet", f->xdg_config);
+  mkdir(f->xdg_config, 0700);
+  mkdir(dir, 0700);
+  snprintf(path, sizeof(path), "%s/gpunet.conf", dir);
+  write_file(path, "currency = CHF\n");
+  char *argv[] = {"gpunetd", NULL};
+  gn_config c;
+  char err[256] = "";
+  assert_int_equal(gn_config_load(&c, 1, argv, err, sizeof(err)), 0);
+  assert_string_equal(c.currency, "CHF");
+  gn_config_done(&c);
+}
+
+static void test_config_explicit_config_flag(void **state) {
+  fixture *f = *state;
+  char path[256];
+  snprintf(path, sizeof(path), "%s/explicit.conf", f->dir);
+  write_file(path, "max_hours = 7\n");
+  char *argv[] = {"gpunetd", "--config", path, NULL};
+  gn_config c;
+  char err[256] = "";
+  assert_int_equal(gn_config_load(&c, 3, argv, err, sizeof(err)), 0);
+  assert_int_equal(c.max_hours, 7);
+  gn_config_done(&c);
+  /* A named file must exist. */
+  snprintf(path, sizeof(path), "%s/missing.conf", f->dir);
+  assert_int_equal(gn_config_load(&c, 3, argv, err, sizeof(err)), -ENOENT);
+  gn_config_done(&c);
+}
+
+static void test_config_flag_errors_table(void **state) {
+  (void)state;
+  static const struct {
+    const char *args[4];
+    int code;
+    const char *msg;
+  } cases[] = {
+      {{"--bogus"}, GN_EINVAL, "unknown option '--bogus'"},
+      {{"--price"}, GN_EINVAL, "option '--price' needs a value"},
+      {{"--price", "cheap"}, GN_EINVAL, "--price: bad price 'cheap'"},
+      {{"--listen", "x"}, GN_EINVAL, "--listen: bad listen address"},
+      {{"stray"}, GN_EINVAL, "unexpected argument 'stray'"},
+      {{"--max-hours", "0"}, GN_EINVAL, "--max-hours: bad max_hours"},
+      {{"--help"}, GN_CONFIG_HELP, ""},
+      {{"-h"}, GN_CONFIG_HELP, ""},
+      {{"--version"}, GN_CONFIG_VERSION, ""},
+      {{"--log-level", "debug"}, 0, ""},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    char *argv[6] = {"gpunetd"};
+    int argc = 1;
+    for (int k = 0; k < 4 && cases[i].args[k]; k++)
+      argv[argc++] = (char *)cases[i].args[k];
+    gn_config c;
+    char err[256] = "";
+    int r = gn_config_load(&c, argc, argv, err, sizeof(err));
+    if (r != cases[i].code)
+      fail_msg("case %zu (%s): got %d want %d (%s)", i, cases[i].args[0], r, cases[i].code, err);
+    if (!strstr(err, cases[i].msg))
+      fail_msg("case %zu: error '%s' lacks '%s'", i, err, cases[i].msg);
+    gn_config_done(&c);
+  }
+  assert_non_null(strstr(gn_config_usage(), "--simulate-gpu"));
+}
+
+static void test_config_parse_does_not_reorder_argv(void **state) {
+  (void)state;
+  char *argv[] = {"gpunetd", "--provide", "stray", "--listen", "1.2.3.4:5", NULL};
+  char *copy[6];
+  memcpy(copy, argv, sizeof(argv));
+  gn_config c;
+  gn_config_defaults(&c);
+  char err[256];
+  assert_int_equal(gn_config_parse_args(&c, 5, argv, err, sizeof(err)), GN_EINVAL);
+  assert_memory_equal(copy, argv, sizeof(argv));
+  gn_config_done(&c);
+}
+
+static void test_config_written_default_is_private_and_loads(void **state) {
+  fixture *f = *state;
+  char path[256];
+  snprintf(path, sizeof(path), "%s/new/deeper/gpunet.conf", f->dir);
+  assert_int_equal(gn_config_write_default(path), 0);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  char dir[256];
+  snprintf(dir, sizeof(dir), "%s/new/deeper", f->dir);
+  assert_int_equal(stat(dir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  gn_config c, d;
+  gn_config_defaults(&c);
+  gn_config_defaults(&d);
+  char err[256] = "";
+  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), 0);
+  /* Everything in it is commented out: loading it changes nothing. */
+  memset(c.config_path, 0, sizeof(c.config_path));
+  assert_memory_equal(&c, &d, sizeof(c));
+  /* Writing again replaces it. */
+  write_file(path, "junk\n");
+  assert_int_equal(gn_config_write_default(path), 0);
+  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), 0);
+  gn_config_done(&c);
+  gn_config_done(&d);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_config_defaults, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_data_dir_falls_back_to_home, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_file_sets_every_key, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_unknown_key_names_the_line, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_bad_values_table, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_price_parse_table, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_missing_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_flags_override_file, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_xdg_file_used_when_data_dir_has_none, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_explicit_config_flag, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_flag_errors_table, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_parse_does_not_reorder_argv, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_written_default_is_private_and_loads, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
