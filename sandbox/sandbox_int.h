@@ -115,4 +115,11 @@ const char *gn__store_dir(const gn_store *s);
 /* dir/blobs/sha256/<hex> for a valid digest. */
 void gn__store_blob_path(const gn_store *s, const char *digest, char out[4096]);
 
+/* --- unpacking (unpack.c) ------------------------------------------------*/
+
+/* Unpacks n layer files (bottom first), each checked against its digest,
+ * into rootfs, which must not exist yet; on failure rootfs is removed. */
+int gn__unpack_layer_files(const char *const *paths, const char *const *digests, size_t n, const char *rootfs,
+                           char *err, size_t err_cap);
+
 #endif
