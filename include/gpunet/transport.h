@@ -26,6 +26,9 @@ int gn_transport_new(uv_loop_t *loop, const gn_identity *id, const gn_transport_
  * available from gn_transport_listen_addr. */
 int gn_transport_listen(gn_transport *t, const char *addr);
 const char *gn_transport_listen_addr(const gn_transport *t);
+/* The "host:port" told to peers in the handshake (at most 63 chars). By
+ * default the bound listen address; set it when that is a wildcard. */
+int gn_transport_set_advertised_addr(gn_transport *t, const char *addr);
 /* Starts connecting; on_peer_up follows on success. A second connect to a
  * peer already up is harmless. */
 int gn_transport_connect(gn_transport *t, const char *addr);
