@@ -138,7 +138,15 @@ typedef struct gn_gpu {
   int minor;         /* -1 if unknown */
   char dev_path[32]; /* "/dev/nvidia0", "" if unknown or simulated */
   bool simulated;
+  uint32_t max_sm_clock_mhz; /* 0 if unknown */
 } gn_gpu;
+
+/* What changes while a GPU runs; each field -1 or 0 when NVML cannot tell. */
+typedef struct gn_gpu_stats {
+  int utilization_pct; /* -1 if unknown */
+  uint32_t sm_clock_mhz;
+  uint32_t power_mw;
+} gn_gpu_stats;
 
 typedef struct gn_gpu_list {
   gn_gpu *items;
@@ -152,6 +160,9 @@ int gn_gpu_discover(const char *const *simulate, size_t simulate_count, gn_gpu_l
 /* Current utilization in percent. GN_EUNSUPPORTED for simulated GPUs or
  * when NVML cannot tell. */
 int gn_gpu_utilization(const gn_gpu *g, uint8_t *ret_pct);
+/* Utilization, SM clock and power in one call. GN_EUNSUPPORTED for simulated
+ * GPUs or without NVML; GN_ENOTFOUND if the GPU at g->index is another one. */
+int gn_gpu_stats_get(const gn_gpu *g, gn_gpu_stats *ret);
 void gn_gpu_list_done(gn_gpu_list *l);
 /* "RTX 3090, RTX 4090, ...": the models --simulate-gpu accepts. */
 const char *gn_gpu_sim_models(void);

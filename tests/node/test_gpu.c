@@ -1,0 +1,166 @@
+/* Tests of the GPU inventory: simulated GPUs, no NVML at all, and "real" GPUs
+ * read through a fake libnvidia-ml (tests/node/nvml_shim.c) that lacks some
+ * symbols and fails some queries. */
+#include <gpunet/node.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+static int no_nvml(void **state) {
+  (void)state;
+  setenv("GN_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
+  return 0;
+}
+
+static int done(void **state) {
+  (void)state;
+  gn_gpu_shutdown();
+  return 0;
+}
+
+static void test_gpu_simulated_list(void **state) {
+  (void)state;
+  const char *sim[] = {"RTX 4090", "rtx4090", "4090", "H200", "nvidia geforce rtx-3090", "A100"};
+  gn_gpu_list l;
+  assert_int_equal(gn_gpu_discover(sim, GN_ARRAY_SIZE(sim), &l), 0);
+  assert_int_equal(l.count, GN_ARRAY_SIZE(sim));
+  for (size_t i = 0; i < 3; i++) {
+    assert_string_equal(l.items[i].name, "NVIDIA GeForce RTX 4090");
+    assert_int_equal(l.items[i].memory_mib, 24564);
+  }
+  assert_string_equal(l.items[3].name, "NVIDIA H200");
+  assert_int_equal(l.items[3].memory_mib, 143771);
+  assert_string_equal(l.items[4].name, "NVIDIA GeForce RTX 3090");
+  assert_int_equal(l.items[4].memory_mib, 24576);
+  assert_int_equal(l.items[5].memory_mib, 81920);
+  for (size_t i = 0; i < l.count; i++) {
+    const gn_gpu *g = &l.items[i];
+    assert_int_equal(g->index, (int)i);
+    assert_true(g->simulated);
+    assert_string_equal(g->driver, "simulated");
+    assert_int_equal(strncmp(g->uuid, "GPU-SIM-", 8), 0);
+    assert_int_equal(strlen(g->uuid), 8 + 32);
+    assert_string_equal(g->dev_path, "");
+    for (size_t k = 0; k < i; k++)
+      assert_string_not_equal(g->uuid, l.items[k].uuid);
+  }
+  /* Deterministic: the same configuration gives the same ids. */
+  gn_gpu_list again;
+  assert_int_equal(gn_gpu_discover(sim, GN_ARRAY_SIZE(sim), &again), 0);
+  for (size_t i = 0; i < l.count; i++)
+    assert_string_equal(l.items[i].uuid, again.items[i].uuid);
+  gn_gpu_list_done(&again);
+  gn_gpu_list_done(&l);
+  assert_null(l.items);
+  gn_gpu_list_done(NULL);
+}
+
+static void test_gpu_unknown_simulated_name_is_rejected(void **state) {
+  (void)state;
+  static const char *const bad[] = {"RTX 9999", "", "nvidia", "40", "rtx40900", "GTX 1080"};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
+    const char *sim[] = {"RTX 4090", bad[i]};
+    gn_gpu_list l = {.items = (gn_gpu *)0x1, .count = 77};
+    if (gn_gpu_discover(sim, 2, &l) != GN_EINVAL)
+      fail_msg("'%s' was accepted", bad[i]);
+    assert_int_equal(l.count, 77); /* untouched */
+  }
+  assert_non_null(strstr(gn_gpu_sim_models(), "RTX 4090"));
+}
+
+static void test_gpu_no_nvml_means_no_real_gpus(void **state) {
+  (void)state;
+  gn_gpu_list l;
+  assert_int_equal(gn_gpu_discover(NULL, 0, &l), 0);
+  assert_int_equal(l.count, 0);
+  gn_gpu_list_done(&l);
+}
+
+static void test_gpu_simulated_has_no_utilization(void **state) {
+  (void)state;
+  const char *sim[] = {"4090"};
+  gn_gpu_list l;
+  assert_int_equal(gn_gpu_discover(sim, 1, &l), 0);
+  uint8_t pct = 200;
+  assert_int_equal(gn_gpu_utilization(&l.items[0], &pct), GN_EUNSUPPORTED);
+  assert_int_equal(pct, 200);
+  gn_gpu_stats st;
+  assert_int_equal(gn_gpu_stats_get(&l.items[0], &st), GN_EUNSUPPORTED);
+  gn_gpu_list_done(&l);
+}
+
+#ifdef GN_NVML_SHIM_PATH
+static int shim(void **state) {
+  (void)state;
+  setenv("GN_NVML_LIB", GN_NVML_SHIM_PATH, 1);
+  return 0;
+}
+
+static void test_gpu_real_gpus_parsed_and_missing_fields_unknown(void **state) {
+  (void)state;
+  const char *sim[] = {"H100"};
+  gn_gpu_list l;
+  assert_int_equal(gn_gpu_discover(sim, 1, &l), 0);
+  assert_int_equal(l.count, 3);
+  const gn_gpu *g = &l.items[0];
+  assert_int_equal(g->index, 0);
+  assert_false(g->simulated);
+  assert_string_equal(g->name, "NVIDIA GeForce RTX 4090");
+  assert_string_equal(g->uuid, "GPU-8f3c0000-aaaa-bbbb-cccc-0123456789ab");
+  assert_int_equal(g->memory_mib, 24564);
+  assert_string_equal(g->driver, "999.99.fake");
+  /* The shim has no PCI, minor-number or clock functions. */
+  assert_string_equal(g->pci_bus_id, "");
+  assert_int_equal(g->minor, -1);
+  assert_string_equal(g->dev_path, "");
+  assert_int_equal(g->max_sm_clock_mhz, 0);
+  /* Device 1: the name query fails and the UUID comes unterminated. */
+  g = &l.items[1];
+  assert_string_equal(g->name, "");
+  assert_int_equal(strlen(g->uuid), sizeof(g->uuid) - 1);
+  assert_int_equal(g->memory_mib, 16376);
+  /* Simulated GPUs come after the real ones. */
+  assert_true(l.items[2].simulated);
+  assert_int_equal(l.items[2].index, 2);
+  gn_gpu_list_done(&l);
+}
+
+static void test_gpu_utilization_from_nvml(void **state) {
+  (void)state;
+  gn_gpu_list l;
+  assert_int_equal(gn_gpu_discover(NULL, 0, &l), 0);
+  assert_int_equal(l.count, 2);
+  uint8_t pct = 0;
+  assert_int_equal(gn_gpu_utilization(&l.items[0], &pct), 0);
+  assert_int_equal(pct, 37);
+  /* Over 100 percent is nonsense, not a reading. */
+  assert_int_equal(gn_gpu_utilization(&l.items[1], &pct), GN_EUNSUPPORTED);
+  gn_gpu_stats st;
+  assert_int_equal(gn_gpu_stats_get(&l.items[0], &st), 0);
+  assert_int_equal(st.utilization_pct, 37);
+  assert_int_equal(st.sm_clock_mhz, 0); /* no clock function in the shim */
+  /* A GPU whose UUID no longer matches the index is not measured. */
+  gn_gpu other = l.items[0];
+  snprintf(other.uuid, sizeof(other.uuid), "GPU-somebody-else");
+  assert_int_equal(gn_gpu_utilization(&other, &pct), GN_ENOTFOUND);
+  gn_gpu_list_done(&l);
+}
+#endif
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_gpu_simulated_list, no_nvml, done),
+      cmocka_unit_test_setup_teardown(test_gpu_unknown_simulated_name_is_rejected, no_nvml, done),
+      cmocka_unit_test_setup_teardown(test_gpu_no_nvml_means_no_real_gpus, no_nvml, done),
+      cmocka_unit_test_setup_teardown(test_gpu_simulated_has_no_utilization, no_nvml, done),
+#ifdef GN_NVML_SHIM_PATH
+      cmocka_unit_test_setup_teardown(test_gpu_real_gpus_parsed_and_missing_fields_unknown, shim, done),
+      cmocka_unit_test_setup_teardown(test_gpu_utilization_from_nvml, shim, done),
+#endif
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
