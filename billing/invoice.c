@@ -166,7 +166,8 @@ static int verify_body(gn__invoice_view *v, char *reason, size_t cap) {
     uint64_t want = i + 1;
     gn__tickrec_get(b->ticks + i * GN__TICKREC_LEN, &rec);
     if (rec.idx > want)
-      return gn__fail(reason, cap, "second %" PRIu64 " is missing", want);
+      return gn__fail(reason, cap, "second %" PRIu64 " is missing (the next tick listed is second %" PRIu32 ")", want,
+                      rec.idx);
     if (rec.idx < want)
       return gn__fail(reason, cap, "second %" PRIu32 " appears again after second %" PRIu64 " (ticks out of order)",
                       rec.idx, want - 1);
