@@ -1,6 +1,7 @@
 /* gpunetd's configuration: defaults, the `key = value` config file and the
  * command-line flags, applied in that order. */
 #include "infra.h"
+#include <gpunet/billing.h>
 #include <gpunet/node.h>
 
 #include <ctype.h>
@@ -220,7 +221,7 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     *(key == KEY_PROVIDE ? &cfg->provide : &cfg->allow_simulated) = b;
     return 0;
   case KEY_PRICE:
-    if (gn__price_parse(v, &cfg->price_uper_hour) < 0) {
+    if (gn_price_parse(v, &cfg->price_uper_hour) < 0) {
       snprintf(err, cap, "bad price '%s': want an amount per GPU-hour like 0.40 (at most 6 decimals)", v);
       return GN_EINVAL;
     }

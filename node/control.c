@@ -1,6 +1,7 @@
 /* The control server: HTTP/JSON on an owner-only Unix socket, served by
  * libmicrohttpd without a thread of its own and driven from the libuv loop. */
 #include <gpunet/node.h>
+#include <gpunet/uvutil.h>
 
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -83,11 +84,10 @@ static void ctl_free(gn_ctl *c) {
   free(c);
 }
 
-/* uv handles are freed only in their close callback; the server itself goes
- * with the last of them. */
-static void ctl_on_handle_closed(uv_handle_t *h) {
-  gn_ctl *c = h->data;
-  free(h);
+/* The uv handles are freed by gn_uv_close_free; the server itself goes with
+ * the last of them. */
+static void ctl_on_handle_closed(void *arg) {
+  gn_ctl *c = arg;
   if (--c->handles_open == 0)
     ctl_free(c);
 }
@@ -578,10 +578,10 @@ int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
     return GN_ENOMEM;
   c->loop = loop;
   c->path = strdup(sock_path);
-  c->timer = calloc(1, sizeof(*c->timer));
+  c->timer = gn_uv_handle_alloc(sizeof(*c->timer));
   bool epoll = MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES;
   if (epoll)
-    c->poll = calloc(1, sizeof(*c->poll));
+    c->poll = gn_uv_handle_alloc(sizeof(*c->poll));
   if (!c->path || !c->timer || (epoll && !c->poll)) {
     r = GN_ENOMEM;
     goto fail;
@@ -608,7 +608,7 @@ int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->mhd, MHD_DAEMON_INFO_EPOLL_FD);
     r = info ? uv_poll_init(loop, c->poll, info->epoll_fd) : GN_EIO;
     if (r < 0) {
-      free(c->poll);
+      gn_uv_handle_free_unused(c->poll);
       c->poll = NULL;
       gn_ctl_close(c);
       return r;
@@ -621,8 +621,8 @@ int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
   *ret = c;
   return 0;
 fail:
-  free(c->poll);
-  free(c->timer);
+  gn_uv_handle_free_unused(c->poll);
+  gn_uv_handle_free_unused(c->timer);
   free(c->path);
   free(c);
   return r;
@@ -643,8 +643,8 @@ void gn_ctl_close(gn_ctl *c) {
     MHD_run(c->mhd);
   c->closing = true;
   if (c->poll)
-    uv_close((uv_handle_t *)c->poll, ctl_on_handle_closed);
-  uv_close((uv_handle_t *)c->timer, ctl_on_handle_closed);
+    gn_uv_close_free((uv_handle_t *)c->poll, ctl_on_handle_closed, c);
+  gn_uv_close_free((uv_handle_t *)c->timer, ctl_on_handle_closed, c);
   MHD_stop_daemon(c->mhd); /* detaches every remaining req, closes the fd */
   c->mhd = NULL;
   unlink(c->path);

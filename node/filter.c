@@ -1,41 +1,13 @@
 /* The offer filter language of `gpunet offers` and `gpunet rent`:
  * "gpu=rtx4090 vram>=24 price<=0.50" parsed into terms and matched on offers. */
 #include "infra.h"
+#include <gpunet/billing.h>
 #include <gpunet/node.h>
 
 #include <ctype.h>
 #include <math.h>
 #include <strings.h>
 #include <stdio.h>
-
-#define PRICE_MAX_UNITS 1000000000000ull /* 10^12 currency units per hour */
-
-int gn__price_parse(const char *s, uint64_t *ret_micro) {
-  if (!s || !*s)
-    return GN_EINVAL;
-  uint64_t units = 0, frac = 0;
-  size_t ndigits = 0, nfrac = 0;
-  const char *p = s;
-  for (; isdigit((unsigned char)*p); p++, ndigits++) {
-    units = units * 10 + (uint64_t)(*p - '0');
-    if (units > PRICE_MAX_UNITS)
-      return GN_EINVAL;
-  }
-  if (*p == '.') {
-    p++;
-    for (; isdigit((unsigned char)*p); p++, nfrac++) {
-      if (nfrac == 6)
-        return GN_EINVAL;
-      frac = frac * 10 + (uint64_t)(*p - '0');
-    }
-  }
-  if (*p || ndigits + nfrac == 0)
-    return GN_EINVAL;
-  for (size_t i = nfrac; i < 6; i++)
-    frac *= 10;
-  *ret_micro = units * 1000000u + frac;
-  return 0;
-}
 
 static bool skip_prefix(const char **s, const char *prefix) {
   size_t n = strlen(prefix);
@@ -170,7 +142,7 @@ static int parse_term(const char *s, size_t len, gn_filter_term *t, char *err, s
     }
     return 0;
   case GN_FILTER_PRICE:
-    if (gn__price_parse(v, &t->num) < 0) {
+    if (gn_price_parse(v, &t->num) < 0) {
       snprintf(err, cap, "bad price '%.100s': want an amount per GPU-hour like 0.50", v);
       return GN_EINVAL;
     }

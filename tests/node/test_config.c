@@ -148,6 +148,7 @@ static void test_config_bad_values_table(void **state) {
       {"price = 0.4.0", "bad price '0.4.0'"},
       {"price = 0.1234567", "bad price"},
       {"price = -1", "bad price"},
+      {"price = .5", "bad price"},
       {"listen = nowhere", "bad listen address 'nowhere'"},
       {"listen = host:70000", "bad listen address"},
       {"bootstrap = :7946", "bad bootstrap address"},
@@ -181,8 +182,8 @@ static void test_config_price_parse_table(void **state) {
   static const struct {
     const char *text;
     uint64_t micro;
-  } cases[] = {{"0.40", 400000}, {"0.4", 400000}, {"1", 1000000}, {".5", 500000},
-               {"12.345678", 12345678}, {"0", 0}, {"3.", 3000000}};
+  } cases[] = {{"0.40", 400000}, {"0.4", 400000}, {"1", 1000000}, {"0.5", 500000},
+               {"12.345678", 12345678}, {"0", 0}, {"3.000001", 3000001}};
   char path[256];
   snprintf(path, sizeof(path), "%s/p.conf", f->dir);
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
