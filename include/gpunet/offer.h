@@ -33,6 +33,13 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret);
  * BLAKE2b(provider || model). */
 void gn_offer_id(const gn_offer *o, char ret_id[GN_OFFER_ID_STRLEN]);
 
+/* Encodes o with its provider set to id's key and signs it as a GN_MSG_OFFER
+ * envelope, appended to ret_env. */
+int gn_offer_seal(const gn_identity *id, const gn_offer *o, gn_buf *ret_env);
+/* A GN_MSG_OFFER_WITHDRAW envelope for id's offers with seq <= seq; its body
+ * is the map {provider: bin 32, seq: u64}. */
+int gn_offer_withdraw_seal(const gn_identity *id, uint64_t seq, gn_buf *ret_env);
+
 typedef struct gn_offer_entry {
   gn_offer offer;
   char id[GN_OFFER_ID_STRLEN];
@@ -46,10 +53,15 @@ gn_offer_table *gn_offer_table_new(size_t max_entries);
 gn_offer_table *gn_offer_table_free(gn_offer_table *t);
 /* Verifies a GN_MSG_OFFER envelope (issuer's signature, expiry against now_s)
  * and inserts it. Returns 1 if it is new or newer than what the table held, 0
- * if it was a duplicate or older, or a negative code (the table is unchanged). */
+ * if it was a duplicate or older (or withdrawn), or a negative code (the
+ * table is unchanged): GN_EPERM when the signer is not the provider,
+ * GN_EEXPIRED, GN_ETOOBIG when the table (or the provider's share of it, 16
+ * offers) is full. */
 int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_t now_s);
 /* Handles a GN_MSG_OFFER_WITHDRAW envelope body {provider, seq}: drops the
- * provider's offers with seq <= the given one. Returns the number dropped. */
+ * provider's offers with seq <= the given one, and remembers the withdrawal so
+ * such offers arriving later are ignored. Returns the number dropped, or a
+ * negative code (GN_EPERM when the signer is not the provider). */
 int gn_offer_table_withdraw(gn_offer_table *t, const uint8_t *env, size_t len);
 size_t gn_offer_table_remove_provider(gn_offer_table *t, const uint8_t provider[GN_PK_LEN]);
 size_t gn_offer_table_expire(gn_offer_table *t, int64_t now_s);

@@ -1,0 +1,349 @@
+/* Tests for offers: the body codec, ids, the table's rules (newer replaces,
+ * expiry, withdraw, bounds, signer checks) and the SQLite cache. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <gpunet/offer.h>
+
+#include <stdio.h>
+#include <unistd.h>
+
+#define NOW 1700000000
+
+static gn_identity *prov, *other;
+
+static int setup(void **state) {
+  (void)state;
+  return gn_identity_generate(&prov) || gn_identity_generate(&other);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  prov = gn_identity_free(prov);
+  other = gn_identity_free(other);
+  return 0;
+}
+
+static gn_offer sample(uint64_t seq, const char *model) {
+  gn_offer o;
+  memset(&o, 0, sizeof(o));
+  memcpy(o.provider, prov->pk, GN_PK_LEN);
+  o.seq = seq;
+  o.issued_s = NOW - 10;
+  o.expires_s = NOW + 600;
+  snprintf(o.addr, sizeof(o.addr), "10.0.0.1:7400");
+  snprintf(o.gpu_model, sizeof(o.gpu_model), "%s", model);
+  o.vram_mib = 24564;
+  o.gpus_free = 1;
+  o.gpus_total = 2;
+  o.price_uper_hour = 450000;
+  snprintf(o.currency, sizeof(o.currency), "EUR");
+  o.max_hours = 48;
+  o.simulated = true;
+  return o;
+}
+
+static void seal(const gn_identity *id, const gn_offer *o, gn_buf *env) {
+  env->len = 0;
+  assert_int_equal(gn_offer_seal(id, o, env), 0);
+}
+
+static void test_offer_encode_decode_roundtrip(void **state) {
+  (void)state;
+  gn_offer o = sample(7, "NVIDIA GeForce RTX 4090"), d;
+  gn_buf b = {0};
+  assert_int_equal(gn_offer_encode(&o, &b), 0);
+  assert_int_equal(gn_offer_decode(b.data, b.len, &d), 0);
+  assert_memory_equal(&o, &d, sizeof(o));
+  gn_buf_done(&b);
+}
+
+static void test_offer_decode_rejects_bad_fields(void **state) {
+  (void)state;
+  gn_offer o;
+  gn_buf b = {0};
+  gn_offer d;
+  /* inconsistent values: more free GPUs than exist, no lifetime, no model */
+  o = sample(1, "m");
+  o.gpus_free = 3;
+  assert_int_equal(gn_offer_encode(&o, &b), 0);
+  assert_int_equal(gn_offer_decode(b.data, b.len, &d), GN_EINVAL);
+  b.len = 0;
+  o = sample(1, "m");
+  o.expires_s = o.issued_s;
+  assert_int_equal(gn_offer_encode(&o, &b), 0);
+  assert_int_equal(gn_offer_decode(b.data, b.len, &d), GN_EINVAL);
+  b.len = 0;
+  o = sample(1, "");
+  assert_int_equal(gn_offer_encode(&o, &b), 0);
+  assert_int_equal(gn_offer_decode(b.data, b.len, &d), GN_EINVAL);
+  b.len = 0;
+
+  /* wrong types and oversized strings, written directly */
+  const struct {
+    const char *what;
+    const char *key;
+    int kind; /* 0: str of n 'x', 1: u64 v, 2: bin n */
+    size_t n;
+    uint64_t v;
+    int want;
+  } bad[] = {
+      {"model too long", "gpu_model", 0, 64, 0, GN_ETOOBIG},
+      {"currency too long", "currency", 0, 8, 0, GN_ETOOBIG},
+      {"addr too long", "addr", 0, 64, 0, GN_ETOOBIG},
+      {"vram over u32", "vram_mib", 1, 0, (uint64_t)UINT32_MAX + 1, GN_ETOOBIG},
+      {"provider short", "provider", 2, 31, 0, GN_EINVAL},
+      {"seq as str", "seq", 0, 3, 0, GN_EINVAL},
+      {"simulated as int", "simulated", 1, 0, 1, GN_EINVAL},
+  };
+  for (size_t k = 0; k < GN_ARRAY_SIZE(bad); k++) {
+    /* encode a good offer, then re-encode with one field replaced */
+    o = sample(1, "m");
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    gn_buf good = {0};
+    assert_int_equal(gn_offer_encode(&o, &good), 0);
+    gn_wire_doc doc;
+    assert_int_equal(gn_wire_decode(good.data, good.len, &doc), 0);
+    const msgpack_object_map *m = &doc.root->via.map;
+    gn_wire_put_map(&w, m->size);
+    for (uint32_t i = 0; i < m->size; i++) {
+      msgpack_pack_object(&w.pk, m->ptr[i].key);
+      if (m->ptr[i].key.via.str.size == strlen(bad[k].key) &&
+          memcmp(m->ptr[i].key.via.str.ptr, bad[k].key, strlen(bad[k].key)) == 0) {
+        char s[100];
+        memset(s, 'x', bad[k].n);
+        s[bad[k].n] = '\0';
+        if (bad[k].kind == 0)
+          gn_wire_put_str(&w, s);
+        else if (bad[k].kind == 1)
+          gn_wire_put_u64(&w, bad[k].v);
+        else
+          gn_wire_put_bin(&w, s, bad[k].n);
+      } else {
+        msgpack_pack_object(&w.pk, m->ptr[i].val);
+      }
+    }
+    b.len = 0;
+    assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+    gn_wire_writer_done(&w);
+    gn_wire_doc_done(&doc);
+    gn_buf_done(&good);
+    int r = gn_offer_decode(b.data, b.len, &d);
+    if (r != bad[k].want)
+      fail_msg("case '%s': got %d want %d", bad[k].what, r, bad[k].want);
+  }
+  assert_int_equal(gn_offer_decode((const uint8_t *)"\x90", 1, &d), GN_EINVAL);
+  gn_buf_done(&b);
+}
+
+static void test_offer_id_depends_on_provider_and_model_only(void **state) {
+  (void)state;
+  gn_offer a = sample(1, "RTX 4090"), b = sample(9, "RTX 4090"), c = sample(1, "A100");
+  char ia[GN_OFFER_ID_STRLEN], ib[GN_OFFER_ID_STRLEN], ic[GN_OFFER_ID_STRLEN];
+  gn_offer_id(&a, ia);
+  gn_offer_id(&b, ib);
+  gn_offer_id(&c, ic);
+  assert_int_equal(strlen(ia), 14);
+  assert_memory_equal(ia, "o-", 2);
+  assert_string_equal(ia, ib);
+  assert_string_not_equal(ia, ic);
+}
+
+static void test_offer_table_newer_seq_replaces(void **state) {
+  (void)state;
+  gn_offer_table *t = gn_offer_table_new(10);
+  gn_buf e = {0};
+  gn_offer o = sample(5, "RTX 4090");
+  seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 0); /* duplicate */
+  o.seq = 4;
+  seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 0); /* older */
+  o.seq = 6;
+  o.price_uper_hour = 1;
+  seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  assert_int_equal(gn_offer_table_count(t), 1);
+  const gn_offer_entry *x = gn_offer_table_at(t, 0);
+  assert_int_equal(x->offer.seq, 6);
+  assert_int_equal(x->offer.price_uper_hour, 1);
+  assert_int_equal(x->raw_len, e.len);
+  assert_memory_equal(x->raw, e.data, e.len);
+  assert_ptr_equal(gn_offer_table_find(t, x->id), x);
+  assert_null(gn_offer_table_find(t, "o-000000000000"));
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+}
+
+static void test_offer_table_rejects_wrong_signer_and_bad_sig(void **state) {
+  (void)state;
+  gn_offer_table *t = gn_offer_table_new(10);
+  gn_buf body = {0}, e = {0};
+  gn_offer o = sample(1, "RTX 4090");
+  /* other signs an offer naming prov as provider */
+  assert_int_equal(gn_offer_encode(&o, &body), 0);
+  assert_int_equal(gn_envelope_seal(other, GN_MSG_OFFER, body.data, body.len, &e), 0);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_EPERM);
+  /* forged signature */
+  e.len = 0;
+  seal(prov, &o, &e);
+  e.data[e.len - 1] ^= 1;
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_ESIG);
+  /* right signer, wrong message type */
+  e.len = 0;
+  assert_int_equal(gn_envelope_seal(prov, GN_MSG_PEERS, body.data, body.len, &e), 0);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_EPROTO);
+  assert_int_equal(gn_offer_table_count(t), 0);
+  gn_buf_done(&body);
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+}
+
+static void test_offer_table_expiry(void **state) {
+  (void)state;
+  gn_offer_table *t = gn_offer_table_new(10);
+  gn_buf e = {0};
+  gn_offer o = sample(1, "RTX 4090");
+  seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, o.expires_s), GN_EEXPIRED);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  assert_int_equal(gn_offer_table_expire(t, o.expires_s - 1), 0);
+  assert_int_equal(gn_offer_table_expire(t, o.expires_s), 1);
+  assert_int_equal(gn_offer_table_count(t), 0);
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+}
+
+static void test_offer_table_withdraw_and_tombstone(void **state) {
+  (void)state;
+  gn_offer_table *t = gn_offer_table_new(10);
+  gn_buf e1 = {0}, e2 = {0}, w = {0}, other_o = {0};
+  gn_offer a = sample(3, "RTX 4090"), b = sample(9, "A100"), c = sample(1, "RTX 4090");
+  seal(prov, &a, &e1);
+  seal(prov, &b, &e2);
+  memcpy(c.provider, other->pk, GN_PK_LEN);
+  seal(other, &c, &other_o);
+  assert_int_equal(gn_offer_table_put(t, e1.data, e1.len, NOW), 1);
+  assert_int_equal(gn_offer_table_put(t, e2.data, e2.len, NOW), 1);
+  assert_int_equal(gn_offer_table_put(t, other_o.data, other_o.len, NOW), 1);
+  /* withdraw up to seq 5: drops a (3) but not b (9), nor other's offer */
+  assert_int_equal(gn_offer_withdraw_seal(prov, 5, &w), 0);
+  assert_int_equal(gn_offer_table_withdraw(t, w.data, w.len), 1);
+  assert_int_equal(gn_offer_table_count(t), 2);
+  /* a replayed old offer does not come back */
+  assert_int_equal(gn_offer_table_put(t, e1.data, e1.len, NOW), 0);
+  assert_int_equal(gn_offer_table_count(t), 2);
+  /* nobody else may withdraw prov's offers */
+  gn_buf body = {0}, forged = {0};
+  gn_wire_writer wr;
+  gn_wire_writer_init(&wr);
+  gn_wire_put_map(&wr, 2);
+  gn_wire_put_str(&wr, "provider");
+  gn_wire_put_bin(&wr, prov->pk, GN_PK_LEN);
+  gn_wire_put_str(&wr, "seq");
+  gn_wire_put_u64(&wr, 100);
+  assert_int_equal(gn_wire_writer_take(&wr, &body), 0);
+  gn_wire_writer_done(&wr);
+  assert_int_equal(gn_envelope_seal(other, GN_MSG_OFFER_WITHDRAW, body.data, body.len, &forged), 0);
+  assert_int_equal(gn_offer_table_withdraw(t, forged.data, forged.len), GN_EPERM);
+  assert_int_equal(gn_offer_table_count(t), 2);
+  /* the provider leaving drops everything it issued */
+  assert_int_equal(gn_offer_table_remove_provider(t, prov->pk), 1);
+  assert_int_equal(gn_offer_table_count(t), 1);
+  assert_memory_equal(gn_offer_table_at(t, 0)->offer.provider, other->pk, GN_PK_LEN);
+  gn_buf_done(&e1);
+  gn_buf_done(&e2);
+  gn_buf_done(&w);
+  gn_buf_done(&other_o);
+  gn_buf_done(&body);
+  gn_buf_done(&forged);
+  gn_offer_table_free(t);
+}
+
+static void test_offer_table_is_bounded(void **state) {
+  (void)state;
+  gn_offer_table *t = gn_offer_table_new(4);
+  gn_buf e = {0};
+  char model[32];
+  /* one provider may hold at most 16 models; the table holds 4 in all */
+  for (int i = 0; i < 4; i++) {
+    gn_offer o = sample(1, "x");
+    snprintf(model, sizeof(model), "gpu-%d", i);
+    snprintf(o.gpu_model, sizeof(o.gpu_model), "%s", model);
+    seal(prov, &o, &e);
+    assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  }
+  gn_offer o = sample(1, "gpu-late");
+  seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_ETOOBIG);
+  /* an offer that outlives the others evicts the one expiring first */
+  o.expires_s += 100;
+  seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  assert_int_equal(gn_offer_table_count(t), 4);
+  gn_offer_table_free(t);
+
+  t = gn_offer_table_new(100);
+  for (int i = 0; i < 17; i++) {
+    gn_offer p = sample(1, "x");
+    snprintf(p.gpu_model, sizeof(p.gpu_model), "gpu-%d", i);
+    seal(prov, &p, &e);
+    assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), i < 16 ? 1 : GN_ETOOBIG);
+  }
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+}
+
+static void test_offer_table_sqlite_roundtrip(void **state) {
+  (void)state;
+  char path[] = "/tmp/gn-offers-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  sqlite3 *db;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  gn_offer_table *t = gn_offer_table_new(10), *u = gn_offer_table_new(10);
+  gn_buf e = {0};
+  gn_offer a = sample(1, "RTX 4090"), b = sample(2, "A100");
+  b.expires_s = NOW + 60;
+  seal(prov, &a, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  seal(prov, &b, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  assert_int_equal(gn_offer_table_save(t, db), 0);
+  assert_int_equal(gn_offer_table_save(t, db), 0); /* replaces, no duplicates */
+  /* corrupt nothing; load later than b's expiry: only a comes back */
+  assert_int_equal(gn_offer_table_load(u, db, NOW + 61), 0);
+  assert_int_equal(gn_offer_table_count(u), 1);
+  assert_string_equal(gn_offer_table_at(u, 0)->offer.gpu_model, "RTX 4090");
+  /* a tampered cached row is skipped */
+  assert_int_equal(sqlite3_exec(db, "UPDATE offers SET env = X'00'", NULL, NULL, NULL), SQLITE_OK);
+  gn_offer_table *v = gn_offer_table_new(10);
+  assert_int_equal(gn_offer_table_load(v, db, NOW), 0);
+  assert_int_equal(gn_offer_table_count(v), 0);
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+  gn_offer_table_free(u);
+  gn_offer_table_free(v);
+  sqlite3_close(db);
+  unlink(path);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_offer_encode_decode_roundtrip),
+      cmocka_unit_test(test_offer_decode_rejects_bad_fields),
+      cmocka_unit_test(test_offer_id_depends_on_provider_and_model_only),
+      cmocka_unit_test(test_offer_table_newer_seq_replaces),
+      cmocka_unit_test(test_offer_table_rejects_wrong_signer_and_bad_sig),
+      cmocka_unit_test(test_offer_table_expiry),
+      cmocka_unit_test(test_offer_table_withdraw_and_tombstone),
+      cmocka_unit_test(test_offer_table_is_bounded),
+      cmocka_unit_test(test_offer_table_sqlite_roundtrip),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
