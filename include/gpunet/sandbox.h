@@ -92,6 +92,12 @@ typedef struct gn_bundle_spec {
  * read-only /proc paths, rlimits and the limits in spec. */
 int gn_bundle_write(const char *bundle_dir, const gn_bundle_spec *spec);
 
+/* True when this host's cgroup layout can apply memory and pids limits:
+ * cgroup v2 with both controllers enabled at the root, or cgroup v1 (or
+ * hybrid) with memory and pids hierarchies mounted. Set
+ * gn_bundle_spec.cgroup_limits from it. */
+bool gn_cgroup_limits_supported(void);
+
 /* --- runtime --------------------------------------------------------------*/
 
 typedef enum gn_runtime_kind { GN_RUNTIME_RUNC = 1, GN_RUNTIME_CRUN = 2 } gn_runtime_kind;
@@ -114,5 +120,14 @@ int gn_runtime_argv_kill(const gn_runtime *rt, const char *state_root, const cha
                          char ***ret_argv);
 int gn_runtime_argv_delete(const gn_runtime *rt, const char *state_root, const char *id, char ***ret_argv);
 char **gn_argv_free(char **argv);
+
+/* Runs argv (argv[0] a path) to completion: fork, exec, wait. ret_status
+ * gets the exit code, or 128 + signal number. stdin/stdout/stderr are
+ * inherited. Blocking: for tests and the daemon's cleanup (kill, delete),
+ * never for a job, which the daemon watches with uv_spawn. */
+int gn_runtime_exec(char **argv, int *ret_status);
+/* The same with the child's stdio redirected to the given fds (-1: inherit).
+ * Descriptors above 2 are closed in the child. */
+int gn_runtime_exec_io(char *const *argv, int stdin_fd, int stdout_fd, int stderr_fd, int *ret_status);
 
 #endif

@@ -1,0 +1,304 @@
+/* OCI bundle generation: writes bundle_dir/config.json (runtime spec 1.0.2)
+ * for a job with strict isolation, and tells whether the host's cgroup
+ * layout can apply memory and pids limits.
+ *
+ * The process runs as uid 0:0 inside the container, with every capability
+ * set empty and no-new-privileges. Why root: the unpacked files are owned
+ * by root (see unpack.c) and images expect to read them, and the root
+ * filesystem is read-only anyway. Root without capabilities cannot override
+ * file permissions, mount, trace, load modules or use raw sockets; what it
+ * keeps is ownership of the image's own root-owned files. User namespaces
+ * (uid 0 mapped to an unprivileged host uid) would take even that away on
+ * an escape; they are not used yet. */
+#include "sandbox_int.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#define DEFAULT_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define DEFAULT_NOFILE 1024u
+#define STRV_MAX 4096u
+#define DEVICES_MAX 64u
+
+/* The masked and read-only /proc and /sys paths are runc's defaults. */
+static const char *const masked_paths[] = {
+    "/proc/acpi",        "/proc/asound",      "/proc/kcore",       "/proc/keys",     "/proc/latency_stats",
+    "/proc/timer_list",  "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",  "/proc/scsi", NULL,
+};
+static const char *const readonly_paths[] = {
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger", NULL,
+};
+
+static json_t *strv_json(const char *const *v) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && v && v[i]; i++)
+    json_array_append_new(a, json_string(v[i]));
+  return a;
+}
+
+static json_t *mount_json(const char *dest, const char *type, const char *source, const char *const *options) {
+  json_t *m = json_pack("{s:s, s:s, s:s}", "destination", dest, "type", type, "source", source);
+  if (m && options)
+    json_object_set_new(m, "options", strv_json(options));
+  return m;
+}
+
+static json_t *mounts_json(void) {
+  static const char *const dev[] = {"nosuid", "strictatime", "mode=755", "size=65536k", NULL};
+  static const char *const pts[] = {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5", NULL};
+  static const char *const shm[] = {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k", NULL};
+  static const char *const mq[] = {"nosuid", "noexec", "nodev", NULL};
+  static const char *const sys[] = {"nosuid", "noexec", "nodev", "ro", NULL};
+  static const char *const tmp[] = {"nosuid", "nodev", "mode=1777", "size=64m", NULL};
+  json_t *a = json_array();
+  if (!a)
+    return NULL;
+  json_array_append_new(a, mount_json("/proc", "proc", "proc", NULL));
+  json_array_append_new(a, mount_json("/dev", "tmpfs", "tmpfs", dev));
+  json_array_append_new(a, mount_json("/dev/pts", "devpts", "devpts", pts));
+  json_array_append_new(a, mount_json("/dev/shm", "tmpfs", "shm", shm));
+  json_array_append_new(a, mount_json("/dev/mqueue", "mqueue", "mqueue", mq));
+  json_array_append_new(a, mount_json("/sys", "sysfs", "sysfs", sys));
+  json_array_append_new(a, mount_json("/tmp", "tmpfs", "tmpfs", tmp));
+  return a;
+}
+
+static bool env_has(const char *const *env, const char *prefix) {
+  size_t n = strlen(prefix);
+  for (size_t i = 0; env && env[i]; i++)
+    if (strncmp(env[i], prefix, n) == 0)
+      return true;
+  return false;
+}
+
+static bool hostname_valid(const char *h) {
+  size_t n = strlen(h);
+  if (n == 0 || n > 63)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = h[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
+      return false;
+  }
+  return h[0] != '-';
+}
+
+static bool visible_devices_valid(const char *v) {
+  size_t n = strlen(v);
+  if (n == 0 || n > 512)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = v[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == ',' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+static int validate(const gn_bundle_spec *s) {
+  if (!s->argv || !s->argv[0] || !s->argv[0][0])
+    return GN_EINVAL;
+  size_t n = 0;
+  for (const char *const *p = s->argv; *p; p++)
+    if (++n > STRV_MAX)
+      return GN_ETOOBIG;
+  n = 0;
+  for (const char *const *p = s->env; p && *p; p++) {
+    const char *eq = strchr(*p, '=');
+    if (!eq || eq == *p)
+      return GN_EINVAL;
+    if (++n > STRV_MAX)
+      return GN_ETOOBIG;
+  }
+  if (s->cwd && s->cwd[0] != '/')
+    return GN_EINVAL;
+  if (s->hostname && !hostname_valid(s->hostname))
+    return GN_EINVAL;
+  if (s->rootfs && (!s->rootfs[0] || strstr(s->rootfs, "..")))
+    return GN_EINVAL;
+  if (s->visible_devices && !visible_devices_valid(s->visible_devices))
+    return GN_EINVAL;
+  return 0;
+}
+
+/* Adds linux.devices and the matching allow rules for each GPU node. */
+static int devices_json(const char *const *devices, json_t *linux_devices, json_t *rules) {
+  size_t n = 0;
+  for (const char *const *p = devices; p && *p; p++) {
+    struct stat st;
+    if (++n > DEVICES_MAX)
+      return GN_ETOOBIG;
+    if (strncmp(*p, "/dev/", 5) != 0 || strstr(*p, ".."))
+      return GN_EINVAL;
+    if (stat(*p, &st) < 0)
+      return -errno;
+    if (!S_ISCHR(st.st_mode))
+      return GN_EINVAL; /* GPUs are character devices; anything else is a mistake */
+    json_int_t major = (json_int_t)major(st.st_rdev), minor = (json_int_t)minor(st.st_rdev);
+    json_array_append_new(linux_devices, json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:i}", "path", *p, "type", "c",
+                                                   "major", major, "minor", minor, "fileMode", 0666, "uid", 0,
+                                                   "gid", 0));
+    json_array_append_new(rules, json_pack("{s:b, s:s, s:I, s:I, s:s}", "allow", 1, "type", "c", "major", major,
+                                           "minor", minor, "access", "rwm"));
+  }
+  return 0;
+}
+
+static json_t *build(const gn_bundle_spec *s, int *ret_code) {
+  json_t *root = NULL, *env = NULL, *linux_devices = NULL, *rules = NULL, *resources = NULL;
+  json_t *caps = NULL, *process = NULL, *lx = NULL;
+  int r = GN_ENOMEM;
+
+  env = strv_json(s->env);
+  if (!env)
+    goto fail;
+  if (!env_has(s->env, "PATH="))
+    json_array_insert_new(env, 0, json_string(DEFAULT_PATH));
+  if (s->visible_devices) {
+    char v[600];
+    snprintf(v, sizeof(v), "NVIDIA_VISIBLE_DEVICES=%s", s->visible_devices);
+    json_array_append_new(env, json_string(v));
+  }
+
+  /* Empty sets: the job holds no capability at all, not even the handful
+   * runc grants by default. */
+  caps = json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective", "inheritable", "permitted", "ambient");
+  uint64_t nofile = s->nofile ? s->nofile : DEFAULT_NOFILE;
+  process = json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b, s:[{s:s, s:I, s:I}, {s:s, s:i, s:i}]}",
+                      "terminal", 0, "user", "uid", 0, "gid", 0, "args", strv_json(s->argv), "env", env, "cwd",
+                      s->cwd ? s->cwd : "/", "capabilities", caps, "noNewPrivileges", 1, "rlimits", "type",
+                      "RLIMIT_NOFILE", "hard", (json_int_t)nofile, "soft", (json_int_t)nofile, "type", "RLIMIT_CORE",
+                      "hard", 0, "soft", 0);
+  env = caps = NULL; /* owned by process (or freed by json_pack on failure) */
+  if (!process)
+    goto fail;
+
+  linux_devices = json_array();
+  rules = json_pack("[{s:b, s:s}]", "allow", 0, "access", "rwm"); /* default deny */
+  if (!linux_devices || !rules)
+    goto fail;
+  if ((r = devices_json(s->devices, linux_devices, rules)) < 0)
+    goto fail;
+  r = GN_ENOMEM;
+  resources = json_pack("{s:o}", "devices", rules);
+  rules = NULL;
+  if (!resources)
+    goto fail;
+  if (s->cgroup_limits) {
+    /* Only where the cgroup layout applies them (gn_cgroup_limits_supported):
+     * a runtime asked for limits it cannot set refuses to start at all. */
+    if (s->memory_bytes)
+      json_object_set_new(resources, "memory", json_pack("{s:I}", "limit", (json_int_t)s->memory_bytes));
+    if (s->pids_max)
+      json_object_set_new(resources, "pids", json_pack("{s:I}", "limit", (json_int_t)s->pids_max));
+  }
+
+  /* Every job gets a new network namespace. With spec->network false it stays
+   * empty (only a down loopback, which runc brings up). spec->network true
+   * means the node may attach the job network to this namespace after the
+   * container starts; in this version nothing here does that, so a job with
+   * network=true is, for now, just as isolated: no interface but lo. */
+  lx = json_pack("{s:[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}], s:o, s:o, s:o, s:o}", "namespaces", "type", "pid", "type",
+                 "ipc", "type", "uts", "type", "mount", "type", "network", "devices", linux_devices, "resources",
+                 resources, "maskedPaths", strv_json(masked_paths), "readonlyPaths", strv_json(readonly_paths));
+  linux_devices = resources = NULL;
+  if (!lx)
+    goto fail;
+
+  root = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process", process, "root",
+                   "path", s->rootfs ? s->rootfs : "rootfs", "readonly", 1, "hostname",
+                   s->hostname ? s->hostname : "gpunet", "mounts", mounts_json(), "linux", lx);
+  process = lx = NULL;
+  if (!root)
+    goto fail;
+  return root;
+fail:
+  json_decref(env);
+  json_decref(caps);
+  json_decref(process);
+  json_decref(linux_devices);
+  json_decref(rules);
+  json_decref(resources);
+  json_decref(lx);
+  *ret_code = r;
+  return NULL;
+}
+
+int gn_bundle_write(const char *bundle_dir, const gn_bundle_spec *spec) {
+  char path[4096], tmp[4096];
+  int r;
+  if (!bundle_dir || !spec || strlen(bundle_dir) > 4000)
+    return GN_EINVAL;
+  if ((r = validate(spec)) < 0)
+    return r;
+  if (mkdir(bundle_dir, 0700) < 0 && errno != EEXIST)
+    return -errno;
+  json_t *cfg = build(spec, &r);
+  if (!cfg)
+    return r;
+  snprintf(path, sizeof(path), "%s/config.json", bundle_dir);
+  snprintf(tmp, sizeof(tmp), "%s/.config.json.tmp", bundle_dir);
+  char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(cfg);
+  if (!text)
+    return GN_ENOMEM;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    r = -errno;
+    goto out;
+  }
+  size_t len = strlen(text), off = 0;
+  r = 0;
+  while (off < len) {
+    ssize_t w = write(fd, text + off, len - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      r = -errno;
+      break;
+    }
+    off += (size_t)w;
+  }
+  if (close(fd) < 0 && r == 0)
+    r = -errno;
+  if (r == 0 && rename(tmp, path) < 0)
+    r = -errno;
+  if (r < 0)
+    unlink(tmp);
+out:
+  free(text);
+  return r;
+}
+
+static bool fs_is(const char *path, long magic) {
+  struct statfs sf;
+  return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
+}
+
+bool gn_cgroup_limits_supported(void) {
+  if (fs_is("/sys/fs/cgroup", CGROUP2_SUPER_MAGIC)) {
+    /* Unified hierarchy: the controllers must be enabled at the root. */
+    char buf[512] = "";
+    int fd = open("/sys/fs/cgroup/cgroup.controllers", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+      return false;
+    buf[n] = '\0';
+    bool mem = false, pids = false;
+    for (char *save = NULL, *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+      mem = mem || strcmp(t, "memory") == 0;
+      pids = pids || strcmp(t, "pids") == 0;
+    }
+    return mem && pids;
+  }
+  /* cgroup v1 (or hybrid): both controllers mounted as their own hierarchy. */
+  return fs_is("/sys/fs/cgroup/memory", CGROUP_SUPER_MAGIC) && fs_is("/sys/fs/cgroup/pids", CGROUP_SUPER_MAGIC);
+}
