@@ -647,6 +647,48 @@ static void test_forged_report_signature_rejected(void **state) {
   gn_identity_free(ver);
 }
 
+/* --- the CUDA backend ------------------------------------------------------------------*/
+
+static void test_cuda_backend_missing_library_unsupported(void **state) {
+  (void)state;
+  gn_attest_backend *b = NULL;
+  setenv("GN_ATTEST_CUDA_LIB", "/nonexistent/libgpunet_attest_cuda.so", 1);
+  assert_int_equal(gn_attest_cuda_open(0, &b), GN_EUNSUPPORTED);
+  assert_null(b);
+  unsetenv("GN_ATTEST_CUDA_LIB");
+}
+
+/* Without a GPU (or without the library) the backend is unsupported, never a
+ * crash; with one, its roots and rows equal the CPU reference bit for bit. */
+static void test_cuda_backend_matches_cpu_or_unsupported(void **state) {
+  (void)state;
+  gn_attest_backend *b = NULL;
+  int r = gn_attest_cuda_open(0, &b);
+  if (r == GN_EUNSUPPORTED) {
+    assert_null(b);
+    skip();
+  }
+  assert_int_equal(r, 0);
+  static const gn_attest_params cases[] = {
+      {.n = 64, .depth = 1, .rounds = 3, .open_rounds = 1, .open_rows = 4},
+      {.n = 128, .depth = 3, .rounds = 2, .open_rounds = 2, .open_rows = 4},
+      {.n = 256, .depth = 2, .rounds = 2, .open_rounds = 2, .open_rows = 4},
+  };
+  uint8_t nonce[32] = {1, 2, 3};
+  for (size_t t = 0; t < GN_ARRAY_SIZE(cases); t++) {
+    const gn_attest_params *p = &cases[t];
+    uint8_t gpu[3 * 32], cpu[3 * 32];
+    assert_int_equal(b->chain(b->ctx, p, nonce, gpu), 0);
+    assert_int_equal(gn__attest_cpu_chain(p, nonce, cpu), 0);
+    assert_memory_equal(gpu, cpu, (size_t)p->rounds * 32);
+    gn_attest_result res;
+    exchange(p, b, "RTX 4090", 77, 1000, &res);
+    assert_int_not_equal(res.outcome, GN_ATTEST_FAILED);
+    assert_false(res.simulated);
+  }
+  gn_attest_cuda_close(b);
+}
+
 int main(void) {
   if (sodium_init() < 0)
     return 1;
@@ -671,6 +713,8 @@ int main(void) {
       cmocka_unit_test(test_class_table_and_lookup),
       cmocka_unit_test(test_report_round_trip_with_verifier),
       cmocka_unit_test(test_forged_report_signature_rejected),
+      cmocka_unit_test(test_cuda_backend_missing_library_unsupported),
+      cmocka_unit_test(test_cuda_backend_matches_cpu_or_unsupported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
