@@ -92,11 +92,19 @@ static int empty_dir_fd(int fd) {
 }
 
 /* Cleans an entry name into "a/b/c": drops "./" and empty components,
- * refuses absolute names and "..". Returns 0, or GN_EPERM. An empty result
- * is the root itself. */
+ * refuses absolute names (but "/" itself) and "..". Returns 0, or GN_EPERM.
+ * An empty result is the root itself. */
 static int clean_path(const char *in, char *out, size_t cap) {
-  if (!in || in[0] == '/')
+  if (!in)
     return GN_EPERM;
+  if (in[0] == '/') {
+    /* "/" alone is the root directory itself (umoci writes such an entry);
+     * any other absolute name is refused. */
+    if (in[strspn(in, "/")] != '\0')
+      return GN_EPERM;
+    out[0] = '\0';
+    return 0;
+  }
   size_t n = 0;
   const char *p = in;
   while (*p) {
