@@ -39,8 +39,9 @@ static const gn_attest_class classes[] = {
     /* NVIDIA H200 datasheet, SXM: 141 GB HBM3e, 4.8 TB/s, INT8 3958 TOPS with
      * sparsity (1979 dense): the same compute as H100 SXM with more, faster
      * memory. (H200 NVL is 3341 sparse; it reports the same device name, so
-     * an NVL card is held to the SXM figure here.) 141 GB = 134,472 MiB. */
-    {"H200", "H200", 134472, 4800.0, 1979.0, 0.20},
+     * an NVL card is held to the SXM figure here.) The "141 GB" are in fact
+     * ~141 GiB: NVML reports 143,771 MiB usable; nominal 144,384 MiB. */
+    {"H200", "H200", 144384, 4800.0, 1979.0, 0.20},
 };
 
 size_t gn_attest_class_count(void) {

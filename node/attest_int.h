@@ -74,4 +74,19 @@ int gn__attest_chain_with(const gn_attest_params *p, const uint8_t nonce[GN_ATTE
                                           const uint8_t prev_root[GN_ATTEST_HASH_LEN], int32_t *ret_c),
                           void *ctx, uint8_t *ret_roots);
 
+/* --- the memory challenge (attest_mem.c) ---------------------------------------*/
+
+/* Table key: BLAKE2b-256("gpunet-attest-mem-v1" || nonce || le32 table_mib ||
+ * le32 cost). */
+void gn__attest_mem_key(const gn_attest_mem_params *p, const uint8_t nonce[GN_ATTEST_NONCE_LEN], uint8_t ret_key[32]);
+/* Entry `index` of the table: ChaCha20 block `index` of key, then cost-1
+ * times the block of the previous block's first 32 bytes as key. */
+void gn__attest_mem_entry(const uint8_t key[32], uint32_t index, uint32_t cost, uint8_t ret[64]);
+/* Entries in the table: table_mib * 2^20 / 64. */
+uint64_t gn__attest_mem_entries(const gn_attest_mem_params *p);
+/* Walker w's final accumulator. get(ctx, index, ret) supplies entries, from a
+ * table (the prover) or regenerated (the verifier). */
+uint64_t gn__attest_mem_walk(const gn_attest_mem_params *p, const uint8_t seed[32], uint32_t walker,
+                             void (*get)(void *ctx, uint32_t index, uint8_t ret[64]), void *ctx);
+
 #endif

@@ -28,6 +28,10 @@
 /* Envelope types beside the reserved GN_MSG_ATTEST_* (50-53) of wire.h. */
 #define GN_MSG_ATTEST_REPORT 54  /* a provider's signed attestation report */
 #define GN_MSG_ATTEST_VERDICT 55 /* a verifier's signed verdict on one exchange */
+#define GN_MSG_ATTEST_MEM_CHALLENGE 56 /* memory challenge: fill a table */
+#define GN_MSG_ATTEST_MEM_READY 57     /* prover: the table is filled */
+#define GN_MSG_ATTEST_MEM_WALK 58      /* verifier: walk it now (timed) */
+#define GN_MSG_ATTEST_MEM_RESULT 59    /* prover: every walker's result */
 
 /* What the verifier asks for. n is a power of two in [N_MIN, N_MAX]; each
  * round computes depth chained int8 products of n x n matrices; rounds are
@@ -215,5 +219,61 @@ int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r
  * ret_provider gets the signer. GN_ESIG for a bad signature on either. The
  * caller frees with gn_attest_report_done. */
 int gn_attest_report_open(const uint8_t *env, size_t len, gn_attest_report *ret, uint8_t ret_provider[GN_PK_LEN]);
+
+/* --- the memory challenge (node/attest_mem.c) ---------------------------------------*/
+
+/* The prover fills a table of table_mib MiB with 64-byte entries, each the end
+ * of a chain of `cost` ChaCha20 blocks keyed by the nonce, reports ready, then
+ * on a fresh seed runs `walkers` walks of `steps` dependent reads each (the
+ * next address depends on the entry just read). Only the walk is timed. The
+ * verifier recomputes `samples` walkers, regenerating the few entries they
+ * touch. Why a card with less memory fails in time: see attest_mem.c. */
+typedef struct gn_attest_mem_params {
+  uint32_t table_mib; /* 1 .. 262144 */
+  uint32_t cost;      /* ChaCha20 blocks per entry, 1 .. 256 */
+  uint32_t walkers;   /* 1 .. 2^18 */
+  uint32_t steps;     /* 1 .. 2^24 */
+  uint32_t samples;   /* walkers the verifier recomputes, 1 .. 64 */
+} gn_attest_mem_params;
+
+#define GN_ATTEST_MEM_WALKERS_MAX (1u << 18)
+#define GN_ATTEST_MEM_STEPS_MAX (1u << 24)
+#define GN_ATTEST_MEM_COST_MAX 256u
+#define GN_ATTEST_MEM_TABLE_MIB_MAX 262144u
+
+int gn_attest_mem_params_check(const gn_attest_mem_params *p);
+/* Parameters for a class: a table of 7/8 of its memory, cost 32, 2^18
+ * walkers and enough steps to read target_ms worth of its bandwidth. */
+int gn_attest_mem_params_for_class(const gn_attest_class *c, uint32_t target_ms, gn_attest_mem_params *ret);
+/* The bandwidth rule alone: "memory verified C (X GB/s)", "memory too slow
+ * for C (measured X GB/s, expected at least Y GB/s)", or "simulated". Reads
+ * measured_tops/expected_tops as GB/s. */
+int gn_attest_mem_grade(const gn_attest_mem_params *p, const char *claimed_class, uint64_t elapsed_ms, bool simulated,
+                        gn_attest_result *ret);
+
+typedef struct gn_attest_mem_verifier gn_attest_mem_verifier;
+typedef struct gn_attest_mem_prover gn_attest_mem_prover;
+
+/* Appends the GN_MSG_ATTEST_MEM_CHALLENGE body. */
+int gn_attest_mem_verifier_new(const gn_attest_mem_params *p, const char *claimed_class, gn_attest_rng_fn rng,
+                               void *rng_ctx, gn_buf *ret_challenge, gn_attest_mem_verifier **ret_v);
+gn_attest_mem_verifier *gn_attest_mem_verifier_free(gn_attest_mem_verifier *v);
+/* Takes the READY body, appends the WALK body; start the clock when it is
+ * sent. GN_EREPLAY for another nonce, GN_ESTATE out of order. */
+int gn_attest_mem_verifier_on_ready(gn_attest_mem_verifier *v, const uint8_t *msg, size_t len, gn_buf *ret_walk);
+/* Takes the RESULT body and the verifier's elapsed time since the WALK was
+ * sent; recomputes the sampled walkers and grades bandwidth. A wrong walker
+ * is outcome GN_ATTEST_FAILED with 0 returned. */
+int gn_attest_mem_verifier_on_result(gn_attest_mem_verifier *v, const uint8_t *msg, size_t len, uint64_t elapsed_ms,
+                                     gn_attest_result *ret);
+
+/* The CPU prover (simulated): holds the table in host memory. max_table_mib
+ * bounds what it accepts to allocate (GN_ETOOBIG beyond). */
+int gn_attest_mem_prover_new(uint32_t max_table_mib, gn_attest_mem_prover **ret);
+gn_attest_mem_prover *gn_attest_mem_prover_free(gn_attest_mem_prover *pr);
+/* Fills the table (blocking) and appends the READY body. */
+int gn_attest_mem_prover_on_challenge(gn_attest_mem_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_ready);
+/* Walks (blocking) and appends the RESULT body. */
+int gn_attest_mem_prover_on_walk(gn_attest_mem_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_result);
 
 #endif
