@@ -202,15 +202,18 @@ int gn_imageref_parse(const char *s, gn_imageref *ret) {
   if (!r.registry[0] || strcmp(r.registry, "docker.io") == 0 || strcmp(r.registry, "index.docker.io") == 0) {
     snprintf(r.registry, sizeof(r.registry), "registry-1.docker.io");
     if (!strchr(name, '/')) {
-      if (strlen(name) + 8 >= sizeof(r.repository))
+      size_t nlen = strlen(name);
+      if (nlen + 8 >= sizeof(r.repository))
         return GN_EINVAL;
-      snprintf(r.repository, sizeof(r.repository), "library/%s", name);
+      memcpy(r.repository, "library/", 8);
+      memcpy(r.repository + 8, name, nlen + 1);
     }
   }
   if (!r.repository[0]) {
-    if (strlen(name) >= sizeof(r.repository))
+    size_t nlen = strlen(name);
+    if (nlen >= sizeof(r.repository))
       return GN_EINVAL;
-    snprintf(r.repository, sizeof(r.repository), "%s", name);
+    memcpy(r.repository, name, nlen + 1);
   }
   if (!repository_valid(r.repository))
     return GN_EINVAL;
