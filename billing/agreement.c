@@ -3,10 +3,15 @@
  * both signatures over the same terms. */
 #include "billing_int.h"
 
+#include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
 
 #define REQUEST_MAX 4096 /* an encoded request is a few hundred bytes */
+/* start_s is chosen by the provider alone; bounding it keeps every later
+ * t_s - start_s and start_s + offset far from int64 overflow (2^40 s is
+ * some 35000 years). */
+#define START_S_MAX ((int64_t)1 << 40)
 
 void gn_lease_terms_init(gn_lease_terms *t) {
   uint8_t r[8];
@@ -167,7 +172,7 @@ int gn_agreement_seal(const gn_identity *provider, const uint8_t *request_env, s
     return r;
   if (memcmp(provider->pk, t.provider, GN_PK_LEN) != 0)
     return GN_EPERM;
-  if (gpu_count != t.count)
+  if (gpu_count != t.count || start_s < 0 || start_s > START_S_MAX)
     return GN_EINVAL;
   for (uint32_t i = 0; i < gpu_count; i++)
     if (!gpus[i] || strlen(gpus[i]) >= 64 || !printable(gpus[i], 1))
@@ -303,6 +308,10 @@ int gn__agreement_open(const uint8_t *env, size_t len, gn_agreement *ret, char *
     node_id(e.signer, a);
     node_id(ag.terms.provider, b);
     r = fail_code(GN_EPERM, reason, cap, "agreement is signed by %s, not by the provider named in the terms %s", a, b);
+    goto out;
+  }
+  if (ag.start_s < 0 || ag.start_s > START_S_MAX) {
+    r = fail_code(GN_EINVAL, reason, cap, "agreement start_s %" PRId64 " is out of range", ag.start_s);
     goto out;
   }
   if (ag.gpu_count != ag.terms.count) {

@@ -256,8 +256,10 @@ int gn__ledger_append(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t 
      * inside someone else's it would not be, so refuse rather than lie. */
     if (!sqlite3_get_autocommit(l->db))
       return GN_ESTATE;
-    if (step_done(l->begin) < 0)
-      return GN_EDB;
+    int rc = sqlite3_step(l->begin);
+    sqlite3_reset(l->begin);
+    if (rc != SQLITE_DONE) /* BUSY: another connection holds the write lock */
+      return rc == SQLITE_BUSY ? GN_EBUSY : GN_EDB;
   }
   if ((r = lease_get(l, lease_id, &lr)) < 0 || (r = last_get(l, lease_id, &lr, &last)) < 0)
     goto out;

@@ -60,7 +60,7 @@ int gn_lease_request_open(const uint8_t *env, size_t len, gn_lease_terms *ret);
 /* The provider's GN_MSG_LEASE_ACCEPT envelope embedding the request
  * envelope: this is the agreement both sides signed. The provider must be
  * the one named in the request (GN_EPERM) and grant exactly terms.count GPUs
- * (ids of 1..63 bytes). */
+ * (ids of 1..63 printable bytes); 0 <= start_s <= 2^40. */
 int gn_agreement_seal(const gn_identity *provider, const uint8_t *request_env, size_t request_len, int64_t start_s,
                       const char *const *gpus, uint32_t gpu_count, gn_buf *ret_env);
 /* Verifies both signatures and that the signers are the provider and
@@ -82,8 +82,9 @@ void gn_meter_start(gn_meter *m, uint64_t now_mono_ms, uint64_t max_s);
  * capped at max_s in total). The caller writes them, then calls
  * gn_meter_advance with the number written. */
 uint64_t gn_meter_due(const gn_meter *m, uint64_t now_mono_ms);
-void gn_meter_advance(gn_meter *m, uint64_t n);
-/* Milliseconds until the next tick is due (0 if one is due now). */
+void gn_meter_advance(gn_meter *m, uint64_t n); /* never counts past max_s */
+/* Milliseconds until the next tick is due (0 if one is due now; UINT64_MAX
+ * once finished: no timer is needed). */
 uint64_t gn_meter_next_ms(const gn_meter *m, uint64_t now_mono_ms);
 bool gn_meter_finished(const gn_meter *m);
 
@@ -117,7 +118,9 @@ int gn_ledger_begin_lease(gn_ledger *l, const char *lease_id, const uint8_t *agr
  * 0..100 or GN_UTIL_UNKNOWN; GN_ETOOBIG once max_s ticks exist. A t_s
  * earlier than the previous tick's (wall clock stepped back) is recorded as
  * the previous tick's t_s; ret_tick shows what was stored. GN_ESTATE if the
- * connection is inside a transaction (the commit would not be ours). */
+ * connection is inside a transaction (the commit would not be ours), GN_EBUSY
+ * if another connection holds the write lock (the caller's busy_timeout
+ * applies first). */
 int gn_ledger_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util,
                           gn_tick *ret_tick);
 /* GN_ENOTFOUND for a lease never begun. */

@@ -10,8 +10,8 @@ static void reseal(const gn_buf *env, const gn_identity *id, uint32_t type, gn_b
 }
 
 /* An agreement body built by hand, so a test can embed any request bytes. */
-static void agreement_by_hand(const gn_identity *signer, const uint8_t *req, size_t req_len, uint32_t ngpus,
-                              gn_buf *ret) {
+static void agreement_at(const gn_identity *signer, const uint8_t *req, size_t req_len, uint32_t ngpus,
+                        int64_t start_s, gn_buf *ret) {
   gn_wire_writer w;
   gn_buf body = {0};
   gn_wire_writer_init(&w);
@@ -19,7 +19,7 @@ static void agreement_by_hand(const gn_identity *signer, const uint8_t *req, siz
   gn_wire_put_str(&w, "request");
   gn_wire_put_bin(&w, req, req_len);
   gn_wire_put_str(&w, "start_s");
-  gn_wire_put_i64(&w, FX_START_S);
+  gn_wire_put_i64(&w, start_s);
   gn_wire_put_str(&w, "gpus");
   gn_wire_put_array(&w, ngpus);
   for (uint32_t i = 0; i < ngpus; i++)
@@ -28,6 +28,11 @@ static void agreement_by_hand(const gn_identity *signer, const uint8_t *req, siz
   gn_wire_writer_done(&w);
   assert_int_equal(gn_envelope_seal(signer, GN_MSG_LEASE_ACCEPT, body.data, body.len, ret), 0);
   gn_buf_done(&body);
+}
+
+static void agreement_by_hand(const gn_identity *signer, const uint8_t *req, size_t req_len, uint32_t ngpus,
+                              gn_buf *ret) {
+  agreement_at(signer, req, req_len, ngpus, FX_START_S, ret);
 }
 
 static void test_agreement_round_trip(void **state) {
@@ -137,6 +142,13 @@ static void test_agreement_requires_the_requested_gpu_count(void **state) {
   assert_int_equal(gn_agreement_seal(f->provider, f->request.data, f->request.len, FX_START_S, fx_gpus, 0, &env),
                    GN_EINVAL);
   agreement_by_hand(f->provider, f->request.data, f->request.len, 2, &env);
+  assert_int_equal(gn_agreement_open(env.data, env.len, &ag), GN_EINVAL);
+  gn_buf_done(&env);
+  /* A start time that would overflow t_s arithmetic later. */
+  assert_int_equal(gn_agreement_seal(f->provider, f->request.data, f->request.len, INT64_MAX, fx_gpus, 1, &env),
+                   GN_EINVAL);
+  assert_int_equal(gn_agreement_seal(f->provider, f->request.data, f->request.len, -1, fx_gpus, 1, &env), GN_EINVAL);
+  agreement_at(f->provider, f->request.data, f->request.len, 1, INT64_MAX, &env);
   assert_int_equal(gn_agreement_open(env.data, env.len, &ag), GN_EINVAL);
   gn_buf_done(&env);
   const char *bad[] = {"GPU-1\n"};
