@@ -1,6 +1,167 @@
-/* gpunet: the user's command. */
+/* gpunet: the user's command. Parses the global options and dispatches to one
+ * command from a table, as WireGuard's wg does; the commands talk to the local
+ * gpunetd through its control socket. */
+#include "cli.h"
+
+#include <curl/curl.h>
+#include <gpunet/node.h>
 #include <stdio.h>
-int main(void) {
-  fputs("gpunet: not built yet\n", stderr);
-  return 1;
+#include <string.h>
+
+static const cli_cmd commands[] = {
+    {"init", cmd_init, "create this node's identity and config",
+     "Usage: gpunet init [--force]\n"
+     "Creates the data directory (0700), a fresh node identity (identity.key,\n"
+     "0600) and a commented gpunet.conf, then prints the node id. Never\n"
+     "overwrites an existing identity; --force only rewrites the config.\n"},
+    {"id", cmd_id, "print this node's id",
+     "Usage: gpunet id\n"
+     "Prints the node id from DATA_DIR/identity.key (no daemon needed).\n"},
+    {"status", cmd_status, "show the daemon's state",
+     "Usage: gpunet status\n"
+     "Shows the node id, version, addresses and counts of peers, offers,\n"
+     "leases and jobs of the running gpunetd.\n"},
+    {"gpus", cmd_gpus, "list this node's GPUs",
+     "Usage: gpunet gpus\n"
+     "Lists the local GPUs gpunetd found (real and simulated), whether they are\n"
+     "leased, their utilization and attestation.\n"},
+    {"peers", cmd_peers, "list known peers",
+     "Usage: gpunet peers\n"
+     "Lists the peers in the overlay membership.\n"},
+    {"offers", cmd_offers, "search GPU offers",
+     "Usage: gpunet offers [FILTER...] [--sort price|vram|count]\n"
+     "Lists offers from the local offer table. FILTER terms (all must hold):\n"
+     "  gpu=MODEL gpu!=MODEL   model substring: rtx4090, 4090, \"RTX 4090\"\n"
+     "  vram>=24               GiB of memory per GPU\n"
+     "  price<=0.50            currency units per GPU-hour\n"
+     "  count>=2               GPUs free\n"
+     "  simulated=false        hide simulated GPUs\n"
+     "Operators: = != < <= > >=. Example:\n"
+     "  gpunet offers 'gpu=rtx4090 vram>=24 price<=0.50' --sort price\n"},
+    {"rent", cmd_rent, "lease GPUs from a provider",
+     "Usage: gpunet rent (OFFER | --gpu MODEL) --hours H [--count N]\n"
+     "                   [--allow-simulated] [--no-attest]\n"
+     "Negotiates a signed lease for N GPUs (default 1) of an offer, or of the\n"
+     "cheapest offer of MODEL, for at most H hours. Before signing, the\n"
+     "provider's GPU is challenged unless --no-attest. Simulated GPUs are\n"
+     "refused unless --allow-simulated.\n"},
+    {"leases", cmd_leases, "list leases",
+     "Usage: gpunet leases\n"
+     "Lists leases, as requester or provider, with elapsed time and cost.\n"},
+    {"release", cmd_release, "end a lease and settle it",
+     "Usage: gpunet release LEASE\n"
+     "Ends the lease now and prints the final bill.\n"},
+    {"run", cmd_run, "run a container job on a lease",
+     "Usage: gpunet run LEASE --image REF [--env K=V]... [-f|--follow] -- CMD [ARGS...]\n"
+     "Sends a signed job manifest to the lease's provider, which pulls REF and\n"
+     "runs CMD with the leased GPUs. Prints the job id; with -f streams the\n"
+     "job's output and exits with its exit code.\n"},
+    {"jobs", cmd_jobs, "list jobs",
+     "Usage: gpunet jobs\n"
+     "Lists jobs and their states.\n"},
+    {"logs", cmd_logs, "print a job's output",
+     "Usage: gpunet logs JOB [-f|--follow]\n"
+     "Prints the job's output so far; with -f keeps following it until the job\n"
+     "ends, then exits with the job's exit code.\n"},
+    {"stop", cmd_stop, "stop a job",
+     "Usage: gpunet stop JOB\n"
+     "Stops a running job.\n"},
+    {"invoices", cmd_invoices, "list invoices",
+     "Usage: gpunet invoices\n"
+     "Lists invoices this node issued or received.\n"},
+    {"invoice", cmd_invoice, "show, export or audit an invoice",
+     "Usage: gpunet invoice show ID\n"
+     "       gpunet invoice export ID --out FILE\n"
+     "       gpunet invoice audit FILE\n"
+     "show prints an invoice's summary; export writes the self-contained,\n"
+     "signed invoice document to FILE; audit re-verifies such a file with no\n"
+     "daemon (every signature, the tick hash chain, each second's price and the\n"
+     "totals) and exits 1 if anything does not check out.\n"},
+    {"attest", cmd_attest, "challenge a provider's GPU",
+     "Usage: gpunet attest OFFER|NODE\n"
+     "Asks gpunetd to run the GPU attestation challenge against the provider\n"
+     "of an offer, or a node, and prints the verdict.\n"},
+};
+
+const cli_cmd *cli_find_cmd(const char *name) {
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    if (strcmp(commands[i].name, name) == 0)
+      return &commands[i];
+  return NULL;
+}
+
+static void print_help(FILE *out) {
+  fprintf(out, "Usage: gpunet [--data-dir DIR] [--json] COMMAND [ARGS...]\n"
+               "The gpunet command: find, rent and use GPUs on the gpunet marketplace\n"
+               "through the local gpunetd.\n\n"
+               "Commands:\n");
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(out, "\nOptions:\n"
+               "  --data-dir DIR  gpunetd's data directory (default $XDG_DATA_HOME/gpunet,\n"
+               "                  else ~/.local/share/gpunet); its socket is DIR/gpunetd.sock\n"
+               "  --json          print JSON for scripts instead of tables\n"
+               "  --version       print the version\n"
+               "  -h, --help      this help; `gpunet COMMAND --help` for a command\n");
+}
+
+static int usage_global(const char *fmt, const char *arg) {
+  fputs("gpunet: ", stderr);
+  fprintf(stderr, fmt, arg);
+  fputs(" (see gpunet help)\n", stderr);
+  return CLI_USAGE;
+}
+
+int main(int argc, char **argv) {
+  cli c;
+  memset(&c, 0, sizeof(c));
+  bool have_dir = false;
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--json") == 0) {
+      c.json = true;
+    } else if (strcmp(a, "--data-dir") == 0 || strncmp(a, "--data-dir=", 11) == 0) {
+      const char *v = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
+      if (!v || !v[0])
+        return usage_global("option '%s' needs a directory", "--data-dir");
+      if (strlen(v) >= sizeof(c.data_dir))
+        return usage_global("data directory '%.80s' is too long", v);
+      snprintf(c.data_dir, sizeof(c.data_dir), "%s", v);
+      have_dir = true;
+    } else if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+      printf("gpunet %s\n", GN_CLI_VERSION);
+      return CLI_OK;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      print_help(stdout);
+      return CLI_OK;
+    } else {
+      return usage_global("unknown option '%s'", a);
+    }
+  }
+  if (i == argc) {
+    print_help(stderr);
+    return CLI_USAGE;
+  }
+  const char *name = argv[i];
+  if (strcmp(name, "help") == 0) {
+    if (i + 1 < argc) {
+      const cli_cmd *cmd = cli_find_cmd(argv[i + 1]);
+      if (!cmd)
+        return usage_global("unknown command '%s'", argv[i + 1]);
+      return cli_print_usage(cmd);
+    }
+    print_help(stdout);
+    return CLI_OK;
+  }
+  const cli_cmd *cmd = cli_find_cmd(name);
+  if (!cmd)
+    return usage_global("unknown command '%s'", name);
+  if (!have_dir && gn_config_default_data_dir(c.data_dir, sizeof(c.data_dir)) < 0)
+    return cli_fail("no data directory: set HOME or XDG_DATA_HOME, or pass --data-dir DIR");
+  snprintf(c.sock, sizeof(c.sock), "%s/gpunetd.sock", c.data_dir);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  int r = cmd->fn(&c, argc - i, argv + i);
+  curl_global_cleanup();
+  return r;
 }

@@ -1,0 +1,112 @@
+/* Shared pieces of the gpunet command: the command table entry, the HTTP
+ * client for gpunetd's control socket and the output helpers. */
+#ifndef GN_CLI_H
+#define GN_CLI_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GN_CLI_VERSION "0.1.0"
+
+/* Exit codes. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+typedef struct cli {
+  char data_dir[PATH_MAX];
+  char sock[PATH_MAX + 16];
+  bool json;  /* print the daemon's JSON instead of tables */
+  bool quiet; /* cli_call failures return CLI_FAIL without a message */
+} cli;
+
+typedef struct cli_cmd {
+  const char *name;
+  int (*fn)(cli *c, int argc, char **argv); /* argv[0] is the command name */
+  const char *help;                         /* one line for `gpunet help` */
+  const char *usage;                        /* full text for COMMAND --help */
+} cli_cmd;
+
+/* --- errors (cli/output.c) --------------------------------------------------*/
+
+/* "gpunet: <message>" on stderr; returns CLI_FAIL. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "gpunet CMD: <message>" and a pointer to --help on stderr; returns CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints cmd's usage to stdout; returns CLI_OK. */
+int cli_print_usage(const cli_cmd *cmd);
+/* The getopt_long error for option character o (':' or '?'); CLI_USAGE. */
+int cli_bad_option(const char *cmd, int o, char **argv);
+/* Prints an object as aligned "key: value" lines (times and durations made
+ * readable, micro-unit fields skipped when a readable twin exists). */
+void cli_print_fields(const json_t *o);
+const cli_cmd *cli_find_cmd(const char *name);
+
+/* --- talking to gpunetd (cli/http.c) -----------------------------------------*/
+
+/* Sends a request (body stolen, may be NULL) and returns the parsed JSON
+ * answer of a 2xx response in *ret. On any failure prints the reason
+ * ("cannot reach gpunetd...", the daemon's {"error"} message) and returns
+ * CLI_FAIL. */
+int cli_call(cli *c, const char *method, const char *path, json_t *body, json_t **ret);
+/* The same, returning the raw bytes of the answer (NUL-terminated; *ret_len
+ * excludes the NUL). Caller frees. */
+int cli_call_raw(cli *c, const char *method, const char *path, json_t *body, char **ret, size_t *ret_len);
+/* Percent-encodes s for a URL query or path segment. Caller frees. */
+char *cli_urlencode(const char *s);
+
+/* --- output (cli/output.c) ---------------------------------------------------*/
+
+/* Pretty-prints j to stdout. Returns CLI_OK. */
+int cli_print_json(const json_t *j);
+
+typedef struct cli_table cli_table;
+cli_table *cli_table_new(size_t ncols, const char *const *headers);
+/* Adds a row of ncols strings (copied; NULL prints "-"). */
+void cli_table_row(cli_table *t, const char *const *cells);
+/* Prints with aligned columns and frees the table. */
+void cli_table_print(cli_table *t);
+
+/* Accessors that tolerate missing or mistyped fields (a newer daemon). */
+const char *cli_str(const json_t *o, const char *key);    /* NULL if absent */
+int64_t cli_int(const json_t *o, const char *key, int64_t dflt);
+bool cli_has_int(const json_t *o, const char *key);
+bool cli_bool(const json_t *o, const char *key);
+
+/* 400000 micro, "EUR" -> "0.40 EUR" (at least two decimals, no trailing
+ * zeros after them). */
+void cli_fmt_money(uint64_t micro, const char *currency, char *buf, size_t cap);
+/* -> "0.40 EUR/h". */
+void cli_fmt_price(uint64_t micro, const char *currency, char *buf, size_t cap);
+/* 3725 -> "1h02m"; 45 -> "45s"; 200 -> "3m20s"; 90000 -> "1d01h". */
+void cli_fmt_duration(int64_t seconds, char *buf, size_t cap);
+/* UTC Unix seconds -> local "YYYY-MM-DD HH:MM:SS" ("-" for 0). */
+void cli_fmt_time(int64_t unix_s, char *buf, size_t cap);
+/* A node id shortened for tables: "gnabcdefghij…". */
+void cli_fmt_node(const char *node_id, char *buf, size_t cap);
+
+/* --- commands (one file per group) --------------------------------------------*/
+
+int cmd_init(cli *c, int argc, char **argv);
+int cmd_id(cli *c, int argc, char **argv);
+int cmd_status(cli *c, int argc, char **argv);
+int cmd_gpus(cli *c, int argc, char **argv);
+int cmd_peers(cli *c, int argc, char **argv);
+int cmd_attest(cli *c, int argc, char **argv);
+int cmd_offers(cli *c, int argc, char **argv);
+int cmd_rent(cli *c, int argc, char **argv);
+int cmd_leases(cli *c, int argc, char **argv);
+int cmd_release(cli *c, int argc, char **argv);
+int cmd_run(cli *c, int argc, char **argv);
+int cmd_jobs(cli *c, int argc, char **argv);
+int cmd_logs(cli *c, int argc, char **argv);
+int cmd_stop(cli *c, int argc, char **argv);
+int cmd_invoices(cli *c, int argc, char **argv);
+int cmd_invoice(cli *c, int argc, char **argv);
+
+/* Shared by `run -f` and `logs -f`: streams a job's output from offset 0 and
+ * returns the job's exit code (or CLI_FAIL). */
+int cli_follow_logs(cli *c, const char *job_id, bool follow);
+
+#endif

@@ -1,0 +1,253 @@
+/* gpunet commands for invoices: list, show and export through gpunetd, and the
+ * daemon-free audit of an exported invoice file. */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <gpunet/billing.h>
+#include <gpunet/identity.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Exports of very long leases are large, but not this large. */
+#define CLI_MAX_INVOICE_FILE (1024ll * 1024 * 1024)
+
+int cmd_invoices(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
+    return o == 'h' ? cli_print_usage(cli_find_cmd("invoices")) : cli_bad_option("invoices", o, argv);
+  if (optind < argc)
+    return cli_usage_error("invoices", "unexpected argument '%s'", argv[optind]);
+  json_t *j;
+  int r = cli_call(c, "GET", "/v1/invoices", NULL, &j);
+  if (r != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  const json_t *invs = json_object_get(j, "invoices");
+  if (!json_array_size(invs)) {
+    printf("no invoices yet (a lease is invoiced when it ends)\n");
+    json_decref(j);
+    return CLI_OK;
+  }
+  static const char *const hdr[] = {"INVOICE", "LEASE", "ROLE", "STATUS", "DURATION", "TOTAL", "CREATED"};
+  cli_table *t = cli_table_new(7, hdr);
+  size_t i;
+  const json_t *inv;
+  json_array_foreach(invs, i, inv) {
+    char dur[24], total[64], created[32];
+    cli_fmt_duration(cli_int(inv, "seconds", 0), dur, sizeof(dur));
+    cli_fmt_money((uint64_t)cli_int(inv, "total_micro", 0), cli_str(inv, "currency"), total, sizeof(total));
+    cli_fmt_time(cli_int(inv, "created_s", 0), created, sizeof(created));
+    const char *row[] = {cli_str(inv, "id"), cli_str(inv, "lease"), cli_str(inv, "role"), cli_str(inv, "status"),
+                         dur, total, created};
+    cli_table_row(t, row);
+  }
+  cli_table_print(t);
+  json_decref(j);
+  return CLI_OK;
+}
+
+static char *invoice_path(const char *id, const char *suffix) {
+  char *e = cli_urlencode(id);
+  if (!e)
+    return NULL;
+  size_t n = strlen(e) + strlen(suffix) + 20;
+  char *p = malloc(n);
+  if (p)
+    snprintf(p, n, "/v1/invoices/%s%s", e, suffix);
+  free(e);
+  return p;
+}
+
+static int invoice_show(cli *c, const char *id) {
+  char *path = invoice_path(id, "");
+  if (!path)
+    return cli_fail("out of memory");
+  json_t *j;
+  int r = cli_call(c, "GET", path, NULL, &j);
+  free(path);
+  if (r != CLI_OK)
+    return r;
+  if (c->json)
+    cli_print_json(j);
+  else
+    cli_print_fields(json_is_object(json_object_get(j, "invoice")) ? json_object_get(j, "invoice") : j);
+  json_decref(j);
+  return CLI_OK;
+}
+
+/* Writes data to path atomically: a temporary file beside it, then rename. */
+static int write_atomic(const char *path, const char *data, size_t len) {
+  char dir_buf[PATH_MAX], tmp[PATH_MAX + 32];
+  snprintf(dir_buf, sizeof(dir_buf), "%s", path);
+  const char *dir = dirname(dir_buf);
+  snprintf(tmp, sizeof(tmp), "%s/.gpunet-export-XXXXXX", dir);
+  int fd = mkstemp(tmp);
+  if (fd < 0)
+    return -errno;
+  int r = 0;
+  for (size_t off = 0; off < len && r == 0;) {
+    ssize_t n = write(fd, data + off, len - off);
+    if (n < 0 && errno != EINTR)
+      r = -errno;
+    else if (n > 0)
+      off += (size_t)n;
+  }
+  if (r == 0 && fchmod(fd, 0644) < 0)
+    r = -errno;
+  if (r == 0 && fsync(fd) < 0)
+    r = -errno;
+  if (close(fd) < 0 && r == 0)
+    r = -errno;
+  if (r == 0 && rename(tmp, path) < 0)
+    r = -errno;
+  if (r < 0)
+    unlink(tmp);
+  return r;
+}
+
+static int invoice_export(cli *c, const char *id, const char *out) {
+  char *path = invoice_path(id, "/export");
+  if (!path)
+    return cli_fail("out of memory");
+  char *data = NULL;
+  size_t len = 0;
+  int r = cli_call_raw(c, "GET", path, NULL, &data, &len);
+  free(path);
+  if (r != CLI_OK)
+    return r;
+  /* Written as received: the document is the daemon's, byte for byte. */
+  int w = write_atomic(out, data, len);
+  free(data);
+  if (w < 0)
+    return cli_fail("cannot write %s: %s", out, strerror(-w));
+  if (c->json) {
+    json_t *j = json_pack("{s:s, s:s, s:I}", "invoice", id, "path", out, "bytes", (json_int_t)len);
+    cli_print_json(j);
+    json_decref(j);
+  } else {
+    printf("%s\n", out);
+  }
+  return CLI_OK;
+}
+
+static int audit_failed(cli *c, const char *reason) {
+  if (c->json) {
+    json_t *j = json_pack("{s:b, s:s}", "ok", 0, "reason", reason);
+    cli_print_json(j);
+    json_decref(j);
+  } else {
+    printf("audit FAILED: %s\n", reason);
+  }
+  return CLI_FAIL;
+}
+
+static int invoice_audit(cli *c, const char *file) {
+  struct stat st;
+  char reason[512] = "";
+  if (stat(file, &st) < 0) {
+    snprintf(reason, sizeof(reason), "cannot read %s: %s", file, strerror(errno));
+    return audit_failed(c, reason);
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size > CLI_MAX_INVOICE_FILE) {
+    snprintf(reason, sizeof(reason), "%s is not a regular file of at most 1 GiB", file);
+    return audit_failed(c, reason);
+  }
+  json_error_t jerr;
+  json_t *doc = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
+  if (!doc) {
+    snprintf(reason, sizeof(reason), "%s is not a gpunet invoice export: not JSON (line %d: %s)", file, jerr.line,
+             jerr.text);
+    return audit_failed(c, reason);
+  }
+  gn_invoice_summary s;
+  memset(&s, 0, sizeof(s));
+  int r = gn_invoice_audit_json(doc, &s, reason, sizeof(reason));
+  json_decref(doc);
+  if (r < 0) {
+    if (!reason[0])
+      snprintf(reason, sizeof(reason), "%s", gn_strerror(r));
+    return audit_failed(c, reason);
+  }
+  char prov[GN_NODE_ID_STRLEN], req[GN_NODE_ID_STRLEN], price[64], total[64], start[32], end[32], dur[24];
+  gn_node_id_format(s.provider, prov);
+  gn_node_id_format(s.requester, req);
+  cli_fmt_price(s.price_uper_hour, s.currency, price, sizeof(price));
+  cli_fmt_money(s.total_micro, s.currency, total, sizeof(total));
+  cli_fmt_time(s.start_s, start, sizeof(start));
+  cli_fmt_time(s.end_s, end, sizeof(end));
+  cli_fmt_duration((int64_t)s.seconds, dur, sizeof(dur));
+  if (c->json) {
+    json_t *j = json_pack("{s:b, s:s?, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:I, s:I, s:b}", "ok", 1,
+                          "reason", reason[0] ? reason : NULL, "invoice_id", s.invoice_id, "lease_id", s.lease_id,
+                          "provider", prov, "requester", req, "gpu_model", s.gpu_model, "gpus", (int)s.gpus,
+                          "price_uper_hour", (json_int_t)s.price_uper_hour, "currency", s.currency, "seconds",
+                          (json_int_t)s.seconds, "total_micro", (json_int_t)s.total_micro, "start_s",
+                          (json_int_t)s.start_s, "end_s", (json_int_t)s.end_s, "countersigned", s.countersigned);
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  printf("audit OK: invoice %s for lease %s\n", s.invoice_id, s.lease_id);
+  printf("  provider   %s\n", prov);
+  printf("  requester  %s\n", req);
+  printf("  gpus       %ux %s\n", s.gpus, s.gpu_model);
+  printf("  period     %s .. %s\n", start, end);
+  printf("  seconds    %llu (%s)\n", (unsigned long long)s.seconds, dur);
+  printf("  price      %s per GPU\n", price);
+  printf("  total      %s\n", total);
+  if (s.countersigned)
+    printf("  countersigned by requester\n");
+  else
+    printf("  not countersigned%s%s\n", reason[0] ? ": " : "", reason);
+  return CLI_OK;
+}
+
+int cmd_invoice(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"out", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'}, {0}};
+  const char *out = NULL;
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
+    if (o == 'o')
+      out = optarg;
+    else if (o == 'h')
+      return cli_print_usage(cli_find_cmd("invoice"));
+    else
+      return cli_bad_option("invoice", o, argv);
+  }
+  if (optind >= argc)
+    return cli_usage_error("invoice", "missing a subcommand: show, export or audit");
+  const char *sub = argv[optind];
+  const char *what = strcmp(sub, "audit") == 0 ? "FILE" : "invoice ID";
+  if (strcmp(sub, "show") && strcmp(sub, "export") && strcmp(sub, "audit"))
+    return cli_usage_error("invoice", "unknown subcommand '%s' (show, export or audit)", sub);
+  if (optind + 1 >= argc)
+    return cli_usage_error("invoice", "%s: missing %s", sub, what);
+  if (optind + 2 < argc)
+    return cli_usage_error("invoice", "%s: unexpected argument '%s'", sub, argv[optind + 2]);
+  const char *arg = argv[optind + 1];
+  if (out && strcmp(sub, "export") != 0)
+    return cli_usage_error("invoice", "--out only applies to export");
+  if (strcmp(sub, "show") == 0)
+    return invoice_show(c, arg);
+  if (strcmp(sub, "export") == 0) {
+    if (!out)
+      return cli_usage_error("invoice", "export: missing --out FILE");
+    return invoice_export(c, arg, out);
+  }
+  return invoice_audit(c, arg);
+}

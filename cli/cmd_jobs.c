@@ -1,0 +1,287 @@
+/* gpunet commands for jobs on leased GPUs: run, jobs, logs and stop. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CLI_MAX_ENV 256
+
+static char *job_path(const char *id, const char *suffix) {
+  char *e = cli_urlencode(id);
+  if (!e)
+    return NULL;
+  size_t n = strlen(e) + strlen(suffix) + 16;
+  char *p = malloc(n);
+  if (p)
+    snprintf(p, n, "/v1/jobs/%s%s", e, suffix);
+  free(e);
+  return p;
+}
+
+int cli_follow_logs(cli *c, const char *job_id, bool follow) {
+  char *base = job_path(job_id, "/logs");
+  if (!base)
+    return cli_fail("out of memory");
+  long long offset = 0;
+  int rc = CLI_OK;
+  for (;;) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s?offset=%lld&wait_ms=%d", base, offset, follow ? 1000 : 0);
+    json_t *j;
+    if ((rc = cli_call(c, "GET", path, NULL, &j)) != CLI_OK)
+      break;
+    const char *data = cli_str(j, "data");
+    size_t len = data ? json_string_length(json_object_get(j, "data")) : 0;
+    if (c->json) {
+      json_dumpf(j, stdout, JSON_COMPACT);
+      fputc('\n', stdout);
+    } else if (len) {
+      fwrite(data, 1, len, stdout);
+    }
+    fflush(stdout);
+    long long next = cli_int(j, "offset", offset);
+    bool done = cli_bool(j, "done");
+    bool have_code = cli_has_int(j, "exit_code");
+    long long code = cli_int(j, "exit_code", 0);
+    json_decref(j);
+    if (next < offset) {
+      rc = cli_fail("gpunetd moved the log offset of %s backwards (%lld after %lld)", job_id, next, offset);
+      break;
+    }
+    bool progressed = next > offset;
+    offset = next;
+    if (!follow)
+      break;
+    if (done) {
+      /* Exit like the job did; codes outside 0..255 (signals) map to 1+. */
+      rc = have_code ? (code >= 0 && code <= 255 ? (int)code : 128 + (int)(code & 0x7f)) : CLI_OK;
+      break;
+    }
+    /* The server may answer at once instead of holding the request. */
+    if (!progressed)
+      usleep(200 * 1000);
+  }
+  free(base);
+  return rc;
+}
+
+int cmd_run(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"image", required_argument, NULL, 'i'},
+                                       {"env", required_argument, NULL, 'e'},
+                                       {"follow", no_argument, NULL, 'f'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  /* Options end at "--": what follows is the job's command, untouched. */
+  int dd = argc;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--") == 0) {
+      dd = i;
+      break;
+    }
+  const char *image = NULL;
+  bool follow = false;
+  json_t *env = json_array();
+  json_t *cmd = json_array();
+  json_t *body = NULL;
+  int rc = CLI_FAIL, o;
+  if (!env || !cmd) {
+    rc = cli_fail("out of memory");
+    goto out;
+  }
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(dd, argv, ":hfe:", opts, NULL)) != -1) {
+    switch (o) {
+    case 'i': image = optarg; break;
+    case 'f': follow = true; break;
+    case 'e':
+      if (!strchr(optarg, '=') || optarg[0] == '=') {
+        rc = cli_usage_error("run", "--env wants KEY=VALUE, not '%s'", optarg);
+        goto out;
+      }
+      if (json_array_size(env) == CLI_MAX_ENV) {
+        rc = cli_usage_error("run", "more than %d --env variables", CLI_MAX_ENV);
+        goto out;
+      }
+      if (json_array_append_new(env, json_string(optarg)) < 0) {
+        rc = cli_usage_error("run", "--env '%s' is not valid UTF-8", optarg);
+        goto out;
+      }
+      break;
+    case 'h': rc = cli_print_usage(cli_find_cmd("run")); goto out;
+    default: rc = cli_bad_option("run", o, argv); goto out;
+    }
+  }
+  /* Before "--": the lease, and (without "--") the command after it. */
+  if (optind >= dd) {
+    rc = cli_usage_error("run", "missing LEASE");
+    goto out;
+  }
+  const char *lease = argv[optind];
+  if (dd < argc && optind + 1 < dd) {
+    rc = cli_usage_error("run", "unexpected argument '%s' before --", argv[optind + 1]);
+    goto out;
+  }
+  for (int i = dd < argc ? dd + 1 : optind + 1; i < argc; i++) {
+    if (json_array_append_new(cmd, json_string(argv[i])) < 0) {
+      rc = cli_usage_error("run", "argument '%s' is not valid UTF-8", argv[i]);
+      goto out;
+    }
+  }
+  if (!image) {
+    rc = cli_usage_error("run", "missing --image REF");
+    goto out;
+  }
+  if (!json_array_size(cmd)) {
+    rc = cli_usage_error("run", "missing the command to run (after --)");
+    goto out;
+  }
+  body = json_pack("{s:s, s:s, s:O, s:O}", "lease", lease, "image", image, "env", env, "cmd", cmd);
+  if (!body) {
+    rc = cli_fail("out of memory (or an argument is not valid UTF-8)");
+    goto out;
+  }
+  json_t *j;
+  rc = cli_call(c, "POST", "/v1/jobs", body, &j);
+  body = NULL;
+  if (rc != CLI_OK)
+    goto out;
+  const json_t *job = json_object_get(j, "job");
+  const char *id = cli_str(job, "id");
+  if (c->json) {
+    cli_print_json(j);
+  } else {
+    printf("%s\n", id ? id : "?");
+    fflush(stdout);
+  }
+  if (follow && id) {
+    char *idc = strdup(id);
+    json_decref(j);
+    rc = idc ? cli_follow_logs(c, idc, true) : cli_fail("out of memory");
+    free(idc);
+    goto out;
+  }
+  json_decref(j);
+  rc = CLI_OK;
+out:
+  json_decref(body);
+  json_decref(env);
+  json_decref(cmd);
+  return rc;
+}
+
+int cmd_jobs(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
+    return o == 'h' ? cli_print_usage(cli_find_cmd("jobs")) : cli_bad_option("jobs", o, argv);
+  if (optind < argc)
+    return cli_usage_error("jobs", "unexpected argument '%s'", argv[optind]);
+  json_t *j;
+  int r = cli_call(c, "GET", "/v1/jobs", NULL, &j);
+  if (r != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  const json_t *jobs = json_object_get(j, "jobs");
+  if (!json_array_size(jobs)) {
+    printf("no jobs (start one with: gpunet run LEASE --image REF -- CMD)\n");
+    json_decref(j);
+    return CLI_OK;
+  }
+  static const char *const hdr[] = {"JOB", "LEASE", "IMAGE", "STATE", "EXIT", "CREATED", "RAN", "COMMAND"};
+  cli_table *t = cli_table_new(8, hdr);
+  size_t i;
+  const json_t *job;
+  int64_t now = (int64_t)time(NULL);
+  json_array_foreach(jobs, i, job) {
+    char exitc[16], created[32], ran[24], cmdline[80] = "";
+    if (cli_has_int(job, "exit_code"))
+      snprintf(exitc, sizeof(exitc), "%lld", (long long)cli_int(job, "exit_code", 0));
+    else
+      snprintf(exitc, sizeof(exitc), "-");
+    int64_t c0 = cli_int(job, "created_s", 0);
+    cli_fmt_time(c0, created, sizeof(created));
+    int64_t end = cli_has_int(job, "ended_s") ? cli_int(job, "ended_s", now) : now;
+    cli_fmt_duration(c0 ? end - c0 : 0, ran, sizeof(ran));
+    size_t k;
+    const json_t *arg;
+    json_array_foreach(json_object_get(job, "cmd"), k, arg) {
+      size_t have = strlen(cmdline);
+      if (json_is_string(arg) && have + 2 < sizeof(cmdline))
+        snprintf(cmdline + have, sizeof(cmdline) - have, "%s%s", have ? " " : "", json_string_value(arg));
+    }
+    const char *state = cli_str(job, "state");
+    char st[160];
+    if (state && cli_str(job, "error"))
+      snprintf(st, sizeof(st), "%s (%s)", state, cli_str(job, "error"));
+    else
+      snprintf(st, sizeof(st), "%s", state ? state : "?");
+    const char *row[] = {cli_str(job, "id"), cli_str(job, "lease"), cli_str(job, "image"), st, exitc, created, ran,
+                         cmdline};
+    cli_table_row(t, row);
+  }
+  cli_table_print(t);
+  json_decref(j);
+  return CLI_OK;
+}
+
+int cmd_logs(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"follow", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
+  bool follow = false;
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":hf", opts, NULL)) != -1) {
+    if (o == 'f')
+      follow = true;
+    else if (o == 'h')
+      return cli_print_usage(cli_find_cmd("logs"));
+    else
+      return cli_bad_option("logs", o, argv);
+  }
+  if (optind >= argc)
+    return cli_usage_error("logs", "missing JOB");
+  if (optind + 1 < argc)
+    return cli_usage_error("logs", "unexpected argument '%s'", argv[optind + 1]);
+  return cli_follow_logs(c, argv[optind], follow);
+}
+
+int cmd_stop(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
+    return o == 'h' ? cli_print_usage(cli_find_cmd("stop")) : cli_bad_option("stop", o, argv);
+  if (optind >= argc)
+    return cli_usage_error("stop", "missing JOB");
+  if (optind + 1 < argc)
+    return cli_usage_error("stop", "unexpected argument '%s'", argv[optind + 1]);
+  char *path = job_path(argv[optind], "/stop");
+  if (!path)
+    return cli_fail("out of memory");
+  json_t *j;
+  int r = cli_call(c, "POST", path, NULL, &j);
+  free(path);
+  if (r != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+  } else {
+    const json_t *job = json_object_get(j, "job");
+    printf("job %s: %s\n", cli_str(job, "id") ? cli_str(job, "id") : argv[optind],
+           cli_str(job, "state") ? cli_str(job, "state") : "stopping");
+  }
+  json_decref(j);
+  return CLI_OK;
+}

@@ -1,0 +1,288 @@
+/* gpunet commands of the market: offers, rent, leases and release. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <gpunet/node.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int cmd_offers(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"sort", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
+  const char *sort = NULL;
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (o == 's')
+      sort = optarg;
+    else if (o == 'h')
+      return cli_print_usage(cli_find_cmd("offers"));
+    else
+      return cli_bad_option("offers", o, argv);
+  }
+  if (sort && strcmp(sort, "price") && strcmp(sort, "vram") && strcmp(sort, "count"))
+    return cli_usage_error("offers", "cannot sort by '%s' (price, vram or count)", sort);
+  /* The filter may come as one quoted argument or as several words. */
+  char filter[GN_FILTER_MAX_LEN + 1] = "";
+  for (int i = optind; i < argc; i++) {
+    size_t have = strlen(filter);
+    if (have + strlen(argv[i]) + 2 > sizeof(filter))
+      return cli_usage_error("offers", "filter longer than %d bytes", GN_FILTER_MAX_LEN);
+    snprintf(filter + have, sizeof(filter) - have, "%s%s", have ? " " : "", argv[i]);
+  }
+  gn_filter f;
+  char err[256];
+  if (gn_filter_parse(filter, &f, err, sizeof(err)) < 0)
+    return cli_usage_error("offers", "%s", err);
+  char path[4096] = "/v1/offers";
+  char *ef = filter[0] ? cli_urlencode(filter) : NULL;
+  if (filter[0] && !ef)
+    return cli_fail("out of memory");
+  snprintf(path, sizeof(path), "/v1/offers%s%s%s%s", ef || sort ? "?" : "", ef ? "filter=" : "", ef ? ef : "",
+           sort ? (ef ? "&sort=" : "sort=") : "");
+  if (sort)
+    strncat(path, sort, sizeof(path) - strlen(path) - 1);
+  free(ef);
+  json_t *j;
+  int r = cli_call(c, "GET", path, NULL, &j);
+  if (r != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  const json_t *offers = json_object_get(j, "offers");
+  if (!json_array_size(offers)) {
+    printf(filter[0] ? "no offers match '%s'\n" : "no offers known yet%s\n",
+           filter[0] ? filter : " (is this node connected? see gpunet peers)");
+    json_decref(j);
+    return CLI_OK;
+  }
+  static const char *const hdr[] = {"OFFER", "PROVIDER", "GPU", "VRAM", "FREE", "PRICE", "MAX", "KIND", "EXPIRES"};
+  cli_table *t = cli_table_new(9, hdr);
+  size_t i;
+  const json_t *of;
+  int64_t now = (int64_t)time(NULL);
+  json_array_foreach(offers, i, of) {
+    char prov[64], vram[32], freec[32], price[64], maxh[32], exp[32];
+    cli_fmt_node(cli_str(of, "provider"), prov, sizeof(prov));
+    snprintf(vram, sizeof(vram), "%lld GiB", (long long)llround((double)cli_int(of, "vram_mib", 0) / 1024.0));
+    snprintf(freec, sizeof(freec), "%lld/%lld", (long long)cli_int(of, "gpus_free", 0),
+             (long long)cli_int(of, "gpus_total", 0));
+    cli_fmt_price((uint64_t)cli_int(of, "price_uper_hour", 0), cli_str(of, "currency"), price, sizeof(price));
+    snprintf(maxh, sizeof(maxh), "%lldh", (long long)cli_int(of, "max_hours", 0));
+    int64_t left = cli_int(of, "expires_s", 0) - now;
+    if (left > 0) {
+      char d[24];
+      cli_fmt_duration(left, d, sizeof(d));
+      snprintf(exp, sizeof(exp), "in %s", d);
+    } else {
+      snprintf(exp, sizeof(exp), "expired");
+    }
+    const char *row[] = {cli_str(of, "id"), prov, cli_str(of, "gpu_model"), vram, freec, price,
+                         maxh, cli_bool(of, "simulated") ? "SIMULATED" : "real", exp};
+    cli_table_row(t, row);
+  }
+  cli_table_print(t);
+  json_decref(j);
+  return CLI_OK;
+}
+
+/* One line about a lease, as rent and release print it. */
+static void print_lease_line(const json_t *l, const char *verb) {
+  char peer[64], price[64], ends[32], cost[64], dur[24];
+  cli_fmt_node(cli_str(l, "peer"), peer, sizeof(peer));
+  cli_fmt_price((uint64_t)cli_int(l, "price_uper_hour", 0), cli_str(l, "currency"), price, sizeof(price));
+  cli_fmt_time(cli_int(l, "ends_s", 0), ends, sizeof(ends));
+  cli_fmt_money((uint64_t)cli_int(l, "cost_micro", 0), cli_str(l, "currency"), cost, sizeof(cost));
+  cli_fmt_duration(cli_int(l, "seconds", 0), dur, sizeof(dur));
+  const char *model = cli_str(l, "gpu_model");
+  printf("lease %s %s: %lldx %s %s %s at %s\n", cli_str(l, "id") ? cli_str(l, "id") : "?", verb,
+         (long long)cli_int(l, "count", 1), model ? model : "GPU",
+         strcmp(cli_str(l, "role") ? cli_str(l, "role") : "", "provider") == 0 ? "to" : "from", peer, price);
+  if (cli_bool(l, "simulated"))
+    printf("  SIMULATED GPU: no real hardware behind this lease\n");
+  if (strcmp(verb, "active") == 0)
+    printf("  ends by %s unless released earlier (gpunet release %s)\n", ends, cli_str(l, "id") ? cli_str(l, "id") : "");
+  else
+    printf("  ran %s, cost %s%s%s\n", dur, cost, cli_str(l, "ended_reason") ? ", ended: " : "",
+           cli_str(l, "ended_reason") ? cli_str(l, "ended_reason") : "");
+}
+
+int cmd_rent(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"gpu", required_argument, NULL, 'g'},
+                                       {"hours", required_argument, NULL, 'H'},
+                                       {"count", required_argument, NULL, 'n'},
+                                       {"allow-simulated", no_argument, NULL, 'S'},
+                                       {"no-attest", no_argument, NULL, 'A'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *gpu = NULL, *hours_s = NULL;
+  long count = 1;
+  bool allow_sim = false, attest = true;
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":hn:", opts, NULL)) != -1) {
+    char *end;
+    switch (o) {
+    case 'g': gpu = optarg; break;
+    case 'H': hours_s = optarg; break;
+    case 'n':
+      count = strtol(optarg, &end, 10);
+      if (*end || end == optarg || count < 1 || count > 16)
+        return cli_usage_error("rent", "--count wants a number of GPUs from 1 to 16, not '%s'", optarg);
+      break;
+    case 'S': allow_sim = true; break;
+    case 'A': attest = false; break;
+    case 'h': return cli_print_usage(cli_find_cmd("rent"));
+    default: return cli_bad_option("rent", o, argv);
+    }
+  }
+  const char *offer = optind < argc ? argv[optind] : NULL;
+  if (optind + 1 < argc)
+    return cli_usage_error("rent", "unexpected argument '%s'", argv[optind + 1]);
+  if (!offer == !gpu)
+    return cli_usage_error("rent", "name an OFFER or --gpu MODEL (one of the two)");
+  if (!hours_s)
+    return cli_usage_error("rent", "missing --hours H");
+  char *end;
+  double hours = strtod(hours_s, &end);
+  if (*end || end == hours_s || !(hours > 0) || hours > 8760)
+    return cli_usage_error("rent", "--hours wants a positive number of hours, not '%s'", hours_s);
+  json_t *jh = hours == floor(hours) ? json_integer((json_int_t)hours) : json_real(hours);
+  json_t *body = json_pack("{s:s?, s:s?, s:o, s:i, s:b, s:b}", "offer", offer, "gpu", gpu, "hours", jh, "count",
+                           (int)count, "allow_simulated", allow_sim, "attest", attest);
+  if (!body)
+    return cli_fail("out of memory");
+  /* Name who we negotiate with: for an offer, its provider (best effort:
+   * if the lookup fails, the daemon's answer to the rent says why). */
+  char who[128];
+  snprintf(who, sizeof(who), "a provider of %s", gpu ? gpu : "");
+  if (offer && !c->json) {
+    snprintf(who, sizeof(who), "the provider of %s", offer);
+    json_t *all = NULL;
+    c->quiet = true;
+    if (cli_call(c, "GET", "/v1/offers", NULL, &all) == CLI_OK) {
+      size_t i;
+      const json_t *of;
+      json_array_foreach(json_object_get(all, "offers"), i, of) {
+        if (cli_str(of, "id") && strcmp(cli_str(of, "id"), offer) == 0 && cli_str(of, "provider"))
+          cli_fmt_node(cli_str(of, "provider"), who, sizeof(who));
+      }
+    }
+    c->quiet = false;
+    json_decref(all);
+  }
+  if (!c->json)
+    fprintf(stderr, "negotiating lease with %s\xe2\x80\xa6\n", who);
+  json_t *j;
+  int r = cli_call(c, "POST", "/v1/leases", body, &j);
+  if (r != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+  } else {
+    const json_t *l = json_object_get(j, "lease");
+    print_lease_line(l, "active");
+  }
+  json_decref(j);
+  return CLI_OK;
+}
+
+int cmd_leases(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
+    return o == 'h' ? cli_print_usage(cli_find_cmd("leases")) : cli_bad_option("leases", o, argv);
+  if (optind < argc)
+    return cli_usage_error("leases", "unexpected argument '%s'", argv[optind]);
+  json_t *j;
+  int r = cli_call(c, "GET", "/v1/leases", NULL, &j);
+  if (r != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  const json_t *leases = json_object_get(j, "leases");
+  if (!json_array_size(leases)) {
+    printf("no leases (rent GPUs with: gpunet rent --gpu MODEL --hours H)\n");
+    json_decref(j);
+    return CLI_OK;
+  }
+  static const char *const hdr[] = {"LEASE", "ROLE", "PEER", "GPUS", "PRICE", "STATE", "ELAPSED", "COST", "ENDS", "KIND"};
+  cli_table *t = cli_table_new(10, hdr);
+  size_t i;
+  const json_t *l;
+  json_array_foreach(leases, i, l) {
+    char peer[64], gpus[96], price[64], elapsed[24], cost[64], ends[32];
+    cli_fmt_node(cli_str(l, "peer"), peer, sizeof(peer));
+    snprintf(gpus, sizeof(gpus), "%lldx %s", (long long)cli_int(l, "count", 1),
+             cli_str(l, "gpu_model") ? cli_str(l, "gpu_model") : "?");
+    cli_fmt_price((uint64_t)cli_int(l, "price_uper_hour", 0), cli_str(l, "currency"), price, sizeof(price));
+    cli_fmt_duration(cli_int(l, "seconds", 0), elapsed, sizeof(elapsed));
+    cli_fmt_money((uint64_t)cli_int(l, "cost_micro", 0), cli_str(l, "currency"), cost, sizeof(cost));
+    cli_fmt_time(cli_int(l, "ends_s", 0), ends, sizeof(ends));
+    const char *row[] = {cli_str(l, "id"), cli_str(l, "role"), peer, gpus, price, cli_str(l, "state"),
+                         elapsed, cost, ends, cli_bool(l, "simulated") ? "SIMULATED" : "real"};
+    cli_table_row(t, row);
+  }
+  cli_table_print(t);
+  json_decref(j);
+  return CLI_OK;
+}
+
+int cmd_release(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
+    return o == 'h' ? cli_print_usage(cli_find_cmd("release")) : cli_bad_option("release", o, argv);
+  if (optind >= argc)
+    return cli_usage_error("release", "missing LEASE");
+  if (optind + 1 < argc)
+    return cli_usage_error("release", "unexpected argument '%s'", argv[optind + 1]);
+  char *id = cli_urlencode(argv[optind]);
+  if (!id)
+    return cli_fail("out of memory");
+  char path[512];
+  snprintf(path, sizeof(path), "/v1/leases/%s", id);
+  free(id);
+  json_t *j;
+  int r = cli_call(c, "DELETE", path, NULL, &j);
+  if (r != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  const json_t *l = json_object_get(j, "lease");
+  const json_t *inv = json_object_get(j, "invoice");
+  print_lease_line(l, "ended");
+  if (json_is_object(inv)) {
+    char total[64], dur[24];
+    if (cli_str(inv, "total") && cli_str(inv, "currency") && !strstr(cli_str(inv, "total"), cli_str(inv, "currency")))
+      snprintf(total, sizeof(total), "%s %s", cli_str(inv, "total"), cli_str(inv, "currency"));
+    else if (cli_str(inv, "total"))
+      snprintf(total, sizeof(total), "%s", cli_str(inv, "total"));
+    else
+      cli_fmt_money((uint64_t)cli_int(inv, "total_micro", 0), cli_str(inv, "currency"), total, sizeof(total));
+    cli_fmt_duration(cli_int(inv, "seconds", 0), dur, sizeof(dur));
+    printf("invoice %s: %s for %s (%lld s), %s\n", cli_str(inv, "id") ? cli_str(inv, "id") : "?", total, dur,
+           (long long)cli_int(inv, "seconds", 0), cli_str(inv, "status") ? cli_str(inv, "status") : "");
+  } else {
+    printf("no invoice yet: the provider has not settled this lease (see gpunet invoices later)\n");
+  }
+  json_decref(j);
+  return CLI_OK;
+}

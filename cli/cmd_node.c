@@ -1,0 +1,280 @@
+/* gpunet commands about this node: init and id (no daemon needed), status,
+ * gpus, peers and attest. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <gpunet/identity.h>
+#include <gpunet/node.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Parses a command that takes only --help and exactly nargs positionals;
+ * returns -1 to go on or an exit code. */
+static int simple_args(int argc, char **argv, int nargs, const char *what) {
+  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (o == 'h')
+      return cli_print_usage(cli_find_cmd(argv[0]));
+    return cli_bad_option(argv[0], o, argv);
+  }
+  if (argc - optind < nargs)
+    return cli_usage_error(argv[0], "missing %s", what);
+  if (argc - optind > nargs)
+    return cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind + nargs]);
+  return -1;
+}
+
+/* mkdir -p, 0700 for what it creates. */
+static int mkdirs(const char *dir) {
+  char p[PATH_MAX];
+  if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p))
+    return -ENAMETOOLONG;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/')
+      continue;
+    *s = '\0';
+    if (mkdir(p, 0700) < 0 && errno != EEXIST)
+      return -errno;
+    *s = '/';
+  }
+  if (mkdir(p, 0700) < 0 && errno != EEXIST)
+    return -errno;
+  return 0;
+}
+
+static int load_identity(cli *c, gn_identity **ret, char *path, size_t cap) {
+  snprintf(path, cap, "%s/identity.key", c->data_dir);
+  int r = gn_identity_load(path, ret);
+  if (r == -ENOENT || r == GN_ENOTFOUND)
+    return cli_fail("no node identity in %s: create one with gpunet --data-dir %s init", c->data_dir, c->data_dir);
+  if (r == GN_EPERM)
+    return cli_fail("%s is accessible by other users; refusing to use it (fix with: chmod 600 %s)", path, path);
+  if (r < 0)
+    return cli_fail("cannot load %s: %s", path, gn_strerror(r));
+  return CLI_OK;
+}
+
+int cmd_init(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"force", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
+  bool force = false;
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (o == 'f')
+      force = true;
+    else if (o == 'h')
+      return cli_print_usage(cli_find_cmd("init"));
+    else
+      return cli_bad_option("init", o, argv);
+  }
+  if (optind < argc)
+    return cli_usage_error("init", "unexpected argument '%s'", argv[optind]);
+  int r = mkdirs(c->data_dir);
+  if (r < 0)
+    return cli_fail("cannot create %s: %s", c->data_dir, strerror(-r));
+  char key_path[PATH_MAX + 32], conf_path[PATH_MAX + 32];
+  snprintf(key_path, sizeof(key_path), "%s/identity.key", c->data_dir);
+  snprintf(conf_path, sizeof(conf_path), "%s/gpunet.conf", c->data_dir);
+  gn_identity *id = NULL;
+  bool created = false, wrote = false;
+  if (access(key_path, F_OK) == 0) {
+    /* A node key is never replaced: peers and ledgers know this node by it. */
+    if (!force)
+      return cli_fail("%s already exists; refusing to overwrite a node key (gpunet id shows it; --force only "
+                      "rewrites the config)",
+                      key_path);
+    if ((r = load_identity(c, &id, key_path, sizeof(key_path))) != CLI_OK)
+      return r;
+  } else {
+    r = gn_identity_generate(&id);
+    if (r == 0)
+      r = gn_identity_save(id, key_path);
+    if (r < 0) {
+      gn_identity_free(id);
+      return cli_fail("cannot create %s: %s", key_path, gn_strerror(r));
+    }
+    created = true;
+  }
+  if (force || access(conf_path, F_OK) != 0) {
+    r = gn_config_write_default(conf_path);
+    if (r < 0) {
+      gn_identity_free(id);
+      return cli_fail("cannot write %s: %s", conf_path, gn_strerror(r));
+    }
+    wrote = true;
+  }
+  char node_id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(id->pk, node_id);
+  gn_identity_free(id);
+  if (c->json) {
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b, s:b}", "node_id", node_id, "data_dir", c->data_dir, "identity",
+                          key_path, "config", conf_path, "created_identity", created, "wrote_config", wrote);
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  if (created)
+    fprintf(stderr, "created node identity %s\n", key_path);
+  if (wrote)
+    fprintf(stderr, "wrote config %s\n", conf_path);
+  else
+    fprintf(stderr, "kept existing config %s\n", conf_path);
+  printf("%s\n", node_id);
+  return CLI_OK;
+}
+
+int cmd_id(cli *c, int argc, char **argv) {
+  int r = simple_args(argc, argv, 0, "");
+  if (r >= 0)
+    return r;
+  char path[PATH_MAX + 32];
+  gn_identity *id = NULL;
+  if ((r = load_identity(c, &id, path, sizeof(path))) != CLI_OK)
+    return r;
+  char node_id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(id->pk, node_id);
+  gn_identity_free(id);
+  if (c->json) {
+    json_t *j = json_pack("{s:s}", "node_id", node_id);
+    cli_print_json(j);
+    json_decref(j);
+  } else {
+    printf("%s\n", node_id);
+  }
+  return CLI_OK;
+}
+
+int cmd_status(cli *c, int argc, char **argv) {
+  int r = simple_args(argc, argv, 0, "");
+  if (r >= 0)
+    return r;
+  json_t *j;
+  if ((r = cli_call(c, "GET", "/v1/status", NULL, &j)) != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+  } else {
+    static const struct {
+      const char *key, *label;
+    } rows[] = {{"node_id", "node id"}, {"version", "version"}, {"listen", "listen"}, {"data_dir", "data dir"},
+                {"provider", "provider"}, {"runtime", "runtime"}, {"peers", "peers"}, {"offers", "offers"},
+                {"leases", "leases"}, {"jobs", "jobs"}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+      const json_t *v = json_object_get(j, rows[i].key);
+      char buf[64];
+      const char *text = "-";
+      if (json_is_string(v))
+        text = json_string_value(v)[0] ? json_string_value(v) : "-";
+      else if (json_is_boolean(v))
+        text = json_is_true(v) ? "yes" : "no";
+      else if (json_is_integer(v) && snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v)) > 0)
+        text = buf;
+      printf("%-10s %s\n", rows[i].label, text);
+    }
+  }
+  json_decref(j);
+  return CLI_OK;
+}
+
+int cmd_gpus(cli *c, int argc, char **argv) {
+  int r = simple_args(argc, argv, 0, "");
+  if (r >= 0)
+    return r;
+  json_t *j;
+  if ((r = cli_call(c, "GET", "/v1/gpus", NULL, &j)) != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  const json_t *gpus = json_object_get(j, "gpus");
+  if (!json_array_size(gpus)) {
+    printf("no GPUs (gpunetd found no NVIDIA GPU; for development start it with --simulate-gpu \"RTX 4090\")\n");
+    json_decref(j);
+    return CLI_OK;
+  }
+  static const char *const hdr[] = {"#", "GPU", "MEMORY", "KIND", "UTIL", "LEASED BY", "ATTESTATION", "UUID"};
+  cli_table *t = cli_table_new(8, hdr);
+  size_t i;
+  const json_t *g;
+  json_array_foreach(gpus, i, g) {
+    char idx[16], mem[32], util[16], leased[64];
+    snprintf(idx, sizeof(idx), "%lld", (long long)cli_int(g, "index", (json_int_t)i));
+    int64_t mib = cli_int(g, "memory_mib", 0);
+    if (mib > 0)
+      snprintf(mem, sizeof(mem), "%lld MiB", (long long)mib);
+    else
+      snprintf(mem, sizeof(mem), "?");
+    if (cli_has_int(g, "utilization"))
+      snprintf(util, sizeof(util), "%lld%%", (long long)cli_int(g, "utilization", 0));
+    else
+      snprintf(util, sizeof(util), "-");
+    const char *lb = cli_str(g, "leased_by");
+    if (lb)
+      cli_fmt_node(lb, leased, sizeof(leased));
+    else
+      snprintf(leased, sizeof(leased), "-");
+    const char *name = cli_str(g, "name");
+    const char *row[] = {idx, name && name[0] ? name : "?", mem, cli_bool(g, "simulated") ? "SIMULATED" : "real",
+                         util, leased, cli_str(g, "attestation"), cli_str(g, "uuid")};
+    cli_table_row(t, row);
+  }
+  cli_table_print(t);
+  json_decref(j);
+  return CLI_OK;
+}
+
+int cmd_peers(cli *c, int argc, char **argv) {
+  int r = simple_args(argc, argv, 0, "");
+  if (r >= 0)
+    return r;
+  json_t *j;
+  if ((r = cli_call(c, "GET", "/v1/peers", NULL, &j)) != CLI_OK)
+    return r;
+  if (c->json) {
+    cli_print_json(j);
+    json_decref(j);
+    return CLI_OK;
+  }
+  const json_t *peers = json_object_get(j, "peers");
+  if (!json_array_size(peers)) {
+    printf("no peers (is a bootstrap peer configured? gpunetd --bootstrap HOST:PORT)\n");
+  } else {
+    static const char *const hdr[] = {"NODE", "ADDRESS"};
+    cli_table *t = cli_table_new(2, hdr);
+    size_t i;
+    const json_t *p;
+    json_array_foreach(peers, i, p) {
+      const char *row[] = {cli_str(p, "node_id"), cli_str(p, "addr")};
+      cli_table_row(t, row);
+    }
+    cli_table_print(t);
+  }
+  json_decref(j);
+  return CLI_OK;
+}
+
+int cmd_attest(cli *c, int argc, char **argv) {
+  int r = simple_args(argc, argv, 1, "OFFER or NODE to attest");
+  if (r >= 0)
+    return r;
+  const char *target = argv[optind];
+  fprintf(stderr, "challenging the GPU of %s\xe2\x80\xa6\n", target);
+  json_t *j;
+  if ((r = cli_call(c, "POST", "/v1/attest", json_pack("{s:s}", "target", target), &j)) != CLI_OK)
+    return r;
+  if (c->json)
+    cli_print_json(j);
+  else
+    cli_print_fields(j);
+  json_decref(j);
+  return CLI_OK;
+}
