@@ -337,7 +337,7 @@ int gn_invoice_audit_json(const struct json_t *doc, gn_invoice_summary *ret, cha
   if (reason && cap)
     reason[0] = 0;
   if (!sum.countersigned)
-    gn__fail(reason, cap, "not countersigned: signed by the provider only, the requester's acceptance is missing");
+    gn__fail(reason, cap, "signed by the provider only: the export carries no acceptance by the requester");
   if (ret)
     *ret = sum;
   r = 0;

@@ -250,8 +250,8 @@ int gn_invoice_export(const uint8_t *invoice_env, size_t invoice_len, const uint
  * ones. 0 and a summary when all checks out; GN_EAUDIT and a reason naming the
  * first failure (which second, which field) otherwise; GN_EINVAL if the file
  * is not an invoice export. On success reason holds "" when the requester's
- * countersignature verifies, or a note that the invoice is signed by the
- * provider only ("not countersigned ..."; summary.countersigned is false). */
+ * countersignature verifies, or a note that the invoice is not countersigned
+ * ("signed by the provider only: ..."; summary.countersigned is false). */
 int gn_invoice_audit_json(const struct json_t *doc, gn_invoice_summary *ret, char *reason, size_t cap);
 
 #endif
