@@ -415,6 +415,7 @@ enum { P_AWAIT_CHALLENGE, P_AWAIT_OPEN, P_DONE };
 
 struct gn_attest_prover {
   const gn_attest_backend *b;
+  double max_ops;
   int state;
   gn_attest_params p;
   uint8_t nonce[GN_ATTEST_NONCE_LEN];
@@ -428,6 +429,7 @@ int gn_attest_prover_new(const gn_attest_backend *b, gn_attest_prover **ret) {
   if (!pr)
     return GN_ENOMEM;
   pr->b = b;
+  pr->max_ops = GN_ATTEST_PROVER_MAX_OPS;
   *ret = pr;
   return 0;
 }
@@ -438,6 +440,10 @@ gn_attest_prover *gn_attest_prover_free(gn_attest_prover *pr) {
     free(pr);
   }
   return NULL;
+}
+
+void gn_attest_prover_set_max_ops(gn_attest_prover *pr, double max_ops) {
+  pr->max_ops = max_ops;
 }
 
 int gn_attest_prover_on_challenge(gn_attest_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_response) {
@@ -452,6 +458,10 @@ int gn_attest_prover_on_challenge(gn_attest_prover *pr, const uint8_t *msg, size
     return r;
   if ((r = get_params(doc.root, &p)) < 0)
     goto out;
+  if (gn_attest_params_ops(&p) > pr->max_ops) {
+    r = GN_ETOOBIG;
+    goto out;
+  }
   if (!(roots = malloc((size_t)p.rounds * GN_ATTEST_HASH_LEN))) {
     r = GN_ENOMEM;
     goto out;

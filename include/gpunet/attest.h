@@ -159,6 +159,11 @@ typedef struct gn_attest_prover gn_attest_prover;
  * prover). */
 int gn_attest_prover_new(const gn_attest_backend *b, gn_attest_prover **ret);
 gn_attest_prover *gn_attest_prover_free(gn_attest_prover *pr);
+/* Challenges costing more than max_ops (gn_attest_params_ops) are refused
+ * with GN_ETOOBIG, so a peer cannot make a prover compute for hours. The
+ * default, GN_ATTEST_PROVER_MAX_OPS, is about 50 s on an H200. */
+#define GN_ATTEST_PROVER_MAX_OPS 1e17
+void gn_attest_prover_set_max_ops(gn_attest_prover *pr, double max_ops);
 /* Runs the challenge (blocking: put it on a worker thread) and appends the
  * GN_MSG_ATTEST_RESPONSE body. GN_EREPLAY for a nonce this prover already
  * answered, GN_ESTATE if it already answered one challenge. */
