@@ -1,9 +1,12 @@
-/* Bearer token auth, end to end: a small libmicrohttpd front in this test
- * answers like a token-protected registry (401 + WWW-Authenticate: Bearer,
- * a token endpoint) and redirects authorised requests to a real
- * docker-registry, so the client's whole challenge/token/retry flow runs
- * over real sockets. docker-registry's own token auth needs a certificate
- * chain and signed JWTs, which is more machinery than this flow needs. */
+/* The registry client against a small libmicrohttpd front that sits before
+ * a real docker-registry. In its auth modes the front answers like a
+ * token-protected registry (401 + WWW-Authenticate: Bearer, a token
+ * endpoint) and redirects authorised requests to the real registry, so the
+ * whole challenge/token/retry flow runs over real sockets (docker-registry's
+ * own token auth needs a certificate chain and signed JWTs, more machinery
+ * than this flow needs). In its hostile modes it answers as a broken or
+ * malicious registry would: oversized manifests, redirect loops, a lying
+ * Docker-Content-Digest, a blob longer than its descriptor. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,13 +20,69 @@
 
 #define TOKEN "tok-9f8e7d"
 
-enum mode { MODE_BEARER, MODE_TOKEN_REFUSED, MODE_BASIC, MODE_ACCESS_TOKEN };
+enum mode {
+  MODE_BEARER,
+  MODE_TOKEN_REFUSED,
+  MODE_BASIC,
+  MODE_ACCESS_TOKEN,
+  MODE_HUGE_MANIFEST,
+  MODE_REDIRECT_LOOP,
+  MODE_LYING_DIGEST_HEADER,
+  MODE_LONG_BLOB,
+};
 
 static th_registry reg;
 static struct MHD_Daemon *front;
 static int front_port;
 static enum mode mode;
 static int token_requests, challenges, authorised;
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *body, const char *hname,
+                             const char *hval);
+static char layer_digest[80];
+static uint64_t layer_size;
+
+/* The hostile modes: answers a broken or malicious registry might give. */
+static enum MHD_Result hostile(struct MHD_Connection *c, const char *url) {
+  char buf[1024];
+  if (mode == MODE_HUGE_MANIFEST && strstr(url, "/manifests/")) {
+    size_t n = 5u << 20; /* over the 4 MiB manifest limit */
+    char *body = malloc(n);
+    memset(body, ' ', n);
+    body[0] = '{';
+    body[n - 1] = '}';
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/vnd.oci.image.manifest.v1+json");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+  }
+  if (mode == MODE_REDIRECT_LOOP)
+    return reply(c, 302, "", "Location", url);
+  if (mode == MODE_LYING_DIGEST_HEADER && strstr(url, "/manifests/")) {
+    char path[4096];
+    th_registry_blob_path(&reg, reg.digest, path, sizeof(path));
+    size_t n = 0;
+    char *body = th_read_file(path, &n);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/vnd.oci.image.manifest.v1+json");
+    MHD_add_response_header(r, "Docker-Content-Digest",
+                            "sha256:0000000000000000000000000000000000000000000000000000000000000000");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+  }
+  if (mode == MODE_LONG_BLOB && strstr(url, layer_digest)) {
+    size_t n = (size_t)layer_size + 65536;
+    char *body = calloc(1, n);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+  }
+  /* Everything else goes to the real registry. */
+  snprintf(buf, sizeof(buf), "http://%s%s", reg.host, url);
+  return reply(c, 307, "", "Location", buf);
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *body, const char *hname,
                              const char *hval) {
@@ -50,6 +109,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
              mode == MODE_ACCESS_TOKEN ? "access_token" : "token", TOKEN);
     return reply(c, 200, buf, "Content-Type", "application/json");
   }
+  if (mode >= MODE_HUGE_MANIFEST)
+    return hostile(c, url);
   const char *authz = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   if (mode != MODE_BASIC && authz && strcmp(authz, "Bearer " TOKEN) == 0) {
     authorised++;
@@ -71,6 +132,29 @@ static int setup(void **state) {
     th_registry_stop(&reg);
     return -1;
   }
+  /* Learn the layer's digest and size from a direct pull. */
+  char ref[256], err[256] = "";
+  gn_imageref r;
+  gn_image img;
+  gn_store *st = NULL;
+  char *dir = th_mkdtemp("frontstore");
+  snprintf(ref, sizeof(ref), "%s/bb@%s", reg.host, reg.digest);
+  if (gn_imageref_parse(ref, &r) < 0 || gn_store_open(dir, &st) < 0 ||
+      gn_store_pull(st, &r, NULL, NULL, &img, err, sizeof(err)) < 0) {
+    fprintf(stderr, "direct pull failed: %s\n", err);
+    return -1;
+  }
+  snprintf(layer_digest, sizeof(layer_digest), "%s", img.layers[0]);
+  char path[4096];
+  struct stat sb;
+  th_registry_blob_path(&reg, layer_digest, path, sizeof(path));
+  if (stat(path, &sb) < 0)
+    return -1;
+  layer_size = (uint64_t)sb.st_size;
+  gn_image_done(&img);
+  gn_store_free(st);
+  th_rm_rf(dir);
+  free(dir);
   for (int tries = 0; tries < 5 && !front; tries++) {
     front_port = th_free_port();
     front = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)front_port, NULL, NULL, handle, NULL,
@@ -176,6 +260,58 @@ static void test_basic_challenge_is_eperm(void **state) {
   free(dir);
 }
 
+static void test_oversized_manifest_is_refused(void **state) {
+  (void)state;
+  char err[256] = "", *dir = NULL;
+  gn_image img;
+  reset(MODE_HUGE_MANIFEST);
+  assert_int_equal(pull_via_front(err, sizeof(err), &img, &dir), GN_ETOOBIG);
+  assert_non_null(strstr(err, "more bytes than allowed"));
+  th_rm_rf(dir);
+  free(dir);
+}
+
+static void test_redirect_loop_is_bounded(void **state) {
+  (void)state;
+  char err[256] = "", *dir = NULL;
+  gn_image img;
+  reset(MODE_REDIRECT_LOOP);
+  assert_int_equal(pull_via_front(err, sizeof(err), &img, &dir), GN_EPROTO);
+  assert_non_null(strstr(err, "redirects"));
+  th_rm_rf(dir);
+  free(dir);
+}
+
+static void test_lying_digest_header_is_refused(void **state) {
+  (void)state;
+  char s[256], err[256] = "", digest[GN_DIGEST_STRLEN] = "unchanged", *dir = NULL;
+  gn_imageref r;
+  gn_image img;
+  reset(MODE_LYING_DIGEST_HEADER);
+  snprintf(s, sizeof(s), "127.0.0.1:%d/bb:latest", front_port);
+  assert_int_equal(gn_imageref_parse(s, &r), 0);
+  assert_int_equal(gn_registry_resolve(&r, digest, err, sizeof(err)), GN_EDIGEST);
+  assert_string_equal(digest, "unchanged");
+  /* A pinned pull refuses it too, though the body itself is right. */
+  assert_int_equal(pull_via_front(err, sizeof(err), &img, &dir), GN_EDIGEST);
+  th_rm_rf(dir);
+  free(dir);
+}
+
+static void test_blob_longer_than_descriptor_is_refused(void **state) {
+  (void)state;
+  char err[256] = "", *dir = NULL, path[4096];
+  gn_image img;
+  reset(MODE_LONG_BLOB);
+  assert_int_equal(pull_via_front(err, sizeof(err), &img, &dir), GN_ETOOBIG);
+  snprintf(path, sizeof(path), "%s/tmp", dir);
+  assert_int_equal(th_count_entries(path), 0);
+  snprintf(path, sizeof(path), "%s/blobs/sha256/%s", dir, layer_digest + 7);
+  assert_false(th_exists(path));
+  th_rm_rf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pull_answers_bearer_challenge_once),
@@ -183,6 +319,10 @@ int main(void) {
       cmocka_unit_test(test_resolve_answers_bearer_challenge),
       cmocka_unit_test(test_refused_token_is_eperm),
       cmocka_unit_test(test_basic_challenge_is_eperm),
+      cmocka_unit_test(test_oversized_manifest_is_refused),
+      cmocka_unit_test(test_redirect_loop_is_bounded),
+      cmocka_unit_test(test_lying_digest_header_is_refused),
+      cmocka_unit_test(test_blob_longer_than_descriptor_is_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
