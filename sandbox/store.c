@@ -130,9 +130,10 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
  * so a reader never sees a half-written blob. */
 static int store_bytes(gn_store *s, const char *digest, const uint8_t *p, size_t n) {
   char tmp[4096], path[4096];
-  snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%ld.tmp", s->dir, digest + 7, (long)getpid());
+  /* Unique per writer: two threads may store the same manifest at once. */
+  snprintf(tmp, sizeof(tmp), "%s/tmp/%s.%ld.%08x.tmp", s->dir, digest + 7, (long)getpid(), randombytes_random());
   gn__store_blob_path(s, digest, path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
     return -errno;
   int r = write_all(fd, p, n);

@@ -29,6 +29,7 @@ enum mode {
   MODE_REDIRECT_LOOP,
   MODE_LYING_DIGEST_HEADER,
   MODE_LONG_BLOB,
+  MODE_NO_RANGE,
 };
 
 static th_registry reg;
@@ -74,6 +75,17 @@ static enum MHD_Result hostile(struct MHD_Connection *c, const char *url) {
   if (mode == MODE_LONG_BLOB && strstr(url, layer_digest)) {
     size_t n = (size_t)layer_size + 65536;
     char *body = calloc(1, n);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+  }
+  if (mode == MODE_NO_RANGE && strstr(url, layer_digest)) {
+    /* A server that ignores Range: the whole blob, 200. */
+    char path[4096];
+    th_registry_blob_path(&reg, layer_digest, path, sizeof(path));
+    size_t n = 0;
+    char *body = th_read_file(path, &n);
     struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
@@ -312,6 +324,41 @@ static void test_blob_longer_than_descriptor_is_refused(void **state) {
   free(dir);
 }
 
+static void test_resume_restarts_when_server_ignores_range(void **state) {
+  (void)state;
+  char s[256], err[256] = "", path[4096];
+  gn_imageref r;
+  gn_store *st = NULL;
+  gn_image img;
+  reset(MODE_NO_RANGE);
+  char *dir = th_mkdtemp("norange");
+  assert_int_equal(gn_store_open(dir, &st), 0);
+  /* A partial download of the first half is there from an earlier try. */
+  th_registry_blob_path(&reg, layer_digest, path, sizeof(path));
+  size_t n = 0;
+  char *layer = th_read_file(path, &n);
+  snprintf(path, sizeof(path), "%s/tmp/%s.partial", dir, layer_digest + 7);
+  assert_int_equal(th_write_file(path, layer, n / 2), 0);
+  snprintf(s, sizeof(s), "127.0.0.1:%d/bb@%s", front_port, reg.digest);
+  assert_int_equal(gn_imageref_parse(s, &r), 0);
+  int rc = gn_store_pull(st, &r, NULL, NULL, &img, err, sizeof(err));
+  if (rc)
+    fail_msg("pull: %d %s", rc, err);
+  /* The whole layer came again, and what is stored is exactly the layer. */
+  assert_true(img.bytes_fetched >= n);
+  snprintf(path, sizeof(path), "%s/blobs/sha256/%s", dir, layer_digest + 7);
+  size_t got_n = 0;
+  char *got = th_read_file(path, &got_n);
+  assert_int_equal(got_n, n);
+  assert_memory_equal(got, layer, n);
+  free(got);
+  free(layer);
+  gn_image_done(&img);
+  gn_store_free(st);
+  th_rm_rf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pull_answers_bearer_challenge_once),
@@ -323,6 +370,7 @@ int main(void) {
       cmocka_unit_test(test_redirect_loop_is_bounded),
       cmocka_unit_test(test_lying_digest_header_is_refused),
       cmocka_unit_test(test_blob_longer_than_descriptor_is_refused),
+      cmocka_unit_test(test_resume_restarts_when_server_ignores_range),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
