@@ -292,6 +292,80 @@ static void test_session_is_deterministic_with_injected_rng(void **state) {
   gn_buf_done(&out[1]);
 }
 
+/* Plays the initiator by hand with the Noise engine, so the third message
+ * can carry any payload. */
+static int handshake_with_payload(const gn_buf *payload3, const uint8_t s_priv[32]) {
+  side b;
+  new_side(&b, false, idb, "", NULL, NULL);
+  gn_noise_handshake hi;
+  assert_int_equal(gn__noise_handshake_init(&hi, GN_SESSION_PROTOCOL, true, (const uint8_t *)GN_SESSION_PROLOGUE,
+                                            strlen(GN_SESSION_PROLOGUE), s_priv, NULL, NULL, NULL),
+                   0);
+  uint8_t m[1024], p[1024];
+  size_t n, pn, used;
+  gn_session_event ev;
+  assert_int_equal(gn__noise_handshake_write(&hi, NULL, 0, m + 2, sizeof(m) - 2, &n), 0);
+  m[0] = (uint8_t)(n >> 8), m[1] = (uint8_t)n;
+  assert_int_equal(gn__session_feed(b.s, m, n + 2, &used, &ev), 0);
+  gn_buf out = {0};
+  assert_int_equal(gn__session_take_output(b.s, &out), 0);
+  assert_int_equal(gn__noise_handshake_read(&hi, out.data + 2, out.len - 2, p, sizeof(p), &pn), 0);
+  gn_buf_done(&out);
+  assert_int_equal(gn__noise_handshake_write(&hi, payload3->data, payload3->len, m + 2, sizeof(m) - 2, &n), 0);
+  m[0] = (uint8_t)(n >> 8), m[1] = (uint8_t)n;
+  int r = gn__session_feed(b.s, m, n + 2, &used, &ev);
+  gn__noise_handshake_wipe(&hi);
+  free_side(&b);
+  return r;
+}
+
+static void payload_for(uint64_t v, const gn_identity *id, const uint8_t s_priv[32], gn_buf *out) {
+  uint8_t s_pub[32], msg[sizeof(GN_SESSION_STATIC_PREFIX) + 32], sig[GN_SIG_LEN];
+  crypto_scalarmult_base(s_pub, s_priv);
+  memcpy(msg, GN_SESSION_STATIC_PREFIX, sizeof(GN_SESSION_STATIC_PREFIX));
+  memcpy(msg + sizeof(GN_SESSION_STATIC_PREFIX), s_pub, 32);
+  gn_identity_sign(id, msg, sizeof(msg), sig);
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 4);
+  gn_wire_put_str(&w, "v");
+  gn_wire_put_u64(&w, v);
+  gn_wire_put_str(&w, "id");
+  gn_wire_put_bin(&w, id->pk, GN_PK_LEN);
+  gn_wire_put_str(&w, "sig");
+  gn_wire_put_bin(&w, sig, GN_SIG_LEN);
+  gn_wire_put_str(&w, "addr");
+  gn_wire_put_str(&w, "");
+  out->len = 0;
+  assert_int_equal(gn_wire_writer_take(&w, out), 0);
+  gn_wire_writer_done(&w);
+}
+
+static void test_session_checks_handshake_payload(void **state) {
+  (void)state;
+  uint8_t s_priv[32], other_priv[32];
+  randombytes_buf(s_priv, sizeof(s_priv));
+  randombytes_buf(other_priv, sizeof(other_priv));
+  gn_buf pl = {0};
+  /* the hand-made initiator is accepted when its payload is right */
+  payload_for(GN_PROTO_VERSION, ida, s_priv, &pl);
+  assert_int_equal(handshake_with_payload(&pl, s_priv), 1);
+  /* another protocol version */
+  payload_for(GN_PROTO_VERSION + 1, ida, s_priv, &pl);
+  assert_int_equal(handshake_with_payload(&pl, s_priv), GN_EVERSION);
+  /* a signature over a different Noise static key (a replayed payload) */
+  payload_for(GN_PROTO_VERSION, ida, other_priv, &pl);
+  assert_int_equal(handshake_with_payload(&pl, s_priv), GN_ESIG);
+  /* not a map, missing fields */
+  pl.len = 0;
+  gn_buf_append(&pl, "\x90", 1);
+  assert_int_equal(handshake_with_payload(&pl, s_priv), GN_EPROTO);
+  pl.len = 0;
+  gn_buf_append(&pl, "\x81\xa1v\x01", 4);
+  assert_int_equal(handshake_with_payload(&pl, s_priv), GN_EPROTO);
+  gn_buf_done(&pl);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_session_handshake_binds_node_ids),
@@ -304,6 +378,7 @@ int main(void) {
       cmocka_unit_test(test_session_handshake_times_out),
       cmocka_unit_test(test_session_send_before_up_is_refused),
       cmocka_unit_test(test_session_is_deterministic_with_injected_rng),
+      cmocka_unit_test(test_session_checks_handshake_payload),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -326,6 +326,25 @@ static void test_transport_peer_down_when_other_side_closes(void **state) {
   gn_identity_free(b.id);
 }
 
+static void test_transport_handshake_times_out(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  assert_int_equal(gn_transport_listen(a.t, "127.0.0.1:0"), 0);
+  /* a client that connects and then says nothing */
+  raw r;
+  raw_send(gn_transport_listen_addr(a.t), (const uint8_t *)"", 0, &r);
+  uint64_t start = gn_mono_ms(), end = start + 15000;
+  while (!r.eof && gn_mono_ms() < end)
+    uv_run(&loop, UV_RUN_ONCE);
+  uint64_t took = gn_mono_ms() - start;
+  assert_true(r.eof);
+  assert_true(took >= 9000 && took <= 12500);
+  gn_uv_close_free((uv_handle_t *)r.tcp, NULL, NULL);
+  node_pair_done(&a, &b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_transport_connects_and_exchanges_envelopes, setup, teardown),
@@ -334,6 +353,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_rejects_bad_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_closes_garbage_and_oversized_clients, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_peer_down_when_other_side_closes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_handshake_times_out, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
