@@ -27,8 +27,17 @@
 
 /* The masked and read-only /proc and /sys paths are runc's defaults. */
 static const char *const masked_paths[] = {
-    "/proc/acpi",        "/proc/asound",      "/proc/kcore",       "/proc/keys",     "/proc/latency_stats",
-    "/proc/timer_list",  "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",  "/proc/scsi", NULL,
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/proc/scsi",
+    NULL,
 };
 static const char *const readonly_paths[] = {
     "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger", NULL,
@@ -140,9 +149,9 @@ static int devices_json(const char *const *devices, json_t *linux_devices, json_
     if (!S_ISCHR(st.st_mode))
       return GN_EINVAL; /* GPUs are character devices; anything else is a mistake */
     json_int_t major = (json_int_t)major(st.st_rdev), minor = (json_int_t)minor(st.st_rdev);
-    json_array_append_new(linux_devices, json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:i}", "path", *p, "type", "c",
-                                                   "major", major, "minor", minor, "fileMode", 0666, "uid", 0,
-                                                   "gid", 0));
+    json_array_append_new(linux_devices,
+                          json_pack("{s:s, s:s, s:I, s:I, s:i, s:i, s:i}", "path", *p, "type", "c", "major", major,
+                                    "minor", minor, "fileMode", 0666, "uid", 0, "gid", 0));
     json_array_append_new(rules, json_pack("{s:b, s:s, s:I, s:I, s:s}", "allow", 1, "type", "c", "major", major,
                                            "minor", minor, "access", "rwm"));
   }
@@ -169,11 +178,11 @@ static json_t *build(const gn_bundle_spec *s, int *ret_code) {
    * runc grants by default. */
   caps = json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective", "inheritable", "permitted", "ambient");
   uint64_t nofile = s->nofile ? s->nofile : DEFAULT_NOFILE;
-  process = json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b, s:[{s:s, s:I, s:I}, {s:s, s:i, s:i}]}",
-                      "terminal", 0, "user", "uid", 0, "gid", 0, "args", strv_json(s->argv), "env", env, "cwd",
-                      s->cwd ? s->cwd : "/", "capabilities", caps, "noNewPrivileges", 1, "rlimits", "type",
-                      "RLIMIT_NOFILE", "hard", (json_int_t)nofile, "soft", (json_int_t)nofile, "type", "RLIMIT_CORE",
-                      "hard", 0, "soft", 0);
+  process =
+      json_pack("{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:o, s:b, s:[{s:s, s:I, s:I}, {s:s, s:i, s:i}]}", "terminal", 0,
+                "user", "uid", 0, "gid", 0, "args", strv_json(s->argv), "env", env, "cwd", s->cwd ? s->cwd : "/",
+                "capabilities", caps, "noNewPrivileges", 1, "rlimits", "type", "RLIMIT_NOFILE", "hard",
+                (json_int_t)nofile, "soft", (json_int_t)nofile, "type", "RLIMIT_CORE", "hard", 0, "soft", 0);
   env = caps = NULL; /* owned by process (or freed by json_pack on failure) */
   if (!process)
     goto fail;
@@ -210,9 +219,9 @@ static json_t *build(const gn_bundle_spec *s, int *ret_code) {
   if (!lx)
     goto fail;
 
-  root = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process", process, "root",
-                   "path", s->rootfs ? s->rootfs : "rootfs", "readonly", 1, "hostname",
-                   s->hostname ? s->hostname : "gpunet", "mounts", mounts_json(), "linux", lx);
+  root = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process", process, "root", "path",
+                   s->rootfs ? s->rootfs : "rootfs", "readonly", 1, "hostname", s->hostname ? s->hostname : "gpunet",
+                   "mounts", mounts_json(), "linux", lx);
   process = lx = NULL;
   if (!root)
     goto fail;

@@ -36,10 +36,8 @@ static bool media_type_is_manifest(const char *mt) {
  * layers name external URLs, which a sandbox must not fetch. */
 static bool media_type_is_layer(const char *mt) {
   static const char *const ok[] = {
-      "application/vnd.oci.image.layer.v1.tar",
-      "application/vnd.oci.image.layer.v1.tar+gzip",
-      "application/vnd.oci.image.layer.v1.tar+zstd",
-      "application/vnd.docker.image.rootfs.diff.tar.gzip",
+      "application/vnd.oci.image.layer.v1.tar",       "application/vnd.oci.image.layer.v1.tar+gzip",
+      "application/vnd.oci.image.layer.v1.tar+zstd",  "application/vnd.docker.image.rootfs.diff.tar.gzip",
       "application/vnd.docker.image.rootfs.diff.tar",
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(ok); i++)

@@ -38,7 +38,7 @@ typedef struct exchange {
   gn_buf *buf;
   size_t buf_max;
   gn__blob_sink *sink;
-  gn_buf errbody; /* the body of a non-2xx answer, truncated */
+  gn_buf errbody;  /* the body of a non-2xx answer, truncated */
   int write_error; /* why the write callback stopped the transfer */
 } exchange;
 
@@ -446,8 +446,8 @@ static int status_error(const char *url, const exchange *x, char *err, size_t er
 
 int gn__registry_get_manifest(gn__registry *r, const char *reference, gn_buf *body, char ret_content_type[128],
                               char ret_header_digest[GN_DIGEST_STRLEN], char *err, size_t err_cap) {
-  static const char accept[] = GN__MT_OCI_INDEX ", " GN__MT_OCI_MANIFEST ", " GN__MT_DOCKER_LIST
-                               ", " GN__MT_DOCKER_MANIFEST;
+  static const char accept[] =
+      GN__MT_OCI_INDEX ", " GN__MT_OCI_MANIFEST ", " GN__MT_DOCKER_LIST ", " GN__MT_DOCKER_MANIFEST;
   char url[1400];
   gn_buf tmp = {0};
   exchange x = {0};
@@ -532,9 +532,9 @@ int gn_registry_resolve(const gn_imageref *ref, char ret_digest[GN_DIGEST_STRLEN
   gn__digest_of(body.data, body.len, digest);
   if (header_digest[0] && strcmp(header_digest, digest) != 0) {
     char a[32], b[32];
-    ret = gn__err(err, err_cap, GN_EDIGEST, "%s/%s:%s: the registry says %s but the manifest hashes to %s",
-                  ref->registry, ref->repository, reference, gn__digest_short(header_digest, a),
-                  gn__digest_short(digest, b));
+    ret =
+        gn__err(err, err_cap, GN_EDIGEST, "%s/%s:%s: the registry says %s but the manifest hashes to %s", ref->registry,
+                ref->repository, reference, gn__digest_short(header_digest, a), gn__digest_short(digest, b));
     goto out;
   }
   if (ref->digest[0] && strcmp(ref->digest, digest) != 0) {

@@ -37,8 +37,7 @@ static bool find_exec(const char *name, char *out, size_t cap) {
   }
   const char *path = getenv("PATH");
   char buf[4096];
-  snprintf(buf, sizeof(buf), "%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           path ? path : "");
+  snprintf(buf, sizeof(buf), "%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", path ? path : "");
   for (char *save = NULL, *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
     char cand[4096];
     struct stat st;

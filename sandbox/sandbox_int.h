@@ -12,10 +12,10 @@
 #define GN__CONFIG_MAX (4u * 1024u * 1024u)   /* image config blobs */
 #define GN__TOKEN_MAX (64u * 1024u)           /* token endpoint replies */
 #define GN__LAYERS_MAX 128u
-#define GN__INDEX_MAX 1024u                     /* entries in an image index */
-#define GN__LAYER_MAX_BYTES (64ull << 30)       /* 64 GiB compressed per layer */
-#define GN__CONFIG_STRINGS_MAX 4096u            /* entries in cmd/entrypoint/env */
-#define GN__CONFIG_STRING_MAX (64u * 1024u)     /* bytes in one of those entries */
+#define GN__INDEX_MAX 1024u                 /* entries in an image index */
+#define GN__LAYER_MAX_BYTES (64ull << 30)   /* 64 GiB compressed per layer */
+#define GN__CONFIG_STRINGS_MAX 4096u        /* entries in cmd/entrypoint/env */
+#define GN__CONFIG_STRING_MAX (64u * 1024u) /* bytes in one of those entries */
 #define GN__REDIRECTS_MAX 5L
 
 #define GN__MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
@@ -92,10 +92,10 @@ int gn__registry_get_manifest(gn__registry *r, const char *reference, gn_buf *bo
                               char ret_header_digest[GN_DIGEST_STRLEN], char *err, size_t err_cap);
 
 typedef struct gn__blob_sink {
-  int fd;                   /* appended to */
-  uint64_t offset;          /* bytes already in fd (a resumed download) */
-  uint64_t expected_size;   /* the descriptor's size: more is refused */
-  void *hash_state;         /* crypto_hash_sha256_state fed with every byte */
+  int fd;                 /* appended to */
+  uint64_t offset;        /* bytes already in fd (a resumed download) */
+  uint64_t expected_size; /* the descriptor's size: more is refused */
+  void *hash_state;       /* crypto_hash_sha256_state fed with every byte */
   gn_pull_progress_fn progress;
   void *progress_ud;
   const char *what;

@@ -289,10 +289,9 @@ static int ensure_manifest(pull_ctx *c, const char *digest, gn_buf *ret, char re
     return 0;
   }
   if (r != GN_ENOTFOUND)
-    return gn__err(c->err, c->err_cap, r, "cannot read manifest %s from the store: %s",
-                   gn__digest_short(digest, a), gn_strerror(r));
-  if ((r = gn__registry_get_manifest(c->reg, digest, &body, ret_content_type, header_digest, c->err, c->err_cap)) <
-      0)
+    return gn__err(c->err, c->err_cap, r, "cannot read manifest %s from the store: %s", gn__digest_short(digest, a),
+                   gn_strerror(r));
+  if ((r = gn__registry_get_manifest(c->reg, digest, &body, ret_content_type, header_digest, c->err, c->err_cap)) < 0)
     return r;
   c->fetched += body.len;
   gn__digest_of(body.data, body.len, got);
@@ -303,8 +302,7 @@ static int ensure_manifest(pull_ctx *c, const char *digest, gn_buf *ret, char re
   }
   if ((r = store_bytes(c->s, digest, body.data, body.len)) < 0) {
     gn_buf_done(&body);
-    return gn__err(c->err, c->err_cap, r, "cannot store manifest %s: %s", gn__digest_short(digest, a),
-                   gn_strerror(r));
+    return gn__err(c->err, c->err_cap, r, "cannot store manifest %s: %s", gn__digest_short(digest, a), gn_strerror(r));
   }
   *ret = body;
   return 0;
@@ -321,8 +319,8 @@ void gn_image_done(gn_image *img) {
   img->env = gn__strv_free(img->env);
 }
 
-int gn_store_pull(gn_store *s, const gn_imageref *ref, gn_pull_progress_fn progress, void *ud, gn_image *ret,
-                  char *err, size_t err_cap) {
+int gn_store_pull(gn_store *s, const gn_imageref *ref, gn_pull_progress_fn progress, void *ud, gn_image *ret, char *err,
+                  size_t err_cap) {
   pull_ctx c = {.s = s, .progress = progress, .ud = ud, .err = err, .err_cap = err_cap};
   gn_buf top = {0}, mbuf = {0}, cbuf = {0};
   gn__manifest m = {0};

@@ -300,8 +300,8 @@ static int layer_check(unpack_ctx *c, const char *path, const char *digest, whit
     }
     mode_t type = archive_entry_filetype(e);
     if (type == AE_IFCHR || type == AE_IFBLK) {
-      r = gn__err(c->err, c->err_cap, GN_EPERM, "layer %s: entry \"%s\" is a device node; refusing the image",
-                  c->layer, name);
+      r = gn__err(c->err, c->err_cap, GN_EPERM, "layer %s: entry \"%s\" is a device node; refusing the image", c->layer,
+                  name);
       goto out;
     }
     const char *link = archive_entry_hardlink(e);

@@ -14,11 +14,11 @@
 #define GN_DIGEST_STRLEN 72 /* "sha256:" + 64 hex + NUL */
 
 typedef struct gn_imageref {
-  char registry[256];   /* "127.0.0.1:5000" or "registry-1.docker.io" */
-  char repository[256]; /* "library/busybox" */
-  char tag[128];        /* "latest" when neither tag nor digest given */
+  char registry[256];            /* "127.0.0.1:5000" or "registry-1.docker.io" */
+  char repository[256];          /* "library/busybox" */
+  char tag[128];                 /* "latest" when neither tag nor digest given */
   char digest[GN_DIGEST_STRLEN]; /* "" unless pinned */
-  bool plain_http;      /* loopback registries speak plain HTTP */
+  bool plain_http;               /* loopback registries speak plain HTTP */
 } gn_imageref;
 
 /* Parses "host[:port]/repo[:tag][@sha256:hex]". GN_EINVAL with no change to
@@ -44,7 +44,7 @@ typedef struct gn_image {
   char manifest_digest[GN_DIGEST_STRLEN]; /* the platform manifest */
   size_t layer_count;
   char (*layers)[GN_DIGEST_STRLEN]; /* layer blob digests, bottom first */
-  char **entrypoint;               /* NULL-terminated, from the image config */
+  char **entrypoint;                /* NULL-terminated, from the image config */
   char **cmd;
   char **env;
   char workdir[256];
@@ -61,8 +61,8 @@ typedef void (*gn_pull_progress_fn)(void *ud, const char *what, uint64_t done, u
  * sha256 while streaming (GN_EDIGEST on mismatch, nothing kept). Blobs
  * already in the store are not fetched again. Blocking: run it off the
  * event loop. */
-int gn_store_pull(gn_store *s, const gn_imageref *ref, gn_pull_progress_fn progress, void *ud, gn_image *ret,
-                  char *err, size_t err_cap);
+int gn_store_pull(gn_store *s, const gn_imageref *ref, gn_pull_progress_fn progress, void *ud, gn_image *ret, char *err,
+                  size_t err_cap);
 
 /* Unpacks the image's layers in order into rootfs (created), honouring
  * whiteouts and opaque directories and refusing absolute paths, "..",
@@ -78,13 +78,13 @@ typedef struct gn_bundle_spec {
   const char *const *env;
   const char *cwd;
   const char *hostname;
-  bool network;           /* false: a new, empty network namespace */
-  uint64_t memory_bytes;  /* 0: no limit */
-  uint32_t pids_max;      /* 0: no limit */
-  uint64_t nofile;        /* RLIMIT_NOFILE */
-  const char *const *devices;   /* GPU device nodes to pass in, NULL-terminated */
-  const char *visible_devices;  /* NVIDIA_VISIBLE_DEVICES, NULL for none */
-  bool cgroup_limits;     /* false where the cgroup layout cannot apply them */
+  bool network;                /* false: a new, empty network namespace */
+  uint64_t memory_bytes;       /* 0: no limit */
+  uint32_t pids_max;           /* 0: no limit */
+  uint64_t nofile;             /* RLIMIT_NOFILE */
+  const char *const *devices;  /* GPU device nodes to pass in, NULL-terminated */
+  const char *visible_devices; /* NVIDIA_VISIBLE_DEVICES, NULL for none */
+  bool cgroup_limits;          /* false where the cgroup layout cannot apply them */
 } gn_bundle_spec;
 
 /* Writes bundle_dir/config.json: new namespaces, read-only root with a

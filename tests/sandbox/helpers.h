@@ -139,8 +139,8 @@ static inline int th_count_entries(const char *dir) {
 typedef struct th_registry {
   char *dir;
   int port;
-  char host[64];         /* "127.0.0.1:PORT" */
-  char digest[80];       /* of bb:latest */
+  char host[64];   /* "127.0.0.1:PORT" */
+  char digest[80]; /* of bb:latest */
 } th_registry;
 
 static inline int th_registry_start(th_registry *r) {

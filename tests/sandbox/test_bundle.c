@@ -105,8 +105,8 @@ static void test_bundle_root_is_readonly_with_tmpfs_tmp(void **state) {
   assert_true(json_is_true(json_object_get(root, "readonly")));
   assert_string_equal(json_string_value(json_object_get(j, "hostname")), "job-42");
   json_t *mounts = json_object_get(j, "mounts");
-  static const char *const want[][2] = {{"/proc", "proc"},       {"/dev", "tmpfs"},     {"/dev/pts", "devpts"},
-                                        {"/dev/shm", "tmpfs"},   {"/dev/mqueue", "mqueue"}, {"/sys", "sysfs"},
+  static const char *const want[][2] = {{"/proc", "proc"},     {"/dev", "tmpfs"},         {"/dev/pts", "devpts"},
+                                        {"/dev/shm", "tmpfs"}, {"/dev/mqueue", "mqueue"}, {"/sys", "sysfs"},
                                         {"/tmp", "tmpfs"}};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     json_t *m = find_by(mounts, "destination", want[i][0]);

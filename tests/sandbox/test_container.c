@@ -141,11 +141,10 @@ static void test_container_exit_code_passes_through(void **state) {
 static void test_container_root_readonly_tmp_writable(void **state) {
   (void)state;
   NEED_CONTAINERS();
-  const char *const argv[] = {
-      "/bin/sh", "-c",
-      "if touch /newfile 2>/dev/null; then echo root-rw; else echo root-ro; fi; "
-      "if echo x > /tmp/f && [ \"$(cat /tmp/f)\" = x ]; then echo tmp-rw; else echo tmp-ro; fi",
-      NULL};
+  const char *const argv[] = {"/bin/sh", "-c",
+                              "if touch /newfile 2>/dev/null; then echo root-rw; else echo root-ro; fi; "
+                              "if echo x > /tmp/f && [ \"$(cat /tmp/f)\" = x ]; then echo tmp-rw; else echo tmp-ro; fi",
+                              NULL};
   gn_bundle_spec spec = {.argv = argv};
   job_result r;
   run_job(&spec, &r);
@@ -187,8 +186,8 @@ static void test_container_sees_only_loopback(void **state) {
 static void test_container_has_no_capabilities_and_own_pid_ns(void **state) {
   (void)state;
   NEED_CONTAINERS();
-  const char *const argv[] = {"/bin/sh", "-c", "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status; echo pid=$$; hostname",
-                              NULL};
+  const char *const argv[] = {
+      "/bin/sh", "-c", "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status; echo pid=$$; hostname", NULL};
   gn_bundle_spec spec = {.argv = argv, .hostname = "job-7"};
   job_result r;
   run_job(&spec, &r);

@@ -19,8 +19,7 @@ typedef struct valid_case {
 } valid_case;
 
 static const valid_case valid[] = {
-    {"127.0.0.1:5000/busybox:latest", "127.0.0.1:5000", "busybox", "latest", "", true,
-     "127.0.0.1:5000/busybox:latest"},
+    {"127.0.0.1:5000/busybox:latest", "127.0.0.1:5000", "busybox", "latest", "", true, "127.0.0.1:5000/busybox:latest"},
     {"localhost:5000/a/b@sha256:" D64, "localhost:5000", "a/b", "", "sha256:" D64, true,
      "localhost:5000/a/b@sha256:" D64},
     {"host.example/repo:tag@sha256:" D64, "host.example", "repo", "tag", "sha256:" D64, false,

@@ -133,8 +133,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   if (mode == MODE_BASIC)
     return reply(c, 401, "{}", "WWW-Authenticate", "Basic realm=\"registry\"");
   snprintf(buf, sizeof(buf),
-           "Bearer realm=\"http://127.0.0.1:%d/token\",service=\"gn test\",scope=\"repository:bb:pull\"",
-           front_port);
+           "Bearer realm=\"http://127.0.0.1:%d/token\",service=\"gn test\",scope=\"repository:bb:pull\"", front_port);
   return reply(c, 401, "{\"errors\":[{\"code\":\"UNAUTHORIZED\"}]}", "WWW-Authenticate", buf);
 }
 

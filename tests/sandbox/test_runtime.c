@@ -134,10 +134,8 @@ static void test_exec_reports_exit_status_and_output(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_detect_auto_follows_cgroup_layout),
-      cmocka_unit_test(test_detect_explicit_name_wins),
-      cmocka_unit_test(test_detect_refuses_missing_or_foreign_binary),
-      cmocka_unit_test(test_argv_builders),
+      cmocka_unit_test(test_detect_auto_follows_cgroup_layout),        cmocka_unit_test(test_detect_explicit_name_wins),
+      cmocka_unit_test(test_detect_refuses_missing_or_foreign_binary), cmocka_unit_test(test_argv_builders),
       cmocka_unit_test(test_exec_reports_exit_status_and_output),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -254,8 +254,8 @@ static void test_unpack_keeps_symlinks_as_symlinks(void **state) {
 
 static void test_unpack_strips_setuid_and_skips_fifos(void **state) {
   fixture *f = *state;
-  const ent l1[] = {{'f', "bin/su", "x", 04755}, {'f', "bin/sg", "x", 02755}, {'p', "run/fifo", NULL, 0},
-                    {'f', "run/after", "a", 0}};
+  const ent l1[] = {
+      {'f', "bin/su", "x", 04755}, {'f', "bin/sg", "x", 02755}, {'p', "run/fifo", NULL, 0}, {'f', "run/after", "a", 0}};
   add_layer(f, l1, 4, GZIP);
   expect_unpacked(f);
   struct stat st;
@@ -321,15 +321,20 @@ typedef struct hostile {
   ent upper[3];
   size_t upper_n;
   int code;
-  const char *named; /* must appear in err */
+  const char *named;        /* must appear in err */
   const char *outside_file; /* must not exist in outside/ afterwards */
 } hostile;
 
 static const hostile hostiles[] = {
     {"absolute path", {{0}}, 0, {{'f', "%O/abs", "pwned", 0}}, 1, GN_EPERM, "/abs", "abs"},
-    {"dotdot escape", {{0}}, 0, {{'f', "../outside/dotdot", "pwned", 0}}, 1, GN_EPERM, "../outside/dotdot",
-     "dotdot"},
-    {"inner dotdot", {{0}}, 0, {{'f', "a/../../outside/inner", "pwned", 0}}, 1, GN_EPERM, "a/../../outside/inner",
+    {"dotdot escape", {{0}}, 0, {{'f', "../outside/dotdot", "pwned", 0}}, 1, GN_EPERM, "../outside/dotdot", "dotdot"},
+    {"inner dotdot",
+     {{0}},
+     0,
+     {{'f', "a/../../outside/inner", "pwned", 0}},
+     1,
+     GN_EPERM,
+     "a/../../outside/inner",
      "inner"},
     {"write through an absolute symlink in one layer",
      {{0}},
@@ -364,14 +369,7 @@ static const hostile hostiles[] = {
      "d/l/sub/pwned4",
      "sub"},
     {"hardlink with dotdot", {{0}}, 0, {{'h', "hl", "../outside/secret", 0}}, 1, GN_EPERM, "hl", NULL},
-    {"hardlink through a symlink",
-     {{'l', "s", "%O", 0}},
-     1,
-     {{'h', "h", "s/secret", 0}},
-     1,
-     GN_EPERM,
-     "\"h\"",
-     NULL},
+    {"hardlink through a symlink", {{'l', "s", "%O", 0}}, 1, {{'h', "h", "s/secret", 0}}, 1, GN_EPERM, "\"h\"", NULL},
     {"hardlink to an absolute path", {{0}}, 0, {{'h', "h2", "%O/secret", 0}}, 1, GN_EPERM, "h2", NULL},
     {"char device", {{0}}, 0, {{'f', "ok", "ok", 0}, {'c', "dev/null", NULL, 0}}, 2, GN_EPERM, "dev/null", NULL},
     {"block device", {{0}}, 0, {{'b', "dev/sda", NULL, 0}}, 1, GN_EPERM, "dev/sda", NULL},
