@@ -172,7 +172,7 @@ int cmd_rent(cli *c, int argc, char **argv) {
       const json_t *of;
       json_array_foreach(json_object_get(all, "offers"), i, of) {
         if (cli_str(of, "id") && strcmp(cli_str(of, "id"), offer) == 0 && cli_str(of, "provider"))
-          cli_fmt_node(cli_str(of, "provider"), who, sizeof(who));
+          snprintf(who, sizeof(who), "%s", cli_str(of, "provider"));
       }
     }
     c->quiet = false;

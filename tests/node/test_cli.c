@@ -1,0 +1,429 @@
+/* Runs the built gpunet binary against a stand-in gpunetd: a real control
+ * server (gn_ctl) on a real socket answering the control API contract with
+ * fixed data, so the CLI's requests, output and exit codes are checked
+ * end to end without the daemon core. Skipped if gpunet is not built. */
+#include <gpunet/node.h>
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define PROVIDER "gnxdmprthsyg3xadivnqyzxpaj5ge2vieppzt3swhizbyc2dmjbmlq6wqb"
+
+typedef struct fixture {
+  char dir[64];
+  char sock[128];
+  char gpunet[512];
+  uv_loop_t loop;
+  uv_async_t stop;
+  gn_ctl *ctl;
+  pthread_t thread;
+  /* What the last requests carried, for the tests to check. */
+  pthread_mutex_t lock;
+  json_t *last_body;
+  char last_filter[256];
+  char last_sort[32];
+  char last_param[64];
+  int log_calls;
+} fixture;
+
+static fixture *g_f;
+
+/* --- the stand-in daemon (loop thread) --------------------------------------*/
+
+static void remember(gn_ctl_req *r) {
+  pthread_mutex_lock(&g_f->lock);
+  json_decref(g_f->last_body);
+  g_f->last_body = gn_ctl_req_body(r) ? json_deep_copy(gn_ctl_req_body(r)) : NULL;
+  const char *p = gn_ctl_req_param(r, "id");
+  snprintf(g_f->last_param, sizeof(g_f->last_param), "%s", p ? p : "");
+  pthread_mutex_unlock(&g_f->lock);
+}
+
+static json_t *lease_json(const char *state) {
+  return json_pack("{s:s, s:s, s:s, s:s, s:i, s:[s], s:i, s:s, s:s, s:i, s:i, s:i, s:s, s:n, s:i, s:i, s:b}", "id",
+                   "l-00112233445566778", "role", "requester", "peer", PROVIDER, "gpu_model",
+                   "NVIDIA GeForce RTX 4090", "count", 1, "gpus", "GPU-SIM-ab", "price_uper_hour", 400000, "price",
+                   "0.400000", "currency", "EUR", "start_s", 1764673200, "max_s", 7200, "ends_s", 1764680400, "state",
+                   state, "ended_reason", "seconds", 3725, "cost_micro", 413888, "simulated", 1);
+}
+
+static void on_status(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  gn_ctl_reply_json(r, 200,
+                    json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:i, s:i, s:i, s:i}", "node_id", PROVIDER, "version",
+                              "0.1.0", "listen", "127.0.0.1:7946", "data_dir", "/x", "provider", 1, "runtime", "runc",
+                              "peers", 2, "offers", 3, "leases", 1, "jobs", 0));
+}
+
+static void on_offers(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  pthread_mutex_lock(&g_f->lock);
+  const char *f = gn_ctl_req_query(r, "filter"), *s = gn_ctl_req_query(r, "sort");
+  snprintf(g_f->last_filter, sizeof(g_f->last_filter), "%s", f ? f : "");
+  snprintf(g_f->last_sort, sizeof(g_f->last_sort), "%s", s ? s : "");
+  pthread_mutex_unlock(&g_f->lock);
+  json_t *o1 = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:I}", "id", "o-aaaaaaaaaaaa",
+                         "provider", PROVIDER, "addr", "10.0.0.1:7946", "gpu_model", "NVIDIA GeForce RTX 4090",
+                         "vram_mib", 24564, "gpus_free", 2, "gpus_total", 2, "price_uper_hour", 400000, "price",
+                         "0.400000", "currency", "EUR", "max_hours", 24, "simulated", 1, "expires_s",
+                         (json_int_t)gn_unix_s() + 300);
+  json_t *o2 = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:I}", "id", "o-bbbbbbbbbbbb",
+                         "provider", PROVIDER, "addr", "10.0.0.2:7946", "gpu_model", "NVIDIA H100 80GB HBM3",
+                         "vram_mib", 81559, "gpus_free", 1, "gpus_total", 8, "price_uper_hour", 2450000, "price",
+                         "2.450000", "currency", "EUR", "max_hours", 8, "simulated", 0, "expires_s",
+                         (json_int_t)gn_unix_s() + 300);
+  gn_ctl_reply_json(r, 200, json_pack("{s:[o,o]}", "offers", o1, o2));
+}
+
+static void on_rent(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  gn_ctl_reply_json(r, 201, json_pack("{s:o}", "lease", lease_json("active")));
+}
+
+static void on_leases(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  gn_ctl_reply_error(r, 500, "ledger is locked");
+}
+
+static void on_release(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  json_t *inv = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:s, s:s, s:i}", "id", "i-0011", "lease",
+                          "l-00112233445566778", "role", "requester", "status", "accepted", "seconds", 3725,
+                          "total_micro", 413888, "total", "0.413888", "currency", "EUR", "created_s", 1764677000);
+  gn_ctl_reply_json(r, 200, json_pack("{s:o, s:o}", "lease", lease_json("ended"), "invoice", inv));
+}
+
+static void on_run(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  gn_ctl_reply_json(r, 201,
+                    json_pack("{s:{s:s, s:s, s:s, s:n, s:[s], s:s, s:n, s:n, s:i, s:n}}", "job", "id", "j-1", "lease",
+                              "l-00112233445566778", "image", "busybox", "digest", "cmd", "true", "state", "pending",
+                              "exit_code", "error", "created_s", 1764677000, "ended_s"));
+}
+
+/* Output in two pieces with an empty, immediate answer between them. */
+static void on_logs(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  const char *off = gn_ctl_req_query(r, "offset");
+  long offset = off ? strtol(off, NULL, 10) : -1;
+  pthread_mutex_lock(&g_f->lock);
+  int calls = ++g_f->log_calls;
+  pthread_mutex_unlock(&g_f->lock);
+  if (offset == 0)
+    gn_ctl_reply_json(r, 200, json_pack("{s:s, s:i, s:b, s:n}", "data", "hello ", "offset", 6, "done", 0, "exit_code"));
+  else if (offset == 6 && calls < 4)
+    gn_ctl_reply_json(r, 200, json_pack("{s:s, s:i, s:b, s:n}", "data", "", "offset", 6, "done", 0, "exit_code"));
+  else if (offset == 6)
+    gn_ctl_reply_json(r, 200, json_pack("{s:s, s:i, s:b, s:i}", "data", "world\n", "offset", 12, "done", 1,
+                                        "exit_code", 3));
+  else
+    gn_ctl_reply_error(r, 400, "bad offset %s", off ? off : "(none)");
+}
+
+static void on_stop(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  gn_ctl_reply_json(r, 200, json_pack("{s:{s:s, s:s}}", "job", "id", gn_ctl_req_param(r, "id"), "state", "stopped"));
+}
+
+static const char export_doc[] = "{\"format\": \"gpunet-invoice/1\",   \"odd spacing\": [1, 2]}\n";
+
+static void on_export(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  gn_ctl_reply_text(r, 200, "application/json", export_doc);
+}
+
+static void on_stop_loop(uv_async_t *a) {
+  fixture *f = a->data;
+  gn_ctl_close(f->ctl);
+  uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *loop_main(void *arg) {
+  fixture *f = arg;
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+static int setup(void **state) {
+  const char *build = getenv("GN_BUILD_DIR");
+  char bin[512];
+  snprintf(bin, sizeof(bin), "%s/gpunet", build ? build : ".");
+  if (!build || access(bin, X_OK) != 0) {
+    *state = NULL;
+    return 0;
+  }
+  fixture *f = calloc(1, sizeof(*f));
+  g_f = f;
+  snprintf(f->gpunet, sizeof(f->gpunet), "%s", bin);
+  pthread_mutex_init(&f->lock, NULL);
+  snprintf(f->dir, sizeof(f->dir), "/tmp/gn-cli-XXXXXX");
+  assert_non_null(mkdtemp(f->dir));
+  snprintf(f->sock, sizeof(f->sock), "%s/gpunetd.sock", f->dir);
+  uv_loop_init(&f->loop);
+  uv_async_init(&f->loop, &f->stop, on_stop_loop);
+  f->stop.data = f;
+  assert_int_equal(gn_ctl_new(&f->loop, f->sock, &f->ctl), 0);
+  gn_ctl_route(f->ctl, "GET", "/v1/status", on_status, f);
+  gn_ctl_route(f->ctl, "GET", "/v1/offers", on_offers, f);
+  gn_ctl_route(f->ctl, "POST", "/v1/leases", on_rent, f);
+  gn_ctl_route(f->ctl, "GET", "/v1/leases", on_leases, f);
+  gn_ctl_route(f->ctl, "DELETE", "/v1/leases/:id", on_release, f);
+  gn_ctl_route(f->ctl, "POST", "/v1/jobs", on_run, f);
+  gn_ctl_route(f->ctl, "GET", "/v1/jobs/:id/logs", on_logs, f);
+  gn_ctl_route(f->ctl, "POST", "/v1/jobs/:id/stop", on_stop, f);
+  gn_ctl_route(f->ctl, "GET", "/v1/invoices/:id/export", on_export, f);
+  pthread_create(&f->thread, NULL, loop_main, f);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  if (!f)
+    return 0;
+  uv_async_send(&f->stop);
+  pthread_join(f->thread, NULL);
+  uv_loop_close(&f->loop);
+  json_decref(f->last_body);
+  pthread_mutex_destroy(&f->lock);
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+  assert_int_equal(system(cmd), 0);
+  free(f);
+  g_f = NULL;
+  return 0;
+}
+
+/* Runs gpunet --data-dir DIR ARGS; returns its exit code, output in out/err. */
+typedef struct run_result {
+  int code;
+  char out[8192];
+  char err[4096];
+} run_result;
+
+static void slurp(const char *path, char *buf, size_t cap) {
+  FILE *fp = fopen(path, "r");
+  size_t n = fp ? fread(buf, 1, cap - 1, fp) : 0;
+  buf[n] = '\0';
+  if (fp)
+    fclose(fp);
+}
+
+static run_result *run(fixture *f, const char *args) {
+  static run_result rr;
+  char cmd[2048], out[128], err[128];
+  snprintf(out, sizeof(out), "%s/out", f->dir);
+  snprintf(err, sizeof(err), "%s/err", f->dir);
+  snprintf(cmd, sizeof(cmd), "'%s' --data-dir '%s' %s >'%s' 2>'%s'", f->gpunet, f->dir, args, out, err);
+  int st = system(cmd);
+  rr.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  slurp(out, rr.out, sizeof(rr.out));
+  slurp(err, rr.err, sizeof(rr.err));
+  if (getenv("GN_TEST_VERBOSE"))
+    print_message("$ gpunet %s -> %d\n%s%s", args, rr.code, rr.out, rr.err);
+  return &rr;
+}
+
+#define SKIP_IF_NO_BINARY()                                                                                            \
+  do {                                                                                                                 \
+    if (!*state) {                                                                                                     \
+      print_message("gpunet not built (GN_BUILD_DIR): skipped\n");                                                     \
+      skip();                                                                                                          \
+    }                                                                                                                  \
+  } while (0)
+
+static void assert_contains(const char *hay, const char *needle) {
+  if (!strstr(hay, needle))
+    fail_msg("'%s' not found in:\n%s", needle, hay);
+}
+
+/* --- tests -------------------------------------------------------------------*/
+
+static void test_cli_status_table_and_json(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "status");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "node id    " PROVIDER);
+  assert_contains(r->out, "provider   yes");
+  assert_contains(r->out, "offers     3");
+  r = run(f, "--json status");
+  assert_int_equal(r->code, 0);
+  json_t *j = json_loads(r->out, 0, NULL);
+  assert_non_null(j);
+  assert_int_equal(json_integer_value(json_object_get(j, "peers")), 2);
+  json_decref(j);
+}
+
+static void test_cli_offers_sends_filter_and_marks_simulated(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "offers gpu=rtx4090 'vram>=24' --sort price");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(f->last_filter, "gpu=rtx4090 vram>=24");
+  assert_string_equal(f->last_sort, "price");
+  assert_contains(r->out, "o-aaaaaaaaaaaa");
+  assert_contains(r->out, "SIMULATED");
+  assert_contains(r->out, "0.40 EUR/h");
+  assert_contains(r->out, "2.45 EUR/h");
+  assert_contains(r->out, "24 GiB");
+  assert_contains(r->out, "80 GiB");
+  assert_contains(r->out, "1/8");
+  /* Columns line up: every line has the PRICE column at the same place. */
+  const char *hdr = strstr(r->out, "PRICE");
+  const char *row = strstr(r->out, "0.40 EUR/h");
+  const char *line0 = r->out;
+  const char *row_start = row;
+  while (row_start > r->out && row_start[-1] != '\n')
+    row_start--;
+  /* Byte offsets differ by the UTF-8 ellipsis in the provider column. */
+  assert_int_equal(hdr - line0, row - row_start - 2);
+}
+
+static void test_cli_rent_body_matches_contract(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "rent --gpu rtx4090 --hours 2");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->err, "negotiating lease with");
+  assert_contains(r->out, "lease l-00112233445566778 active");
+  assert_contains(r->out, "SIMULATED");
+  json_t *b = f->last_body;
+  assert_true(json_is_null(json_object_get(b, "offer")));
+  assert_string_equal(json_string_value(json_object_get(b, "gpu")), "rtx4090");
+  assert_int_equal(json_number_value(json_object_get(b, "hours")), 2);
+  assert_int_equal(json_integer_value(json_object_get(b, "count")), 1);
+  assert_true(json_is_false(json_object_get(b, "allow_simulated")));
+  assert_true(json_is_true(json_object_get(b, "attest")));
+
+  r = run(f, "rent o-aaaaaaaaaaaa --hours 0.5 --count 2 --allow-simulated --no-attest");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->err, "negotiating lease with " PROVIDER "\xe2\x80\xa6\n");
+  b = f->last_body;
+  assert_string_equal(json_string_value(json_object_get(b, "offer")), "o-aaaaaaaaaaaa");
+  assert_true(json_is_null(json_object_get(b, "gpu")));
+  assert_true(json_number_value(json_object_get(b, "hours")) == 0.5);
+  assert_int_equal(json_integer_value(json_object_get(b, "count")), 2);
+  assert_true(json_is_true(json_object_get(b, "allow_simulated")));
+  assert_true(json_is_false(json_object_get(b, "attest")));
+}
+
+static void test_cli_daemon_error_is_one_line_exit_1(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "leases");
+  assert_int_equal(r->code, 1);
+  assert_string_equal(r->err, "gpunet: ledger is locked\n");
+  r = run(f, "gpus"); /* not served here: the server's 404 message */
+  assert_int_equal(r->code, 1);
+  assert_string_equal(r->err, "gpunet: no such endpoint: GET /v1/gpus\n");
+}
+
+static void test_cli_release_prints_bill(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "release l-00112233445566778");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(f->last_param, "l-00112233445566778");
+  assert_contains(r->out, "ran 1h02m, cost 0.413888 EUR");
+  assert_contains(r->out, "invoice i-0011: 0.413888 EUR for 1h02m (3725 s), accepted");
+}
+
+static void test_cli_run_follow_streams_and_exits_with_job_code(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "run l-00112233445566778 --image busybox --env A=1 -f -- sh -c 'exit 3'");
+  assert_int_equal(r->code, 3);
+  assert_string_equal(r->out, "j-1\nhello world\n");
+  json_t *b = f->last_body;
+  assert_string_equal(json_string_value(json_object_get(b, "lease")), "l-00112233445566778");
+  assert_string_equal(json_string_value(json_object_get(b, "image")), "busybox");
+  json_t *cmd = json_object_get(b, "cmd");
+  assert_int_equal(json_array_size(cmd), 3);
+  assert_string_equal(json_string_value(json_array_get(cmd, 1)), "-c");
+  assert_string_equal(json_string_value(json_array_get(cmd, 2)), "exit 3");
+  assert_string_equal(json_string_value(json_array_get(json_object_get(b, "env"), 0)), "A=1");
+  assert_true(f->log_calls >= 4);
+}
+
+static void test_cli_logs_without_follow_prints_once(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "logs j-1");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(r->out, "hello ");
+  assert_int_equal(f->log_calls, 1);
+}
+
+static void test_cli_stop(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "stop j-7");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(r->out, "job j-7: stopped\n");
+}
+
+static void test_cli_invoice_export_writes_bytes_as_received(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  char args[256], path[128];
+  snprintf(path, sizeof(path), "%s/inv.json", f->dir);
+  snprintf(args, sizeof(args), "invoice export i-0011 --out '%s'", path);
+  run_result *r = run(f, args);
+  assert_int_equal(r->code, 0);
+  assert_string_equal(f->last_param, "i-0011");
+  char want[160];
+  snprintf(want, sizeof(want), "%s\n", path);
+  assert_string_equal(r->out, want);
+  char got[256];
+  slurp(path, got, sizeof(got));
+  assert_string_equal(got, export_doc);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0644);
+}
+
+static void test_cli_usage_errors_exit_2(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  static const char *const bad[] = {"rent --hours 2",          "rent o-1 --gpu x --hours 1", "rent o-1",
+                                    "rent o-1 --hours -1",     "run l-1 -- true",            "run l-1 --image x",
+                                    "logs",                    "offers --sort cost",         "invoice frob 1",
+                                    "invoice export i-1",      "status extra",               "--bogus status",
+                                    "run l-1 --env NOEQ --image x -- true"};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
+    run_result *r = run(f, bad[i]);
+    if (r->code != 2)
+      fail_msg("'gpunet %s' exited %d, want 2 (%s)", bad[i], r->code, r->err);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_cli_status_table_and_json, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_offers_sends_filter_and_marks_simulated, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_rent_body_matches_contract, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_daemon_error_is_one_line_exit_1, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_release_prints_bill, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_run_follow_streams_and_exits_with_job_code, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_logs_without_follow_prints_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_stop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_invoice_export_writes_bytes_as_received, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_usage_errors_exit_2, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
