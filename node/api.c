@@ -1,0 +1,319 @@
+/* The control API's endpoints: each turns node state into the JSON the
+ * `gpunet` CLI shows, or starts an agent operation (rent, run, release). */
+#include "node_internal.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void api_status(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  size_t leases = 0, jobs = 0;
+  for (gn_lease *l = n->leases; l; l = l->next)
+    leases += l->state == GN_LEASE_ACTIVE;
+  for (gn_job *j = n->jobs; j; j = j->next)
+    jobs += j->state == GN_JOB_RUNNING || j->state == GN_JOB_PULLING || j->state == GN_JOB_PENDING;
+  char runtime[400];
+  if (n->have_runtime)
+    gn__strf(runtime, sizeof runtime, "%s %s", n->rt.kind == GN_RUNTIME_CRUN ? "crun" : "runc", n->rt.version);
+  else
+    gn__strf(runtime, sizeof runtime, "none (%s)", n->runtime_err);
+  gn_ctl_reply_json(req, 200,
+                    json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:I, s:I, s:I}", "node_id", n->node_id, "version",
+                              GN_VERSION, "listen", gn_transport_listen_addr(n->tp), "data_dir", n->cfg.data_dir,
+                              "provider", n->cfg.provide, "runtime", runtime, "peers",
+                              (json_int_t)gn_transport_peer_count(n->tp), "offers",
+                              (json_int_t)gn_offer_table_count(n->offers), "leases", (json_int_t)leases, "jobs",
+                              (json_int_t)jobs));
+}
+
+static void api_gpus(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n->gpus.count; i++) {
+    const gn_gpu *g = &n->gpus.items[i];
+    uint8_t util;
+    json_t *o = json_pack("{s:i, s:s, s:s, s:I, s:s, s:b}", "index", g->index, "uuid", g->uuid, "name", g->name,
+                          "memory_mib", (json_int_t)g->memory_mib, "driver", g->driver, "simulated", g->simulated);
+    json_object_set_new(o, "leased_by", n->gpu_leased_by[i][0] ? json_string(n->gpu_leased_by[i]) : json_null());
+    json_object_set_new(o, "utilization", gn_gpu_utilization(g, &util) == 0 ? json_integer(util) : json_null());
+    json_object_set_new(o, "attestation", g->simulated ? json_string("simulated") : json_null());
+    json_object_set_new(o, "pci_bus_id", json_string(g->pci_bus_id));
+    json_array_append_new(arr, o);
+  }
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "gpus", arr));
+}
+
+static int cmp_uint(uint64_t a, uint64_t b) {
+  return a < b ? -1 : a > b;
+}
+
+static const char *sort_key;
+static int offer_cmp(const void *pa, const void *pb) {
+  const gn_offer_entry *a = *(const gn_offer_entry *const *)pa, *b = *(const gn_offer_entry *const *)pb;
+  int c = 0;
+  if (strcmp(sort_key, "vram") == 0)
+    c = -cmp_uint(a->offer.vram_mib, b->offer.vram_mib);
+  else if (strcmp(sort_key, "count") == 0)
+    c = -cmp_uint(a->offer.gpus_free, b->offer.gpus_free);
+  if (c == 0)
+    c = cmp_uint(a->offer.price_uper_hour, b->offer.price_uper_hour);
+  return c ? c : strcmp(a->id, b->id);
+}
+
+static void api_offers(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  gn_filter f;
+  char err[256];
+  const char *spec = gn_ctl_req_query(req, "filter");
+  const char *sort = gn_ctl_req_query(req, "sort");
+  if (gn_filter_parse(spec ? spec : "", &f, err, sizeof err) < 0)
+    return gn_ctl_reply_error(req, 400, "bad filter: %s", err);
+  if (sort && strcmp(sort, "price") && strcmp(sort, "vram") && strcmp(sort, "count"))
+    return gn_ctl_reply_error(req, 400, "unknown sort key '%s' (known: price, vram, count)", sort);
+  gn_offer_table_expire(n->offers, gn_unix_s());
+  size_t cnt = gn_offer_table_count(n->offers), m = 0;
+  const gn_offer_entry **v = calloc(cnt ? cnt : 1, sizeof *v);
+  if (!v)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  for (size_t i = 0; i < cnt; i++) {
+    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
+    if (gn_filter_match(&f, &e->offer))
+      v[m++] = e;
+  }
+  sort_key = sort ? sort : "price";
+  qsort(v, m, sizeof *v, offer_cmp);
+  json_t *arr = json_array();
+  for (size_t i = 0; i < m; i++) {
+    const gn_offer *o = &v[i]->offer;
+    char provider[GN_NODE_ID_STRLEN], price[32];
+    gn_node_id_format(o->provider, provider);
+    gn_price_format(o->price_uper_hour, price, sizeof price);
+    json_array_append_new(
+        arr, json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:s, s:I, s:b, s:I, s:b}", "id", v[i]->id,
+                       "provider", provider, "addr", o->addr, "gpu_model", o->gpu_model, "vram_mib",
+                       (json_int_t)o->vram_mib, "gpus_free", (json_int_t)o->gpus_free, "gpus_total",
+                       (json_int_t)o->gpus_total, "price_uper_hour", (json_int_t)o->price_uper_hour, "price", price,
+                       "currency", o->currency, "max_hours", (json_int_t)o->max_hours, "simulated", o->simulated,
+                       "expires_s", (json_int_t)o->expires_s, "own",
+                       memcmp(o->provider, n->id->pk, GN_PK_LEN) == 0));
+  }
+  free(v);
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "offers", arr));
+}
+
+static void api_peers(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n->peer_count; i++) {
+    char id[GN_NODE_ID_STRLEN];
+    gn_node_id_format(n->peers[i].id, id);
+    json_array_append_new(arr, json_pack("{s:s, s:s}", "node_id", id, "addr", n->peers[i].addr));
+  }
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "peers", arr));
+}
+
+static void api_leases(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  json_t *arr = json_array();
+  for (gn_lease *l = n->leases; l; l = l->next)
+    json_array_insert_new(arr, 0, gn__lease_json(n, l));
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "leases", arr));
+}
+
+static void api_lease(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  gn_lease *l = gn__lease_find(n, gn_ctl_req_param(req, "id"));
+  if (!l)
+    return gn_ctl_reply_error(req, 404, "no lease %s", gn_ctl_req_param(req, "id"));
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "lease", gn__lease_json(n, l)));
+}
+
+static void api_jobs(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  json_t *arr = json_array();
+  for (gn_job *j = n->jobs; j; j = j->next)
+    json_array_insert_new(arr, 0, gn__job_json(j));
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "jobs", arr));
+}
+
+static void api_job(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  gn_job *j = gn__job_find(n, gn_ctl_req_param(req, "id"));
+  if (!j)
+    return gn_ctl_reply_error(req, 404, "no job %s", gn_ctl_req_param(req, "id"));
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "job", gn__job_json(j)));
+}
+
+static bool job_done(const gn_job *j) {
+  return j->state >= GN_JOB_EXITED;
+}
+
+/* Logs are read from the job's log file, which the provider writes as the
+ * container prints and the requester as chunks arrive. */
+static void api_logs(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  gn_job *j = gn__job_find(n, gn_ctl_req_param(req, "id"));
+  if (!j)
+    return gn_ctl_reply_error(req, 404, "no job %s", gn_ctl_req_param(req, "id"));
+  const char *qo = gn_ctl_req_query(req, "offset");
+  char *end = NULL;
+  unsigned long long offset = qo ? strtoull(qo, &end, 10) : 0;
+  if (qo && (*end || end == qo))
+    return gn_ctl_reply_error(req, 400, "offset must be a number");
+  size_t want = offset < j->log_len ? (size_t)(j->log_len - offset) : 0;
+  if (want > 256 * 1024)
+    want = 256 * 1024;
+  char *buf = malloc(want + 1);
+  size_t got = 0;
+  if (!buf)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  if (want) {
+    int fd = open(j->log_path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t r = pread(fd, buf, want, (off_t)offset);
+      got = r > 0 ? (size_t)r : 0;
+      close(fd);
+    }
+  }
+  buf[got] = 0;
+  bool done = job_done(j) && offset + got >= j->log_len;
+  json_t *o = json_object();
+  json_object_set_new(o, "data", json_stringn_nocheck(buf, got));
+  json_object_set_new(o, "offset", json_integer((json_int_t)(offset + got)));
+  json_object_set_new(o, "done", json_boolean(done));
+  json_object_set_new(o, "state", json_string(gn__job_state_name(j->state)));
+  json_object_set_new(o, "exit_code", j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED
+                                          ? json_integer(j->exit_code)
+                                          : json_null());
+  free(buf);
+  gn_ctl_reply_json(req, 200, o);
+}
+
+static json_t *invoice_record_json(const gn_invoice_record *r) {
+  char total[32], price[32], provider[GN_NODE_ID_STRLEN], requester[GN_NODE_ID_STRLEN], head[65];
+  gn_price_format(r->summary.total_micro, total, sizeof total);
+  gn_price_format(r->summary.price_uper_hour, price, sizeof price);
+  gn_node_id_format(r->summary.provider, provider);
+  gn_node_id_format(r->summary.requester, requester);
+  gn__hex(r->summary.chain_head, 32, head);
+  return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:s}",
+                   "id", r->invoice_id, "lease", r->lease_id, "role", r->role, "status", r->status, "provider",
+                   provider, "requester", requester, "gpu_model", r->summary.gpu_model, "gpus",
+                   (json_int_t)r->summary.gpus, "seconds", (json_int_t)r->summary.seconds, "total_micro",
+                   (json_int_t)r->summary.total_micro, "total", total, "price", price, "currency",
+                   r->summary.currency, "start_s", (json_int_t)r->summary.start_s, "end_s",
+                   (json_int_t)r->summary.end_s, "created_s", (json_int_t)r->created_s, "countersigned",
+                   r->summary.countersigned, "chain_head", head);
+}
+
+static void api_invoices(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  gn_invoice_record *recs = NULL;
+  size_t cnt = 0;
+  int r = gn_ledger_list_invoices(n->ledger, NULL, &recs, &cnt);
+  if (r < 0)
+    return gn_ctl_reply_error(req, 500, "cannot list invoices: %s", gn_strerror(r));
+  json_t *arr = json_array();
+  for (size_t i = 0; i < cnt; i++)
+    json_array_insert_new(arr, 0, invoice_record_json(&recs[i]));
+  gn_invoice_records_free(recs, cnt);
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "invoices", arr));
+}
+
+static int find_invoice(gn_node *n, gn_ctl_req *req, gn_invoice_record *rec) {
+  const char *id = gn_ctl_req_param(req, "id");
+  int r = gn_ledger_get_invoice(n->ledger, id, gn_ctl_req_query(req, "role"), rec);
+  if (r == GN_ENOTFOUND)
+    gn_ctl_reply_error(req, 404, "no invoice %s (list them with: gpunet invoices)", id);
+  else if (r < 0)
+    gn_ctl_reply_error(req, 500, "cannot read invoice %s: %s", id, gn_strerror(r));
+  return r;
+}
+
+static void api_invoice(gn_ctl_req *req, void *ud) {
+  gn_invoice_record rec;
+  if (find_invoice(ud, req, &rec) < 0)
+    return;
+  gn_ctl_reply_json(req, 200, json_pack("{s:o}", "invoice", invoice_record_json(&rec)));
+  gn_invoice_record_done(&rec);
+}
+
+static void api_invoice_export(gn_ctl_req *req, void *ud) {
+  gn_invoice_record rec;
+  if (find_invoice(ud, req, &rec) < 0)
+    return;
+  json_t *doc = NULL;
+  /* Only an acceptance goes into the export: a rejection is not a
+   * countersignature. */
+  bool accepted = rec.summary.countersigned;
+  int r = gn_invoice_export(rec.invoice.data, rec.invoice.len, accepted ? rec.accept.data : NULL,
+                            accepted ? rec.accept.len : 0, &doc);
+  gn_invoice_record_done(&rec);
+  if (r < 0)
+    return gn_ctl_reply_error(req, 500, "cannot export invoice: %s", gn_strerror(r));
+  gn_ctl_reply_json(req, 200, doc);
+}
+
+static void api_metrics(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  size_t lp = 0, lr = 0, jobs[GN_JOB_REJECTED + 1] = {0};
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->state == GN_LEASE_ACTIVE)
+      *(l->role == GN_ROLE_PROVIDER ? &lp : &lr) += 1;
+  for (gn_job *j = n->jobs; j; j = j->next)
+    if ((unsigned)j->state <= GN_JOB_REJECTED)
+      jobs[j->state]++;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  fprintf(f, "# HELP gpunet_peers Connected peers.\n# TYPE gpunet_peers gauge\ngpunet_peers %zu\n",
+          gn_transport_peer_count(n->tp));
+  fprintf(f, "# HELP gpunet_offers Offers in the offer table.\n# TYPE gpunet_offers gauge\ngpunet_offers %zu\n",
+          gn_offer_table_count(n->offers));
+  fprintf(f,
+          "# HELP gpunet_leases_active Active leases by role.\n# TYPE gpunet_leases_active gauge\n"
+          "gpunet_leases_active{role=\"provider\"} %zu\ngpunet_leases_active{role=\"requester\"} %zu\n",
+          lp, lr);
+  fprintf(f, "# HELP gpunet_jobs Jobs by state.\n# TYPE gpunet_jobs gauge\n");
+  for (int s = 0; s <= GN_JOB_REJECTED; s++)
+    fprintf(f, "gpunet_jobs{state=\"%s\"} %zu\n", gn__job_state_name((gn_job_state)s), jobs[s]);
+  fprintf(f,
+          "# HELP gpunet_ticks_total Usage seconds written to the ledger since start.\n"
+          "# TYPE gpunet_ticks_total counter\ngpunet_ticks_total %llu\n",
+          (unsigned long long)n->ticks_total);
+  fprintf(f, "# HELP gpunet_gpus GPUs on this node.\n# TYPE gpunet_gpus gauge\ngpunet_gpus %zu\n", n->gpus.count);
+  fclose(f);
+  gn_ctl_reply_text(req, 200, "text/plain; version=0.0.4", text);
+  free(text);
+}
+
+void gn__api_register(gn_node *n) {
+  static const struct {
+    const char *method, *path;
+    gn_ctl_handler fn;
+  } routes[] = {
+      {"GET", "/v1/status", api_status},
+      {"GET", "/v1/gpus", api_gpus},
+      {"GET", "/v1/peers", api_peers},
+      {"GET", "/v1/offers", api_offers},
+      {"GET", "/v1/leases", api_leases},
+      {"POST", "/v1/leases", gn__api_rent},
+      {"GET", "/v1/leases/:id", api_lease},
+      {"DELETE", "/v1/leases/:id", gn__api_release},
+      {"GET", "/v1/jobs", api_jobs},
+      {"POST", "/v1/jobs", gn__api_run},
+      {"GET", "/v1/jobs/:id", api_job},
+      {"GET", "/v1/jobs/:id/logs", api_logs},
+      {"POST", "/v1/jobs/:id/stop", gn__api_stop},
+      {"GET", "/v1/invoices", api_invoices},
+      {"GET", "/v1/invoices/:id", api_invoice},
+      {"GET", "/v1/invoices/:id/export", api_invoice_export},
+      {"GET", "/metrics", api_metrics},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(routes); i++)
+    gn_ctl_route(n->ctl, routes[i].method, routes[i].path, routes[i].fn, n);
+}

@@ -1,0 +1,670 @@
+/* gpunetd's core: start-up from config, the SQLite state of leases and jobs,
+ * the transport and discovery glue, the once-a-second timer, signals and a
+ * clean shutdown. Protocol decisions live in provider.c and requester.c. */
+#include "node_internal.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void gn__hex(const uint8_t *p, size_t n, char *out) {
+  static const char hx[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = hx[p[i] >> 4];
+    out[2 * i + 1] = hx[p[i] & 15];
+  }
+  out[2 * n] = 0;
+}
+
+int gn__pathf(char *buf, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int r = vsnprintf(buf, cap, fmt, ap);
+  va_end(ap);
+  if (r < 0 || (size_t)r >= cap) {
+    if (cap)
+      buf[0] = 0;
+    return GN_ETOOBIG;
+  }
+  return 0;
+}
+
+void gn__strf(char *buf, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, cap, fmt, ap);
+  va_end(ap);
+}
+
+/* --- SQLite state ---------------------------------------------------------*/
+
+static const char *const schema_sql =
+    "CREATE TABLE IF NOT EXISTS node_leases(id TEXT PRIMARY KEY, role INTEGER NOT NULL, peer BLOB NOT NULL,"
+    " agreement BLOB NOT NULL, state INTEGER NOT NULL, seconds INTEGER NOT NULL, end_s INTEGER,"
+    " end_reason TEXT, invoice_done INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE IF NOT EXISTS node_jobs(id TEXT PRIMARY KEY, lease_id TEXT NOT NULL, role INTEGER NOT NULL,"
+    " image TEXT NOT NULL, digest TEXT, cmd TEXT, env TEXT, state INTEGER NOT NULL, exit_code INTEGER,"
+    " error TEXT, created_s INTEGER, ended_s INTEGER, log_len INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE IF NOT EXISTS job_nonces(nonce BLOB PRIMARY KEY, expires_s INTEGER NOT NULL);";
+
+static int db_open(gn_node *n) {
+  char path[PATH_MAX];
+  gn__pathf(path, sizeof path, "%s/gpunet.db", n->cfg.data_dir);
+  if (sqlite3_open_v2(path, &n->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+    gn_log(GN_LOG_ERROR, "cannot open database %s: %s", path, sqlite3_errmsg(n->db));
+    return GN_EDB;
+  }
+  chmod(path, 0600);
+  sqlite3_busy_timeout(n->db, 5000);
+  /* WAL with synchronous=FULL: every committed tick survives a crash of the
+   * process or of the machine (the ledger's durability promise rests on it). */
+  char *err = NULL;
+  if (sqlite3_exec(n->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", NULL, NULL,
+                   &err) != SQLITE_OK ||
+      sqlite3_exec(n->db, schema_sql, NULL, NULL, &err) != SQLITE_OK) {
+    gn_log(GN_LOG_ERROR, "cannot prepare database %s: %s", path, err ? err : "?");
+    sqlite3_free(err);
+    return GN_EDB;
+  }
+  return 0;
+}
+
+void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(n->db,
+                         "INSERT OR REPLACE INTO node_leases(id, role, peer, agreement, state, seconds, end_s,"
+                         " end_reason, invoice_done) VALUES(?,?,?,?,?,?,?,?,?)",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, l->id, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 2, l->role);
+  sqlite3_bind_blob(st, 3, l->peer, GN_PK_LEN, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 4, l->agreement_env.data, (int)l->agreement_env.len, SQLITE_STATIC);
+  sqlite3_bind_int(st, 5, l->state);
+  sqlite3_bind_int64(st, 6, (sqlite3_int64)l->seconds);
+  sqlite3_bind_int64(st, 7, l->end_s);
+  sqlite3_bind_text(st, 8, l->end_reason, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 9, l->invoice_done);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    gn_log(GN_LOG_ERROR, "cannot save lease %s: %s", l->id, sqlite3_errmsg(n->db));
+out:
+  sqlite3_finalize(st);
+}
+
+void gn__node_persist_job(gn_node *n, const gn_job *j) {
+  sqlite3_stmt *st = NULL;
+  char *cmd = j->cmd ? json_dumps(j->cmd, JSON_COMPACT) : NULL;
+  char *env = j->env ? json_dumps(j->env, JSON_COMPACT) : NULL;
+  if (sqlite3_prepare_v2(n->db,
+                         "INSERT OR REPLACE INTO node_jobs(id, lease_id, role, image, digest, cmd, env, state,"
+                         " exit_code, error, created_s, ended_s, log_len) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, j->id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, j->lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 3, j->role);
+  sqlite3_bind_text(st, 4, j->image, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 5, j->digest, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 6, cmd, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 7, env, -1, SQLITE_STATIC);
+  sqlite3_bind_int(st, 8, j->state);
+  sqlite3_bind_int(st, 9, j->exit_code);
+  sqlite3_bind_text(st, 10, j->error, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 11, j->created_s);
+  sqlite3_bind_int64(st, 12, j->ended_s);
+  sqlite3_bind_int64(st, 13, (sqlite3_int64)j->log_len);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    gn_log(GN_LOG_ERROR, "cannot save job %s: %s", j->id, sqlite3_errmsg(n->db));
+out:
+  sqlite3_finalize(st);
+  free(cmd);
+  free(env);
+}
+
+/* Loads leases and jobs kept by an earlier run. A lease or job that was
+ * active when the daemon stopped cannot be resumed (its container died with
+ * the runtime's parent), so restart reconciles: provider leases end now and
+ * are invoiced from the ticks already durable in the ledger; leftover
+ * containers are deleted. */
+static void load_state(gn_node *n) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(n->db,
+                         "SELECT id, role, peer, agreement, state, seconds, end_s, end_reason, invoice_done"
+                         " FROM node_leases ORDER BY rowid",
+                         -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      gn_lease *l = calloc(1, sizeof *l);
+      if (!l)
+        break;
+      gn__strf(l->id, sizeof l->id, "%s", (const char *)sqlite3_column_text(st, 0));
+      l->role = sqlite3_column_int(st, 1);
+      if (sqlite3_column_bytes(st, 2) == GN_PK_LEN)
+        memcpy(l->peer, sqlite3_column_blob(st, 2), GN_PK_LEN);
+      gn_buf_append(&l->agreement_env, sqlite3_column_blob(st, 3), (size_t)sqlite3_column_bytes(st, 3));
+      if (gn_agreement_open(l->agreement_env.data, l->agreement_env.len, &l->ag) < 0) {
+        gn_log(GN_LOG_WARN, "lease %s in the database has an agreement that does not verify; skipping it", l->id);
+        gn_buf_done(&l->agreement_env);
+        free(l);
+        continue;
+      }
+      l->state = sqlite3_column_int(st, 4);
+      l->seconds = (uint64_t)sqlite3_column_int64(st, 5);
+      l->end_s = sqlite3_column_int64(st, 6);
+      if (sqlite3_column_text(st, 7))
+        gn__strf(l->end_reason, sizeof l->end_reason, "%s", (const char *)sqlite3_column_text(st, 7));
+      l->invoice_done = sqlite3_column_int(st, 8);
+      for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
+        l->gpu_index[i] = -1;
+      l->next = n->leases;
+      n->leases = l;
+    }
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  if (sqlite3_prepare_v2(n->db,
+                         "SELECT id, lease_id, role, image, digest, cmd, env, state, exit_code, error, created_s,"
+                         " ended_s, log_len FROM node_jobs ORDER BY rowid",
+                         -1, &st, NULL) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      gn_job *j = calloc(1, sizeof *j);
+      if (!j)
+        break;
+      j->node = n;
+      gn__strf(j->id, sizeof j->id, "%s", (const char *)sqlite3_column_text(st, 0));
+      gn__strf(j->lease_id, sizeof j->lease_id, "%s", (const char *)sqlite3_column_text(st, 1));
+      j->role = sqlite3_column_int(st, 2);
+      gn__strf(j->image, sizeof j->image, "%s", (const char *)sqlite3_column_text(st, 3));
+      if (sqlite3_column_text(st, 4))
+        gn__strf(j->digest, sizeof j->digest, "%s", (const char *)sqlite3_column_text(st, 4));
+      if (sqlite3_column_text(st, 5))
+        j->cmd = json_loads((const char *)sqlite3_column_text(st, 5), 0, NULL);
+      if (sqlite3_column_text(st, 6))
+        j->env = json_loads((const char *)sqlite3_column_text(st, 6), 0, NULL);
+      j->state = sqlite3_column_int(st, 7);
+      j->exit_code = sqlite3_column_int(st, 8);
+      if (sqlite3_column_text(st, 9))
+        gn__strf(j->error, sizeof j->error, "%s", (const char *)sqlite3_column_text(st, 9));
+      j->created_s = sqlite3_column_int64(st, 10);
+      j->ended_s = sqlite3_column_int64(st, 11);
+      j->log_len = (uint64_t)sqlite3_column_int64(st, 12);
+      gn__pathf(j->log_path, sizeof j->log_path, "%s/jobs/%s.log", n->run_dir, j->id);
+      gn__strf(j->container_id, sizeof j->container_id, "gn-%s", j->id);
+      struct stat sb;
+      if (stat(j->log_path, &sb) == 0)
+        j->log_len = (uint64_t)sb.st_size;
+      j->next = n->jobs;
+      n->jobs = j;
+    }
+  }
+  sqlite3_finalize(st);
+
+  for (gn_job *j = n->jobs; j; j = j->next) {
+    if (j->state == GN_JOB_PENDING || j->state == GN_JOB_PULLING || j->state == GN_JOB_RUNNING) {
+      if (j->role == GN_ROLE_PROVIDER && n->have_runtime) {
+        char **argv = NULL;
+        int status;
+        if (gn_runtime_argv_delete(&n->rt, n->run_dir, j->container_id, &argv) == 0) {
+          gn_runtime_exec(argv, &status);
+          gn_argv_free(argv);
+        }
+      }
+      j->state = GN_JOB_FAILED;
+      gn__strf(j->error, sizeof j->error, "the daemon restarted while the job ran");
+      j->ended_s = gn_unix_s();
+      gn__node_persist_job(n, j);
+    }
+  }
+  for (gn_lease *l = n->leases; l; l = l->next) {
+    if (l->state != GN_LEASE_ACTIVE)
+      continue;
+    if (l->role == GN_ROLE_PROVIDER) {
+      uint64_t ticks = 0;
+      gn_ledger_tick_count(n->ledger, l->id, &ticks);
+      l->seconds = ticks;
+      gn_log(GN_LOG_WARN, "lease %s was active when the daemon stopped: ending it with %llu seconds metered", l->id,
+             (unsigned long long)ticks);
+      gn__provider_end_lease(n, l, "provider daemon restarted");
+    } else {
+      l->state = GN_LEASE_ENDED;
+      l->end_s = gn_unix_s();
+      gn__strf(l->end_reason, sizeof l->end_reason, "requester daemon restarted");
+      gn__node_persist_lease(n, l);
+    }
+  }
+}
+
+/* --- lookups and JSON views ----------------------------------------------*/
+
+gn_lease *gn__lease_find(gn_node *n, const char *id) {
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (strcmp(l->id, id) == 0)
+      return l;
+  return NULL;
+}
+
+gn_job *gn__job_find(gn_node *n, const char *id) {
+  for (gn_job *j = n->jobs; j; j = j->next)
+    if (strcmp(j->id, id) == 0)
+      return j;
+  return NULL;
+}
+
+const char *gn__job_state_name(gn_job_state s) {
+  static const char *const names[] = {"pending", "pulling", "running", "exited", "failed", "stopped", "rejected"};
+  return (unsigned)s < GN_ARRAY_SIZE(names) ? names[s] : "unknown";
+}
+
+json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
+  (void)n;
+  char peer[GN_NODE_ID_STRLEN], price[32];
+  gn_node_id_format(l->peer, peer);
+  gn_price_format(l->ag.terms.price_uper_hour, price, sizeof price);
+  json_t *gpus = json_array();
+  for (uint32_t i = 0; i < l->ag.gpu_count; i++)
+    json_array_append_new(gpus, json_string(l->ag.gpus[i]));
+  uint64_t seconds = l->seconds;
+  if (l->role == GN_ROLE_REQUESTER && l->state == GN_LEASE_ACTIVE)
+    seconds = (gn_mono_ms() - l->start_mono_ms) / 1000;
+  if (seconds > l->ag.terms.max_s)
+    seconds = l->ag.terms.max_s;
+  return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:I, s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:I, s:I, s:b}", "id",
+                   l->id, "role", l->role == GN_ROLE_PROVIDER ? "provider" : "requester", "peer", peer, "gpu_model",
+                   l->ag.terms.gpu_model, "count", (int)l->ag.terms.count, "gpus", gpus, "price_uper_hour",
+                   (json_int_t)l->ag.terms.price_uper_hour, "price", price, "currency", l->ag.terms.currency,
+                   "start_s", (json_int_t)l->ag.start_s, "max_s", (json_int_t)l->ag.terms.max_s, "ends_s",
+                   (json_int_t)(l->ag.start_s + (int64_t)l->ag.terms.max_s), "state",
+                   l->state == GN_LEASE_ACTIVE ? "active" : "ended", "ended_reason",
+                   l->state == GN_LEASE_ACTIVE ? NULL : l->end_reason, "seconds", (json_int_t)seconds,
+                   "cost_micro",
+                   (json_int_t)gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds), "simulated",
+                   l->ag.terms.simulated);
+}
+
+json_t *gn__job_json(const gn_job *j) {
+  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s?, s:I}", "id", j->id, "lease", j->lease_id, "image",
+                        j->image, "digest", j->digest, "cmd", j->cmd ? json_incref(j->cmd) : json_array(), "state",
+                        gn__job_state_name(j->state), "error", j->error[0] ? j->error : NULL, "created_s",
+                        (json_int_t)j->created_s);
+  json_object_set_new(o, "exit_code", j->exit_code >= 0 && (j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED)
+                                          ? json_integer(j->exit_code)
+                                          : json_null());
+  json_object_set_new(o, "ended_s", j->ended_s ? json_integer(j->ended_s) : json_null());
+  json_object_set_new(o, "role", json_string(j->role == GN_ROLE_PROVIDER ? "provider" : "requester"));
+  return o;
+}
+
+void gn__job_append_log(gn_job *j, const uint8_t *data, size_t len) {
+  int fd = open(j->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w <= 0)
+      break;
+    off += (size_t)w;
+  }
+  close(fd);
+  j->log_len += off;
+}
+
+/* --- pending API requests -------------------------------------------------*/
+
+gn_pending *gn__pending_add(gn_node *n, gn_ctl_req *req, int kind, const char *key, uint64_t timeout_ms) {
+  gn_pending *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->node = n;
+  p->req = req;
+  p->kind = kind;
+  gn__strf(p->key, sizeof p->key, "%s", key);
+  p->deadline_ms = gn_mono_ms() + timeout_ms;
+  p->next = n->pending;
+  n->pending = p;
+  return p;
+}
+
+gn_pending *gn__pending_take(gn_node *n, int kind, const char *key) {
+  for (gn_pending **pp = &n->pending; *pp; pp = &(*pp)->next) {
+    gn_pending *p = *pp;
+    if (p->kind == kind && strcmp(p->key, key) == 0) {
+      *pp = p->next;
+      p->next = NULL;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+void gn__pending_free(gn_pending *p) {
+  if (!p)
+    return;
+  gn_buf_done(&p->msg);
+  free(p->data);
+  free(p);
+}
+
+static void pending_expire(gn_node *n, uint64_t now_ms) {
+  for (gn_pending **pp = &n->pending; *pp;) {
+    gn_pending *p = *pp;
+    if (now_ms < p->deadline_ms) {
+      pp = &p->next;
+      continue;
+    }
+    *pp = p->next;
+    char peer[GN_NODE_ID_STRLEN];
+    gn_node_id_format(p->peer, peer);
+    static const char *const what[] = {"", "the lease request", "the job", "the release"};
+    gn_ctl_reply_error(p->req, 504, "provider %s did not answer %s %s in time", peer, what[p->kind], p->key);
+    gn__pending_free(p);
+  }
+}
+
+/* --- messaging --------------------------------------------------------------*/
+
+int gn__node_send(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wire_writer *body) {
+  gn_buf b = {0}, env = {0};
+  int r = gn_wire_writer_take(body, &b);
+  if (r == 0)
+    r = gn_envelope_seal(n->id, type, b.data, b.len, &env);
+  if (r == 0)
+    r = gn_transport_send(n->tp, peer, env.data, env.len);
+  if (r < 0) {
+    char pid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(peer, pid);
+    gn_log(GN_LOG_WARN, "cannot send %s to %s: %s", gn_msg_type_name(type), pid, gn_strerror(r));
+  }
+  gn_buf_done(&b);
+  gn_buf_done(&env);
+  return r;
+}
+
+static int disc_send(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len) {
+  gn_node *n = ud;
+  return gn_transport_send(n->tp, peer, env, len);
+}
+
+static int disc_connect(void *ud, const char *addr) {
+  gn_node *n = ud;
+  return gn_transport_connect(n->tp, addr);
+}
+
+static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
+  (void)t;
+  gn_node *n = ud;
+  char id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(peer, id);
+  gn_log(GN_LOG_INFO, "peer up %s at %s", id, addr && addr[0] ? addr : "(no listen address)");
+  if (n->peer_count < GN_ARRAY_SIZE(n->peers)) {
+    memcpy(n->peers[n->peer_count].id, peer, GN_PK_LEN);
+    gn__strf(n->peers[n->peer_count].addr, sizeof n->peers[0].addr, "%s", addr ? addr : "");
+    n->peer_count++;
+  }
+  gn_discovery_peer_up(n->disc, peer, addr, gn_unix_s());
+  gn__requester_peer_up(n, peer);
+  gn__provider_peer_up(n, peer);
+}
+
+static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
+  (void)t;
+  gn_node *n = ud;
+  char id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(peer, id);
+  gn_log(GN_LOG_INFO, "peer down %s", id);
+  for (size_t i = 0; i < n->peer_count; i++)
+    if (memcmp(n->peers[i].id, peer, GN_PK_LEN) == 0) {
+      n->peers[i] = n->peers[--n->peer_count];
+      break;
+    }
+  gn_discovery_peer_down(n->disc, peer, gn_unix_s());
+}
+
+static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                       size_t raw_len, void *ud) {
+  (void)t;
+  gn_node *n = ud;
+  int r = gn_discovery_on_message(n->disc, peer, env, raw, raw_len, gn_unix_s());
+  if (r != GN_ENOTFOUND) {
+    if (r < 0)
+      gn_log(GN_LOG_DEBUG, "dropped %s: %s", gn_msg_type_name(env->type), gn_strerror(r));
+    return;
+  }
+  /* Lease and job messages must come from the node that signed them: a
+   * relayed request would let a third party act for someone else. */
+  if (memcmp(env->signer, peer, GN_PK_LEN) != 0) {
+    gn_log(GN_LOG_WARN, "dropped %s signed by another node than the sender", gn_msg_type_name(env->type));
+    return;
+  }
+  switch (env->type) {
+  case GN_MSG_LEASE_REQUEST:
+  case GN_MSG_LEASE_RELEASE:
+  case GN_MSG_JOB_MANIFEST:
+  case GN_MSG_JOB_STOP:
+  case GN_MSG_INVOICE_ACCEPT:
+  case GN_MSG_INVOICE_REJECT:
+    gn__provider_on_message(n, peer, env, raw, raw_len);
+    break;
+  case GN_MSG_LEASE_ACCEPT:
+  case GN_MSG_LEASE_REJECT:
+  case GN_MSG_LEASE_END:
+  case GN_MSG_JOB_STATUS:
+  case GN_MSG_JOB_LOG:
+  case GN_MSG_INVOICE:
+  case GN_MSG_ERROR:
+    gn__requester_on_message(n, peer, env, raw, raw_len);
+    break;
+  default:
+    gn_log(GN_LOG_DEBUG, "ignored message type %u", env->type);
+  }
+}
+
+/* --- timers, signals, shutdown --------------------------------------------*/
+
+static void on_tick(uv_timer_t *t) {
+  gn_node *n = t->data;
+  uint64_t now_ms = gn_mono_ms();
+  int64_t now_s = gn_unix_s();
+  gn_discovery_tick(n->disc, now_s);
+  gn__provider_tick(n, now_ms, now_s);
+  gn__requester_tick(n, now_ms, now_s);
+  pending_expire(n, now_ms);
+  static int64_t last_save;
+  if (now_s - last_save >= 30) {
+    last_save = now_s;
+    gn_offer_table_save(n->offers, n->db);
+    sqlite3_exec(n->db, "DELETE FROM job_nonces WHERE expires_s < strftime('%s','now') - 60", NULL, NULL, NULL);
+  }
+}
+
+static void on_closed(void *ud) {
+  (void)ud;
+}
+
+static void on_stop_timer(uv_timer_t *t) {
+  gn_node *n = t->data;
+  uv_close((uv_handle_t *)t, NULL);
+  gn_transport_close(n->tp, on_closed, n);
+}
+
+static void shutdown_node(gn_node *n) {
+  if (n->stopping)
+    return;
+  n->stopping = true;
+  gn_log(GN_LOG_INFO, "shutting down");
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE)
+      gn__provider_end_lease(n, l, "provider shut down");
+  gn__provider_withdraw_offers(n);
+  gn_offer_table_save(n->offers, n->db);
+  for (gn_pending *p = n->pending; p;) {
+    gn_pending *next = p->next;
+    gn_ctl_reply_error(p->req, 503, "gpunetd is shutting down");
+    gn__pending_free(p);
+    p = next;
+  }
+  n->pending = NULL;
+  uv_timer_stop(&n->tick_timer);
+  uv_close((uv_handle_t *)&n->tick_timer, NULL);
+  uv_close((uv_handle_t *)&n->sig_int, NULL);
+  uv_close((uv_handle_t *)&n->sig_term, NULL);
+  gn_ctl_close(n->ctl);
+  n->ctl = NULL;
+  /* Give queued frames (withdrawals, invoices, lease ends) a moment to
+   * leave before the sessions close. */
+  uv_timer_init(n->loop, &n->stop_timer);
+  n->stop_timer.data = n;
+  uv_timer_start(&n->stop_timer, on_stop_timer, 500, 0);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  (void)signum;
+  shutdown_node(s->data);
+}
+
+static int ensure_dir(const char *path) {
+  if (mkdir(path, 0700) < 0 && errno != EEXIST)
+    return -errno;
+  return 0;
+}
+
+int gn__node_main(int argc, char **argv);
+int gn__node_main(int argc, char **argv) {
+  static gn_node node;
+  gn_node *n = &node;
+  char err[512] = "";
+  char path[PATH_MAX];
+  int r;
+
+  signal(SIGPIPE, SIG_IGN);
+  r = gn_config_load(&n->cfg, argc, argv, err, sizeof err);
+  if (r == GN_CONFIG_HELP) {
+    fputs(gn_config_usage(), stdout);
+    return 0;
+  }
+  if (r == GN_CONFIG_VERSION) {
+    printf("gpunetd %s\n", GN_VERSION);
+    return 0;
+  }
+  if (r < 0) {
+    fprintf(stderr, "gpunetd: %s\n", err[0] ? err : gn_strerror(r));
+    return 2;
+  }
+  gn_log_set_level(n->cfg.log_level);
+  if (ensure_dir(n->cfg.data_dir) < 0) {
+    fprintf(stderr, "gpunetd: cannot create data dir %s: %s\n", n->cfg.data_dir, strerror(errno));
+    return 1;
+  }
+  gn__pathf(path, sizeof path, "%s/identity.key", n->cfg.data_dir);
+  r = gn_identity_load(path, &n->id);
+  if (r == GN_EPERM) {
+    fprintf(stderr, "gpunetd: %s is readable by other users; refusing to start (fix with: chmod 600 %s)\n", path,
+            path);
+    return 1;
+  }
+  if (r < 0) {
+    fprintf(stderr, "gpunetd: cannot load identity %s: %s (create it with: gpunet --data-dir %s init)\n", path,
+            gn_strerror(r), n->cfg.data_dir);
+    return 1;
+  }
+  gn_node_id_format(n->id->pk, n->node_id);
+  gn__pathf(n->run_dir, sizeof n->run_dir, "%s/run", n->cfg.data_dir);
+  ensure_dir(n->run_dir);
+  gn__pathf(path, sizeof path, "%s/jobs", n->run_dir);
+  ensure_dir(path);
+  gn__pathf(path, sizeof path, "%s/images", n->cfg.data_dir);
+  ensure_dir(path);
+
+  if ((r = gn_gpu_discover((const char *const *)n->cfg.simulate_gpu, n->cfg.simulate_count, &n->gpus)) < 0) {
+    fprintf(stderr, "gpunetd: GPU discovery failed: %s\n", gn_strerror(r));
+    return 1;
+  }
+  if (n->cfg.provide) {
+    if (n->gpus.count == 0) {
+      fprintf(stderr, "gpunetd: --provide needs a GPU: none found through NVML (for development, add --simulate-gpu "
+                      "\"RTX 4090\")\n");
+      return 1;
+    }
+  }
+  const char *rt_name = n->cfg.runtime[0] ? n->cfg.runtime : NULL;
+  if (gn_runtime_detect(rt_name, &n->rt, n->runtime_err, sizeof n->runtime_err) == 0)
+    n->have_runtime = true;
+  else if (n->cfg.provide) {
+    fprintf(stderr, "gpunetd: a provider needs an OCI runtime: %s\n", n->runtime_err);
+    return 1;
+  }
+  if ((r = gn_store_open(path, &n->store)) < 0) {
+    fprintf(stderr, "gpunetd: cannot open image store %s: %s\n", path, gn_strerror(r));
+    return 1;
+  }
+  if (db_open(n) < 0)
+    return 1;
+  if ((r = gn_ledger_open(n->db, &n->ledger)) < 0) {
+    fprintf(stderr, "gpunetd: cannot open ledger: %s\n", gn_strerror(r));
+    return 1;
+  }
+
+  n->loop = uv_default_loop();
+  n->offers = gn_offer_table_new(4096);
+  gn_offer_table_load(n->offers, n->db, gn_unix_s());
+  gn_transport_cbs cbs = {on_peer_up, on_peer_down, on_message};
+  if ((r = gn_transport_new(n->loop, n->id, &cbs, n, &n->tp)) < 0 ||
+      (r = gn_transport_listen(n->tp, n->cfg.listen)) < 0) {
+    fprintf(stderr, "gpunetd: cannot listen on %s: %s\n", n->cfg.listen, gn_strerror(r));
+    return 1;
+  }
+  gn_discovery_io io = {disc_send, disc_connect, n};
+  if ((r = gn_discovery_new(n->id, &io, n->offers, &n->disc)) < 0) {
+    fprintf(stderr, "gpunetd: cannot start discovery: %s\n", gn_strerror(r));
+    return 1;
+  }
+  gn_discovery_set_self_addr(n->disc, gn_transport_listen_addr(n->tp));
+  for (size_t i = 0; i < n->cfg.bootstrap_count; i++)
+    gn_discovery_add_bootstrap(n->disc, n->cfg.bootstrap[i]);
+
+  gn__pathf(path, sizeof path, "%s/gpunetd.sock", n->cfg.data_dir);
+  if ((r = gn_ctl_new(n->loop, path, &n->ctl)) < 0) {
+    fprintf(stderr, "gpunetd: cannot serve the control API on %s: %s%s\n", path, gn_strerror(r),
+            r == GN_EBUSY ? " (another gpunetd runs with this data dir)" : "");
+    return 1;
+  }
+  gn__api_register(n);
+  load_state(n);
+
+  uv_timer_init(n->loop, &n->tick_timer);
+  n->tick_timer.data = n;
+  uv_timer_start(&n->tick_timer, on_tick, 200, 250);
+  uv_signal_init(n->loop, &n->sig_int);
+  uv_signal_init(n->loop, &n->sig_term);
+  n->sig_int.data = n->sig_term.data = n;
+  uv_signal_start(&n->sig_int, on_signal, SIGINT);
+  uv_signal_start(&n->sig_term, on_signal, SIGTERM);
+
+  gn_log(GN_LOG_INFO, "gpunetd %s node %s listening on %s, control %s", GN_VERSION, n->node_id,
+         gn_transport_listen_addr(n->tp), path);
+  for (size_t i = 0; i < n->gpus.count; i++)
+    gn_log(GN_LOG_INFO, "gpu %zu: %s (%llu MiB)%s", i, n->gpus.items[i].name,
+           (unsigned long long)n->gpus.items[i].memory_mib, n->gpus.items[i].simulated ? " SIMULATED" : "");
+  if (n->have_runtime)
+    gn_log(GN_LOG_INFO, "OCI runtime: %s %s", n->rt.path, n->rt.version);
+  if (n->cfg.provide)
+    gn__provider_publish_offers(n, gn_unix_s());
+
+  uv_run(n->loop, UV_RUN_DEFAULT);
+
+  gn_log(GN_LOG_INFO, "stopped");
+  n->disc = gn_discovery_free(n->disc);
+  n->offers = gn_offer_table_free(n->offers);
+  n->ledger = gn_ledger_free(n->ledger);
+  sqlite3_close(n->db);
+  n->store = gn_store_free(n->store);
+  n->id = gn_identity_free(n->id);
+  gn_gpu_list_done(&n->gpus);
+  gn_config_done(&n->cfg);
+  uv_loop_close(n->loop);
+  return n->exit_code;
+}

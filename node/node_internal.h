@@ -1,0 +1,237 @@
+/* Private state of one gpunetd: the node, its leases and jobs, shared by
+ * the daemon's files (daemon.c, provider.c, requester.c, api.c, jobmsg.c). */
+#ifndef GPUNET_NODE_INTERNAL_H
+#define GPUNET_NODE_INTERNAL_H
+
+#include <gpunet/billing.h>
+#include <gpunet/discovery.h>
+#include <gpunet/identity.h>
+#include <gpunet/node.h>
+#include <gpunet/offer.h>
+#include <gpunet/sandbox.h>
+#include <gpunet/transport.h>
+#include <gpunet/wire.h>
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#define GN_VERSION "0.1.0"
+#define GN_JOB_ID_STRLEN 24
+#define GN_JOB_MAX_ARGS 64
+#define GN_JOB_MAX_ARG_LEN 4096
+#define GN_JOB_LOG_CHUNK 32768
+#define GN_MANIFEST_MAX_TTL_S 600 /* a manifest may live at most this long */
+#define GN_OFFER_TTL_S 60
+#define GN_OFFER_REFRESH_S 20
+
+typedef enum gn_role { GN_ROLE_PROVIDER = 1, GN_ROLE_REQUESTER = 2 } gn_role;
+typedef enum gn_lease_state { GN_LEASE_ACTIVE = 1, GN_LEASE_ENDED = 2 } gn_lease_state;
+
+typedef enum gn_job_state {
+  GN_JOB_PENDING = 0,
+  GN_JOB_PULLING,
+  GN_JOB_RUNNING,
+  GN_JOB_EXITED,
+  GN_JOB_FAILED,
+  GN_JOB_STOPPED,
+  GN_JOB_REJECTED,
+} gn_job_state;
+
+typedef struct gn_node gn_node;
+typedef struct gn_job gn_job;
+
+typedef struct gn_lease {
+  struct gn_lease *next;
+  char id[GN_LEASE_ID_STRLEN];
+  gn_role role;
+  uint8_t peer[GN_PK_LEN];
+  gn_agreement ag;
+  gn_buf agreement_env;
+  gn_lease_state state;
+  uint64_t start_mono_ms; /* our own observation of the lease start */
+  uint64_t end_mono_ms;
+  gn_meter meter;     /* provider: the per-second meter */
+  uint64_t seconds;   /* provider: ticks written; requester: seconds observed */
+  int64_t end_s;
+  char end_reason[128];
+  int gpu_index[GN_LEASE_MAX_GPUS]; /* provider: which local GPUs */
+  bool invoice_done;                /* requester: invoice checked */
+  bool invoice_sent;                /* provider: invoice sent and acknowledged? */
+  gn_buf invoice_env;               /* provider: to resend until answered */
+  struct gn_pending *release_waiter; /* requester: DELETE waiting for the invoice */
+} gn_lease;
+
+typedef struct gn_node gn_node;
+
+/* An API request waiting for a peer's answer. */
+typedef struct gn_pending {
+  struct gn_pending *next;
+  gn_node *node;
+  gn_ctl_req *req;
+  int kind; /* GN_PENDING_* */
+  char key[GN_LEASE_ID_STRLEN + 8];
+  uint8_t peer[GN_PK_LEN];
+  gn_buf msg; /* envelope to send once the peer is up */
+  uint64_t deadline_ms;
+  void *data;
+} gn_pending;
+
+enum { GN_PENDING_RENT = 1, GN_PENDING_JOB, GN_PENDING_RELEASE };
+
+struct gn_job {
+  gn_job *next;
+  gn_node *node;
+  char id[GN_JOB_ID_STRLEN];
+  char lease_id[GN_LEASE_ID_STRLEN];
+  gn_role role;
+  char image[600];
+  char digest[GN_DIGEST_STRLEN];
+  json_t *cmd; /* array of strings */
+  json_t *env;
+  gn_job_state state;
+  int exit_code; /* -1 until exited */
+  char error[256];
+  int64_t created_s, ended_s;
+  uint64_t log_len; /* bytes in the log file */
+  char log_path[4096];
+  /* provider side */
+  uv_process_t proc;
+  uv_pipe_t out_pipe;
+  uv_pipe_t err_pipe;
+  uv_work_t work;
+  char work_err[512];
+  int work_rc;
+  bool proc_running;
+  int handles_open;
+  char bundle[4096];
+  char visible[1024];                    /* NVIDIA_VISIBLE_DEVICES: the leased GPUs */
+  char devices[GN_LEASE_MAX_GPUS][32];   /* their device nodes */
+  size_t ndev;
+  bool cgroup_limits;
+  char container_id[64];
+  bool stop_requested;
+  gn_buf manifest_env;
+};
+
+struct gn_node {
+  uv_loop_t *loop;
+  gn_config cfg;
+  gn_identity *id;
+  char node_id[GN_NODE_ID_STRLEN];
+  sqlite3 *db;
+  gn_ledger *ledger;
+  gn_transport *tp;
+  gn_discovery *disc;
+  gn_offer_table *offers;
+  gn_ctl *ctl;
+  gn_gpu_list gpus;
+  char gpu_leased_by[GN_LEASE_MAX_GPUS * 4][GN_LEASE_ID_STRLEN];
+  gn_runtime rt;
+  bool have_runtime;
+  char runtime_err[256];
+  gn_store *store;
+  char run_dir[4096];
+  gn_lease *leases;
+  gn_job *jobs;
+  gn_pending *pending;
+  struct gn_peer_rec {
+    uint8_t id[GN_PK_LEN];
+    char addr[64];
+  } peers[256];
+  size_t peer_count;
+  uv_timer_t tick_timer;
+  uv_signal_t sig_int, sig_term;
+  uint64_t offer_seq;
+  int64_t offer_published_s;
+  bool offers_dirty;
+  bool stopping;
+  uv_timer_t stop_timer;
+  uint64_t ticks_total;
+  int exit_code;
+};
+
+/* daemon.c */
+int gn__node_send(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wire_writer *body);
+gn_lease *gn__lease_find(gn_node *n, const char *id);
+gn_job *gn__job_find(gn_node *n, const char *id);
+void gn__node_persist_lease(gn_node *n, const gn_lease *l);
+void gn__node_persist_job(gn_node *n, const gn_job *j);
+gn_pending *gn__pending_add(gn_node *n, gn_ctl_req *req, int kind, const char *key, uint64_t timeout_ms);
+gn_pending *gn__pending_take(gn_node *n, int kind, const char *key);
+void gn__pending_free(gn_pending *p);
+json_t *gn__lease_json(gn_node *n, const gn_lease *l);
+json_t *gn__job_json(const gn_job *j);
+const char *gn__job_state_name(gn_job_state s);
+void gn__job_append_log(gn_job *j, const uint8_t *data, size_t len);
+void gn__hex(const uint8_t *p, size_t n, char *out);
+/* snprintf for file paths: GN_ETOOBIG (and an empty buf) if it would not fit. */
+int gn__pathf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* snprintf for messages and names, where cutting a long value short is the
+ * intended behaviour. */
+void gn__strf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* provider.c */
+void gn__provider_publish_offers(gn_node *n, int64_t now_s);
+void gn__provider_withdraw_offers(gn_node *n);
+void gn__provider_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                             size_t raw_len);
+void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s);
+void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason);
+void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+void gn__provider_stop_job(gn_node *n, gn_job *j);
+
+/* requester.c */
+void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                              size_t raw_len);
+void gn__requester_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+void gn__requester_tick(gn_node *n, uint64_t now_ms, int64_t now_s);
+void gn__api_rent(gn_ctl_req *req, void *ud);
+void gn__api_release(gn_ctl_req *req, void *ud);
+void gn__api_run(gn_ctl_req *req, void *ud);
+void gn__api_stop(gn_ctl_req *req, void *ud);
+
+/* api.c */
+void gn__api_register(gn_node *n);
+
+/* jobmsg.c: bodies of the lease/job messages this module owns. */
+typedef struct gn_jobman {
+  char job_id[GN_JOB_ID_STRLEN];
+  char lease_id[GN_LEASE_ID_STRLEN];
+  char image[600];
+  uint32_t argc;
+  char *argv[GN_JOB_MAX_ARGS + 1];
+  uint32_t envc;
+  char *env[GN_JOB_MAX_ARGS + 1];
+  uint64_t memory_mib;
+  uint32_t pids;
+  bool network;
+  uint8_t nonce[16];
+  int64_t issued_s;
+  int64_t expires_s;
+} gn_jobman;
+
+void gn__jobman_done(gn_jobman *m);
+int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w);
+int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret);
+
+typedef struct gn_jobmsg {
+  char job_id[GN_JOB_ID_STRLEN];
+  char lease_id[GN_LEASE_ID_STRLEN];
+  char state[16];
+  int64_t exit_code; /* JOB_STATUS: -1 while none */
+  int64_t end_s;     /* LEASE_END */
+  char reason[256];  /* the error or reason, "" if none */
+  char digest[GN_DIGEST_STRLEN];
+  uint64_t offset;
+  const uint8_t *data; /* JOB_LOG: into the decoded document */
+  size_t data_len;
+  gn_wire_doc doc;
+} gn_jobmsg;
+
+/* JOB_STATUS, JOB_LOG, JOB_STOP, LEASE_REJECT/RELEASE/END and ERROR all use
+ * small maps; one decoder fills what each carries. */
+int gn__jobmsg_decode(uint32_t type, const uint8_t *body, size_t len, gn_jobmsg *ret);
+void gn__jobmsg_done(gn_jobmsg *m);
+
+#endif

@@ -1,0 +1,620 @@
+/* The requester agent: renting from an offer, sending signed job manifests,
+ * following job status and logs, releasing leases, and checking and
+ * countersigning the provider's invoice against our own observation. */
+#include "node_internal.h"
+
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+
+#define GN_RENT_TIMEOUT_MS 15000
+#define GN_JOB_TIMEOUT_MS 20000
+#define GN_RELEASE_TIMEOUT_MS 20000
+#define GN_INVOICE_TOLERANCE_S 3
+
+/* Sends now if the peer is up; otherwise connects and leaves the envelope on
+ * the pending entry for gn__requester_peer_up. */
+static int send_or_connect(gn_node *n, gn_pending *p, const uint8_t peer[GN_PK_LEN], const char *addr,
+                           const uint8_t *env, size_t len) {
+  memcpy(p->peer, peer, GN_PK_LEN);
+  if (gn_transport_is_up(n->tp, peer))
+    return gn_transport_send(n->tp, peer, env, len);
+  int r = gn_buf_append(&p->msg, env, len);
+  if (r == 0)
+    r = addr && addr[0] ? gn_transport_connect(n->tp, addr) : GN_ENOTFOUND;
+  return r;
+}
+
+void gn__requester_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  for (gn_pending *p = n->pending; p; p = p->next) {
+    if (p->msg.len && memcmp(p->peer, peer, GN_PK_LEN) == 0) {
+      gn_transport_send(n->tp, peer, p->msg.data, p->msg.len);
+      gn_buf_done(&p->msg);
+    }
+  }
+}
+
+static const char *lease_provider_addr(gn_node *n, const gn_lease *l) {
+  for (size_t i = 0; i < gn_offer_table_count(n->offers); i++) {
+    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
+    if (memcmp(e->offer.provider, l->peer, GN_PK_LEN) == 0)
+      return e->offer.addr;
+  }
+  return NULL;
+}
+
+/* --- rent -------------------------------------------------------------------*/
+
+static const gn_offer_entry *pick_offer(gn_node *n, const char *model, uint32_t count, bool allow_sim,
+                                        bool *ret_only_sim) {
+  gn_filter f;
+  char spec[160], err[128];
+  const gn_offer_entry *best = NULL;
+  *ret_only_sim = false;
+  gn__strf(spec, sizeof spec, "gpu=%s", model);
+  if (gn_filter_parse(spec, &f, err, sizeof err) < 0)
+    return NULL;
+  for (size_t i = 0; i < gn_offer_table_count(n->offers); i++) {
+    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
+    if (!gn_filter_match(&f, &e->offer) || e->offer.gpus_free < count ||
+        memcmp(e->offer.provider, n->id->pk, GN_PK_LEN) == 0)
+      continue;
+    if (e->offer.simulated && !allow_sim) {
+      *ret_only_sim = true;
+      continue;
+    }
+    if (!best || e->offer.price_uper_hour < best->offer.price_uper_hour)
+      best = e;
+  }
+  if (best)
+    *ret_only_sim = false;
+  return best;
+}
+
+void gn__api_rent(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const json_t *b = gn_ctl_req_body(req);
+  const char *offer_id = json_string_value(json_object_get(b, "offer"));
+  const char *model = json_string_value(json_object_get(b, "gpu"));
+  double hours = json_number_value(json_object_get(b, "hours"));
+  json_int_t count = json_object_get(b, "count") ? json_integer_value(json_object_get(b, "count")) : 1;
+  bool allow_sim = json_is_true(json_object_get(b, "allow_simulated"));
+  const gn_offer_entry *e = NULL;
+
+  if (!offer_id && !model)
+    return gn_ctl_reply_error(req, 400, "name an offer id, or a GPU model with --gpu");
+  if (!(hours > 0) || hours > 24 * 365)
+    return gn_ctl_reply_error(req, 400, "--hours must be a positive number of hours");
+  if (count < 1 || count > GN_LEASE_MAX_GPUS)
+    return gn_ctl_reply_error(req, 400, "--count must be between 1 and %d", GN_LEASE_MAX_GPUS);
+  if (offer_id) {
+    e = gn_offer_table_find(n->offers, offer_id);
+    if (!e)
+      return gn_ctl_reply_error(req, 404, "no offer %s in the offer table (list offers with: gpunet offers)",
+                                offer_id);
+    if (e->offer.simulated && !allow_sim)
+      return gn_ctl_reply_error(req, 409,
+                                "offer %s is a SIMULATED %s, not real hardware; pass --allow-simulated to rent it "
+                                "anyway",
+                                offer_id, e->offer.gpu_model);
+  } else {
+    bool only_sim;
+    e = pick_offer(n, model, (uint32_t)count, allow_sim, &only_sim);
+    if (!e && only_sim)
+      return gn_ctl_reply_error(req, 409,
+                                "the only %s offers with %lld free GPUs are SIMULATED; pass --allow-simulated to rent "
+                                "one anyway",
+                                model, (long long)count);
+    if (!e)
+      return gn_ctl_reply_error(req, 404, "no offer for %s with %lld free GPUs (list offers with: gpunet offers)",
+                                model, (long long)count);
+  }
+  if (memcmp(e->offer.provider, n->id->pk, GN_PK_LEN) == 0)
+    return gn_ctl_reply_error(req, 400, "offer %s is this node's own", e->id);
+  if ((uint32_t)count > e->offer.gpus_free)
+    return gn_ctl_reply_error(req, 409, "offer %s has %u free GPUs, asked for %lld", e->id, e->offer.gpus_free,
+                              (long long)count);
+  uint64_t max_s = (uint64_t)llround(hours * 3600.0);
+  if (max_s < 1 || max_s > (uint64_t)e->offer.max_hours * 3600u)
+    return gn_ctl_reply_error(req, 400, "offer %s allows leases of at most %u hours", e->id, e->offer.max_hours);
+
+  gn_lease_terms t;
+  gn_lease_terms_init(&t);
+  memcpy(t.provider, e->offer.provider, GN_PK_LEN);
+  memcpy(t.requester, n->id->pk, GN_PK_LEN);
+  gn__strf(t.offer_id, sizeof t.offer_id, "%s", e->id);
+  gn__strf(t.gpu_model, sizeof t.gpu_model, "%s", e->offer.gpu_model);
+  t.count = (uint32_t)count;
+  t.price_uper_hour = e->offer.price_uper_hour;
+  gn__strf(t.currency, sizeof t.currency, "%s", e->offer.currency);
+  t.max_s = max_s;
+  t.interval_s = 60;
+  t.requested_s = gn_unix_s();
+  t.simulated = e->offer.simulated;
+  gn_buf env = {0};
+  int r = gn_lease_request_seal(n->id, &t, &env);
+  if (r < 0)
+    return gn_ctl_reply_error(req, 500, "cannot sign the lease request: %s", gn_strerror(r));
+  gn_pending *p = gn__pending_add(n, req, GN_PENDING_RENT, t.lease_id, GN_RENT_TIMEOUT_MS);
+  if (!p) {
+    gn_buf_done(&env);
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  }
+  char pid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(t.provider, pid);
+  gn_log(GN_LOG_INFO, "requesting lease %s: %u x %s from %s", t.lease_id, t.count, t.gpu_model, pid);
+  r = send_or_connect(n, p, t.provider, e->offer.addr, env.data, env.len);
+  gn_buf_done(&env);
+  if (r < 0) {
+    gn__pending_free(gn__pending_take(n, GN_PENDING_RENT, t.lease_id));
+    return gn_ctl_reply_error(req, 502, "cannot reach provider %s at %s: %s", pid, e->offer.addr, gn_strerror(r));
+  }
+}
+
+static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
+  gn_agreement ag;
+  int r = gn_agreement_open(raw, raw_len, &ag);
+  if (r < 0) {
+    gn_log(GN_LOG_WARN, "lease acceptance does not verify: %s", gn_strerror(r));
+    return;
+  }
+  gn_pending *p = gn__pending_take(n, GN_PENDING_RENT, ag.terms.lease_id);
+  if (!p) {
+    gn_log(GN_LOG_WARN, "acceptance for lease %s that nobody is waiting for", ag.terms.lease_id);
+    return;
+  }
+  if (memcmp(ag.terms.provider, peer, GN_PK_LEN) != 0 || memcmp(ag.terms.requester, n->id->pk, GN_PK_LEN) != 0) {
+    gn_ctl_reply_error(p->req, 502, "the provider's acceptance names other parties; refusing it");
+    gn__pending_free(p);
+    return;
+  }
+  gn_lease *l = calloc(1, sizeof *l);
+  if (!l) {
+    gn_ctl_reply_error(p->req, 500, "out of memory");
+    gn__pending_free(p);
+    return;
+  }
+  gn__strf(l->id, sizeof l->id, "%s", ag.terms.lease_id);
+  l->role = GN_ROLE_REQUESTER;
+  memcpy(l->peer, peer, GN_PK_LEN);
+  l->ag = ag;
+  gn_buf_append(&l->agreement_env, raw, raw_len);
+  l->state = GN_LEASE_ACTIVE;
+  l->start_mono_ms = gn_mono_ms();
+  for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
+    l->gpu_index[i] = -1;
+  l->next = n->leases;
+  n->leases = l;
+  gn__node_persist_lease(n, l);
+  gn_log(GN_LOG_INFO, "lease %s active: %u x %s", l->id, ag.gpu_count, ag.terms.gpu_model);
+  json_t *o = json_object();
+  json_object_set_new(o, "lease", gn__lease_json(n, l));
+  gn_ctl_reply_json(p->req, 201, o);
+  gn__pending_free(p);
+}
+
+/* --- release and invoices ---------------------------------------------------*/
+
+static json_t *invoice_json(const gn_invoice_summary *s, const char *status) {
+  char total[32], price[32];
+  gn_price_format(s->total_micro, total, sizeof total);
+  gn_price_format(s->price_uper_hour, price, sizeof price);
+  return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "id", s->invoice_id, "lease", s->lease_id, "status",
+                   status, "seconds", (json_int_t)s->seconds, "total_micro", (json_int_t)s->total_micro, "total",
+                   total, "price", price, "currency", s->currency);
+}
+
+static void lease_mark_ended(gn_lease *l, const char *reason, int64_t end_s) {
+  if (l->state == GN_LEASE_ENDED)
+    return;
+  l->state = GN_LEASE_ENDED;
+  l->end_mono_ms = gn_mono_ms();
+  l->seconds = (l->end_mono_ms - l->start_mono_ms) / 1000;
+  l->end_s = end_s ? end_s : gn_unix_s();
+  gn__strf(l->end_reason, sizeof l->end_reason, "%s", reason);
+}
+
+void gn__api_release(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const char *id = gn_ctl_req_param(req, "id");
+  gn_lease *l = gn__lease_find(n, id);
+  if (!l)
+    return gn_ctl_reply_error(req, 404, "no lease %s", id);
+  if (l->role != GN_ROLE_REQUESTER)
+    return gn_ctl_reply_error(req, 409, "lease %s is one this node provides; only its requester can release it", id);
+  if (l->invoice_done) {
+    json_t *o = json_object();
+    json_object_set_new(o, "lease", gn__lease_json(n, l));
+    json_object_set_new(o, "invoice", json_null());
+    return gn_ctl_reply_json(req, 200, o);
+  }
+  gn_pending *p = gn__pending_add(n, req, GN_PENDING_RELEASE, l->id, GN_RELEASE_TIMEOUT_MS);
+  if (!p)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  memcpy(p->peer, l->peer, GN_PK_LEN);
+  lease_mark_ended(l, "released by the requester", 0);
+  gn__node_persist_lease(n, l);
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, l->id);
+  gn_wire_put_str(&w, "reason");
+  gn_wire_put_str(&w, "released by the requester");
+  gn_buf b = {0}, env = {0};
+  int r = gn_wire_writer_take(&w, &b);
+  gn_wire_writer_done(&w);
+  if (r == 0)
+    r = gn_envelope_seal(n->id, GN_MSG_LEASE_RELEASE, b.data, b.len, &env);
+  if (r == 0)
+    r = send_or_connect(n, p, l->peer, lease_provider_addr(n, l), env.data, env.len);
+  gn_buf_done(&b);
+  gn_buf_done(&env);
+  if (r < 0)
+    gn_log(GN_LOG_WARN, "cannot send the release of %s yet: %s (waiting for the provider)", l->id, gn_strerror(r));
+}
+
+static void on_invoice(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                       size_t raw_len) {
+  gn_wire_doc doc;
+  char lease_id[GN_LEASE_ID_STRLEN];
+  if (gn_wire_decode(env->body, env->body_len, &doc) < 0)
+    return;
+  int r = doc.root->type == MSGPACK_OBJECT_MAP ? gn_wire_get_str(doc.root, "lease_id", lease_id, sizeof lease_id)
+                                               : GN_EINVAL;
+  gn_wire_doc_done(&doc);
+  if (r < 0)
+    return;
+  gn_lease *l = gn__lease_find(n, lease_id);
+  if (!l || l->role != GN_ROLE_REQUESTER || memcmp(l->peer, peer, GN_PK_LEN) != 0) {
+    gn_log(GN_LOG_WARN, "invoice for unknown lease %s; ignored", lease_id);
+    return;
+  }
+  lease_mark_ended(l, "ended by the provider", 0);
+  gn_invoice_summary sum;
+  char reason[512] = "";
+  gn_buf answer = {0};
+  const char *status = "accepted";
+  char status_buf[600];
+  r = gn_invoice_check(raw, raw_len, l->agreement_env.data, l->agreement_env.len, l->seconds,
+                       GN_INVOICE_TOLERANCE_S, &sum, reason, sizeof reason);
+  if (r == 0) {
+    r = gn_invoice_accept_seal(n->id, raw, raw_len, &answer);
+    if (r == 0) {
+      gn_ledger_store_invoice(n->ledger, l->id, "requester", raw, raw_len, answer.data, answer.len, "accepted");
+      gn_log(GN_LOG_INFO, "invoice for lease %s checks out (%llu s); countersigned", l->id,
+             (unsigned long long)sum.seconds);
+    }
+  } else {
+    if (!reason[0])
+      gn__strf(reason, sizeof reason, "%s", gn_strerror(r));
+    memset(&sum, 0, sizeof sum);
+    gn__strf(sum.lease_id, sizeof sum.lease_id, "%s", l->id);
+    gn__strf(status_buf, sizeof status_buf, "rejected: %s", reason);
+    status = status_buf;
+    gn_log(GN_LOG_WARN, "invoice for lease %s rejected: %s", l->id, reason);
+    /* A rejected invoice is kept only if it is at least signed correctly
+     * (store verifies that); the rejection is what we send either way. */
+    gn_invoice_reject_seal(n->id, raw, raw_len, reason, &answer);
+    gn_ledger_store_invoice(n->ledger, l->id, "requester", raw, raw_len, answer.data, answer.len, "rejected");
+  }
+  if (answer.len)
+    gn_transport_send(n->tp, peer, answer.data, answer.len);
+  gn_buf_done(&answer);
+  l->invoice_done = true;
+  gn__node_persist_lease(n, l);
+  gn_pending *p = gn__pending_take(n, GN_PENDING_RELEASE, l->id);
+  if (p) {
+    json_t *o = json_object();
+    json_object_set_new(o, "lease", gn__lease_json(n, l));
+    json_object_set_new(o, "invoice", invoice_json(&sum, status));
+    gn_ctl_reply_json(p->req, 200, o);
+    gn__pending_free(p);
+  }
+}
+
+/* --- jobs -------------------------------------------------------------------*/
+
+typedef struct run_work {
+  uv_work_t work;
+  gn_node *n;
+  gn_ctl_req *req;
+  char lease_id[GN_LEASE_ID_STRLEN];
+  gn_imageref ref;
+  json_t *cmd, *env;
+  char err[512];
+  int rc;
+} run_work;
+
+static void run_resolve_work(uv_work_t *w) {
+  run_work *rw = w->data;
+  char digest[GN_DIGEST_STRLEN];
+  rw->rc = gn_registry_resolve(&rw->ref, digest, rw->err, sizeof rw->err);
+  if (rw->rc == 0)
+    memcpy(rw->ref.digest, digest, sizeof digest);
+}
+
+static void run_send(run_work *rw) {
+  gn_node *n = rw->n;
+  gn_ctl_req *req = rw->req;
+  gn_lease *l = gn__lease_find(n, rw->lease_id);
+  gn_jobman m;
+  gn_buf body = {0}, env = {0};
+  int r;
+  if (!l || l->state != GN_LEASE_ACTIVE) {
+    gn_ctl_reply_error(req, 409, "lease %s is no longer active", rw->lease_id);
+    return;
+  }
+  memset(&m, 0, sizeof m);
+  uint8_t rnd[6];
+  randombytes_buf(rnd, sizeof rnd);
+  char hex[13];
+  gn__hex(rnd, sizeof rnd, hex);
+  gn__strf(m.job_id, sizeof m.job_id, "j-%s", hex);
+  gn__strf(m.lease_id, sizeof m.lease_id, "%s", l->id);
+  gn_imageref_format(&rw->ref, m.image, sizeof m.image);
+  m.argc = (uint32_t)json_array_size(rw->cmd);
+  for (uint32_t i = 0; i < m.argc; i++)
+    m.argv[i] = (char *)json_string_value(json_array_get(rw->cmd, i));
+  m.envc = (uint32_t)json_array_size(rw->env);
+  for (uint32_t i = 0; i < m.envc; i++)
+    m.env[i] = (char *)json_string_value(json_array_get(rw->env, i));
+  m.memory_mib = 4096;
+  m.pids = 512;
+  randombytes_buf(m.nonce, sizeof m.nonce);
+  m.issued_s = gn_unix_s();
+  m.expires_s = m.issued_s + 300;
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn__jobman_encode(&m, &w);
+  r = gn_wire_writer_take(&w, &body);
+  gn_wire_writer_done(&w);
+  if (r == 0)
+    r = gn_envelope_seal(n->id, GN_MSG_JOB_MANIFEST, body.data, body.len, &env);
+  gn_buf_done(&body);
+  if (r < 0) {
+    gn_buf_done(&env);
+    gn_ctl_reply_error(req, 500, "cannot sign the job manifest: %s", gn_strerror(r));
+    return;
+  }
+  gn_job *j = calloc(1, sizeof *j);
+  gn_pending *p = j ? gn__pending_add(n, req, GN_PENDING_JOB, m.job_id, GN_JOB_TIMEOUT_MS) : NULL;
+  if (!p) {
+    free(j);
+    gn_buf_done(&env);
+    gn_ctl_reply_error(req, 500, "out of memory");
+    return;
+  }
+  j->node = n;
+  gn__strf(j->id, sizeof j->id, "%s", m.job_id);
+  gn__strf(j->lease_id, sizeof j->lease_id, "%s", l->id);
+  j->role = GN_ROLE_REQUESTER;
+  gn__strf(j->image, sizeof j->image, "%s", m.image);
+  gn__strf(j->digest, sizeof j->digest, "%s", rw->ref.digest);
+  j->cmd = json_incref(rw->cmd);
+  j->env = json_incref(rw->env);
+  j->state = GN_JOB_PENDING;
+  j->exit_code = -1;
+  j->created_s = m.issued_s;
+  gn__pathf(j->log_path, sizeof j->log_path, "%s/jobs/%s.log", n->run_dir, j->id);
+  j->next = n->jobs;
+  n->jobs = j;
+  gn__node_persist_job(n, j);
+  r = send_or_connect(n, p, l->peer, lease_provider_addr(n, l), env.data, env.len);
+  gn_buf_done(&env);
+  if (r < 0)
+    gn_log(GN_LOG_WARN, "job %s waits for provider connection: %s", j->id, gn_strerror(r));
+}
+
+static void run_resolve_done(uv_work_t *w, int status) {
+  run_work *rw = w->data;
+  if (status < 0 || rw->rc < 0)
+    gn_ctl_reply_error(rw->req, 502, "cannot resolve image %s: %s", rw->ref.repository,
+                       rw->err[0] ? rw->err : gn_strerror(rw->rc));
+  else
+    run_send(rw);
+  json_decref(rw->cmd);
+  json_decref(rw->env);
+  free(rw);
+}
+
+void gn__api_run(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const json_t *b = gn_ctl_req_body(req);
+  const char *lease_id = json_string_value(json_object_get(b, "lease"));
+  const char *image = json_string_value(json_object_get(b, "image"));
+  json_t *cmd = json_object_get(b, "cmd"), *env = json_object_get(b, "env");
+  if (!lease_id || !image)
+    return gn_ctl_reply_error(req, 400, "a job needs a lease and an --image");
+  gn_lease *l = gn__lease_find(n, lease_id);
+  if (!l)
+    return gn_ctl_reply_error(req, 404, "no lease %s", lease_id);
+  if (l->role != GN_ROLE_REQUESTER)
+    return gn_ctl_reply_error(req, 409, "lease %s is provided by this node; run jobs from the renter's node",
+                              lease_id);
+  if (l->state != GN_LEASE_ACTIVE)
+    return gn_ctl_reply_error(req, 409, "lease %s has ended (%s)", lease_id, l->end_reason);
+  if (!json_is_array(cmd) || json_array_size(cmd) == 0 || json_array_size(cmd) > GN_JOB_MAX_ARGS)
+    return gn_ctl_reply_error(req, 400, "give the command after --, at most %d arguments", GN_JOB_MAX_ARGS);
+  if (env && (!json_is_array(env) || json_array_size(env) > GN_JOB_MAX_ARGS))
+    return gn_ctl_reply_error(req, 400, "at most %d --env values", GN_JOB_MAX_ARGS);
+  for (size_t i = 0; i < json_array_size(cmd); i++) {
+    const char *s = json_string_value(json_array_get(cmd, i));
+    if (!s || strlen(s) > GN_JOB_MAX_ARG_LEN)
+      return gn_ctl_reply_error(req, 400, "command argument %zu is not a string of at most %d bytes", i,
+                                GN_JOB_MAX_ARG_LEN);
+  }
+  for (size_t i = 0; env && i < json_array_size(env); i++) {
+    const char *s = json_string_value(json_array_get(env, i));
+    if (!s || !strchr(s, '=') || s[0] == '=' || strlen(s) > GN_JOB_MAX_ARG_LEN)
+      return gn_ctl_reply_error(req, 400, "--env value %zu is not of the form KEY=VALUE", i);
+  }
+  run_work *rw = calloc(1, sizeof *rw);
+  if (!rw)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  if (gn_imageref_parse(image, &rw->ref) < 0) {
+    free(rw);
+    return gn_ctl_reply_error(req, 400, "bad image reference %s (expected host[:port]/name[:tag][@sha256:...])",
+                              image);
+  }
+  rw->n = n;
+  rw->req = req;
+  gn__strf(rw->lease_id, sizeof rw->lease_id, "%s", lease_id);
+  rw->cmd = json_deep_copy(cmd);
+  rw->env = env ? json_deep_copy(env) : json_array();
+  if (rw->ref.digest[0]) {
+    run_send(rw);
+    json_decref(rw->cmd);
+    json_decref(rw->env);
+    free(rw);
+    return;
+  }
+  /* The tag is resolved here, by the requester, so the manifest it signs
+   * pins the exact image that will run. */
+  rw->work.data = rw;
+  uv_queue_work(n->loop, &rw->work, run_resolve_work, run_resolve_done);
+}
+
+void gn__api_stop(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const char *id = gn_ctl_req_param(req, "id");
+  gn_job *j = gn__job_find(n, id);
+  if (!j)
+    return gn_ctl_reply_error(req, 404, "no job %s", id);
+  if (j->role == GN_ROLE_PROVIDER) {
+    gn__provider_stop_job(n, j);
+  } else {
+    gn_lease *l = gn__lease_find(n, j->lease_id);
+    if (!l)
+      return gn_ctl_reply_error(req, 404, "job %s has no lease", id);
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    gn_wire_put_map(&w, 2);
+    gn_wire_put_str(&w, "job_id");
+    gn_wire_put_str(&w, j->id);
+    gn_wire_put_str(&w, "lease_id");
+    gn_wire_put_str(&w, j->lease_id);
+    int r = gn__node_send(n, l->peer, GN_MSG_JOB_STOP, &w);
+    gn_wire_writer_done(&w);
+    if (r < 0)
+      return gn_ctl_reply_error(req, 502, "cannot reach the provider of job %s: %s", id, gn_strerror(r));
+  }
+  json_t *o = json_object();
+  json_object_set_new(o, "job", gn__job_json(j));
+  gn_ctl_reply_json(req, 200, o);
+}
+
+static gn_job_state state_from_name(const char *s) {
+  for (int i = GN_JOB_PENDING; i <= GN_JOB_REJECTED; i++)
+    if (strcmp(gn__job_state_name((gn_job_state)i), s) == 0)
+      return (gn_job_state)i;
+  return GN_JOB_FAILED;
+}
+
+static void on_job_status(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_jobmsg m;
+  if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
+    return;
+  gn_job *j = gn__job_find(n, m.job_id);
+  gn_lease *l = j ? gn__lease_find(n, j->lease_id) : NULL;
+  if (!j || !l || j->role != GN_ROLE_REQUESTER || memcmp(l->peer, peer, GN_PK_LEN) != 0)
+    goto out;
+  j->state = state_from_name(m.state);
+  j->exit_code = (int)m.exit_code;
+  gn__strf(j->error, sizeof j->error, "%s", m.reason);
+  if (m.digest[0])
+    gn__strf(j->digest, sizeof j->digest, "%s", m.digest);
+  if (j->state >= GN_JOB_EXITED)
+    j->ended_s = gn_unix_s();
+  gn__node_persist_job(n, j);
+  gn_pending *p = gn__pending_take(n, GN_PENDING_JOB, j->id);
+  if (p) {
+    if (j->state == GN_JOB_REJECTED) {
+      gn_ctl_reply_error(p->req, 409, "provider rejected job %s: %s", j->id, j->error);
+    } else {
+      json_t *o = json_object();
+      json_object_set_new(o, "job", gn__job_json(j));
+      gn_ctl_reply_json(p->req, 201, o);
+    }
+    gn__pending_free(p);
+  }
+out:
+  gn__jobmsg_done(&m);
+}
+
+static void on_job_log(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_jobmsg m;
+  if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
+    return;
+  gn_job *j = gn__job_find(n, m.job_id);
+  gn_lease *l = j ? gn__lease_find(n, j->lease_id) : NULL;
+  if (!j || !l || j->role != GN_ROLE_REQUESTER || memcmp(l->peer, peer, GN_PK_LEN) != 0)
+    goto out;
+  /* Chunks arrive in order on one session; a resent chunk overlaps what we
+   * already hold and only its new tail is kept. */
+  if (m.offset + m.data_len > j->log_len) {
+    size_t skip = m.offset < j->log_len ? (size_t)(j->log_len - m.offset) : 0;
+    gn__job_append_log(j, m.data + skip, m.data_len - skip);
+  }
+out:
+  gn__jobmsg_done(&m);
+}
+
+static void on_lease_reject_or_end(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_jobmsg m;
+  if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
+    return;
+  if (env->type == GN_MSG_LEASE_REJECT) {
+    gn_pending *p = gn__pending_take(n, GN_PENDING_RENT, m.lease_id);
+    if (p && memcmp(p->peer, peer, GN_PK_LEN) == 0)
+      gn_ctl_reply_error(p->req, 409, "provider rejected lease %s: %s", m.lease_id, m.reason);
+    gn__pending_free(p);
+  } else {
+    gn_lease *l = gn__lease_find(n, m.lease_id);
+    if (l && l->role == GN_ROLE_REQUESTER && memcmp(l->peer, peer, GN_PK_LEN) == 0 && l->state == GN_LEASE_ACTIVE) {
+      lease_mark_ended(l, m.reason[0] ? m.reason : "ended by the provider", m.end_s);
+      gn__node_persist_lease(n, l);
+      gn_log(GN_LOG_INFO, "lease %s ended by the provider: %s", l->id, l->end_reason);
+    }
+  }
+  gn__jobmsg_done(&m);
+}
+
+void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                              size_t raw_len) {
+  switch (env->type) {
+  case GN_MSG_LEASE_ACCEPT:
+    on_lease_accept(n, peer, raw, raw_len);
+    break;
+  case GN_MSG_LEASE_REJECT:
+  case GN_MSG_LEASE_END:
+    on_lease_reject_or_end(n, peer, env);
+    break;
+  case GN_MSG_JOB_STATUS:
+    on_job_status(n, peer, env);
+    break;
+  case GN_MSG_JOB_LOG:
+    on_job_log(n, peer, env);
+    break;
+  case GN_MSG_INVOICE:
+    on_invoice(n, peer, env, raw, raw_len);
+    break;
+  default:
+    break;
+  }
+}
+
+void gn__requester_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
+  (void)now_s;
+  for (gn_lease *l = n->leases; l; l = l->next) {
+    if (l->role != GN_ROLE_REQUESTER || l->state != GN_LEASE_ACTIVE)
+      continue;
+    /* The provider ends the lease at its maximum; if it never says so, stop
+     * counting on our side a little later so our record stays bounded. */
+    if (now_ms - l->start_mono_ms > (l->ag.terms.max_s + 30) * 1000) {
+      lease_mark_ended(l, "maximum duration reached", 0);
+      l->seconds = l->ag.terms.max_s;
+      gn__node_persist_lease(n, l);
+    }
+  }
+}
