@@ -132,9 +132,6 @@ int main(int argc, char **argv) {
     from = to;
     to = t;
   }
-  /* The payload A sent, as plaintext, for the reader. */
-  uint8_t msg[sizeof(GN_SESSION_STATIC_PREFIX) + 32];
-  (void)msg;
   gn__session_send(sb, env.data, env.len);
   gn_buf out = {0};
   gn__session_take_output(sb, &out);
@@ -143,7 +140,15 @@ int main(int argc, char **argv) {
   gn__session_free(sa);
   gn__session_free(sb);
 
-  /* a handshake payload as the session builds it, re-created here */
+  /* A handshake payload as a session builds it, for a Noise static key of
+   * 32 bytes of 0x33 (sessions draw a fresh one each time). */
+  uint8_t s_priv[32], s_pub[32], sigmsg[sizeof(GN_SESSION_STATIC_PREFIX) + 32], sig[GN_SIG_LEN];
+  memset(s_priv, 0x33, sizeof(s_priv));
+  crypto_scalarmult_base(s_pub, s_priv);
+  memcpy(sigmsg, GN_SESSION_STATIC_PREFIX, sizeof(GN_SESSION_STATIC_PREFIX));
+  memcpy(sigmsg + sizeof(GN_SESSION_STATIC_PREFIX), s_pub, 32);
+  gn_identity_sign(a, sigmsg, sizeof(sigmsg), sig);
+  hex("Noise static public key of the payload example", s_pub, 32);
   body.len = 0;
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 4);
@@ -152,12 +157,12 @@ int main(int argc, char **argv) {
   gn_wire_put_str(&w, "id");
   gn_wire_put_bin(&w, a->pk, 32);
   gn_wire_put_str(&w, "sig");
-  uint8_t zero_sig[64] = {0};
-  gn_wire_put_bin(&w, zero_sig, 64);
+  gn_wire_put_bin(&w, sig, 64);
   gn_wire_put_str(&w, "addr");
   gn_wire_put_str(&w, "192.0.2.1:7400");
   gn_wire_writer_take(&w, &body);
   gn_wire_writer_done(&w);
+  hex("handshake payload (plaintext, before Noise encryption)", body.data, body.len);
   save(dir, "fuzz_wire", "handshake_payload", body.data, body.len);
 
   gn_buf_done(&body);
