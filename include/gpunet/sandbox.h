@@ -53,6 +53,15 @@ typedef struct gn_image {
 
 void gn_image_done(gn_image *img);
 
+/* The job's argv (NULL-terminated, free with gn_argv_free): the image's
+ * entrypoint followed by cmd when cmd is non-empty, else by the image's own
+ * cmd, as Docker does. GN_EINVAL when that leaves nothing to run. */
+int gn_image_argv(const gn_image *img, const char *const *cmd, char ***ret_argv);
+/* The job's environment (free with gn_argv_free): the image's entries, each
+ * replaced by the job's entry of the same name, then the job's new names.
+ * GN_EINVAL for a job entry without "NAME=". */
+int gn_image_env(const gn_image *img, const char *const *env, char ***ret_env);
+
 typedef void (*gn_pull_progress_fn)(void *ud, const char *what, uint64_t done, uint64_t total);
 
 /* Pulls a digest-pinned reference (ref->digest must be set) into the store:
