@@ -2,6 +2,9 @@
  * reopening, append-only enforcement, limits, and the invoices table. */
 #include "billing/fixture.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+
 static void test_ledger_refuses_weak_synchronous(void **state) {
   fixture *f = *state;
   char path[160];
@@ -108,6 +111,59 @@ static void test_ledger_tick_is_committed_on_return(void **state) {
   assert_int_equal(sqlite3_exec(f->db, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
   assert_int_equal(gn_ledger_append_tick(f->ledger, f->terms.lease_id, FX_START_S + 2, 1, 10, NULL), GN_ESTATE);
   assert_int_equal(sqlite3_exec(f->db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+}
+
+/* A 7-day lease, so the child below is still metering when it is killed. */
+static int setup_week(void **state) { return fx_setup_with(state, 1, 400000, GN_INVOICE_MAX_S); }
+
+/* A process killed while metering loses nothing it had reported: every
+ * tick whose append returned is in the file, and the chain verifies. */
+static void test_ledger_kill_loses_no_reported_tick(void **state) {
+  fixture *f = *state;
+  int fds[2];
+  assert_int_equal(gn_ledger_begin_lease(f->ledger, f->terms.lease_id, f->agreement.data, f->agreement.len), 0);
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    /* The child meters on its own connection, reporting each durable tick. */
+    sqlite3 *db = fx_db_open(f->path);
+    gn_ledger *l = NULL;
+    close(fds[0]);
+    if (gn_ledger_open(db, &l) < 0)
+      _exit(2);
+    for (uint64_t i = 1; i <= f->terms.max_s; i++) {
+      gn_tick t;
+      if (gn_ledger_append_tick(l, f->terms.lease_id, FX_START_S + (int64_t)i, 1, 50, &t) < 0)
+        _exit(3);
+      if (write(fds[1], &t.idx, sizeof(t.idx)) != sizeof(t.idx))
+        _exit(4);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  uint64_t reported = 0, idx;
+  while (reported < 200 && read(fds[0], &idx, sizeof(idx)) == sizeof(idx))
+    reported = idx;
+  assert_int_equal(reported, 200);
+  kill(pid, SIGKILL);
+  /* Whatever the child reported after our last read is durable too. */
+  while (read(fds[0], &idx, sizeof(idx)) == sizeof(idx))
+    reported = idx;
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFSIGNALED(status));
+  close(fds[0]);
+  /* Reopen the file from scratch, as the restarted node would. */
+  f->ledger = gn_ledger_free(f->ledger);
+  assert_int_equal(sqlite3_close(f->db), SQLITE_OK);
+  f->db = fx_db_open(f->path);
+  assert_int_equal(gn_ledger_open(f->db, &f->ledger), 0);
+  uint64_t n = 0;
+  assert_int_equal(gn_ledger_tick_count(f->ledger, f->terms.lease_id, &n), 0);
+  assert_true(n >= reported);
+  assert_true(n <= reported + 1); /* at most the second being written */
+  assert_int_equal(gn_ledger_verify_chain(f->ledger, f->terms.lease_id, NULL, 0), 0);
 }
 
 static void test_ledger_refuses_update_and_delete(void **state) {
@@ -270,6 +326,7 @@ int main(void) {
       cmocka_unit_test(test_ledger_tick_hash_layout),
       cmocka_unit_test_setup_teardown(test_ledger_ticks_survive_reopen, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_tick_is_committed_on_return, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_ledger_kill_loses_no_reported_tick, setup_week, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_refuses_update_and_delete, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_detects_rows_edited_behind_its_back, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_enforces_lease_limits, fx_setup, fx_teardown),
