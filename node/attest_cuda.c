@@ -27,11 +27,16 @@ typedef struct cuda_backend {
 
 static int map_err(int e) {
   switch (e) {
-  case E_OK: return 0;
-  case E_NODEV: return GN_EUNSUPPORTED;
-  case E_NOMEM: return GN_ENOMEM;
-  case E_INVAL: return GN_EINVAL;
-  default: return GN_EIO;
+  case E_OK:
+    return 0;
+  case E_NODEV:
+    return GN_EUNSUPPORTED;
+  case E_NOMEM:
+    return GN_ENOMEM;
+  case E_INVAL:
+    return GN_EINVAL;
+  default:
+    return GN_EIO;
   }
 }
 

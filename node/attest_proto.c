@@ -249,8 +249,7 @@ int gn_attest_verifier_on_response(gn_attest_verifier *v, const uint8_t *msg, si
     return GN_ESTATE;
   if ((r = open_doc(msg, len, &doc, nonce)) < 0)
     return r;
-  if ((r = gn_wire_get_bin_ref(doc.root, "roots", (size_t)v->p.rounds * GN_ATTEST_HASH_LEN, &roots, &roots_len)) <
-          0 ||
+  if ((r = gn_wire_get_bin_ref(doc.root, "roots", (size_t)v->p.rounds * GN_ATTEST_HASH_LEN, &roots, &roots_len)) < 0 ||
       (r = gn_wire_get_u64(doc.root, "prover_ms", &prover_ms)) < 0 ||
       (r = gn_wire_get_bool(doc.root, "simulated", &simulated)) < 0)
     goto out;

@@ -78,8 +78,7 @@ static int get_exchange(const msgpack_object *m, exchange *ret) {
   if (v != GN_ATTEST_VERSION)
     return GN_EVERSION;
   if ((r = get_u32(m, "n", &x.params.n)) < 0 || (r = get_u32(m, "depth", &x.params.depth)) < 0 ||
-      (r = get_u32(m, "rounds", &x.params.rounds)) < 0 ||
-      (r = get_u32(m, "open_rounds", &x.params.open_rounds)) < 0 ||
+      (r = get_u32(m, "rounds", &x.params.rounds)) < 0 || (r = get_u32(m, "open_rounds", &x.params.open_rounds)) < 0 ||
       (r = get_u32(m, "open_rows", &x.params.open_rows)) < 0 ||
       (r = gn_wire_get_bin_exact(m, "nonce", x.nonce, sizeof(x.nonce))) < 0 ||
       (r = gn_wire_get_bin_exact(m, "final_root", x.final_root, sizeof(x.final_root))) < 0 ||
@@ -87,8 +86,7 @@ static int get_exchange(const msgpack_object *m, exchange *ret) {
       (r = gn_wire_get_u64(m, "elapsed_ms", &x.elapsed_ms)) < 0 ||
       (r = gn_wire_get_str(m, "class", x.claimed_class, sizeof(x.claimed_class))) < 0 ||
       (r = gn_wire_get_str(m, "verdict", x.verdict, sizeof(x.verdict))) < 0 ||
-      (r = gn_wire_get_bool(m, "simulated", &x.simulated)) < 0 ||
-      (r = gn_wire_get_i64(m, "issued_s", &x.issued_s)) < 0)
+      (r = gn_wire_get_bool(m, "simulated", &x.simulated)) < 0 || (r = gn_wire_get_i64(m, "issued_s", &x.issued_s)) < 0)
     return r;
   if ((r = gn_attest_params_check(&x.params)) < 0)
     return r;

@@ -26,8 +26,8 @@
 #define GN_ATTEST_VERDICT_STRLEN 160
 
 /* Envelope types beside the reserved GN_MSG_ATTEST_* (50-53) of wire.h. */
-#define GN_MSG_ATTEST_REPORT 54  /* a provider's signed attestation report */
-#define GN_MSG_ATTEST_VERDICT 55 /* a verifier's signed verdict on one exchange */
+#define GN_MSG_ATTEST_REPORT 54        /* a provider's signed attestation report */
+#define GN_MSG_ATTEST_VERDICT 55       /* a verifier's signed verdict on one exchange */
 #define GN_MSG_ATTEST_MEM_CHALLENGE 56 /* memory challenge: fill a table */
 #define GN_MSG_ATTEST_MEM_READY 57     /* prover: the table is filled */
 #define GN_MSG_ATTEST_MEM_WALK 58      /* verifier: walk it now (timed) */
@@ -58,12 +58,12 @@ typedef void (*gn_attest_rng_fn)(void *ctx, uint8_t *buf, size_t len);
 /* --- GPU classes ------------------------------------------------------------*/
 
 typedef struct gn_attest_class {
-  const char *name;      /* "RTX 4090" */
-  const char *match;     /* substring of the NVML/CUDA device name */
-  uint32_t memory_mib;   /* nominal memory */
-  double bandwidth_gbs;  /* memory bandwidth, GB/s (10^9 bytes) */
-  double int8_tops;      /* dense int8 tensor throughput, 10^12 ops/s */
-  double min_fraction;   /* measured/peak needed to verify the class */
+  const char *name;     /* "RTX 4090" */
+  const char *match;    /* substring of the NVML/CUDA device name */
+  uint32_t memory_mib;  /* nominal memory */
+  double bandwidth_gbs; /* memory bandwidth, GB/s (10^9 bytes) */
+  double int8_tops;     /* dense int8 tensor throughput, 10^12 ops/s */
+  double min_fraction;  /* measured/peak needed to verify the class */
 } gn_attest_class;
 
 /* By exact name ("RTX 4090") or, failing that, by device name substring
@@ -89,10 +89,10 @@ typedef struct gn_attest_result {
   gn_attest_outcome outcome;
   char verdict[GN_ATTEST_VERDICT_STRLEN]; /* "verified RTX 4090", ... */
   char claimed_class[GN_ATTEST_CLASS_STRLEN];
-  double measured_tops;                   /* from the verifier's clock */
-  double expected_tops;                   /* min_fraction * class peak */
-  uint64_t elapsed_ms;                    /* as given by the caller */
-  uint64_t prover_ms;                     /* the prover's own claim, informative */
+  double measured_tops; /* from the verifier's clock */
+  double expected_tops; /* min_fraction * class peak */
+  uint64_t elapsed_ms;  /* as given by the caller */
+  uint64_t prover_ms;   /* the prover's own claim, informative */
   bool simulated;
   uint8_t nonce[GN_ATTEST_NONCE_LEN];
   uint8_t final_root[GN_ATTEST_HASH_LEN];
@@ -175,11 +175,11 @@ int gn_attest_prover_on_open(gn_attest_prover *pr, const uint8_t *msg, size_t le
 /* --- reports ----------------------------------------------------------------------*/
 
 typedef struct gn_attest_gpu {
-  char uuid[64];        /* "GPU-8f3c..." from NVML, or "" */
-  char name[96];        /* "NVIDIA GeForce RTX 4090" */
+  char uuid[64]; /* "GPU-8f3c..." from NVML, or "" */
+  char name[96]; /* "NVIDIA GeForce RTX 4090" */
   uint32_t memory_mib;
-  char pci_bus_id[32];  /* "00000000:01:00.0" */
-  char driver[32];      /* "550.54.14" */
+  char pci_bus_id[32]; /* "00000000:01:00.0" */
+  char driver[32];     /* "550.54.14" */
 } gn_attest_gpu;
 
 /* What a provider attaches to its offers: its GPU, the exchange and the
@@ -192,14 +192,14 @@ typedef struct gn_attest_report {
   uint8_t final_root[GN_ATTEST_HASH_LEN];
   uint8_t roots_hash[GN_ATTEST_HASH_LEN];
   uint64_t prover_ms;
-  uint64_t elapsed_ms;          /* whoever graded it measured this */
+  uint64_t elapsed_ms; /* whoever graded it measured this */
   char claimed_class[GN_ATTEST_CLASS_STRLEN];
   char verdict[GN_ATTEST_VERDICT_STRLEN];
   bool simulated;
-  int64_t issued_s;             /* UTC */
-  bool has_verifier;            /* a peer checked it: the fields below are set */
+  int64_t issued_s;  /* UTC */
+  bool has_verifier; /* a peer checked it: the fields below are set */
   uint8_t verifier[GN_PK_LEN];
-  uint8_t *verdict_env;         /* malloc'd, owned by the report */
+  uint8_t *verdict_env; /* malloc'd, owned by the report */
   size_t verdict_env_len;
 } gn_attest_report;
 

@@ -64,8 +64,8 @@ __global__ void k_quant(const int32_t *c, size_t cells, int8_t *x) {
 // ([strip][row][16]), so every fragment pointer is 256-bit aligned as WMMA
 // requires, whatever the k offset.
 template <int WARPS_M, int WARPS_N, int FM, int FN>
-__global__ void __launch_bounds__(WARPS_M *WARPS_N * 32) k_gemm(const int8_t *A, const int8_t *B, int32_t *C,
-                                                                  uint32_t n) {
+__global__ void __launch_bounds__(WARPS_M *WARPS_N * 32)
+    k_gemm(const int8_t *A, const int8_t *B, int32_t *C, uint32_t n) {
   constexpr int BM = WARPS_M * FM * 16, BN = WARPS_N * FN * 16, BK = 64, THREADS = WARPS_M * WARPS_N * 32;
   __shared__ __align__(128) int8_t As[BK / 16][BM][16];
   __shared__ __align__(128) int8_t Bs[BN / 16][BK][16];

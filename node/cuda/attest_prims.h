@@ -38,7 +38,7 @@ GN_PRIM uint32_t gn_prim_rotl32(uint32_t x, int n) {
 /* Block `counter` of the keystream of key (8 little-endian words) with an
  * all-zero 96-bit nonce: 16 words, i.e. 64 bytes little-endian. */
 GN_PRIM void gn_prim_chacha20_block(const uint32_t key[8], uint32_t counter, uint32_t out[16]) {
-  uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u, key[0], key[1], key[2], key[3],
+  uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u, key[0],  key[1], key[2], key[3],
                     key[4],      key[5],      key[6],      key[7],      counter, 0,      0,      0};
   uint32_t x[16];
   for (int i = 0; i < 16; i++)
@@ -62,7 +62,6 @@ GN_PRIM void gn_prim_chacha20_block(const uint32_t key[8], uint32_t counter, uin
 GN_PRIM_CONST uint64_t gn_prim_b2b_iv[8] = {0x6a09e667f3bcc908ull, 0xbb67ae8584caa73bull, 0x3c6ef372fe94f82bull,
                                             0xa54ff53a5f1d36f1ull, 0x510e527fade682d1ull, 0x9b05688c2b3e6c1full,
                                             0x1f83d9abfb41bd6bull, 0x5be0cd19137e2179ull};
-
 
 GN_PRIM uint64_t gn_prim_rotr64(uint64_t x, int n) {
   return (x >> n) | (x << (64 - n));
@@ -91,10 +90,10 @@ GN_PRIM void gn_prim_b2b_compress(uint64_t h[8], const uint64_t m[16], uint64_t 
   v[12] ^= t;
   if (last)
     v[14] = ~v[14];
-  /* The twelve rounds spelled out with the message schedule (RFC 7693's
-   * SIGMA; rounds 10 and 11 repeat 0 and 1) as literals, so that on the GPU
-   * m[] stays in registers instead of being indexed from local memory. */
-#define GN_PRIM_ROUND(s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)                           \
+    /* The twelve rounds spelled out with the message schedule (RFC 7693's
+     * SIGMA; rounds 10 and 11 repeat 0 and 1) as literals, so that on the GPU
+     * m[] stays in registers instead of being indexed from local memory. */
+#define GN_PRIM_ROUND(s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)                            \
   do {                                                                                                                 \
     GN_PRIM_G(v, 0, 4, 8, 12, m[s0], m[s1]);                                                                           \
     GN_PRIM_G(v, 1, 5, 9, 13, m[s2], m[s3]);                                                                           \
@@ -105,18 +104,18 @@ GN_PRIM void gn_prim_b2b_compress(uint64_t h[8], const uint64_t m[16], uint64_t 
     GN_PRIM_G(v, 2, 7, 8, 13, m[s12], m[s13]);                                                                         \
     GN_PRIM_G(v, 3, 4, 9, 14, m[s14], m[s15]);                                                                         \
   } while (0)
-    GN_PRIM_ROUND(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    GN_PRIM_ROUND(14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3);
-    GN_PRIM_ROUND(11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4);
-    GN_PRIM_ROUND(7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8);
-    GN_PRIM_ROUND(9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13);
-    GN_PRIM_ROUND(2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9);
-    GN_PRIM_ROUND(12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11);
-    GN_PRIM_ROUND(13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10);
-    GN_PRIM_ROUND(6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5);
-    GN_PRIM_ROUND(10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0);
-    GN_PRIM_ROUND(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    GN_PRIM_ROUND(14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3);
+  GN_PRIM_ROUND(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  GN_PRIM_ROUND(14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3);
+  GN_PRIM_ROUND(11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4);
+  GN_PRIM_ROUND(7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8);
+  GN_PRIM_ROUND(9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13);
+  GN_PRIM_ROUND(2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9);
+  GN_PRIM_ROUND(12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11);
+  GN_PRIM_ROUND(13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10);
+  GN_PRIM_ROUND(6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5);
+  GN_PRIM_ROUND(10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0);
+  GN_PRIM_ROUND(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  GN_PRIM_ROUND(14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3);
 #undef GN_PRIM_ROUND
   for (int i = 0; i < 8; i++)
     h[i] ^= v[i] ^ v[i + 8];

@@ -37,9 +37,8 @@ static int run(const gn_attest_params *p) {
   double prove = t1 - t0, verify = (t2 - t1) + (t4 - t3);
   printf("n=%-5u depth=%u rounds=%-3u open=%ux%-2u  prove %8.3f s (%6.1f GOPS)  open %7.3f s  verify %7.4f s  "
          "prove/verify %7.1f  (k*m/(rounds*n) = %.4f)  verdict: %s\n",
-         p->n, p->depth, p->rounds, p->open_rounds, p->open_rows, prove, gn_attest_params_ops(p) / prove / 1e9,
-         t3 - t2, verify, prove / verify, (double)p->open_rounds * p->open_rows / ((double)p->rounds * p->n),
-         res.verdict);
+         p->n, p->depth, p->rounds, p->open_rounds, p->open_rows, prove, gn_attest_params_ops(p) / prove / 1e9, t3 - t2,
+         verify, prove / verify, (double)p->open_rounds * p->open_rows / ((double)p->rounds * p->n), res.verdict);
 out:
   gn_attest_prover_free(pr);
   gn_attest_verifier_free(v);

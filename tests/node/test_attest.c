@@ -64,9 +64,9 @@ static void exchange(const gn_attest_params *p, const gn_attest_backend *b, cons
 typedef struct evil {
   gn_attest_backend b;
   uint64_t seed;
-  uint32_t good_rows;    /* rows per round computed honestly (others zeroed) */
-  uint32_t bad_round_mod; /* rounds r with (r % mod) == 1 are all garbage; 0 = none */
-  bool open_flip;         /* flip one value when opening, not when committing */
+  uint32_t good_rows;         /* rows per round computed honestly (others zeroed) */
+  uint32_t bad_round_mod;     /* rounds r with (r % mod) == 1 are all garbage; 0 = none */
+  bool open_flip;             /* flip one value when opening, not when committing */
   const uint8_t *stale_nonce; /* compute for this nonce instead of the given one */
 } evil;
 
@@ -92,8 +92,8 @@ static void good_set(const evil *e, uint32_t n, uint32_t round, bool *good) {
     good[idx[i]] = true;
 }
 
-static int evil_output(evil *e, const gn_attest_params *p, const uint8_t *nonce, uint32_t round,
-                       const uint8_t *prev, int32_t *c, bool opening) {
+static int evil_output(evil *e, const gn_attest_params *p, const uint8_t *nonce, uint32_t round, const uint8_t *prev,
+                       int32_t *c, bool opening) {
   honest_round(p, e->stale_nonce ? e->stale_nonce : nonce, round, prev, c);
   if (e->bad_round_mod && round % e->bad_round_mod == 1) {
     memset(c, 0, (size_t)p->n * p->n * sizeof(*c));
@@ -110,13 +110,13 @@ static int evil_output(evil *e, const gn_attest_params *p, const uint8_t *nonce,
   return 0;
 }
 
-static int evil_commit(void *ctx, const gn_attest_params *p, const uint8_t *nonce, uint32_t round,
-                       const uint8_t *prev, int32_t *c) {
+static int evil_commit(void *ctx, const gn_attest_params *p, const uint8_t *nonce, uint32_t round, const uint8_t *prev,
+                       int32_t *c) {
   return evil_output(ctx, p, nonce, round, prev, c, false);
 }
 
-static int evil_open(void *ctx, const gn_attest_params *p, const uint8_t *nonce, uint32_t round,
-                     const uint8_t *prev, int32_t *c) {
+static int evil_open(void *ctx, const gn_attest_params *p, const uint8_t *nonce, uint32_t round, const uint8_t *prev,
+                     int32_t *c) {
   return evil_output(ctx, p, nonce, round, prev, c, true);
 }
 
@@ -560,8 +560,11 @@ static void test_class_table_and_lookup(void **state) {
 /* --- reports -------------------------------------------------------------------------*/
 
 static void make_report(gn_attest_report *rep, gn_attest_result *res) {
-  gn_attest_gpu gpu = {.uuid = "GPU-0000", .name = "simulated RTX 4090", .memory_mib = 24576,
-                       .pci_bus_id = "00000000:01:00.0", .driver = "none"};
+  gn_attest_gpu gpu = {.uuid = "GPU-0000",
+                       .name = "simulated RTX 4090",
+                       .memory_mib = 24576,
+                       .pci_bus_id = "00000000:01:00.0",
+                       .driver = "none"};
   exchange(&small, gn_attest_backend_cpu(), "RTX 4090", 11, 20, res);
   gn_attest_report_from_result(rep, &gpu, &small, res, 1700000000);
 }
