@@ -32,19 +32,6 @@ static bool printable(const char *s, size_t min) {
   return true;
 }
 
-static bool lease_id_ok(const char *s) {
-  size_t n = strnlen(s, GN_LEASE_ID_STRLEN);
-  if (n == 0 || n >= GN_LEASE_ID_STRLEN)
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-          c == '.'))
-      return false;
-  }
-  return true;
-}
-
 static bool currency_ok(const char *s) {
   size_t n = strnlen(s, 8);
   if (n == 0 || n >= 8)
@@ -56,7 +43,7 @@ static bool currency_ok(const char *s) {
 }
 
 static bool terms_ok(const gn_lease_terms *t) {
-  return lease_id_ok(t->lease_id) && memchr(t->offer_id, 0, sizeof(t->offer_id)) && printable(t->offer_id, 0) &&
+  return gn__lease_id_ok(t->lease_id) && memchr(t->offer_id, 0, sizeof(t->offer_id)) && printable(t->offer_id, 0) &&
          memchr(t->gpu_model, 0, sizeof(t->gpu_model)) && printable(t->gpu_model, 1) && t->count >= 1 &&
          t->count <= GN_LEASE_MAX_GPUS && currency_ok(t->currency) && t->max_s >= 1 && t->max_s <= GN_INVOICE_MAX_S;
 }

@@ -90,8 +90,8 @@ void gn__invoice_summary_fill(const gn__invoice_view *v, gn_invoice_summary *ret
 int gn__agreement_open(const uint8_t *env, size_t len, gn_agreement *ret, char *reason, size_t cap);
 
 /* Parses an envelope's outer array without verifying it, for error messages
- * only (to name who should have signed). Returns the body by reference into
- * buf through a callback-free copy: ret_body must be freed by the caller. */
+ * and rejections only (to name who should have signed). The body is copied
+ * into *ret_body, which the caller frees. */
 int gn__envelope_peek(const uint8_t *buf, size_t len, uint32_t *ret_type, uint8_t ret_signer[GN_PK_LEN],
                       uint8_t **ret_body, size_t *ret_body_len);
 
@@ -100,6 +100,9 @@ int gn__envelope_peek(const uint8_t *buf, size_t len, uint32_t *ret_type, uint8_
  * this returns). */
 int gn__ledger_append(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util, bool commit,
                       gn_tick *ret_tick);
+
+/* A lease id: 1..23 bytes of [A-Za-z0-9._-] (safe in file names and JSON). */
+bool gn__lease_id_ok(const char *s);
 
 /* snprintf into reason if reason is not NULL; returns GN_EAUDIT. */
 int gn__fail(char *reason, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -136,25 +136,12 @@ out:
   return r;
 }
 
-static bool lease_id_ok(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n == 0 || n >= GN_LEASE_ID_STRLEN)
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-          c == '.'))
-      return false;
-  }
-  return true;
-}
-
 int gn_ledger_begin_lease(gn_ledger *l, const char *lease_id, const uint8_t *agreement_env, size_t len) {
   gn_agreement ag;
   uint8_t genesis[GN__HASH_LEN];
   sqlite3_stmt *st = NULL;
   int r;
-  if (!l || !lease_id_ok(lease_id) || !agreement_env)
+  if (!l || !gn__lease_id_ok(lease_id) || !agreement_env)
     return GN_EINVAL;
   if ((r = gn_agreement_open(agreement_env, len, &ag)) < 0)
     return r;
@@ -249,7 +236,7 @@ int gn__ledger_append(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t 
   lease_row lr;
   gn_tick last, t;
   int r;
-  if (!l || !lease_id_ok(lease_id) || (util > 100 && util != GN_UTIL_UNKNOWN))
+  if (!l || !gn__lease_id_ok(lease_id) || (util > 100 && util != GN_UTIL_UNKNOWN))
     return GN_EINVAL;
   if (commit) {
     /* Our own transaction is what makes "committed before it returns" true;
