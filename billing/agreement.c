@@ -110,9 +110,8 @@ static int terms_decode(const uint8_t *body, size_t len, gn_lease_terms *ret) {
       gn_wire_get_str(m, "offer_id", t.offer_id, sizeof(t.offer_id)) < 0 ||
       gn_wire_get_str(m, "gpu_model", t.gpu_model, sizeof(t.gpu_model)) < 0 ||
       gn_wire_get_u64(m, "count", &count) < 0 || gn_wire_get_u64(m, "price_uper_hour", &t.price_uper_hour) < 0 ||
-      gn_wire_get_str(m, "currency", t.currency, sizeof(t.currency)) < 0 ||
-      gn_wire_get_u64(m, "max_s", &t.max_s) < 0 || gn_wire_get_u64(m, "interval_s", &interval) < 0 ||
-      gn_wire_get_i64(m, "requested_s", &t.requested_s) < 0 ||
+      gn_wire_get_str(m, "currency", t.currency, sizeof(t.currency)) < 0 || gn_wire_get_u64(m, "max_s", &t.max_s) < 0 ||
+      gn_wire_get_u64(m, "interval_s", &interval) < 0 || gn_wire_get_i64(m, "requested_s", &t.requested_s) < 0 ||
       gn_wire_get_bin_exact(m, "nonce", t.nonce, sizeof(t.nonce)) < 0 ||
       gn_wire_get_bool(m, "simulated", &t.simulated) < 0)
     goto out;
@@ -183,10 +182,11 @@ int gn_agreement_seal(const gn_identity *provider, const uint8_t *request_env, s
 }
 
 /* Names a key's signer for a message: "gn...". */
-static void node_id(const uint8_t pk[GN_PK_LEN], char out[GN_NODE_ID_STRLEN]) { gn_node_id_format(pk, out); }
+static void node_id(const uint8_t pk[GN_PK_LEN], char out[GN_NODE_ID_STRLEN]) {
+  gn_node_id_format(pk, out);
+}
 
-static int fail_code(int code, char *reason, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int fail_code(int code, char *reason, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail_code(int code, char *reason, size_t cap, const char *fmt, ...) {
   if (reason && cap) {
     va_list ap;

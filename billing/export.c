@@ -233,7 +233,8 @@ static int check_readable(const json_t *doc, const gn__invoice_view *v, char *re
     snprintf(path, sizeof(path), "ticks[%" PRIu64 "].", i);
     if (!json_is_object(t))
       return gn__fail(reason, cap, "ticks[%" PRIu64 "] in the file is not an object", i);
-    if ((r = int_field(t, path, "second", rec.idx, reason, cap)) < 0 || (r = int_field(t, path, "t", ts, reason, cap)) < 0 ||
+    if ((r = int_field(t, path, "second", rec.idx, reason, cap)) < 0 ||
+        (r = int_field(t, path, "t", ts, reason, cap)) < 0 ||
         (r = int_field(t, path, "gpus", rec.gpus, reason, cap)) < 0)
       return r;
     const json_t *u = json_object_get(t, "util");
@@ -309,7 +310,8 @@ int gn_invoice_audit_json(const struct json_t *doc, gn_invoice_summary *ret, cha
   if (r == 0)
     r = unhex_field(envs, "agreement", &ag, &ag_len, reason, cap);
   if (r == GN_ENOTFOUND || r == GN_EINVAL) {
-    gn__fail(reason, cap, "not a gpunet invoice export (envelopes.invoice and envelopes.agreement must be hex strings)");
+    gn__fail(reason, cap,
+             "not a gpunet invoice export (envelopes.invoice and envelopes.agreement must be hex strings)");
     r = GN_EINVAL;
     goto out;
   }

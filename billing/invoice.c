@@ -70,8 +70,7 @@ int gn__invoice_body_decode(const uint8_t *body, size_t len, gn_wire_doc *doc, g
     field = "end_s";
   else if (gn_wire_get_str(m, "end_reason", b.end_reason, sizeof(b.end_reason)) < 0 || !printable(b.end_reason))
     field = "end_reason";
-  else if (gn_wire_get_bin_ref(m, "ticks", (size_t)GN__INVOICE_MAX_TICKS * GN__TICKREC_LEN, &b.ticks,
-                               &b.ticks_len) < 0)
+  else if (gn_wire_get_bin_ref(m, "ticks", (size_t)GN__INVOICE_MAX_TICKS * GN__TICKREC_LEN, &b.ticks, &b.ticks_len) < 0)
     field = "ticks";
   else if (gn_wire_get_bin_exact(m, "chain_head", b.chain_head, GN__HASH_LEN) < 0)
     field = "chain_head";
@@ -142,8 +141,10 @@ static int verify_body(gn__invoice_view *v, char *reason, size_t cap) {
   if (b->price_uper_hour != t->price_uper_hour) {
     gn_price_format(b->price_uper_hour, pa, sizeof(pa));
     gn_price_format(t->price_uper_hour, pb, sizeof(pb));
-    return gn__fail(reason, cap, "price_uper_hour is %" PRIu64 " (%s %s/GPU-hour) but the agreement says %" PRIu64
-                    " (%s %s/GPU-hour)", b->price_uper_hour, pa, b->currency, t->price_uper_hour, pb, t->currency);
+    return gn__fail(reason, cap,
+                    "price_uper_hour is %" PRIu64 " (%s %s/GPU-hour) but the agreement says %" PRIu64
+                    " (%s %s/GPU-hour)",
+                    b->price_uper_hour, pa, b->currency, t->price_uper_hour, pb, t->currency);
   }
   if (strcmp(b->currency, t->currency) != 0)
     return gn__fail(reason, cap, "currency is %s but the agreement says %s", b->currency, t->currency);
@@ -173,14 +174,13 @@ static int verify_body(gn__invoice_view *v, char *reason, size_t cap) {
                       rec.idx, want - 1);
     int64_t ts = b->start_s + (int64_t)rec.t_off;
     if (ts < prev_t)
-      return gn__fail(reason, cap, "second %" PRIu64 ": t_s %" PRId64 " is before the previous second's %" PRId64,
-                      want, ts, prev_t);
+      return gn__fail(reason, cap, "second %" PRIu64 ": t_s %" PRId64 " is before the previous second's %" PRId64, want,
+                      ts, prev_t);
     if (ts > b->end_s)
-      return gn__fail(reason, cap, "second %" PRIu64 ": t_s %" PRId64 " is after end_s %" PRId64, want, ts,
-                      b->end_s);
+      return gn__fail(reason, cap, "second %" PRIu64 ": t_s %" PRId64 " is after end_s %" PRId64, want, ts, b->end_s);
     if (rec.gpus > t->count)
-      return gn__fail(reason, cap, "second %" PRIu64 ": gpus is %u but the lease has %" PRIu32 " GPUs", want,
-                      rec.gpus, t->count);
+      return gn__fail(reason, cap, "second %" PRIu64 ": gpus is %u but the lease has %" PRIu32 " GPUs", want, rec.gpus,
+                      t->count);
     if (rec.util > 100 && rec.util != GN_UTIL_UNKNOWN)
       return gn__fail(reason, cap, "second %" PRIu64 ": util %u is not a percentage", want, rec.util);
     gn__tick_hash(h, b->lease_id, want, ts, rec.gpus, rec.util, h);

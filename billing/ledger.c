@@ -123,8 +123,7 @@ int gn_ledger_open(sqlite3 *db, gn_ledger **ret) {
       (r = prep(db, "ROLLBACK", &l->rollback)) < 0 ||
       (r = prep(db, "SELECT genesis, gpus_max, max_s, start_s FROM ledger_leases WHERE lease_id = ?1", &l->lease)) <
           0 ||
-      (r = prep(db, "SELECT idx, t_s, hash FROM ticks WHERE lease_id = ?1 ORDER BY idx DESC LIMIT 1", &l->last)) <
-          0 ||
+      (r = prep(db, "SELECT idx, t_s, hash FROM ticks WHERE lease_id = ?1 ORDER BY idx DESC LIMIT 1", &l->last)) < 0 ||
       (r = prep(db, "INSERT INTO ticks(lease_id, idx, t_s, gpus, util, hash) VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
                 &l->insert)) < 0 ||
       (r = prep(db, "SELECT count(*) FROM ticks WHERE lease_id = ?1", &l->count)) < 0)
@@ -342,8 +341,7 @@ int gn_ledger_agreement(gn_ledger *l, const char *lease_id, gn_buf *ret_env) {
   int r = GN_ENOTFOUND;
   if (!l || !lease_id || !ret_env)
     return GN_EINVAL;
-  if (sqlite3_prepare_v2(l->db, "SELECT agreement FROM ledger_leases WHERE lease_id = ?1", -1, &st, NULL) !=
-      SQLITE_OK)
+  if (sqlite3_prepare_v2(l->db, "SELECT agreement FROM ledger_leases WHERE lease_id = ?1", -1, &st, NULL) != SQLITE_OK)
     return GN_EDB;
   sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
   int rc = sqlite3_step(st);
@@ -388,8 +386,9 @@ int gn_ledger_each_tick(gn_ledger *l, const char *lease_id, int (*fn)(const gn_t
     }
     gn__tick_hash(prev, lease_id, t.idx, t.t_s, t.gpus, t.util, h);
     if (!hp || sqlite3_column_bytes(st, 4) != GN__HASH_LEN || memcmp(hp, h, GN__HASH_LEN) != 0) {
-      r = gn__fail(reason, cap, "ledger of lease %s: second %" PRIu64 ": hash chain broken (tick fields or order changed)",
-                   lease_id, t.idx);
+      r = gn__fail(reason, cap,
+                   "ledger of lease %s: second %" PRIu64 ": hash chain broken (tick fields or order changed)", lease_id,
+                   t.idx);
       goto out;
     }
     memcpy(t.hash, h, GN__HASH_LEN);
@@ -444,12 +443,13 @@ int gn_ledger_store_invoice(gn_ledger *l, const char *lease_id, const char *role
     return r;
   gn__invoice_hash(invoice_env, invoice_len, hash);
   gn__invoice_id(hash, id);
-  if (sqlite3_prepare_v2(l->db,
-                         "INSERT INTO invoices(lease_id, role, invoice_id, invoice, accept, status, created_s, updated_s)"
-                         " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) ON CONFLICT(lease_id, role) DO UPDATE SET"
-                         " invoice_id = excluded.invoice_id, invoice = excluded.invoice, accept = excluded.accept,"
-                         " status = excluded.status, updated_s = excluded.updated_s",
-                         -1, &st, NULL) != SQLITE_OK)
+  if (sqlite3_prepare_v2(
+          l->db,
+          "INSERT INTO invoices(lease_id, role, invoice_id, invoice, accept, status, created_s, updated_s)"
+          " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) ON CONFLICT(lease_id, role) DO UPDATE SET"
+          " invoice_id = excluded.invoice_id, invoice = excluded.invoice, accept = excluded.accept,"
+          " status = excluded.status, updated_s = excluded.updated_s",
+          -1, &st, NULL) != SQLITE_OK)
     return GN_EDB;
   sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);

@@ -39,4 +39,6 @@ uint64_t gn_meter_next_ms(const gn_meter *m, uint64_t now_mono_ms) {
   return at > now_mono_ms ? at - now_mono_ms : 0;
 }
 
-bool gn_meter_finished(const gn_meter *m) { return m->ticks_done >= m->max_s; }
+bool gn_meter_finished(const gn_meter *m) {
+  return m->ticks_done >= m->max_s;
+}

@@ -93,10 +93,10 @@ bool gn_meter_finished(const gn_meter *m);
 #define GN_UTIL_UNKNOWN 255
 
 typedef struct gn_tick {
-  uint64_t idx;    /* 1-based second of the lease */
-  int64_t t_s;     /* UTC when the second was metered */
-  uint32_t gpus;   /* GPUs billed in this second */
-  uint8_t util;    /* GPU utilization percent, GN_UTIL_UNKNOWN if none */
+  uint64_t idx;  /* 1-based second of the lease */
+  int64_t t_s;   /* UTC when the second was metered */
+  uint32_t gpus; /* GPUs billed in this second */
+  uint8_t util;  /* GPU utilization percent, GN_UTIL_UNKNOWN if none */
   uint8_t hash[32];
 } gn_tick;
 
@@ -190,8 +190,8 @@ int gn_invoice_check(const uint8_t *invoice_env, size_t len, const uint8_t *agre
  * invoice fully first (GN_EAUDIT if it does not verify); both return
  * GN_EPERM if requester is not the agreement's requester. */
 int gn_invoice_accept_seal(const gn_identity *requester, const uint8_t *invoice_env, size_t len, gn_buf *ret_env);
-int gn_invoice_reject_seal(const gn_identity *requester, const uint8_t *invoice_env, size_t len,
-                           const char *reason, gn_buf *ret_env);
+int gn_invoice_reject_seal(const gn_identity *requester, const uint8_t *invoice_env, size_t len, const char *reason,
+                           gn_buf *ret_env);
 
 typedef struct gn_invoice_response {
   bool accepted; /* GN_MSG_INVOICE_ACCEPT; false for GN_MSG_INVOICE_REJECT */

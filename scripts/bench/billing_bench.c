@@ -50,9 +50,22 @@ static sqlite3 *db_open(const char *path) {
 static void make_agreement(const gn_identity *prov, const gn_identity *req, uint32_t count, uint64_t max_s,
                            const char *lease_id, gn_buf *ret_req, gn_buf *ret_ag) {
   gn_lease_terms t;
-  static const char *const gpus[GN_LEASE_MAX_GPUS] = {
-      "GPU-8f1c2a3b-5d6e-4f70-8192-a3b4c5d6e7f8", "GPU-1", "GPU-2", "GPU-3", "GPU-4", "GPU-5", "GPU-6", "GPU-7",
-      "GPU-8", "GPU-9", "GPU-10", "GPU-11", "GPU-12", "GPU-13", "GPU-14", "GPU-15"};
+  static const char *const gpus[GN_LEASE_MAX_GPUS] = {"GPU-8f1c2a3b-5d6e-4f70-8192-a3b4c5d6e7f8",
+                                                      "GPU-1",
+                                                      "GPU-2",
+                                                      "GPU-3",
+                                                      "GPU-4",
+                                                      "GPU-5",
+                                                      "GPU-6",
+                                                      "GPU-7",
+                                                      "GPU-8",
+                                                      "GPU-9",
+                                                      "GPU-10",
+                                                      "GPU-11",
+                                                      "GPU-12",
+                                                      "GPU-13",
+                                                      "GPU-14",
+                                                      "GPU-15"};
   memset(&t, 0, sizeof(t));
   gn_lease_terms_init(&t);
   if (lease_id) {
@@ -120,7 +133,10 @@ static int examples(const char *outdir) {
   struct {
     const char *name;
     gn_buf *b;
-  } envs[] = {{"lease_request", &rq}, {"lease_accept", &ag}, {"invoice", &inv}, {"invoice_accept", &acc},
+  } envs[] = {{"lease_request", &rq},
+              {"lease_accept", &ag},
+              {"invoice", &inv},
+              {"invoice_accept", &acc},
               {"invoice_reject", &rej}};
   for (size_t i = 0; i < GN_ARRAY_SIZE(envs); i++) {
     char *h = hex_of(envs[i].b);
@@ -208,8 +224,8 @@ static int bench(uint64_t n_committed, uint64_t n_batched) {
   double batched_rate = (double)n_batched / (t1 - t0);
   printf("tick append, one commit per tick (WAL, synchronous=FULL): %8.0f ticks/s  (%" PRIu64 " ticks, %.3f ms/tick)\n",
          committed_rate, n_committed, 1000.0 / committed_rate);
-  printf("tick append, one batched transaction (reference):        %8.0f ticks/s  (%" PRIu64 " ticks)\n",
-         batched_rate, n_batched);
+  printf("tick append, one batched transaction (reference):        %8.0f ticks/s  (%" PRIu64 " ticks)\n", batched_rate,
+         n_batched);
   printf("  ratio batched/committed: %.1fx; a lease needs 1 tick/s, so one node sustains ~%.0f concurrent leases\n",
          batched_rate / committed_rate, committed_rate);
 
@@ -254,8 +270,8 @@ static int bench(uint64_t n_committed, uint64_t n_batched) {
   double audit_s = t1 - t0;
   json_decref(j);
   free(text);
-  printf("24-hour invoice (86400 ticks, 4 GPUs): envelope %zu bytes (%.1f bytes/tick), JSON export %.1f MB\n",
-         inv.len, (double)inv.len / (double)day, (double)text_len / 1e6);
+  printf("24-hour invoice (86400 ticks, 4 GPUs): envelope %zu bytes (%.1f bytes/tick), JSON export %.1f MB\n", inv.len,
+         (double)inv.len / (double)day, (double)text_len / 1e6);
   printf("  build+sign from the ledger: %7.1f ms\n", build_s * 1e3);
   printf("  check (gn_invoice_check):   %7.1f ms  (%.2fx build+sign)\n", check_s * 1e3, check_s / build_s);
   printf("  export to JSON text:        %7.1f ms\n", export_s * 1e3);

@@ -52,10 +52,22 @@ static inline void fx_terms(fixture *f, gn_lease_terms *t, uint32_t count, uint6
   t->simulated = true;
 }
 
-static const char *const fx_gpus[GN_LEASE_MAX_GPUS] = {
-    "GPU-00000000-0000-0000-0000-000000000001", "GPU-00000000-0000-0000-0000-000000000002",
-    "GPU-00000000-0000-0000-0000-000000000003", "GPU-00000000-0000-0000-0000-000000000004",
-    "GPU-5", "GPU-6", "GPU-7", "GPU-8", "GPU-9", "GPU-10", "GPU-11", "GPU-12", "GPU-13", "GPU-14", "GPU-15", "GPU-16"};
+static const char *const fx_gpus[GN_LEASE_MAX_GPUS] = {"GPU-00000000-0000-0000-0000-000000000001",
+                                                       "GPU-00000000-0000-0000-0000-000000000002",
+                                                       "GPU-00000000-0000-0000-0000-000000000003",
+                                                       "GPU-00000000-0000-0000-0000-000000000004",
+                                                       "GPU-5",
+                                                       "GPU-6",
+                                                       "GPU-7",
+                                                       "GPU-8",
+                                                       "GPU-9",
+                                                       "GPU-10",
+                                                       "GPU-11",
+                                                       "GPU-12",
+                                                       "GPU-13",
+                                                       "GPU-14",
+                                                       "GPU-15",
+                                                       "GPU-16"};
 
 #define FX_START_S 1764670001
 
@@ -82,7 +94,9 @@ static inline int fx_setup_with(void **state, uint32_t count, uint64_t price, ui
   return 0;
 }
 
-static inline int fx_setup(void **state) { return fx_setup_with(state, 1, 400000, 3600); }
+static inline int fx_setup(void **state) {
+  return fx_setup_with(state, 1, 400000, 3600);
+}
 
 static inline int fx_teardown(void **state) {
   fixture *f = *state;

@@ -10,8 +10,8 @@ static void reseal(const gn_buf *env, const gn_identity *id, uint32_t type, gn_b
 }
 
 /* An agreement body built by hand, so a test can embed any request bytes. */
-static void agreement_at(const gn_identity *signer, const uint8_t *req, size_t req_len, uint32_t ngpus,
-                        int64_t start_s, gn_buf *ret) {
+static void agreement_at(const gn_identity *signer, const uint8_t *req, size_t req_len, uint32_t ngpus, int64_t start_s,
+                         gn_buf *ret) {
   gn_wire_writer w;
   gn_buf body = {0};
   gn_wire_writer_init(&w);
@@ -167,26 +167,53 @@ typedef struct terms_case {
   void (*mutate)(gn_lease_terms *t);
 } terms_case;
 
-static void m_count0(gn_lease_terms *t) { t->count = 0; }
-static void m_count17(gn_lease_terms *t) { t->count = GN_LEASE_MAX_GPUS + 1; }
-static void m_max0(gn_lease_terms *t) { t->max_s = 0; }
-static void m_max_over(gn_lease_terms *t) { t->max_s = GN_INVOICE_MAX_S + 1; }
-static void m_currency_lower(gn_lease_terms *t) { snprintf(t->currency, sizeof(t->currency), "eur"); }
-static void m_currency_empty(gn_lease_terms *t) { t->currency[0] = 0; }
-static void m_lease_id_slash(gn_lease_terms *t) { snprintf(t->lease_id, sizeof(t->lease_id), "l-../x"); }
-static void m_lease_id_empty(gn_lease_terms *t) { t->lease_id[0] = 0; }
-static void m_model_empty(gn_lease_terms *t) { t->gpu_model[0] = 0; }
-static void m_model_ctrl(gn_lease_terms *t) { t->gpu_model[0] = '\x1b'; }
-static void m_model_unterminated(gn_lease_terms *t) { memset(t->gpu_model, 'A', sizeof(t->gpu_model)); }
+static void m_count0(gn_lease_terms *t) {
+  t->count = 0;
+}
+static void m_count17(gn_lease_terms *t) {
+  t->count = GN_LEASE_MAX_GPUS + 1;
+}
+static void m_max0(gn_lease_terms *t) {
+  t->max_s = 0;
+}
+static void m_max_over(gn_lease_terms *t) {
+  t->max_s = GN_INVOICE_MAX_S + 1;
+}
+static void m_currency_lower(gn_lease_terms *t) {
+  snprintf(t->currency, sizeof(t->currency), "eur");
+}
+static void m_currency_empty(gn_lease_terms *t) {
+  t->currency[0] = 0;
+}
+static void m_lease_id_slash(gn_lease_terms *t) {
+  snprintf(t->lease_id, sizeof(t->lease_id), "l-../x");
+}
+static void m_lease_id_empty(gn_lease_terms *t) {
+  t->lease_id[0] = 0;
+}
+static void m_model_empty(gn_lease_terms *t) {
+  t->gpu_model[0] = 0;
+}
+static void m_model_ctrl(gn_lease_terms *t) {
+  t->gpu_model[0] = '\x1b';
+}
+static void m_model_unterminated(gn_lease_terms *t) {
+  memset(t->gpu_model, 'A', sizeof(t->gpu_model));
+}
 
 static void test_agreement_request_validates_terms(void **state) {
   fixture *f = *state;
   static const terms_case cases[] = {
-      {"count 0", m_count0},           {"count 17", m_count17},
-      {"max_s 0", m_max0},             {"max_s over 7 days", m_max_over},
-      {"lowercase currency", m_currency_lower}, {"empty currency", m_currency_empty},
-      {"lease id with slash", m_lease_id_slash}, {"empty lease id", m_lease_id_empty},
-      {"empty model", m_model_empty},  {"control char in model", m_model_ctrl},
+      {"count 0", m_count0},
+      {"count 17", m_count17},
+      {"max_s 0", m_max0},
+      {"max_s over 7 days", m_max_over},
+      {"lowercase currency", m_currency_lower},
+      {"empty currency", m_currency_empty},
+      {"lease id with slash", m_lease_id_slash},
+      {"empty lease id", m_lease_id_empty},
+      {"empty model", m_model_empty},
+      {"control char in model", m_model_ctrl},
       {"unterminated model", m_model_unterminated},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {

@@ -7,12 +7,13 @@
 
 #define N_TICKS 20
 
-static int setup20(void **state) { return fx_setup_with(state, 1, 400000, N_TICKS); }
+static int setup20(void **state) {
+  return fx_setup_with(state, 1, 400000, N_TICKS);
+}
 
 static void seal20(fixture *f, gn_buf *inv) {
   fx_ticks(f, N_TICKS, 1);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + N_TICKS, "expired", inv),
-                   0);
+  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + N_TICKS, "expired", inv), 0);
 }
 
 /* A malicious provider's edit: decode the invoice body, change it, encode and
@@ -47,10 +48,18 @@ static void rec_edit(uint8_t *ticks, uint32_t second, void (*edit)(gn__tickrec *
   gn__tickrec_put(ticks + (second - 1) * GN__TICKREC_LEN, &r);
 }
 
-static void e_gpus0(gn__tickrec *r) { r->gpus = 0; }
-static void e_gpus2(gn__tickrec *r) { r->gpus = 2; }
-static void e_late(gn__tickrec *r) { r->t_off += 1000; }
-static void e_early(gn__tickrec *r) { r->t_off = 0; }
+static void e_gpus0(gn__tickrec *r) {
+  r->gpus = 0;
+}
+static void e_gpus2(gn__tickrec *r) {
+  r->gpus = 2;
+}
+static void e_late(gn__tickrec *r) {
+  r->t_off += 1000;
+}
+static void e_early(gn__tickrec *r) {
+  r->t_off = 0;
+}
 
 static void m_tick17(gn__invoice_body *b, uint8_t *t, size_t *n) {
   (void)b, (void)n;
@@ -122,7 +131,9 @@ static void m_ragged(gn__invoice_body *b, uint8_t *t, size_t *n) {
   (void)b, (void)t;
   *n -= 5;
 }
-static void m_nothing(gn__invoice_body *b, uint8_t *t, size_t *n) { (void)b, (void)t, (void)n; }
+static void m_nothing(gn__invoice_body *b, uint8_t *t, size_t *n) {
+  (void)b, (void)t, (void)n;
+}
 
 typedef struct tamper_case {
   const char *name;
@@ -154,9 +165,9 @@ static void test_invoice_check_accepts_honest_invoice(void **state) {
   gn_invoice_summary s;
   char reason[256] = "x";
   seal20(f, &inv);
-  assert_int_equal(gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, N_TICKS, 0, &s, reason,
-                                    sizeof(reason)),
-                   0);
+  assert_int_equal(
+      gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, N_TICKS, 0, &s, reason, sizeof(reason)),
+      0);
   assert_string_equal(reason, "");
   assert_int_equal(s.seconds, N_TICKS);
   assert_int_equal(s.total_micro, 2222); /* floor(400000 * 20 / 3600) */
@@ -227,9 +238,8 @@ static void test_invoice_check_rejects_tampering(void **state) {
   /* The untouched re-encoding must pass, or the table proves nothing. */
   gn_buf same = {0};
   tamper(&inv, m_nothing, f->provider, &same);
-  assert_int_equal(gn_invoice_check(same.data, same.len, f->agreement.data, f->agreement.len, N_TICKS, 0, NULL, NULL,
-                                    0),
-                   0);
+  assert_int_equal(
+      gn_invoice_check(same.data, same.len, f->agreement.data, f->agreement.len, N_TICKS, 0, NULL, NULL, 0), 0);
   gn_buf_done(&same);
   for (size_t i = 0; i < GN_ARRAY_SIZE(tamper_cases); i++) {
     gn_buf bad = {0};
@@ -237,8 +247,8 @@ static void test_invoice_check_rejects_tampering(void **state) {
     gn_invoice_summary s;
     memset(&s, 0x5a, sizeof(s));
     tamper(&inv, tamper_cases[i].fn, f->provider, &bad);
-    int rc = gn_invoice_check(bad.data, bad.len, f->agreement.data, f->agreement.len, 100, 0, &s, reason,
-                              sizeof(reason));
+    int rc =
+        gn_invoice_check(bad.data, bad.len, f->agreement.data, f->agreement.len, 100, 0, &s, reason, sizeof(reason));
     if (rc != GN_EAUDIT || !strstr(reason, tamper_cases[i].want))
       fail_msg("%s: rc %d, reason \"%s\", want \"%s\"", tamper_cases[i].name, rc, reason, tamper_cases[i].want);
     assert_int_equal(s.seconds, 0x5a5a5a5a5a5a5a5aull); /* untouched on failure */
@@ -278,13 +288,12 @@ static void test_invoice_check_rejects_more_than_observed(void **state) {
   gn_buf inv = {0};
   char reason[256];
   seal20(f, &inv);
-  assert_int_equal(gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 15, 4, NULL, reason,
-                                    sizeof(reason)),
-                   GN_EAUDIT);
+  assert_int_equal(
+      gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 15, 4, NULL, reason, sizeof(reason)),
+      GN_EAUDIT);
   assert_non_null(strstr(reason, "invoice bills 20 seconds but only 15 were observed (tolerance 4 s)"));
-  assert_int_equal(gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 15, 5, NULL, reason,
-                                    sizeof(reason)),
-                   0);
+  assert_int_equal(
+      gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 15, 5, NULL, reason, sizeof(reason)), 0);
   gn_buf_done(&inv);
 }
 
@@ -310,9 +319,9 @@ static void test_invoice_check_rejects_garbage(void **state) {
   char reason[256];
   seal20(f, &inv);
   for (size_t n = 0; n < inv.len; n += 13)
-    assert_int_equal(gn_invoice_check(inv.data, n, f->agreement.data, f->agreement.len, 100, 0, NULL, reason,
-                                      sizeof(reason)),
-                     GN_EAUDIT);
+    assert_int_equal(
+        gn_invoice_check(inv.data, n, f->agreement.data, f->agreement.len, 100, 0, NULL, reason, sizeof(reason)),
+        GN_EAUDIT);
   /* An agreement is not an invoice. */
   assert_int_equal(gn_invoice_check(f->agreement.data, f->agreement.len, f->agreement.data, f->agreement.len, 100, 0,
                                     NULL, reason, sizeof(reason)),
@@ -457,8 +466,12 @@ typedef struct audit_case {
   int rc;
 } audit_case;
 
-static json_t *tick(json_t *doc, size_t i) { return json_array_get(json_object_get(doc, "ticks"), i); }
-static json_t *envs(json_t *doc) { return json_object_get(doc, "envelopes"); }
+static json_t *tick(json_t *doc, size_t i) {
+  return json_array_get(json_object_get(doc, "ticks"), i);
+}
+static json_t *envs(json_t *doc) {
+  return json_object_get(doc, "envelopes");
+}
 
 static void set_hex(json_t *o, const char *key, const gn_buf *b) {
   char *hex = malloc(b->len * 2 + 1);
@@ -584,8 +597,8 @@ static const audit_case audit_cases[] = {
     {"tick hash edited", a_tick_hash, "ticks[16].hash in the file says", GN_EAUDIT},
     {"tick removed", a_tick_removed, "ticks in the file lists 19 seconds but the signed invoice has 20", GN_EAUDIT},
     {"total edited", a_total, "total_micro in the file says 1 but the signed invoice says 2222", GN_EAUDIT},
-    {"total text edited", a_total_text, "total in the file says \"0.000001 EUR\" but the signed invoice says \"0.002222 EUR\"",
-     GN_EAUDIT},
+    {"total text edited", a_total_text,
+     "total in the file says \"0.000001 EUR\" but the signed invoice says \"0.002222 EUR\"", GN_EAUDIT},
     {"price edited", a_price, "price_uper_hour in the file says 100000 but the signed invoice says 400000", GN_EAUDIT},
     {"provider edited", a_provider, "provider in the file says", GN_EAUDIT},
     {"seconds removed", a_seconds_missing, "seconds in the file says nothing (the field is missing)", GN_EAUDIT},

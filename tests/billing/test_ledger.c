@@ -50,8 +50,7 @@ static void test_ledger_tick_hash_layout(void **state) {
   memcpy(msg, "gpunet-tick-v1", 15);
   memcpy(msg + 15, prev, 32);
   memcpy(msg + 47, "l-ab", 4);
-  const uint8_t fixed[21] = {0, 0, 0, 0, 0, 0, 0, 7,  0,    0,   0, 0, 0x69, 0x2e, 0xb3, 0x71,
-                             0, 0, 0, 2, 55};
+  const uint8_t fixed[21] = {0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0x69, 0x2e, 0xb3, 0x71, 0, 0, 0, 2, 55};
   memcpy(msg + 51, fixed, 21);
   crypto_generichash(want, 32, msg, sizeof(msg), NULL, 0);
   gn__tick_hash(prev, "l-ab", 7, 0x692eb371, 2, 55, got);
@@ -114,7 +113,9 @@ static void test_ledger_tick_is_committed_on_return(void **state) {
 }
 
 /* A 7-day lease, so the child below is still metering when it is killed. */
-static int setup_week(void **state) { return fx_setup_with(state, 1, 400000, GN_INVOICE_MAX_S); }
+static int setup_week(void **state) {
+  return fx_setup_with(state, 1, 400000, GN_INVOICE_MAX_S);
+}
 
 /* A process killed while metering loses nothing it had reported: every
  * tick whose append returned is in the file, and the chain verifies. */
@@ -170,11 +171,8 @@ static void test_ledger_refuses_update_and_delete(void **state) {
   fixture *f = *state;
   fx_ticks(f, 3, 1);
   static const char *const sql[] = {
-      "UPDATE ticks SET gpus = 0 WHERE idx = 2",
-      "DELETE FROM ticks WHERE idx = 3",
-      "DELETE FROM ticks",
-      "UPDATE ledger_leases SET max_s = 1",
-      "DELETE FROM ledger_leases",
+      "UPDATE ticks SET gpus = 0 WHERE idx = 2", "DELETE FROM ticks WHERE idx = 3", "DELETE FROM ticks",
+      "UPDATE ledger_leases SET max_s = 1",      "DELETE FROM ledger_leases",
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(sql); i++) {
     char *err = NULL;
@@ -248,9 +246,8 @@ static void test_ledger_stores_and_lists_invoices(void **state) {
   size_t n = 0;
   fx_ticks(f, 10, 1);
   assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 10, "interval", &inv), 0);
-  assert_int_equal(gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv.data, inv.len, NULL, 0,
-                                           "issued"),
-                   0);
+  assert_int_equal(
+      gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv.data, inv.len, NULL, 0, "issued"), 0);
   assert_int_equal(gn_ledger_get_invoice(f->ledger, f->terms.lease_id, NULL, &rec), 0);
   assert_string_equal(rec.status, "issued");
   assert_string_equal(rec.role, "provider");
@@ -294,9 +291,8 @@ static void test_ledger_stores_and_lists_invoices(void **state) {
   assert_int_equal(gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv2.data, inv2.len, acc.data,
                                            acc.len, "accepted"),
                    GN_EDIGEST);
-  assert_int_equal(gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv2.data, inv2.len, NULL, 0,
-                                           "issued"),
-                   0);
+  assert_int_equal(
+      gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv2.data, inv2.len, NULL, 0, "issued"), 0);
   assert_int_equal(gn_ledger_get_invoice(f->ledger, f->terms.lease_id, "provider", &rec), 0);
   assert_int_equal(rec.summary.seconds, 15);
   assert_false(rec.summary.countersigned);
@@ -305,15 +301,14 @@ static void test_ledger_stores_and_lists_invoices(void **state) {
   /* Garbage, a bad role or status, or another lease id are refused. */
   assert_int_equal(gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "broker", inv.data, inv.len, NULL, 0, "x"),
                    GN_EINVAL);
-  assert_int_equal(gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv.data, inv.len, NULL, 0,
-                                           "Bad Status"),
-                   GN_EINVAL);
+  assert_int_equal(
+      gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv.data, inv.len, NULL, 0, "Bad Status"),
+      GN_EINVAL);
   assert_int_equal(gn_ledger_store_invoice(f->ledger, "l-other", "provider", inv.data, inv.len, NULL, 0, "issued"),
                    GN_EINVAL);
   inv.data[inv.len - 2] ^= 1;
-  assert_int_equal(gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv.data, inv.len, NULL, 0,
-                                           "issued"),
-                   GN_ESIG);
+  assert_int_equal(
+      gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv.data, inv.len, NULL, 0, "issued"), GN_ESIG);
   gn_buf_done(&inv);
   gn_buf_done(&inv2);
   gn_buf_done(&acc);

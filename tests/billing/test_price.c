@@ -13,15 +13,15 @@ static void test_price_cost_table(void **state) {
   (void)state;
   static const cost_case cases[] = {
       {400000, 1, 0, 0},
-      {400000, 1, 1, 111},          /* 111.11 rounds down */
-      {400000, 1, 5, 555},          /* 555.55 */
-      {400000, 1, 9, 1000},         /* exact */
-      {400000, 1, 3600, 400000},    /* one hour is the price */
+      {400000, 1, 1, 111},       /* 111.11 rounds down */
+      {400000, 1, 5, 555},       /* 555.55 */
+      {400000, 1, 9, 1000},      /* exact */
+      {400000, 1, 3600, 400000}, /* one hour is the price */
       {400000, 2, 3600, 800000},
       {400000, 16, 86400, 153600000},
-      {1, 1, 3599, 0},               /* less than one micro-unit */
+      {1, 1, 3599, 0}, /* less than one micro-unit */
       {1, 1, 3600, 1},
-      {999999, 3, 7, 5833},          /* 5833.32 */
+      {999999, 3, 7, 5833}, /* 5833.32 */
       {UINT64_MAX, 1, 3600, UINT64_MAX},
       {UINT64_MAX, 16, 3600, UINT64_MAX}, /* saturates, never wraps */
       {UINT64_MAX, UINT32_MAX, UINT64_MAX, UINT64_MAX},
@@ -30,9 +30,8 @@ static void test_price_cost_table(void **state) {
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
     uint64_t got = gn_price_cost(cases[i].price, cases[i].gpus, cases[i].seconds);
     if (got != cases[i].want)
-      fail_msg("case %zu: cost(%llu, %u, %llu) = %llu, want %llu", i, (unsigned long long)cases[i].price,
-               cases[i].gpus, (unsigned long long)cases[i].seconds, (unsigned long long)got,
-               (unsigned long long)cases[i].want);
+      fail_msg("case %zu: cost(%llu, %u, %llu) = %llu, want %llu", i, (unsigned long long)cases[i].price, cases[i].gpus,
+               (unsigned long long)cases[i].seconds, (unsigned long long)got, (unsigned long long)cases[i].want);
   }
 }
 

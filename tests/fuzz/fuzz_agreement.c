@@ -64,12 +64,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       request_round_trip(&t);
     break;
   case 2:
-    if (gn_envelope_seal(prov, GN_MSG_LEASE_ACCEPT, p, n, &env) == 0 && gn_agreement_open(env.data, env.len, &ag) == 0 &&
-        memcmp(ag.terms.provider, prov->pk, GN_PK_LEN) != 0)
+    if (gn_envelope_seal(prov, GN_MSG_LEASE_ACCEPT, p, n, &env) == 0 &&
+        gn_agreement_open(env.data, env.len, &ag) == 0 && memcmp(ag.terms.provider, prov->pk, GN_PK_LEN) != 0)
       __builtin_trap();
     break;
   default:
-    if (gn_envelope_seal(req, GN_MSG_LEASE_REQUEST, p, n, &env) == 0 && gn_lease_request_open(env.data, env.len, &t) == 0)
+    if (gn_envelope_seal(req, GN_MSG_LEASE_REQUEST, p, n, &env) == 0 &&
+        gn_lease_request_open(env.data, env.len, &t) == 0)
       request_round_trip(&t);
     break;
   }
