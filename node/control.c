@@ -16,9 +16,11 @@
 #define CTL_MAX_PATH 2048      /* longer request paths get 414 */
 #define CTL_CONN_LIMIT 128     /* concurrent client connections */
 #define CTL_CONN_TIMEOUT_S 120 /* idle connections are dropped after this */
-/* Without epoll we cannot watch MHD's sockets from libuv one by one cheaply,
- * so the fallback polls MHD at least this often. */
-#define CTL_FALLBACK_POLL_MS 20
+/* Without epoll, libuv cannot safely watch MHD's connection sockets (MHD
+ * closes and reuses them inside MHD_run), so the fallback watches only the
+ * listen socket and runs MHD this often while a connection is active. */
+#define CTL_FALLBACK_ACTIVE_MS 1
+#define CTL_FALLBACK_IDLE_MS 1000
 
 typedef struct ctl_kv {
   char *key;
@@ -58,7 +60,9 @@ struct gn_ctl {
   uv_loop_t *loop;
   struct MHD_Daemon *mhd;
   char *path;
-  uv_poll_t *poll;   /* on MHD's epoll fd; NULL in fallback mode */
+  uv_poll_t *poll;   /* MHD's epoll fd, or the listen socket in fallback mode */
+  bool epoll;
+  size_t nsuspended;
   uv_timer_t *timer; /* MHD's timeouts, and runs after a resume */
   int handles_open;  /* the struct is freed when the last handle closed */
   bool closing;
@@ -114,6 +118,8 @@ static void req_free(gn_ctl_req *r) {
 static void req_unlink(gn_ctl_req *r) {
   if (!r->suspended)
     return;
+  if (r->ctl)
+    r->ctl->nsuspended--;
   if (r->prev)
     r->prev->next = r->next;
   else if (r->ctl)
@@ -461,6 +467,7 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
   /* The handler will reply later: park the connection until then. */
   MHD_suspend_connection(conn);
   r->suspended = true;
+  c->nsuspended++;
   r->next = c->suspended;
   if (r->next)
     r->next->prev = r;
@@ -511,8 +518,13 @@ static void ctl_rearm(gn_ctl *c) {
     ms = to;
   else
     ms = 60000; /* nothing due: the poll wakes us for anything new */
-  if (!c->poll && ms > CTL_FALLBACK_POLL_MS)
-    ms = CTL_FALLBACK_POLL_MS;
+  if (!c->epoll) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    size_t active = info && info->num_connections > c->nsuspended ? info->num_connections - c->nsuspended : 0;
+    uint64_t cap = active ? CTL_FALLBACK_ACTIVE_MS : CTL_FALLBACK_IDLE_MS;
+    if (ms > cap)
+      ms = cap;
+  }
   uv_timer_start(c->timer, ctl_on_timer, ms, 0);
 }
 
@@ -579,10 +591,12 @@ int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
   c->loop = loop;
   c->path = strdup(sock_path);
   c->timer = gn_uv_handle_alloc(sizeof(*c->timer));
-  bool epoll = MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES;
-  if (epoll)
-    c->poll = gn_uv_handle_alloc(sizeof(*c->poll));
-  if (!c->path || !c->timer || (epoll && !c->poll)) {
+  /* GN_CTL_NO_EPOLL=1 forces the portable fallback, so tests cover it too. */
+  const char *no_epoll = getenv("GN_CTL_NO_EPOLL");
+  bool epoll = MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES && !(no_epoll && no_epoll[0] == '1');
+  c->epoll = epoll;
+  c->poll = gn_uv_handle_alloc(sizeof(*c->poll));
+  if (!c->path || !c->timer || !c->poll) {
     r = GN_ENOMEM;
     goto fail;
   }
@@ -604,19 +618,17 @@ int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
   uv_timer_init(loop, c->timer);
   c->timer->data = c;
   c->handles_open++;
-  if (c->poll) {
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    r = info ? uv_poll_init(loop, c->poll, info->epoll_fd) : GN_EIO;
-    if (r < 0) {
-      gn_uv_handle_free_unused(c->poll);
-      c->poll = NULL;
-      gn_ctl_close(c);
-      return r;
-    }
-    c->poll->data = c;
-    c->handles_open++;
-    uv_poll_start(c->poll, UV_READABLE, ctl_on_poll);
+  const union MHD_DaemonInfo *info = epoll ? MHD_get_daemon_info(c->mhd, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+  r = epoll && !info ? GN_EIO : uv_poll_init(loop, c->poll, epoll ? info->epoll_fd : fd);
+  if (r < 0) {
+    gn_uv_handle_free_unused(c->poll);
+    c->poll = NULL;
+    gn_ctl_close(c);
+    return r;
   }
+  c->poll->data = c;
+  c->handles_open++;
+  uv_poll_start(c->poll, UV_READABLE, ctl_on_poll);
   ctl_rearm(c);
   *ret = c;
   return 0;

@@ -448,7 +448,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ctl_reply_after_client_left_is_safe, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_many_sequential_requests, setup, teardown),
   };
-  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  int r = cmocka_run_group_tests_name("epoll", tests, NULL, NULL);
+  /* Again without epoll: MHD polled from a timer, the portable fallback. */
+  setenv("GN_CTL_NO_EPOLL", "1", 1);
+  r += cmocka_run_group_tests_name("fallback", tests, NULL, NULL);
   curl_global_cleanup();
   return r;
 }
