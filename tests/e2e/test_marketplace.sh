@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# End to end on one machine: a real registry, three real gpunetd processes
+# over real sockets, real runc containers. Provide, rent, run, stop, meter,
+# invoice, audit (and tampered audits), crash and restart of the provider.
+set -euo pipefail
+src=${GN_SOURCE_DIR:?}
+export GN_BIN=${GN_BUILD_DIR:?}
+. "$src/scripts/lib/common.sh"
+. "$src/scripts/lib/nodes.sh"
+
+if [ "$(id -u)" -ne 0 ] || ! command -v runc >/dev/null; then
+  echo "SKIP: needs root and runc"
+  exit 77
+fi
+
+work=$(mktemp -d /tmp/gn-e2e-XXXXXX)
+nodes=$work/nodes
+R=$nodes/requester
+P=$nodes/provider
+pass=0
+cleanup() {
+  set +e
+  for n in requester provider bootstrap; do gn_node_stop "$nodes/$n"; done
+  "$src/scripts/registry" stop "$work/registry"
+  if [ "${keep:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+fail() {
+  keep=1
+  echo "FAIL: $*" >&2
+  for n in bootstrap provider requester; do
+    echo "--- $n log" >&2
+    tail -n 30 "$nodes/$n/gpunetd.log" >&2 || true
+  done
+  exit 1
+}
+ok() {
+  pass=$((pass + 1))
+  echo "ok $pass - $*"
+}
+# expect_fail WHAT PATTERN CMD...: CMD must exit non-zero and print PATTERN.
+expect_fail() {
+  local what=$1 pat=$2 out rc
+  shift 2
+  set +e
+  out=$("$@" 2>&1)
+  rc=$?
+  set -e
+  [ $rc -ne 0 ] || fail "$what: expected failure, got success: $out"
+  grep -q -- "$pat" <<<"$out" || fail "$what: output lacks '$pat': $out"
+  ok "$what"
+}
+
+reg_port=$(gn_free_port)
+"$src/scripts/registry" start "$work/registry" "$reg_port" >/dev/null
+"$src/scripts/registry" build-busybox "$work/image" e2e/busybox:1 "$reg_port" >/dev/null
+image=127.0.0.1:$reg_port/e2e/busybox:1
+
+p_boot=$(gn_free_port)
+p_prov=$(gn_free_port)
+p_req=$(gn_free_port)
+prov_args=(--listen "127.0.0.1:$p_prov" --bootstrap "127.0.0.1:$p_boot" --provide --price 0.50
+  --simulate-gpu "RTX 4090" --simulate-gpu "RTX 4090")
+gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
+gn_node_start "$P" provider "${prov_args[@]}"
+gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_boot"
+
+mode=$(stat -c %a "$R/gpunetd.sock")
+[ "$mode" = 600 ] || fail "control socket mode is $mode"
+mode=$(stat -c %a "$R/identity.key")
+[ "$mode" = 600 ] || fail "identity.key mode is $mode"
+ok "control socket and identity are owner-only"
+
+has_offer() { [ "$(gn_cli "$R" --json offers | jq '.offers | length')" -gt 0 ]; }
+gn_wait_until 30 "offer relayed to the requester" has_offer || fail "no offer reached the requester"
+offers=$(gn_cli "$R" --json offers 'gpu=rtx4090 vram>=24 price<=0.50')
+[ "$(jq -r '.offers[0].simulated' <<<"$offers")" = true ] || fail "offer not marked simulated: $offers"
+[ "$(jq -r '.offers[0].gpus_free' <<<"$offers")" = 2 ] || fail "offer free count: $offers"
+[ "$(jq -r '.offers[0].price_uper_hour' <<<"$offers")" = 500000 ] || fail "offer price: $offers"
+ok "offer from the provider reached the requester through the bootstrap node, marked simulated"
+[ "$(gn_cli "$R" --json offers 'price<0.50' | jq '.offers | length')" = 0 ] || fail "price filter"
+ok "offer filter excludes by price"
+gn_cli "$R" offers | grep -q SIMULATED || fail "human offer table does not say SIMULATED"
+ok "offer table shows SIMULATED"
+
+expect_fail "renting a simulated GPU needs --allow-simulated" "allow-simulated" \
+  gn_cli "$R" rent --gpu "RTX 4090" --hours 1
+lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated | jq -r .lease.id)
+[[ $lease == l-* ]] || fail "rent gave no lease id: $lease"
+[ "$(gn_cli "$P" --json leases | jq -r --arg l "$lease" '.leases[] | select(.id==$l) | .state')" = active ] ||
+  fail "provider does not show lease $lease active"
+ok "rented lease $lease; both sides see it active"
+
+set +e
+out=$(gn_cli "$R" run "$lease" --image "$image" --env A=B -f -- sh -c 'echo one; echo two >&2; echo "A=$A"; exit 3')
+rc=$?
+set -e
+[ $rc -eq 3 ] || fail "run -f exit code $rc, want 3 (output: $out)"
+grep -q "^one" <<<"$out" && grep -q "^two" <<<"$out" && grep -q "^A=B" <<<"$out" || fail "run output: $out"
+ok "job output streamed back (stdout and stderr, env) and exit code 3 returned"
+job=$(gn_cli "$R" --json jobs | jq -r '.jobs[0].id')
+[ "$(gn_cli "$R" --json jobs | jq -r '.jobs[0].exit_code')" = 3 ] || fail "job exit code not recorded"
+[ "$(gn_cli "$P" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .exit_code')" = 3 ] ||
+  fail "provider did not record exit code"
+gn_cli "$R" logs "$job" | grep -q "^A=B" || fail "logs of $job"
+ok "exit code recorded on both sides; gpunet logs replays the output"
+
+out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c \
+  'touch /x 2>/dev/null && echo root-rw || echo root-ro; touch /tmp/y && echo tmp-rw; echo ifaces=$(tail -n +3 /proc/net/dev | wc -l); cat /proc/self/status | grep CapEff')
+grep -q root-ro <<<"$out" || fail "root filesystem is writable: $out"
+grep -q tmp-rw <<<"$out" || fail "/tmp not writable: $out"
+grep -q "ifaces=1" <<<"$out" || fail "job sees network interfaces beyond lo: $out"
+grep -q "CapEff:.*0000000000000000" <<<"$out" || fail "job has capabilities: $out"
+ok "sandbox: read-only root, writable /tmp, no network but lo, no capabilities"
+
+job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sleep 300 | jq -r .job.id)
+running() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state')" = running ]; }
+gn_wait_until 20 "job $job to run" running || fail "job $job never ran"
+gn_cli "$R" stop "$job" >/dev/null
+stopped() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state')" = stopped ]; }
+gn_wait_until 20 "job $job to stop" stopped || fail "job $job did not stop"
+ok "gpunet stop kills a running job"
+
+metrics=$(curl -s --unix-socket "$P/gpunetd.sock" http://gpunetd/metrics)
+grep -q '^gpunet_leases_active{role="provider"} 1' <<<"$metrics" || fail "metrics: $metrics"
+ticks=$(awk '/^gpunet_ticks_total/ {print $2}' <<<"$metrics")
+[ "$ticks" -ge 1 ] || fail "no ticks in metrics"
+ok "provider /metrics: active lease and $ticks ticks"
+
+sleep 3 # a few seconds more, so the invoice has ticks to tamper with
+gn_cli "$R" release "$lease" >/dev/null
+inv=$(gn_cli "$R" --json invoices | jq -r --arg l "$lease" '.invoices[] | select(.lease==$l)')
+[ "$(jq -r .status <<<"$inv")" = accepted ] || fail "invoice not accepted: $inv"
+secs=$(jq -r .seconds <<<"$inv")
+total=$(jq -r .total_micro <<<"$inv")
+[ "$total" = $((500000 * secs / 3600)) ] || fail "total $total for $secs s at 0.50"
+[ "$(gn_cli "$P" --json invoices | jq -r --arg l "$lease" '.invoices[] | select(.lease==$l) | .status')" = accepted ] ||
+  fail "provider does not hold the countersigned invoice"
+db_ticks=$(sqlite3 "$P/gpunet.db" "SELECT count(*) FROM ticks WHERE lease_id='$lease'")
+[ "$db_ticks" = "$secs" ] || fail "ledger holds $db_ticks ticks, invoice bills $secs"
+ok "release: invoice for $secs s = $total micro-EUR, countersigned, equal to the ledger"
+
+expect_fail "a lease that ended takes no job" "ended" gn_cli "$R" run "$lease" --image "$image" -- true
+
+gn_cli "$R" invoice export "$lease" --out "$work/inv.json" >/dev/null
+gn_cli "$R" invoice audit "$work/inv.json" | grep -q "countersigned by requester" || fail "audit of a good invoice"
+ok "exported invoice audits clean without a daemon"
+
+tamper() { # tamper NAME JQ-PROGRAM PATTERN
+  jq "$2" "$work/inv.json" >"$work/t-$1.json"
+  expect_fail "audit catches $1" "$3" "$GN_BIN/gpunet" invoice audit "$work/t-$1.json"
+}
+tamper "a changed tick" '.ticks[1].gpus = 2' "ticks\[1\]"
+tamper "a removed second" 'del(.ticks[2])' "tick"
+tamper "a changed price" '.price_uper_hour = 1' "price"
+tamper "a changed total" '.total_micro = (.total_micro + 1)' "total"
+tamper "a broken signature" '.envelopes.invoice |= (.[0:-4] + (if .[-4:] == "0000" then "1111" else "0000" end))' "signature"
+tamper "a broken countersignature" '.envelopes.acceptance |= (.[0:-4] + (if .[-4:] == "0000" then "1111" else "0000" end))' "signature"
+
+# Crash: kill the provider hard in the middle of a lease. On restart it ends
+# the lease, invoices the seconds its ledger holds, and the requester checks
+# and countersigns them when they meet again.
+lease2=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated | jq -r .lease.id)
+sleep 3
+kill -9 "$(cat "$P/gpunetd.pid")"
+sleep 1
+crash_ticks=$(sqlite3 "$P/gpunet.db" "SELECT count(*) FROM ticks WHERE lease_id='$lease2'")
+[ "$crash_ticks" -ge 2 ] || fail "only $crash_ticks ticks durable after 3 s"
+gn_node_start "$P" provider "${prov_args[@]}"
+settled() {
+  [ "$(gn_cli "$R" --json invoices | jq -r --arg l "$lease2" '.invoices[] | select(.lease==$l) | .status')" = accepted ]
+}
+gn_wait_until 40 "the restarted provider's invoice" settled || fail "no invoice after the provider restarted"
+secs2=$(gn_cli "$R" --json invoices | jq -r --arg l "$lease2" '.invoices[] | select(.lease==$l) | .seconds')
+[ "$secs2" = "$crash_ticks" ] || fail "invoice after crash bills $secs2 s, ledger held $crash_ticks"
+ok "provider crash: $crash_ticks durable ticks invoiced after restart and countersigned"
+
+echo "$pass passed, 0 failed"
