@@ -341,6 +341,41 @@ out:
   return r;
 }
 
+int gn_invoice_check_continues(const uint8_t *invoice_env, size_t len, const uint8_t *earlier_env, size_t earlier_len,
+                               char *reason, size_t cap) {
+  gn__invoice_view now, before;
+  char why[384];
+  int r;
+  if (reason && cap)
+    reason[0] = 0;
+  if ((r = gn__invoice_verify(earlier_env, earlier_len, NULL, 0, &before, why, sizeof(why))) < 0)
+    return gn__fail(reason, cap, "the earlier invoice does not verify: %s", why);
+  if ((r = gn__invoice_verify(invoice_env, len, before.body.agreement, before.body.agreement_len, &now, reason, cap)) <
+      0)
+    goto out_before;
+  const uint64_t n = before.body.seconds;
+  if (now.body.seconds < n) {
+    r = gn__fail(reason, cap,
+                 "invoice bills %" PRIu64 " seconds, fewer than the %" PRIu64 " of the invoice accepted earlier",
+                 now.body.seconds, n);
+    goto out;
+  }
+  /* Same agreement, so the same genesis and start: identical records give an
+   * identical chain, and the first differing record is the second to name. */
+  for (uint64_t i = 0; i < n; i++) {
+    if (memcmp(now.body.ticks + i * GN__TICKREC_LEN, before.body.ticks + i * GN__TICKREC_LEN, GN__TICKREC_LEN) != 0) {
+      r = gn__fail(reason, cap, "second %" PRIu64 " differs from the invoice accepted earlier", i + 1);
+      goto out;
+    }
+  }
+  r = 0;
+out:
+  gn__invoice_view_done(&now);
+out_before:
+  gn__invoice_view_done(&before);
+  return r;
+}
+
 /* --- building ------------------------------------------------------------*/
 
 typedef struct seal_ctx {

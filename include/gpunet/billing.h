@@ -185,6 +185,17 @@ int gn_invoice_summarize(const uint8_t *invoice_env, size_t len, gn_invoice_summ
  * one-line reason naming the first problem. */
 int gn_invoice_check(const uint8_t *invoice_env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
                      uint64_t observed_s, uint64_t tolerance_s, gn_invoice_summary *ret, char *reason, size_t cap);
+/* The requester's check that a new cumulative invoice (a later debit note or
+ * the final invoice) continues one it accepted earlier: both must verify, be
+ * for the same agreement, and the new one must bill the same seconds 1..n of
+ * the earlier one unchanged (so its chain passes through the earlier
+ * chain_head). This is what stops a provider from rewriting history that was
+ * already countersigned, even with a self-consistent re-hashed chain.
+ * GN_EAUDIT and a reason ("second 3 differs from the invoice accepted
+ * earlier") otherwise. */
+int gn_invoice_check_continues(const uint8_t *invoice_env, size_t len, const uint8_t *earlier_env, size_t earlier_len,
+                               char *reason, size_t cap);
+
 /* The requester's countersignature (GN_MSG_INVOICE_ACCEPT) or rejection
  * (GN_MSG_INVOICE_REJECT, reason at most 255 bytes). Accepting verifies the
  * invoice fully first (GN_EAUDIT if it does not verify); both return

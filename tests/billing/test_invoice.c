@@ -368,6 +368,69 @@ static void test_invoice_accept_and_reject(void **state) {
   gn_buf_done(&rej);
 }
 
+/* A self-consistent rewrite (every tag and the head recomputed) verifies on
+ * its own; only the earlier, countersigned note exposes it. */
+static void rehash(gn__invoice_body *b, uint8_t *t, size_t *n) {
+  uint8_t h[32];
+  uint64_t gs = 0;
+  gn__genesis(b->agreement, b->agreement_len, h);
+  for (size_t i = 0; i < *n / GN__TICKREC_LEN; i++) {
+    gn__tickrec r;
+    gn__tickrec_get(t + i * GN__TICKREC_LEN, &r);
+    gn__tick_hash(h, b->lease_id, r.idx, b->start_s + r.t_off, r.gpus, r.util, h);
+    r.tag = (uint16_t)((h[0] << 8) | h[1]);
+    gn__tickrec_put(t + i * GN__TICKREC_LEN, &r);
+    gs += r.gpus;
+  }
+  memcpy(b->chain_head, h, 32);
+  b->total_micro = gn_price_cost(b->price_uper_hour, 1, gs);
+}
+static void m_rewrite3(gn__invoice_body *b, uint8_t *t, size_t *n) {
+  rec_edit(t, 3, e_gpus0);
+  rehash(b, t, n);
+}
+
+static void test_invoice_continues_accepted_note(void **state) {
+  fixture *f = *state;
+  gn_buf note = {0}, fin = {0}, forged = {0}, other = {0};
+  char reason[256];
+  fx_ticks(f, 10, 1);
+  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 10, "interval", &note), 0);
+  fx_ticks(f, 10, 1);
+  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 20, "expired", &fin), 0);
+  assert_int_equal(gn_invoice_check_continues(fin.data, fin.len, note.data, note.len, reason, sizeof(reason)), 0);
+  assert_int_equal(gn_invoice_check_continues(note.data, note.len, note.data, note.len, reason, sizeof(reason)), 0);
+  /* Going backwards is not a continuation. */
+  assert_int_equal(gn_invoice_check_continues(note.data, note.len, fin.data, fin.len, reason, sizeof(reason)),
+                   GN_EAUDIT);
+  assert_non_null(strstr(reason, "invoice bills 10 seconds, fewer than the 20"));
+  /* The rewrite passes the stand-alone check... */
+  tamper(&fin, m_rewrite3, f->provider, &forged);
+  assert_int_equal(gn_invoice_check(forged.data, forged.len, f->agreement.data, f->agreement.len, N_TICKS, 0, NULL,
+                                    reason, sizeof(reason)),
+                   0);
+  /* ...but not against the note the requester accepted. */
+  assert_int_equal(gn_invoice_check_continues(forged.data, forged.len, note.data, note.len, reason, sizeof(reason)),
+                   GN_EAUDIT);
+  assert_string_equal(reason, "second 3 differs from the invoice accepted earlier");
+  /* An invoice of another lease never continues this one. */
+  gn_buf req = {0}, ag = {0};
+  gn_lease_terms t;
+  fx_terms(f, &t, 1, 400000, 20);
+  fx_agree(f, &t, &req, &ag);
+  assert_int_equal(gn_ledger_begin_lease(f->ledger, t.lease_id, ag.data, ag.len), 0);
+  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, t.lease_id, FX_START_S, "released", &other), 0);
+  assert_int_equal(gn_invoice_check_continues(other.data, other.len, note.data, note.len, reason, sizeof(reason)),
+                   GN_EAUDIT);
+  assert_non_null(strstr(reason, "another agreement"));
+  gn_buf_done(&req);
+  gn_buf_done(&ag);
+  gn_buf_done(&note);
+  gn_buf_done(&fin);
+  gn_buf_done(&forged);
+  gn_buf_done(&other);
+}
+
 /* A 7-day invoice (the most one may carry) fits in one message. */
 static void test_invoice_max_size_fits_a_message(void **state) {
   fixture *f = *state;
@@ -657,6 +720,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_invoice_check_rejects_wrong_agreement, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_check_rejects_garbage, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_accept_and_reject, setup20, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_invoice_continues_accepted_note, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_max_size_fits_a_message, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_export_audits_clean, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_export_refuses_bad_inputs, setup20, fx_teardown),
