@@ -65,7 +65,7 @@ const gn_attest_class *gn_attest_class_find(const char *name) {
 }
 
 int gn_attest_params_for_class(const gn_attest_class *c, uint32_t target_ms, gn_attest_params *ret) {
-  gn_attest_params p = {.n = 4096, .depth = 4, .rounds = 1, .open_rounds = 8, .open_rows = 4};
+  gn_attest_params p = {.n = 4096, .depth = 4, .rounds = 1, .open_rounds = 16, .open_rows = 4};
   if (!c || target_ms == 0)
     return GN_EINVAL;
   double per_round = 2.0 * p.depth * (double)p.n * p.n * p.n;

@@ -72,8 +72,9 @@ const gn_attest_class *gn_attest_class_find(const char *name);
 size_t gn_attest_class_count(void);
 const gn_attest_class *gn_attest_class_at(size_t index);
 
-/* Challenge parameters for a claimed class: n=4096, depth=4, and as many
- * rounds as the class needs to spend target_ms at its peak (at least 1). */
+/* Challenge parameters for a claimed class: n=4096, depth=4, 16 opened
+ * rounds of 4 rows each, and as many rounds as the class needs to spend
+ * target_ms at its peak (at least 1). */
 int gn_attest_params_for_class(const gn_attest_class *c, uint32_t target_ms, gn_attest_params *ret);
 
 /* --- the verifier's state machine --------------------------------------------*/
