@@ -104,7 +104,9 @@ int gn_identity_load(const char *path, gn_identity **ret_id) {
     return GN_EINVAL;
   if ((r = sodium_ready()) < 0)
     return r;
-  fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO planted at the path must not hang us (it then fails
+   * the regular-file check). */
+  fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return errno == ELOOP ? GN_EPERM : -errno;
   struct stat st;

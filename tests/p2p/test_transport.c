@@ -326,6 +326,59 @@ static void test_transport_peer_down_when_other_side_closes(void **state) {
   gn_identity_free(b.id);
 }
 
+/* b runs on a loop of its own that stops turning once the session is up, so
+ * it reads nothing: a's queue to it must hit the bound and close. */
+static void test_transport_closes_peer_over_send_queue_bound(void **state) {
+  (void)state;
+  uv_loop_t loop2;
+  uv_loop_init(&loop2);
+  node a, b;
+  node_init(&a);
+  memset(&b, 0, sizeof(b));
+  assert_int_equal(gn_identity_generate(&b.id), 0);
+  gn_transport_cbs cbs = {on_up, on_down, on_msg};
+  assert_int_equal(gn_transport_new(&loop2, b.id, &cbs, &b, &b.t), 0);
+  assert_int_equal(gn_transport_listen(a.t, "127.0.0.1:0"), 0);
+  assert_int_equal(gn_transport_connect(b.t, gn_transport_listen_addr(a.t)), 0);
+  uint64_t end = gn_mono_ms() + 5000;
+  while ((a.ups < 1 || b.ups < 1) && gn_mono_ms() < end) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_run(&loop2, UV_RUN_NOWAIT);
+  }
+  assert_int_equal(a.ups, 1);
+  size_t n = GN_MSG_MAX - 128;
+  uint8_t *body = calloc(1, n);
+  gn_buf env = {0};
+  assert_int_equal(gn_envelope_seal(a.id, GN_MSG_JOB_LOG, body, n, &env), 0);
+  int r = 0, sent = 0;
+  for (int i = 0; i < 16 && r == 0; i++) {
+    r = gn_transport_send(a.t, b.id->pk, env.data, env.len);
+    if (r == 0)
+      sent++;
+    uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  assert_int_equal(r, GN_ETOOBIG);
+  assert_true(sent >= 7); /* 64 MiB of 8 MiB messages, some already in the kernel */
+  assert_false(gn_transport_is_up(a.t, b.id->pk));
+  assert_int_equal(a.downs, 1);
+  free(body);
+  gn_buf_done(&env);
+  gn_transport_close(a.t, on_closed, &a);
+  gn_transport_close(b.t, on_closed, &b);
+  end = gn_mono_ms() + 5000;
+  while ((!a.closed || !b.closed) && gn_mono_ms() < end) {
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_run(&loop2, UV_RUN_NOWAIT);
+  }
+  assert_true(a.closed && b.closed);
+  uv_run(&loop2, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop2), 0);
+  gn_identity_free(a.id);
+  gn_identity_free(b.id);
+  gn_buf_done(&a.last_body);
+  gn_buf_done(&b.last_body);
+}
+
 static void test_transport_handshake_times_out(void **state) {
   (void)state;
   node a, b;
@@ -353,6 +406,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_rejects_bad_addresses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_closes_garbage_and_oversized_clients, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_peer_down_when_other_side_closes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_closes_peer_over_send_queue_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_handshake_times_out, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
