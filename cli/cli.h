@@ -69,7 +69,7 @@ void cli_table_row(cli_table *t, const char *const *cells);
 void cli_table_print(cli_table *t);
 
 /* Accessors that tolerate missing or mistyped fields (a newer daemon). */
-const char *cli_str(const json_t *o, const char *key);    /* NULL if absent */
+const char *cli_str(const json_t *o, const char *key); /* NULL if absent */
 int64_t cli_int(const json_t *o, const char *key, int64_t dflt);
 bool cli_has_int(const json_t *o, const char *key);
 bool cli_bool(const json_t *o, const char *key);

@@ -50,8 +50,8 @@ int cmd_invoices(cli *c, int argc, char **argv) {
     cli_fmt_duration(cli_int(inv, "seconds", 0), dur, sizeof(dur));
     cli_fmt_money((uint64_t)cli_int(inv, "total_micro", 0), cli_str(inv, "currency"), total, sizeof(total));
     cli_fmt_time(cli_int(inv, "created_s", 0), created, sizeof(created));
-    const char *row[] = {cli_str(inv, "id"), cli_str(inv, "lease"), cli_str(inv, "role"), cli_str(inv, "status"),
-                         dur, total, created};
+    const char *row[] = {
+        cli_str(inv, "id"), cli_str(inv, "lease"), cli_str(inv, "role"), cli_str(inv, "status"), dur, total, created};
     cli_table_row(t, row);
   }
   cli_table_print(t);

@@ -96,8 +96,12 @@ int cmd_run(cli *c, int argc, char **argv) {
   opterr = 0;
   while ((o = getopt_long(dd, argv, ":hfe:", opts, NULL)) != -1) {
     switch (o) {
-    case 'i': image = optarg; break;
-    case 'f': follow = true; break;
+    case 'i':
+      image = optarg;
+      break;
+    case 'f':
+      follow = true;
+      break;
     case 'e':
       if (!strchr(optarg, '=') || optarg[0] == '=') {
         rc = cli_usage_error("run", "--env wants KEY=VALUE, not '%s'", optarg);
@@ -112,8 +116,12 @@ int cmd_run(cli *c, int argc, char **argv) {
         goto out;
       }
       break;
-    case 'h': rc = cli_print_usage(cli_find_cmd("run")); goto out;
-    default: rc = cli_bad_option("run", o, argv); goto out;
+    case 'h':
+      rc = cli_print_usage(cli_find_cmd("run"));
+      goto out;
+    default:
+      rc = cli_bad_option("run", o, argv);
+      goto out;
     }
   }
   /* Before "--": the lease, and (without "--") the command after it. */
@@ -226,8 +234,8 @@ int cmd_jobs(cli *c, int argc, char **argv) {
       snprintf(st, sizeof(st), "%s (%s)", state, cli_str(job, "error"));
     else
       snprintf(st, sizeof(st), "%s", state ? state : "?");
-    const char *row[] = {cli_str(job, "id"), cli_str(job, "lease"), cli_str(job, "image"), st, exitc, created, ran,
-                         cmdline};
+    const char *row[] = {
+        cli_str(job, "id"), cli_str(job, "lease"), cli_str(job, "image"), st, exitc, created, ran, cmdline};
     cli_table_row(t, row);
   }
   cli_table_print(t);

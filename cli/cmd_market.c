@@ -83,8 +83,15 @@ int cmd_offers(cli *c, int argc, char **argv) {
     } else {
       snprintf(exp, sizeof(exp), "expired");
     }
-    const char *row[] = {cli_str(of, "id"), prov, cli_str(of, "gpu_model"), vram, freec, price,
-                         maxh, cli_bool(of, "simulated") ? "SIMULATED" : "real", exp};
+    const char *row[] = {cli_str(of, "id"),
+                         prov,
+                         cli_str(of, "gpu_model"),
+                         vram,
+                         freec,
+                         price,
+                         maxh,
+                         cli_bool(of, "simulated") ? "SIMULATED" : "real",
+                         exp};
     cli_table_row(t, row);
   }
   cli_table_print(t);
@@ -107,7 +114,8 @@ static void print_lease_line(const json_t *l, const char *verb) {
   if (cli_bool(l, "simulated"))
     printf("  SIMULATED GPU: no real hardware behind this lease\n");
   if (strcmp(verb, "active") == 0)
-    printf("  ends by %s unless released earlier (gpunet release %s)\n", ends, cli_str(l, "id") ? cli_str(l, "id") : "");
+    printf("  ends by %s unless released earlier (gpunet release %s)\n", ends,
+           cli_str(l, "id") ? cli_str(l, "id") : "");
   else
     printf("  ran %s, cost %s%s%s\n", dur, cost, cli_str(l, "ended_reason") ? ", ended: " : "",
            cli_str(l, "ended_reason") ? cli_str(l, "ended_reason") : "");
@@ -130,17 +138,27 @@ int cmd_rent(cli *c, int argc, char **argv) {
   while ((o = getopt_long(argc, argv, ":hn:", opts, NULL)) != -1) {
     char *end;
     switch (o) {
-    case 'g': gpu = optarg; break;
-    case 'H': hours_s = optarg; break;
+    case 'g':
+      gpu = optarg;
+      break;
+    case 'H':
+      hours_s = optarg;
+      break;
     case 'n':
       count = strtol(optarg, &end, 10);
       if (*end || end == optarg || count < 1 || count > 16)
         return cli_usage_error("rent", "--count wants a number of GPUs from 1 to 16, not '%s'", optarg);
       break;
-    case 'S': allow_sim = true; break;
-    case 'A': attest = false; break;
-    case 'h': return cli_print_usage(cli_find_cmd("rent"));
-    default: return cli_bad_option("rent", o, argv);
+    case 'S':
+      allow_sim = true;
+      break;
+    case 'A':
+      attest = false;
+      break;
+    case 'h':
+      return cli_print_usage(cli_find_cmd("rent"));
+    default:
+      return cli_bad_option("rent", o, argv);
     }
   }
   const char *offer = optind < argc ? argv[optind] : NULL;
@@ -218,7 +236,8 @@ int cmd_leases(cli *c, int argc, char **argv) {
     json_decref(j);
     return CLI_OK;
   }
-  static const char *const hdr[] = {"LEASE", "ROLE", "PEER", "GPUS", "PRICE", "STATE", "ELAPSED", "COST", "ENDS", "KIND"};
+  static const char *const hdr[] = {"LEASE", "ROLE",    "PEER", "GPUS", "PRICE",
+                                    "STATE", "ELAPSED", "COST", "ENDS", "KIND"};
   cli_table *t = cli_table_new(10, hdr);
   size_t i;
   const json_t *l;
@@ -231,8 +250,16 @@ int cmd_leases(cli *c, int argc, char **argv) {
     cli_fmt_duration(cli_int(l, "seconds", 0), elapsed, sizeof(elapsed));
     cli_fmt_money((uint64_t)cli_int(l, "cost_micro", 0), cli_str(l, "currency"), cost, sizeof(cost));
     cli_fmt_time(cli_int(l, "ends_s", 0), ends, sizeof(ends));
-    const char *row[] = {cli_str(l, "id"), cli_str(l, "role"), peer, gpus, price, cli_str(l, "state"),
-                         elapsed, cost, ends, cli_bool(l, "simulated") ? "SIMULATED" : "real"};
+    const char *row[] = {cli_str(l, "id"),
+                         cli_str(l, "role"),
+                         peer,
+                         gpus,
+                         price,
+                         cli_str(l, "state"),
+                         elapsed,
+                         cost,
+                         ends,
+                         cli_bool(l, "simulated") ? "SIMULATED" : "real"};
     cli_table_row(t, row);
   }
   cli_table_print(t);

@@ -163,9 +163,9 @@ int cmd_status(cli *c, int argc, char **argv) {
   } else {
     static const struct {
       const char *key, *label;
-    } rows[] = {{"node_id", "node id"}, {"version", "version"}, {"listen", "listen"}, {"data_dir", "data dir"},
-                {"provider", "provider"}, {"runtime", "runtime"}, {"peers", "peers"}, {"offers", "offers"},
-                {"leases", "leases"}, {"jobs", "jobs"}};
+    } rows[] = {{"node_id", "node id"},   {"version", "version"}, {"listen", "listen"}, {"data_dir", "data dir"},
+                {"provider", "provider"}, {"runtime", "runtime"}, {"peers", "peers"},   {"offers", "offers"},
+                {"leases", "leases"},     {"jobs", "jobs"}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
       const json_t *v = json_object_get(j, rows[i].key);
       char buf[64];
@@ -223,8 +223,14 @@ int cmd_gpus(cli *c, int argc, char **argv) {
     else
       snprintf(leased, sizeof(leased), "-");
     const char *name = cli_str(g, "name");
-    const char *row[] = {idx, name && name[0] ? name : "?", mem, cli_bool(g, "simulated") ? "SIMULATED" : "real",
-                         util, leased, cli_str(g, "attestation"), cli_str(g, "uuid")};
+    const char *row[] = {idx,
+                         name && name[0] ? name : "?",
+                         mem,
+                         cli_bool(g, "simulated") ? "SIMULATED" : "real",
+                         util,
+                         leased,
+                         cli_str(g, "attestation"),
+                         cli_str(g, "uuid")};
     cli_table_row(t, row);
   }
   cli_table_print(t);

@@ -59,7 +59,7 @@ char *cli_urlencode(const char *s) {
 
 static int not_running(cli *c) {
   return fail(c, "cannot reach gpunetd at %s: is it running? (start it with: gpunetd --data-dir %s)", c->sock,
-                  c->data_dir);
+              c->data_dir);
 }
 
 /* Performs the request; on success *ret holds the answer of a 2xx response. */
@@ -74,9 +74,9 @@ static int call(cli *c, const char *method, const char *path, json_t *body, answ
   struct stat st;
   if (stat(c->sock, &st) < 0) {
     free(payload);
-    return errno == EACCES ? fail(c, "cannot access %s: permission denied (run gpunet as the user running gpunetd)",
-                                      c->sock)
-                           : not_running(c);
+    return errno == EACCES
+               ? fail(c, "cannot access %s: permission denied (run gpunet as the user running gpunetd)", c->sock)
+               : not_running(c);
   }
   answer a = {0};
   int rc = CLI_FAIL;

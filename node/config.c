@@ -52,30 +52,29 @@ static const struct {
     [KEY_LOG_LEVEL] = {"log_level", "log-level", false},
 };
 
-static const char usage_text[] =
-    "Usage: gpunetd [OPTIONS]\n"
-    "Runs the gpunet node: joins the overlay, serves the control API for the\n"
-    "gpunet command and, with --provide, rents out this machine's GPUs.\n"
-    "\n"
-    "  --data-dir DIR          state directory (default $XDG_DATA_HOME/gpunet,\n"
-    "                          else ~/.local/share/gpunet)\n"
-    "  --config FILE           config file (default DATA_DIR/gpunet.conf if it\n"
-    "                          exists, else ~/.config/gpunet/gpunet.conf)\n"
-    "  --listen ADDR:PORT      peer address to listen on (default 127.0.0.1:7946)\n"
-    "  --bootstrap ADDR:PORT   peer to join through (repeatable)\n"
-    "  --provide               offer this machine's GPUs for rent\n"
-    "  --price AMOUNT          price per GPU-hour in currency units (default 0.40)\n"
-    "  --currency CODE         currency of prices (default EUR)\n"
-    "  --simulate-gpu MODEL    add a simulated GPU, e.g. \"RTX 4090\" (repeatable)\n"
-    "  --runtime runc|crun|PATH  OCI runtime (default: detect)\n"
-    "  --max-hours N           longest lease this node accepts (default 24)\n"
-    "  --allow-simulated       as a requester, accept simulated GPUs\n"
-    "  --log-level LEVEL       debug, info, warn or error (default info)\n"
-    "  -h, --help              show this help\n"
-    "  --version               show the version\n"
-    "\n"
-    "Every option can also be set in the config file as `key = value`, with\n"
-    "dashes written as underscores (simulate_gpu = RTX 4090).\n";
+static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
+                                 "Runs the gpunet node: joins the overlay, serves the control API for the\n"
+                                 "gpunet command and, with --provide, rents out this machine's GPUs.\n"
+                                 "\n"
+                                 "  --data-dir DIR          state directory (default $XDG_DATA_HOME/gpunet,\n"
+                                 "                          else ~/.local/share/gpunet)\n"
+                                 "  --config FILE           config file (default DATA_DIR/gpunet.conf if it\n"
+                                 "                          exists, else ~/.config/gpunet/gpunet.conf)\n"
+                                 "  --listen ADDR:PORT      peer address to listen on (default 127.0.0.1:7946)\n"
+                                 "  --bootstrap ADDR:PORT   peer to join through (repeatable)\n"
+                                 "  --provide               offer this machine's GPUs for rent\n"
+                                 "  --price AMOUNT          price per GPU-hour in currency units (default 0.40)\n"
+                                 "  --currency CODE         currency of prices (default EUR)\n"
+                                 "  --simulate-gpu MODEL    add a simulated GPU, e.g. \"RTX 4090\" (repeatable)\n"
+                                 "  --runtime runc|crun|PATH  OCI runtime (default: detect)\n"
+                                 "  --max-hours N           longest lease this node accepts (default 24)\n"
+                                 "  --allow-simulated       as a requester, accept simulated GPUs\n"
+                                 "  --log-level LEVEL       debug, info, warn or error (default info)\n"
+                                 "  -h, --help              show this help\n"
+                                 "  --version               show the version\n"
+                                 "\n"
+                                 "Every option can also be set in the config file as `key = value`, with\n"
+                                 "dashes written as underscores (simulate_gpu = RTX 4090).\n";
 
 const char *gn_config_usage(void) {
   return usage_text;
@@ -239,8 +238,10 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     return 0;
   }
   case KEY_SIMULATE_GPU:
-    if (!v[0] || strlen(v) >= 96)
-      goto bad;
+    if (!gn_gpu_sim_known(v)) {
+      snprintf(err, cap, "unknown simulated GPU '%.60s' (known: %s)", v, gn_gpu_sim_models());
+      return GN_EINVAL;
+    }
     if (cfg->simulate_count == GN_CONFIG_MAX_SIMULATE) {
       snprintf(err, cap, "too many simulated GPUs (at most %d)", GN_CONFIG_MAX_SIMULATE);
       return GN_ETOOBIG;
@@ -477,38 +478,37 @@ int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_
 
 /* --- the default file --------------------------------------------------------*/
 
-static const char default_conf[] =
-    "# gpunet configuration. One `key = value` per line; '#' starts a comment.\n"
-    "# Every key can be overridden by the gpunetd flag of the same name, with\n"
-    "# underscores written as dashes (max_hours = 8 is --max-hours 8).\n"
-    "# The values shown commented out are the defaults.\n"
-    "\n"
-    "# Peer address this node listens on (HOST:PORT).\n"
-    "#listen = 127.0.0.1:7946\n"
-    "\n"
-    "# Peers to join the overlay through; repeat the key for several.\n"
-    "#bootstrap = 192.0.2.10:7946\n"
-    "\n"
-    "# Offer this machine's GPUs for rent.\n"
-    "#provide = false\n"
-    "\n"
-    "# Price per GPU-hour, in currency units, and the currency.\n"
-    "#price = 0.40\n"
-    "#currency = EUR\n"
-    "\n"
-    "# Longest lease this node accepts, in hours.\n"
-    "#max_hours = 24\n"
-    "\n"
-    "# For development without an NVIDIA GPU: offer a simulated one. Offers and\n"
-    "# attestations say so, and requesters refuse them unless allow_simulated.\n"
-    "#simulate_gpu = RTX 4090\n"
-    "#allow_simulated = false\n"
-    "\n"
-    "# OCI runtime: runc, crun or a path; empty means detect.\n"
-    "#runtime =\n"
-    "\n"
-    "# debug, info, warn or error.\n"
-    "#log_level = info\n";
+static const char default_conf[] = "# gpunet configuration. One `key = value` per line; '#' starts a comment.\n"
+                                   "# Every key can be overridden by the gpunetd flag of the same name, with\n"
+                                   "# underscores written as dashes (max_hours = 8 is --max-hours 8).\n"
+                                   "# The values shown commented out are the defaults.\n"
+                                   "\n"
+                                   "# Peer address this node listens on (HOST:PORT).\n"
+                                   "#listen = 127.0.0.1:7946\n"
+                                   "\n"
+                                   "# Peers to join the overlay through; repeat the key for several.\n"
+                                   "#bootstrap = 192.0.2.10:7946\n"
+                                   "\n"
+                                   "# Offer this machine's GPUs for rent.\n"
+                                   "#provide = false\n"
+                                   "\n"
+                                   "# Price per GPU-hour, in currency units, and the currency.\n"
+                                   "#price = 0.40\n"
+                                   "#currency = EUR\n"
+                                   "\n"
+                                   "# Longest lease this node accepts, in hours.\n"
+                                   "#max_hours = 24\n"
+                                   "\n"
+                                   "# For development without an NVIDIA GPU: offer a simulated one. Offers and\n"
+                                   "# attestations say so, and requesters refuse them unless allow_simulated.\n"
+                                   "#simulate_gpu = RTX 4090\n"
+                                   "#allow_simulated = false\n"
+                                   "\n"
+                                   "# OCI runtime: runc, crun or a path; empty means detect.\n"
+                                   "#runtime =\n"
+                                   "\n"
+                                   "# debug, info, warn or error.\n"
+                                   "#log_level = info\n";
 
 /* mkdir -p with mode 0700 for what it creates. */
 static int mkdirs(const char *dir) {

@@ -60,7 +60,7 @@ struct gn_ctl {
   uv_loop_t *loop;
   struct MHD_Daemon *mhd;
   char *path;
-  uv_poll_t *poll;   /* MHD's epoll fd, or the listen socket in fallback mode */
+  uv_poll_t *poll; /* MHD's epoll fd, or the listen socket in fallback mode */
   bool epoll;
   size_t nsuspended;
   uv_timer_t *timer; /* MHD's timeouts, and runs after a resume */
@@ -423,8 +423,7 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > GN_CTL_MAX_BODY) {
       /* Answer before the body is sent (curl waits for 100-continue). */
-      req_respond(r, MHD_HTTP_CONTENT_TOO_LARGE,
-                  resp_error("request body over %d bytes", GN_CTL_MAX_BODY));
+      req_respond(r, MHD_HTTP_CONTENT_TOO_LARGE, resp_error("request body over %d bytes", GN_CTL_MAX_BODY));
       return req_queue(r);
     }
     return MHD_YES;
@@ -455,8 +454,8 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
     json_error_t jerr;
     r->json = json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!r->json) {
-      req_respond(r, MHD_HTTP_BAD_REQUEST, resp_error("invalid JSON body: %s (line %d, column %d)", jerr.text,
-                                                      jerr.line, jerr.column));
+      req_respond(r, MHD_HTTP_BAD_REQUEST,
+                  resp_error("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
       return req_queue(r);
     }
     gn_buf_done(&r->body);

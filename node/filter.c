@@ -6,8 +6,8 @@
 
 #include <ctype.h>
 #include <math.h>
-#include <strings.h>
 #include <stdio.h>
+#include <strings.h>
 
 static bool skip_prefix(const char **s, const char *prefix) {
   size_t n = strlen(prefix);
@@ -33,11 +33,8 @@ void gn__gpu_model_norm(const char *s, char *buf, size_t cap) {
 }
 
 static const char *const key_names[] = {
-    [GN_FILTER_GPU] = "gpu",
-    [GN_FILTER_VRAM] = "vram",
-    [GN_FILTER_PRICE] = "price",
-    [GN_FILTER_COUNT] = "count",
-    [GN_FILTER_SIMULATED] = "simulated",
+    [GN_FILTER_GPU] = "gpu",     [GN_FILTER_VRAM] = "vram",           [GN_FILTER_PRICE] = "price",
+    [GN_FILTER_COUNT] = "count", [GN_FILTER_SIMULATED] = "simulated",
 };
 
 /* Longest operators first so "<=" is not read as "<". */
@@ -219,12 +216,18 @@ int gn_filter_parse(const char *s, gn_filter *ret, char *err, size_t cap) {
 
 static bool cmp(uint64_t a, enum gn_filter_op op, uint64_t b) {
   switch (op) {
-  case GN_FILTER_EQ: return a == b;
-  case GN_FILTER_NE: return a != b;
-  case GN_FILTER_LT: return a < b;
-  case GN_FILTER_LE: return a <= b;
-  case GN_FILTER_GT: return a > b;
-  case GN_FILTER_GE: return a >= b;
+  case GN_FILTER_EQ:
+    return a == b;
+  case GN_FILTER_NE:
+    return a != b;
+  case GN_FILTER_LT:
+    return a < b;
+  case GN_FILTER_LE:
+    return a <= b;
+  case GN_FILTER_GT:
+    return a > b;
+  case GN_FILTER_GE:
+    return a >= b;
   }
   return false;
 }

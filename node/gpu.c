@@ -181,6 +181,10 @@ static int sim_lookup(const char *name) {
   return -1;
 }
 
+bool gn_gpu_sim_known(const char *name) {
+  return name && sim_lookup(name) >= 0;
+}
+
 static void sim_fill(size_t model, int index, gn_gpu *g) {
   memset(g, 0, sizeof(*g));
   g->index = index;

@@ -87,7 +87,7 @@ typedef struct gn_config {
   char currency[8];         /* default "EUR" */
   char *simulate_gpu[GN_CONFIG_MAX_SIMULATE];
   size_t simulate_count;
-  char runtime[64]; /* "runc", "crun", a path, or "" for auto-detection */
+  char runtime[64];   /* "runc", "crun", a path, or "" for auto-detection */
   uint32_t max_hours; /* default 24 */
   bool allow_simulated;
   char log_level[16]; /* default "info" */
@@ -166,6 +166,8 @@ int gn_gpu_stats_get(const gn_gpu *g, gn_gpu_stats *ret);
 void gn_gpu_list_done(gn_gpu_list *l);
 /* "RTX 3090, RTX 4090, ...": the models --simulate-gpu accepts. */
 const char *gn_gpu_sim_models(void);
+/* Whether name is one of those models (in any of the accepted spellings). */
+bool gn_gpu_sim_known(const char *name);
 /* Releases the NVML library kept loaded for gn_gpu_utilization. */
 void gn_gpu_shutdown(void);
 

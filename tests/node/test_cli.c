@@ -50,10 +50,10 @@ static void remember(gn_ctl_req *r) {
 
 static json_t *lease_json(const char *state) {
   return json_pack("{s:s, s:s, s:s, s:s, s:i, s:[s], s:i, s:s, s:s, s:i, s:i, s:i, s:s, s:n, s:i, s:i, s:b}", "id",
-                   "l-00112233445566778", "role", "requester", "peer", PROVIDER, "gpu_model",
-                   "NVIDIA GeForce RTX 4090", "count", 1, "gpus", "GPU-SIM-ab", "price_uper_hour", 400000, "price",
-                   "0.400000", "currency", "EUR", "start_s", 1764673200, "max_s", 7200, "ends_s", 1764680400, "state",
-                   state, "ended_reason", "seconds", 3725, "cost_micro", 413888, "simulated", 1);
+                   "l-00112233445566778", "role", "requester", "peer", PROVIDER, "gpu_model", "NVIDIA GeForce RTX 4090",
+                   "count", 1, "gpus", "GPU-SIM-ab", "price_uper_hour", 400000, "price", "0.400000", "currency", "EUR",
+                   "start_s", 1764673200, "max_s", 7200, "ends_s", 1764680400, "state", state, "ended_reason",
+                   "seconds", 3725, "cost_micro", 413888, "simulated", 1);
 }
 
 static void on_status(gn_ctl_req *r, void *ud) {
@@ -71,16 +71,16 @@ static void on_offers(gn_ctl_req *r, void *ud) {
   snprintf(g_f->last_filter, sizeof(g_f->last_filter), "%s", f ? f : "");
   snprintf(g_f->last_sort, sizeof(g_f->last_sort), "%s", s ? s : "");
   pthread_mutex_unlock(&g_f->lock);
-  json_t *o1 = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:I}", "id", "o-aaaaaaaaaaaa",
-                         "provider", PROVIDER, "addr", "10.0.0.1:7946", "gpu_model", "NVIDIA GeForce RTX 4090",
-                         "vram_mib", 24564, "gpus_free", 2, "gpus_total", 2, "price_uper_hour", 400000, "price",
-                         "0.400000", "currency", "EUR", "max_hours", 24, "simulated", 1, "expires_s",
-                         (json_int_t)gn_unix_s() + 300);
-  json_t *o2 = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:I}", "id", "o-bbbbbbbbbbbb",
-                         "provider", PROVIDER, "addr", "10.0.0.2:7946", "gpu_model", "NVIDIA H100 80GB HBM3",
-                         "vram_mib", 81559, "gpus_free", 1, "gpus_total", 8, "price_uper_hour", 2450000, "price",
-                         "2.450000", "currency", "EUR", "max_hours", 8, "simulated", 0, "expires_s",
-                         (json_int_t)gn_unix_s() + 300);
+  json_t *o1 =
+      json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:I}", "id", "o-aaaaaaaaaaaa", "provider",
+                PROVIDER, "addr", "10.0.0.1:7946", "gpu_model", "NVIDIA GeForce RTX 4090", "vram_mib", 24564,
+                "gpus_free", 2, "gpus_total", 2, "price_uper_hour", 400000, "price", "0.400000", "currency", "EUR",
+                "max_hours", 24, "simulated", 1, "expires_s", (json_int_t)gn_unix_s() + 300);
+  json_t *o2 =
+      json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:b, s:I}", "id", "o-bbbbbbbbbbbb", "provider",
+                PROVIDER, "addr", "10.0.0.2:7946", "gpu_model", "NVIDIA H100 80GB HBM3", "vram_mib", 81559, "gpus_free",
+                1, "gpus_total", 8, "price_uper_hour", 2450000, "price", "2.450000", "currency", "EUR", "max_hours", 8,
+                "simulated", 0, "expires_s", (json_int_t)gn_unix_s() + 300);
   gn_ctl_reply_json(r, 200, json_pack("{s:[o,o]}", "offers", o1, o2));
 }
 
@@ -126,8 +126,8 @@ static void on_logs(gn_ctl_req *r, void *ud) {
   else if (offset == 6 && calls < 4)
     gn_ctl_reply_json(r, 200, json_pack("{s:s, s:i, s:b, s:n}", "data", "", "offset", 6, "done", 0, "exit_code"));
   else if (offset == 6)
-    gn_ctl_reply_json(r, 200, json_pack("{s:s, s:i, s:b, s:i}", "data", "world\n", "offset", 12, "done", 1,
-                                        "exit_code", 3));
+    gn_ctl_reply_json(r, 200,
+                      json_pack("{s:s, s:i, s:b, s:i}", "data", "world\n", "offset", 12, "done", 1, "exit_code", 3));
   else
     gn_ctl_reply_error(r, 400, "bad offset %s", off ? off : "(none)");
 }
@@ -400,10 +400,18 @@ static void test_cli_invoice_export_writes_bytes_as_received(void **state) {
 static void test_cli_usage_errors_exit_2(void **state) {
   SKIP_IF_NO_BINARY();
   fixture *f = *state;
-  static const char *const bad[] = {"rent --hours 2",          "rent o-1 --gpu x --hours 1", "rent o-1",
-                                    "rent o-1 --hours -1",     "run l-1 -- true",            "run l-1 --image x",
-                                    "logs",                    "offers --sort cost",         "invoice frob 1",
-                                    "invoice export i-1",      "status extra",               "--bogus status",
+  static const char *const bad[] = {"rent --hours 2",
+                                    "rent o-1 --gpu x --hours 1",
+                                    "rent o-1",
+                                    "rent o-1 --hours -1",
+                                    "run l-1 -- true",
+                                    "run l-1 --image x",
+                                    "logs",
+                                    "offers --sort cost",
+                                    "invoice frob 1",
+                                    "invoice export i-1",
+                                    "status extra",
+                                    "--bogus status",
                                     "run l-1 --env NOEQ --image x -- true"};
   for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
     run_result *r = run(f, bad[i]);

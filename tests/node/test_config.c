@@ -159,6 +159,7 @@ static void test_config_bad_values_table(void **state) {
       {"currency = eur", "bad currency 'eur'"},
       {"log_level = loud", "bad log_level 'loud'"},
       {"just words", "expected `key = value`"},
+      {"simulate_gpu = RTX 9999", "unknown simulated GPU 'RTX 9999' (known: RTX 3090"},
   };
   char path[256];
   snprintf(path, sizeof(path), "%s/c.conf", f->dir);
@@ -182,8 +183,8 @@ static void test_config_price_parse_table(void **state) {
   static const struct {
     const char *text;
     uint64_t micro;
-  } cases[] = {{"0.40", 400000}, {"0.4", 400000}, {"1", 1000000}, {"0.5", 500000},
-               {"12.345678", 12345678}, {"0", 0}, {"3.000001", 3000001}};
+  } cases[] = {{"0.40", 400000},        {"0.4", 400000}, {"1", 1000000},       {"0.5", 500000},
+               {"12.345678", 12345678}, {"0", 0},        {"3.000001", 3000001}};
   char path[256];
   snprintf(path, sizeof(path), "%s/p.conf", f->dir);
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
@@ -222,7 +223,7 @@ static void test_config_flags_override_file(void **state) {
   mkdir(ddir, 0700);
   snprintf(path, sizeof(path), "%s/gpunet.conf", ddir);
   write_file(path, "listen = 127.0.0.1:8000\nprice = 0.30\nbootstrap = 10.0.0.1:1\nmax_hours = 5\n");
-  char *argv[] = {"gpunetd", "--data-dir", ddir, "--price", "0.45", "--bootstrap", "10.0.0.2:2",
+  char *argv[] = {"gpunetd",     "--data-dir", ddir,        "--price",        "0.45",     "--bootstrap", "10.0.0.2:2",
                   "--bootstrap", "10.0.0.3:3", "--provide", "--simulate-gpu", "RTX 4090", NULL};
   gn_config c;
   char err[256] = "";
@@ -230,10 +231,10 @@ static void test_config_flags_override_file(void **state) {
   if (r != 0)
     fail_msg("load: %s", err);
   assert_string_equal(c.data_dir, ddir);
-  assert_string_equal(c.config_path, path); /* DATA_DIR/gpunet.conf is read */
+  assert_string_equal(c.config_path, path);        /* DATA_DIR/gpunet.conf is read */
   assert_string_equal(c.listen, "127.0.0.1:8000"); /* from the file */
-  assert_int_equal(c.max_hours, 5);                 /* from the file */
-  assert_int_equal(c.price_uper_hour, 450000);      /* the flag wins */
+  assert_int_equal(c.max_hours, 5);                /* from the file */
+  assert_int_equal(c.price_uper_hour, 450000);     /* the flag wins */
   assert_int_equal(c.bootstrap_count, 2);
   assert_string_equal(c.bootstrap[0], "10.0.0.2:2");
   assert_string_equal(c.bootstrap[1], "10.0.0.3:3");

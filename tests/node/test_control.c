@@ -39,9 +39,9 @@ static void on_echo(gn_ctl_req *r, void *ud) {
   fixture *f = ud;
   atomic_fetch_add(&f->handler_calls, 1);
   const char *q = gn_ctl_req_query(r, "offset");
-  gn_ctl_reply_json(r, 200,
-                    json_pack("{s:s, s:s, s:s?}", "method", gn_ctl_req_method(r), "id", gn_ctl_req_param(r, "id"),
-                              "offset", q));
+  gn_ctl_reply_json(
+      r, 200,
+      json_pack("{s:s, s:s, s:s?}", "method", gn_ctl_req_method(r), "id", gn_ctl_req_param(r, "id"), "offset", q));
 }
 
 static void on_body(gn_ctl_req *r, void *ud) {
