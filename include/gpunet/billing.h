@@ -1,5 +1,20 @@
 /* Billing: money arithmetic, lease agreements, the per-second meter, the
- * hash-chained tick ledger in SQLite, invoices and their audit. */
+ * hash-chained tick ledger in SQLite, invoices and their audit.
+ *
+ * The flow (docs/protocol-billing.md has the wire details):
+ *  requester: gn_lease_terms_init, fill the terms, gn_lease_request_seal;
+ *  provider:  gn_lease_request_open, decide, gn_agreement_seal; both sides
+ *             keep the agreement envelope bytes;
+ *  provider:  gn_ledger_begin_lease, gn_meter_start; on each timer
+ *             gn_meter_due -> gn_ledger_append_tick x n -> gn_meter_advance,
+ *             then re-arm with gn_meter_next_ms; every interval_s
+ *             gn_invoice_seal(..., "interval") (a cumulative debit note);
+ *  requester: gn_invoice_check (against its agreement and observed seconds)
+ *             and gn_invoice_check_continues (against the last note it
+ *             accepted), then gn_invoice_accept_seal or gn_invoice_reject_seal;
+ *  provider:  gn_invoice_response_open; both: gn_ledger_store_invoice;
+ *  at the end the same with the final invoice; gn_invoice_export writes the
+ *  JSON that gn_invoice_audit_json (`gpunet invoice audit`) verifies alone. */
 #ifndef GPUNET_BILLING_H
 #define GPUNET_BILLING_H
 

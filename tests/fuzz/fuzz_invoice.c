@@ -88,6 +88,10 @@ static void invoice_env(const uint8_t *p, size_t n) {
   if (rc == 0 && (s.seconds > 3600 || s.total_micro > gn_price_cost(s.price_uper_hour, s.gpus, s.seconds)))
     __builtin_trap();
   (void)gn_invoice_summarize(p, n, &s);
+  /* A continuation verifies the invoice too, so it can only pass if the check did. */
+  if (gn_invoice_check_continues(p, n, invoice.data, invoice.len, reason, sizeof(reason)) == 0 && rc != 0)
+    __builtin_trap();
+  reason_ok(reason, sizeof(reason));
   json_t *j = NULL;
   if (gn_invoice_export(p, n, NULL, 0, &j) == 0) {
     /* What we export must audit. */
