@@ -78,7 +78,7 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
   const char *model = json_string_value(json_object_get(b, "gpu"));
   double hours = json_number_value(json_object_get(b, "hours"));
   json_int_t count = json_object_get(b, "count") ? json_integer_value(json_object_get(b, "count")) : 1;
-  bool allow_sim = json_is_true(json_object_get(b, "allow_simulated"));
+  bool allow_sim = json_is_true(json_object_get(b, "allow_simulated")) || n->cfg.allow_simulated;
   const gn_offer_entry *e = NULL;
 
   if (!offer_id && !model)
