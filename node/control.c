@@ -50,6 +50,7 @@ struct gn_ctl_req {
   json_t *json;
   bool too_big;
   bool owed;      /* a handler holds the req and has not replied yet */
+  bool answered;  /* a response (r->resp, or NULL if none could be made) is set */
   bool suspended; /* the connection waits for that reply */
   bool queued;    /* a response was handed to MHD */
   unsigned status;
@@ -187,8 +188,25 @@ static void ctl_kick(gn_ctl *c) {
     uv_timer_start(c->timer, ctl_on_timer, 0, 0);
 }
 
-/* Every reply ends here: the response waits in the req until the access
- * handler runs again (directly after the handler, or after the resume). */
+/* Attaches the answer for the connection; the access handler queues it when
+ * MHD calls it next (directly, or after a resume). A response that could not
+ * be built becomes a 500, and if even that fails the connection is dropped. */
+static void req_answer(gn_ctl_req *r, unsigned status, struct MHD_Response *resp) {
+  if (!resp) {
+    status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+    resp = resp_error("gpunetd could not encode its answer");
+  }
+  if (r->answered) {
+    if (resp)
+      MHD_destroy_response(resp);
+    return;
+  }
+  r->answered = true;
+  r->status = status;
+  r->resp = resp;
+}
+
+/* A handler's reply: the one way a req that was handed out ends. */
 static void req_respond(gn_ctl_req *r, unsigned status, struct MHD_Response *resp) {
   if (!r->owed) {
     /* A second reply is a programming error; keep the first one. */
@@ -204,12 +222,7 @@ static void req_respond(gn_ctl_req *r, unsigned status, struct MHD_Response *res
     req_free(r);
     return;
   }
-  if (r->resp) /* close() already answered 503; this reply is too late */
-    MHD_destroy_response(resp);
-  else {
-    r->status = status;
-    r->resp = resp;
-  }
+  req_answer(r, status, resp); /* a no-op if close() already answered 503 */
   if (r->suspended) {
     gn_ctl *c = r->ctl;
     req_unlink(r);
@@ -231,7 +244,9 @@ void gn_ctl_reply_error(gn_ctl_req *r, unsigned status, const char *fmt, ...) {
 }
 
 void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type, const char *text) {
-  req_respond(r, status, resp_from(content_type ? content_type : "text/plain; charset=utf-8", text, strlen(text)));
+  req_respond(r, status,
+              resp_from(content_type ? content_type : "text/plain; charset=utf-8", text ? text : "",
+                        text ? strlen(text) : 0));
 }
 
 const char *gn_ctl_req_method(const gn_ctl_req *r) {
@@ -361,9 +376,9 @@ static void req_dispatch(gn_ctl *c, gn_ctl_req *r) {
   if (!found) {
     free(tmp);
     if (other_method)
-      req_respond(r, MHD_HTTP_METHOD_NOT_ALLOWED, resp_error("method %s not allowed on %s", r->method, r->path));
+      req_answer(r, MHD_HTTP_METHOD_NOT_ALLOWED, resp_error("method %s not allowed on %s", r->method, r->path));
     else
-      req_respond(r, MHD_HTTP_NOT_FOUND, resp_error("no such endpoint: %s %s", r->method, r->path));
+      req_answer(r, MHD_HTTP_NOT_FOUND, resp_error("no such endpoint: %s %s", r->method, r->path));
     return;
   }
   bool ok = true;
@@ -378,9 +393,10 @@ static void req_dispatch(gn_ctl *c, gn_ctl_req *r) {
   free(tmp);
   MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, req_collect_query, r);
   if (!ok) {
-    req_respond(r, MHD_HTTP_INTERNAL_SERVER_ERROR, resp_error("out of memory"));
+    req_answer(r, MHD_HTTP_INTERNAL_SERVER_ERROR, resp_error("out of memory"));
     return;
   }
+  r->owed = true; /* from here only the handler's reply ends the req */
   found->fn(r, found->ud);
 }
 
@@ -409,12 +425,11 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
       return MHD_NO;
     r->ctl = c;
     r->conn = conn;
-    r->owed = true; /* until answered, by a handler or by us */
     *con_cls = r;
     snprintf(r->method, sizeof(r->method), "%s", method);
     if (strlen(url) > CTL_MAX_PATH) {
       r->path = strdup("/");
-      req_respond(r, MHD_HTTP_URI_TOO_LONG, resp_error("request path longer than %d bytes", CTL_MAX_PATH));
+      req_answer(r, MHD_HTTP_URI_TOO_LONG, resp_error("request path longer than %d bytes", CTL_MAX_PATH));
       return req_queue(r);
     }
     r->path = strdup(url);
@@ -423,7 +438,7 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > GN_CTL_MAX_BODY) {
       /* Answer before the body is sent (curl waits for 100-continue). */
-      req_respond(r, MHD_HTTP_CONTENT_TOO_LARGE, resp_error("request body over %d bytes", GN_CTL_MAX_BODY));
+      req_answer(r, MHD_HTTP_CONTENT_TOO_LARGE, resp_error("request body over %d bytes", GN_CTL_MAX_BODY));
       return req_queue(r);
     }
     return MHD_YES;
@@ -432,7 +447,7 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
     *upload_data_size = 0; /* the answer is out: discard the rest */
     return MHD_YES;
   }
-  if (r->resp) /* resumed after an asynchronous reply */
+  if (r->answered) /* resumed after an asynchronous reply */
     return req_queue(r);
   if (*upload_data_size) {
     size_t n = *upload_data_size;
@@ -447,21 +462,21 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
   }
   /* The whole request is in. */
   if (r->too_big) {
-    req_respond(r, MHD_HTTP_CONTENT_TOO_LARGE, resp_error("request body over %d bytes", GN_CTL_MAX_BODY));
+    req_answer(r, MHD_HTTP_CONTENT_TOO_LARGE, resp_error("request body over %d bytes", GN_CTL_MAX_BODY));
     return req_queue(r);
   }
   if (r->body.len) {
     json_error_t jerr;
     r->json = json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!r->json) {
-      req_respond(r, MHD_HTTP_BAD_REQUEST,
+      req_answer(r, MHD_HTTP_BAD_REQUEST,
                   resp_error("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
       return req_queue(r);
     }
     gn_buf_done(&r->body);
   }
   req_dispatch(c, r);
-  if (r->resp)
+  if (r->answered)
     return req_queue(r);
   /* The handler will reply later: park the connection until then. */
   MHD_suspend_connection(conn);
@@ -646,8 +661,7 @@ void gn_ctl_close(gn_ctl *c) {
   while (c->suspended) {
     gn_ctl_req *r = c->suspended;
     req_unlink(r);
-    r->status = MHD_HTTP_SERVICE_UNAVAILABLE;
-    r->resp = resp_error("gpunetd is shutting down");
+    req_answer(r, MHD_HTTP_SERVICE_UNAVAILABLE, resp_error("gpunetd is shutting down"));
     MHD_resume_connection(r->conn);
   }
   for (int i = 0; i < 4; i++)

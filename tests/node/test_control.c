@@ -265,6 +265,43 @@ static void test_ctl_body_over_limit_is_413(void **state) {
   gn_buf_done(&r.body);
 }
 
+typedef struct chunk_src {
+  size_t left;
+} chunk_src;
+
+static size_t on_read(char *buf, size_t size, size_t n, void *ud) {
+  chunk_src *src = ud;
+  size_t k = size * n < src->left ? size * n : src->left;
+  memset(buf, ' ', k);
+  src->left -= k;
+  return k;
+}
+
+/* Without a Content-Length the limit is enforced while reading. */
+static void test_ctl_chunked_body_over_limit_is_413(void **state) {
+  fixture *f = *state;
+  chunk_src src = {.left = GN_CTL_MAX_BODY + 4096};
+  reply r = {0};
+  CURL *c = curl_easy_init();
+  struct curl_slist *h = curl_slist_append(NULL, "Transfer-Encoding: chunked");
+  curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
+  curl_easy_setopt(c, CURLOPT_URL, "http://gpunetd/v1/body");
+  curl_easy_setopt(c, CURLOPT_POST, 1L);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+  curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+  curl_easy_setopt(c, CURLOPT_READDATA, &src);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+  assert_int_equal(curl_easy_perform(c), CURLE_OK);
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+  curl_easy_cleanup(c);
+  curl_slist_free_all(h);
+  assert_int_equal(r.status, 413);
+  assert_int_equal(atomic_load(&f->handler_calls), 0);
+  gn_buf_done(&r.body);
+}
+
 static void test_ctl_body_at_limit_is_accepted(void **state) {
   fixture *f = *state;
   size_t n = GN_CTL_MAX_BODY;
@@ -437,6 +474,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ctl_unknown_path_is_404, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_wrong_method_is_405, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_body_over_limit_is_413, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ctl_chunked_body_over_limit_is_413, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_body_at_limit_is_accepted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_invalid_json_is_400_before_handler, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_async_reply_after_timer, setup, teardown),
