@@ -124,6 +124,7 @@ typedef struct gn_ledger gn_ledger;
  * GN_EINVAL on a connection with a weaker setting (it does not change the
  * caller's pragmas). */
 int gn_ledger_open(sqlite3 *db, gn_ledger **ret);
+/* Finalizes the ledger's prepared statements: call it before sqlite3_close. */
 gn_ledger *gn_ledger_free(gn_ledger *l);
 /* Begins a lease's chain; its genesis is BLAKE2b of the agreement envelope. */
 int gn_ledger_begin_lease(gn_ledger *l, const char *lease_id, const uint8_t *agreement_env, size_t len);
