@@ -290,6 +290,41 @@ int gn_ledger_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint3
   return gn__ledger_append(l, lease_id, t_s, gpus, util, true, ret_tick);
 }
 
+int gn_ledger_append_ticks(gn_ledger *l, const gn_tick_append *ticks, size_t n, gn_tick *ret_ticks) {
+  gn_tick *out = NULL;
+  int r = 0, rc;
+  if (!l || (n && !ticks))
+    return GN_EINVAL;
+  if (n == 0)
+    return 0;
+  if (!sqlite3_get_autocommit(l->db))
+    return GN_ESTATE;
+  if (ret_ticks && !(out = calloc(n, sizeof(*out))))
+    return GN_ENOMEM;
+  rc = sqlite3_step(l->begin);
+  sqlite3_reset(l->begin);
+  if (rc != SQLITE_DONE) {
+    r = rc == SQLITE_BUSY ? GN_EBUSY : GN_EDB;
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if ((r = gn__ledger_append(l, ticks[i].lease_id, ticks[i].t_s, ticks[i].gpus, ticks[i].util, false,
+                               out ? &out[i] : NULL)) < 0) {
+      step_done(l->rollback);
+      goto out;
+    }
+  }
+  if ((r = step_done(l->commit)) < 0) {
+    step_done(l->rollback);
+    goto out;
+  }
+  if (ret_ticks)
+    memcpy(ret_ticks, out, n * sizeof(*out));
+out:
+  free(out);
+  return r;
+}
+
 int gn_ledger_tick_count(gn_ledger *l, const char *lease_id, uint64_t *ret) {
   lease_row lr;
   int r;

@@ -139,6 +139,22 @@ int gn_ledger_begin_lease(gn_ledger *l, const char *lease_id, const uint8_t *agr
  * applies first). */
 int gn_ledger_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util,
                           gn_tick *ret_tick);
+/* One tick to append with gn_ledger_append_ticks. */
+typedef struct gn_tick_append {
+  const char *lease_id;
+  int64_t t_s;
+  uint32_t gpus;
+  uint8_t util;
+} gn_tick_append;
+
+/* Group commit: appends n ticks (of any leases, several of the same lease in
+ * order) in one transaction, committed before it returns. All or nothing: on
+ * any error none is appended and the error of the first bad one is returned.
+ * For a node metering many leases, or catching up several due seconds, one
+ * fsync per timer instead of one per tick; a crash still loses only the
+ * batch being written, which is the current second. ret_ticks (NULL, or n
+ * entries) receives what was stored. */
+int gn_ledger_append_ticks(gn_ledger *l, const gn_tick_append *ticks, size_t n, gn_tick *ret_ticks);
 /* GN_ENOTFOUND for a lease never begun. */
 int gn_ledger_tick_count(gn_ledger *l, const char *lease_id, uint64_t *ret);
 /* The last tick of a lease (for a restarted node resuming its meter);

@@ -167,6 +167,44 @@ static void test_ledger_kill_loses_no_reported_tick(void **state) {
   assert_int_equal(gn_ledger_verify_chain(f->ledger, f->terms.lease_id, NULL, 0), 0);
 }
 
+static void test_ledger_group_commit_is_all_or_nothing(void **state) {
+  fixture *f = *state;
+  gn_buf req = {0}, ag = {0};
+  gn_lease_terms t;
+  gn_tick out[4];
+  uint64_t n1 = 0, n2 = 0;
+  fx_terms(f, &t, 2, 400000, 100);
+  fx_agree(f, &t, &req, &ag);
+  assert_int_equal(gn_ledger_begin_lease(f->ledger, f->terms.lease_id, f->agreement.data, f->agreement.len), 0);
+  assert_int_equal(gn_ledger_begin_lease(f->ledger, t.lease_id, ag.data, ag.len), 0);
+  gn_tick_append batch[4] = {{f->terms.lease_id, FX_START_S + 1, 1, 10},
+                             {t.lease_id, FX_START_S + 1, 2, 20},
+                             {f->terms.lease_id, FX_START_S + 2, 1, 11},
+                             {t.lease_id, FX_START_S + 2, 3, 20}}; /* 3 GPUs: over the lease's 2 */
+  memset(out, 0x5a, sizeof(out));
+  assert_int_equal(gn_ledger_append_ticks(f->ledger, batch, 4, out), GN_EINVAL);
+  assert_int_equal(out[0].idx, 0x5a5a5a5a5a5a5a5aull); /* untouched */
+  assert_int_equal(gn_ledger_tick_count(f->ledger, f->terms.lease_id, &n1), 0);
+  assert_int_equal(gn_ledger_tick_count(f->ledger, t.lease_id, &n2), 0);
+  assert_int_equal(n1 + n2, 0);
+  batch[3].gpus = 2;
+  assert_int_equal(gn_ledger_append_ticks(f->ledger, batch, 4, out), 0);
+  assert_int_equal(out[0].idx, 1);
+  assert_int_equal(out[2].idx, 2);
+  assert_int_equal(out[3].idx, 2);
+  assert_int_equal(out[3].gpus, 2);
+  assert_int_equal(gn_ledger_tick_count(f->ledger, f->terms.lease_id, &n1), 0);
+  assert_int_equal(gn_ledger_tick_count(f->ledger, t.lease_id, &n2), 0);
+  assert_int_equal(n1, 2);
+  assert_int_equal(n2, 2);
+  assert_int_equal(gn_ledger_verify_chain(f->ledger, t.lease_id, NULL, 0), 0);
+  gn_tick last;
+  assert_int_equal(gn_ledger_last_tick(f->ledger, f->terms.lease_id, &last), 0);
+  assert_memory_equal(last.hash, out[2].hash, 32);
+  gn_buf_done(&req);
+  gn_buf_done(&ag);
+}
+
 static void test_ledger_refuses_update_and_delete(void **state) {
   fixture *f = *state;
   fx_ticks(f, 3, 1);
@@ -322,6 +360,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ledger_ticks_survive_reopen, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_tick_is_committed_on_return, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_kill_loses_no_reported_tick, setup_week, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_ledger_group_commit_is_all_or_nothing, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_refuses_update_and_delete, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_detects_rows_edited_behind_its_back, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_enforces_lease_limits, fx_setup, fx_teardown),
