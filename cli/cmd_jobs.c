@@ -22,6 +22,43 @@ static char *job_path(const char *id, const char *suffix) {
   return p;
 }
 
+/* Exit like the job did: 0..255 as is, a signal (negative) as a shell would
+ * report it, anything else as a plain failure. */
+static int exit_code_of(long long code) {
+  if (code >= 0 && code <= 255)
+    return (int)code;
+  if (code < 0 && code >= -127)
+    return 128 + (int)-code;
+  return CLI_FAIL;
+}
+
+/* A job that ended without an exit code (its image did not pull, it was
+ * stopped...): say why, from the job list, and fail. */
+static int job_outcome(cli *c, const char *job_id) {
+  json_t *j;
+  if (cli_call(c, "GET", "/v1/jobs", NULL, &j) != CLI_OK)
+    return CLI_FAIL;
+  size_t i;
+  const json_t *job;
+  int rc = CLI_FAIL;
+  bool found = false;
+  json_array_foreach(json_object_get(j, "jobs"), i, job) {
+    if (!cli_str(job, "id") || strcmp(cli_str(job, "id"), job_id) != 0)
+      continue;
+    found = true;
+    const char *state = cli_str(job, "state");
+    const char *err = cli_str(job, "error");
+    if (state && strcmp(state, "exited") == 0 && !err)
+      rc = CLI_OK;
+    else
+      cli_fail("job %s %s%s%s", job_id, state ? state : "ended", err ? ": " : "", err ? err : "");
+  }
+  if (!found)
+    cli_fail("job %s ended without an exit code", job_id);
+  json_decref(j);
+  return rc;
+}
+
 int cli_follow_logs(cli *c, const char *job_id, bool follow) {
   char *base = job_path(job_id, "/logs");
   if (!base)
@@ -57,8 +94,7 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
     if (!follow)
       break;
     if (done) {
-      /* Exit like the job did; codes outside 0..255 (signals) map to 1+. */
-      rc = have_code ? (code >= 0 && code <= 255 ? (int)code : 128 + (int)(code & 0x7f)) : CLI_OK;
+      rc = have_code ? exit_code_of(code) : job_outcome(c, job_id);
       break;
     }
     /* The server may answer at once instead of holding the request. */

@@ -114,8 +114,20 @@ static void on_run(gn_ctl_req *r, void *ud) {
 }
 
 /* Output in two pieces with an empty, immediate answer between them. */
+static void on_jobs(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  gn_ctl_reply_json(r, 200,
+                    json_pack("{s:[{s:s, s:s, s:s, s:s, s:n, s:s}]}", "jobs", "id", "j-9", "lease", "l-1", "image",
+                              "nosuch:latest", "state", "failed", "exit_code", "error",
+                              "image nosuch:latest not found in the registry"));
+}
+
 static void on_logs(gn_ctl_req *r, void *ud) {
   (void)ud;
+  if (strcmp(gn_ctl_req_param(r, "id"), "j-9") == 0) {
+    gn_ctl_reply_json(r, 200, json_pack("{s:s, s:i, s:b, s:n}", "data", "", "offset", 0, "done", 1, "exit_code"));
+    return;
+  }
   const char *off = gn_ctl_req_query(r, "offset");
   long offset = off ? strtol(off, NULL, 10) : -1;
   pthread_mutex_lock(&g_f->lock);
@@ -184,6 +196,7 @@ static int setup(void **state) {
   gn_ctl_route(f->ctl, "DELETE", "/v1/leases/:id", on_release, f);
   gn_ctl_route(f->ctl, "POST", "/v1/jobs", on_run, f);
   gn_ctl_route(f->ctl, "GET", "/v1/jobs/:id/logs", on_logs, f);
+  gn_ctl_route(f->ctl, "GET", "/v1/jobs", on_jobs, f);
   gn_ctl_route(f->ctl, "POST", "/v1/jobs/:id/stop", on_stop, f);
   gn_ctl_route(f->ctl, "GET", "/v1/invoices/:id/export", on_export, f);
   pthread_create(&f->thread, NULL, loop_main, f);
@@ -369,6 +382,17 @@ static void test_cli_logs_without_follow_prints_once(void **state) {
   assert_int_equal(f->log_calls, 1);
 }
 
+static void test_cli_follow_of_failed_job_says_why(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "logs -f j-9");
+  assert_int_equal(r->code, 1);
+  assert_string_equal(r->err, "gpunet: job j-9 failed: image nosuch:latest not found in the registry\n");
+  r = run(f, "jobs");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "failed (image nosuch:latest not found in the registry)");
+}
+
 static void test_cli_stop(void **state) {
   SKIP_IF_NO_BINARY();
   fixture *f = *state;
@@ -429,6 +453,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cli_release_prints_bill, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_run_follow_streams_and_exits_with_job_code, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_logs_without_follow_prints_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_follow_of_failed_job_says_why, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_invoice_export_writes_bytes_as_received, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_usage_errors_exit_2, setup, teardown),
