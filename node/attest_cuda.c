@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #define CUDA_LIB_NAME "libgpunet_attest_cuda.so"
-#define CUDA_ABI 1 /* GN_ATTEST_CUDA_ABI in node/cuda/attest_kernel.cu */
+#define CUDA_ABI 2 /* GN_ATTEST_CUDA_ABI in node/cuda/attest_kernel.cu */
 
 /* The library's own codes (node/cuda/attest_kernel.cu). */
 enum { E_OK = 0, E_NODEV = -1, E_NOMEM = -2, E_CUDA = -3, E_INVAL = -4 };
@@ -23,6 +23,9 @@ typedef struct cuda_backend {
   int (*chain)(int device, uint32_t n, uint32_t depth, uint32_t rounds, const uint8_t *nonce, uint8_t *roots_out);
   int (*round)(int device, uint32_t n, uint32_t depth, const uint8_t *nonce, uint32_t round, const uint8_t *prev_root,
                int32_t *c_out);
+  int (*mem_fill)(int device, uint32_t table_mib, uint32_t cost, const uint8_t *key, void **ret_handle);
+  int (*mem_walk)(void *handle, const uint8_t *seed, uint32_t walkers, uint32_t steps, uint8_t *finals_out);
+  void (*mem_free)(void *handle);
 } cuda_backend;
 
 static int map_err(int e) {
@@ -92,7 +95,11 @@ int gn_attest_cuda_open(int device, gn_attest_backend **ret) {
   *(void **)&probe = dlsym(cb->dl, "gn_attest_cuda_probe");
   *(void **)&cb->chain = dlsym(cb->dl, "gn_attest_cuda_chain");
   *(void **)&cb->round = dlsym(cb->dl, "gn_attest_cuda_round");
-  if (!abi || !probe || !cb->chain || !cb->round || abi() != CUDA_ABI)
+  *(void **)&cb->mem_fill = dlsym(cb->dl, "gn_attest_cuda_mem_fill");
+  *(void **)&cb->mem_walk = dlsym(cb->dl, "gn_attest_cuda_mem_walk");
+  *(void **)&cb->mem_free = dlsym(cb->dl, "gn_attest_cuda_mem_free");
+  if (!abi || !probe || !cb->chain || !cb->round || !cb->mem_fill || !cb->mem_walk || !cb->mem_free ||
+      abi() != CUDA_ABI)
     goto fail;
   if ((r = map_err(probe(device, cb->name, sizeof(cb->name), &cb->cc))) < 0)
     goto fail;
@@ -128,4 +135,30 @@ int gn_attest_cuda_device_name(const gn_attest_backend *b, char *buf, size_t cap
     return GN_ETOOBIG;
   memcpy(buf, cb->name, strlen(cb->name) + 1);
   return 0;
+}
+
+static const cuda_backend *as_cuda(const gn_attest_backend *b) {
+  return b && b->chain == cuda_chain ? b->ctx : NULL;
+}
+
+int gn__attest_cuda_mem_fill(const gn_attest_backend *b, const gn_attest_mem_params *p, const uint8_t key[32],
+                             void **ret_handle) {
+  const cuda_backend *cb = as_cuda(b);
+  if (!cb)
+    return GN_EINVAL;
+  return map_err(cb->mem_fill(cb->device, p->table_mib, p->cost, key, ret_handle));
+}
+
+int gn__attest_cuda_mem_walk(const gn_attest_backend *b, void *handle, const uint8_t seed[32],
+                             const gn_attest_mem_params *p, uint8_t *ret_finals) {
+  const cuda_backend *cb = as_cuda(b);
+  if (!cb)
+    return GN_EINVAL;
+  return map_err(cb->mem_walk(handle, seed, p->walkers, p->steps, ret_finals));
+}
+
+void gn__attest_cuda_mem_free(const gn_attest_backend *b, void *handle) {
+  const cuda_backend *cb = as_cuda(b);
+  if (cb && handle)
+    cb->mem_free(handle);
 }

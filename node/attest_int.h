@@ -89,4 +89,12 @@ uint64_t gn__attest_mem_entries(const gn_attest_mem_params *p);
 uint64_t gn__attest_mem_walk(const gn_attest_mem_params *p, const uint8_t seed[32], uint32_t walker,
                              void (*get)(void *ctx, uint32_t index, uint8_t ret[64]), void *ctx);
 
+/* The CUDA library's memory-challenge entry points, through the backend from
+ * gn_attest_cuda_open (GN_EINVAL for any other backend). */
+int gn__attest_cuda_mem_fill(const gn_attest_backend *b, const gn_attest_mem_params *p, const uint8_t key[32],
+                             void **ret_handle);
+int gn__attest_cuda_mem_walk(const gn_attest_backend *b, void *handle, const uint8_t seed[32],
+                             const gn_attest_mem_params *p, uint8_t *ret_finals);
+void gn__attest_cuda_mem_free(const gn_attest_backend *b, void *handle);
+
 #endif

@@ -391,6 +391,8 @@ out:
 enum { P_AWAIT_CHALLENGE, P_AWAIT_WALK, P_DONE };
 
 struct gn_attest_mem_prover {
+  const gn_attest_backend *cuda; /* NULL: the CPU prover */
+  void *handle;                  /* the CUDA library's table */
   uint32_t max_table_mib;
   int state;
   gn_attest_mem_params p;
@@ -407,8 +409,21 @@ int gn_attest_mem_prover_new(uint32_t max_table_mib, gn_attest_mem_prover **ret)
   return 0;
 }
 
+int gn_attest_mem_prover_new_cuda(const gn_attest_backend *cuda, uint32_t max_table_mib, gn_attest_mem_prover **ret) {
+  gn_attest_mem_prover *pr;
+  if (!cuda || strcmp(cuda->name, "cuda") != 0)
+    return GN_EINVAL;
+  int r = gn_attest_mem_prover_new(max_table_mib, &pr);
+  if (r < 0)
+    return r;
+  pr->cuda = cuda;
+  *ret = pr;
+  return 0;
+}
+
 gn_attest_mem_prover *gn_attest_mem_prover_free(gn_attest_mem_prover *pr) {
   if (pr) {
+    gn__attest_cuda_mem_free(pr->cuda, pr->handle);
     free(pr->table);
     free(pr);
   }
@@ -441,22 +456,31 @@ int gn_attest_mem_prover_on_challenge(gn_attest_mem_prover *pr, const uint8_t *m
   if (p.table_mib > pr->max_table_mib)
     return GN_ETOOBIG;
   uint64_t entries = gn__attest_mem_entries(&p);
-  if (!(table = malloc((size_t)entries * 64u)))
-    return GN_ENOMEM;
+  void *handle = NULL;
   gn__attest_mem_key(&p, nonce, key);
-  for (uint64_t i = 0; i < entries; i++)
-    gn__attest_mem_entry(key, (uint32_t)i, p.cost, table + i * 64u);
+  if (pr->cuda) {
+    if ((r = gn__attest_cuda_mem_fill(pr->cuda, &p, key, &handle)) < 0)
+      return r;
+  } else {
+    if (!(table = malloc((size_t)entries * 64u)))
+      return GN_ENOMEM;
+    for (uint64_t i = 0; i < entries; i++)
+      gn__attest_mem_entry(key, (uint32_t)i, p.cost, table + i * 64u);
+  }
+  sodium_memzero(key, sizeof(key));
   gn_wire_writer_init(&w);
   put_head(&w, 2, nonce);
   r = gn_wire_writer_take(&w, ret_ready);
   gn_wire_writer_done(&w);
   if (r < 0) {
     free(table);
+    gn__attest_cuda_mem_free(pr->cuda, handle);
     return r;
   }
   pr->p = p;
   memcpy(pr->nonce, nonce, sizeof(nonce));
   pr->table = table;
+  pr->handle = handle;
   pr->state = P_AWAIT_WALK;
   return 0;
 }
@@ -483,17 +507,24 @@ int gn_attest_mem_prover_on_walk(gn_attest_mem_prover *pr, const uint8_t *msg, s
     return GN_EREPLAY;
   if (!(finals = malloc((size_t)pr->p.walkers * 8u)))
     return GN_ENOMEM;
-  for (uint32_t wk = 0; wk < pr->p.walkers; wk++) {
-    uint64_t acc = gn__attest_mem_walk(&pr->p, seed, wk, table_get, pr->table);
-    for (int i = 0; i < 8; i++)
-      finals[(size_t)wk * 8u + (size_t)i] = (uint8_t)(acc >> (8 * i));
+  if (pr->cuda) {
+    if ((r = gn__attest_cuda_mem_walk(pr->cuda, pr->handle, seed, &pr->p, finals)) < 0) {
+      free(finals);
+      return r;
+    }
+  } else {
+    for (uint32_t wk = 0; wk < pr->p.walkers; wk++) {
+      uint64_t acc = gn__attest_mem_walk(&pr->p, seed, wk, table_get, pr->table);
+      for (int i = 0; i < 8; i++)
+        finals[(size_t)wk * 8u + (size_t)i] = (uint8_t)(acc >> (8 * i));
+    }
   }
   gn_wire_writer_init(&w);
   put_head(&w, 4, nonce);
   gn_wire_put_str(&w, "finals");
   gn_wire_put_bin(&w, finals, (size_t)pr->p.walkers * 8u);
   gn_wire_put_str(&w, "simulated");
-  gn_wire_put_bool(&w, true);
+  gn_wire_put_bool(&w, pr->cuda == NULL);
   r = gn_wire_writer_take(&w, ret_result);
   gn_wire_writer_done(&w);
   free(finals);
@@ -501,6 +532,8 @@ int gn_attest_mem_prover_on_walk(gn_attest_mem_prover *pr, const uint8_t *msg, s
     return r;
   free(pr->table);
   pr->table = NULL;
+  gn__attest_cuda_mem_free(pr->cuda, pr->handle);
+  pr->handle = NULL;
   pr->state = P_DONE;
   return 0;
 }

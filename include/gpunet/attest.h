@@ -276,6 +276,9 @@ int gn_attest_mem_verifier_on_result(gn_attest_mem_verifier *v, const uint8_t *m
 /* The CPU prover (simulated): holds the table in host memory. max_table_mib
  * bounds what it accepts to allocate (GN_ETOOBIG beyond). */
 int gn_attest_mem_prover_new(uint32_t max_table_mib, gn_attest_mem_prover **ret);
+/* The GPU prover: the table lives in the memory of the CUDA backend's device
+ * (cuda from gn_attest_cuda_open, borrowed). Not simulated. */
+int gn_attest_mem_prover_new_cuda(const gn_attest_backend *cuda, uint32_t max_table_mib, gn_attest_mem_prover **ret);
 gn_attest_mem_prover *gn_attest_mem_prover_free(gn_attest_mem_prover *pr);
 /* Fills the table (blocking) and appends the READY body. */
 int gn_attest_mem_prover_on_challenge(gn_attest_mem_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_ready);

@@ -7,6 +7,7 @@
 #include <mma.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attest_prims.h"
@@ -14,7 +15,7 @@
 #define GN_CUDA_API extern "C" __attribute__((visibility("default")))
 
 // The ABI the loader checks; bump on any change to the functions below.
-#define GN_ATTEST_CUDA_ABI 1
+#define GN_ATTEST_CUDA_ABI 2
 
 enum { E_OK = 0, E_NODEV = -1, E_NOMEM = -2, E_CUDA = -3, E_INVAL = -4 };
 
@@ -300,5 +301,137 @@ GN_CUDA_API int gn_attest_cuda_round(int device, uint32_t n, uint32_t depth, con
   r = E_OK;
 out:
   bufs_free(&d);
+  return r;
+}
+
+// --- the memory challenge (node/attest_mem.c) ----------------------------------
+
+// One thread per entry (grid-stride: tables exceed 2^31 entries on big cards):
+// ChaCha20 block i of the table key, then cost-1 blocks each keyed by the
+// previous block's first 32 bytes.
+__global__ void k_mem_fill(const uint32_t *key, uint64_t entries, uint32_t cost, uint4 *table) {
+  uint32_t k0[8];
+  for (int i = 0; i < 8; i++)
+    k0[i] = key[i];
+  for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < entries;
+       e += (uint64_t)gridDim.x * blockDim.x) {
+    uint32_t o[16];
+    gn_prim_chacha20_block(k0, (uint32_t)e, o);
+    for (uint32_t j = 1; j < cost; j++) {
+      uint32_t k[8];
+      for (int i = 0; i < 8; i++)
+        k[i] = o[i];
+      gn_prim_chacha20_block(k, 0, o);
+    }
+    uint4 *dst = table + e * 4;
+    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    dst[2] = make_uint4(o[8], o[9], o[10], o[11]);
+    dst[3] = make_uint4(o[12], o[13], o[14], o[15]);
+  }
+}
+
+// One thread per walker, exactly gn__attest_mem_walk: the next address is a
+// function of the entry just read, so each walker waits on its own reads and
+// the card's bandwidth comes from running many walkers at once.
+__global__ void k_mem_walk(const uint4 *table, uint64_t entries, const uint32_t *seed, uint32_t walkers, uint32_t steps,
+                           uint64_t *finals) {
+  uint32_t w = blockIdx.x * blockDim.x + threadIdx.x;
+  if (w >= walkers)
+    return;
+  uint32_t k[8], o[16];
+  for (int i = 0; i < 8; i++)
+    k[i] = seed[i];
+  gn_prim_chacha20_block(k, w, o);
+  uint64_t acc = (uint64_t)o[0] | ((uint64_t)o[1] << 32);
+  for (uint32_t s = 0; s < steps; s++) {
+    uint64_t idx = ((acc >> 32) * entries) >> 32;
+    const uint4 *e = table + idx * 4;
+    uint4 a = e[0], b = e[1], c = e[2], d = e[3];
+    uint64_t lo = (uint64_t)(a.x ^ a.z ^ b.x ^ b.z ^ c.x ^ c.z ^ d.x ^ d.z);
+    uint64_t hi = (uint64_t)(a.y ^ a.w ^ b.y ^ b.w ^ c.y ^ c.w ^ d.y ^ d.w);
+    acc ^= lo | (hi << 32);
+    acc = ((acc << 23) | (acc >> 41)) * 0x9e3779b97f4a7c15ull + s;
+  }
+  finals[w] = acc;
+}
+
+typedef struct mem_table {
+  int device;
+  uint64_t entries;
+  uint4 *table;
+  uint32_t *words; // key or seed, 8 words
+  cudaStream_t s;
+} mem_table;
+
+GN_CUDA_API void gn_attest_cuda_mem_free(void *handle) {
+  mem_table *m = (mem_table *)handle;
+  if (!m)
+    return;
+  cudaSetDevice(m->device);
+  cudaFree(m->table);
+  cudaFree(m->words);
+  if (m->s)
+    cudaStreamDestroy(m->s);
+  free(m);
+}
+
+// Allocates and fills a table of table_mib MiB on the device; *ret_handle
+// keeps it for the walk.
+GN_CUDA_API int gn_attest_cuda_mem_fill(int device, uint32_t table_mib, uint32_t cost, const uint8_t *key,
+                                        void **ret_handle) {
+  if (table_mib == 0 || cost == 0 || !key || !ret_handle)
+    return E_INVAL;
+  if (cudaSetDevice(device) != cudaSuccess)
+    return E_NODEV;
+  mem_table *m = (mem_table *)calloc(1, sizeof(*m));
+  if (!m)
+    return E_NOMEM;
+  m->device = device;
+  m->entries = (uint64_t)table_mib * (1024u * 1024u / 64u);
+  if (cudaMalloc(&m->table, (size_t)m->entries * 64u) != cudaSuccess || cudaMalloc(&m->words, 32) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&m->s, cudaStreamNonBlocking) != cudaSuccess) {
+    gn_attest_cuda_mem_free(m);
+    return E_NOMEM;
+  }
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  unsigned blocks = (unsigned)(sms > 0 ? sms * 32 : 1024);
+  if (cudaMemcpyAsync(m->words, key, 32, cudaMemcpyHostToDevice, m->s) != cudaSuccess) {
+    gn_attest_cuda_mem_free(m);
+    return E_CUDA;
+  }
+  k_mem_fill<<<blocks, 256, 0, m->s>>>(m->words, m->entries, cost, m->table);
+  if (cudaGetLastError() != cudaSuccess || cudaStreamSynchronize(m->s) != cudaSuccess) {
+    gn_attest_cuda_mem_free(m);
+    return E_CUDA;
+  }
+  *ret_handle = m;
+  return E_OK;
+}
+
+// Runs every walker over a filled table; finals_out gets walkers * 8 bytes
+// (little-endian, as the GPU stores them).
+GN_CUDA_API int gn_attest_cuda_mem_walk(void *handle, const uint8_t *seed, uint32_t walkers, uint32_t steps,
+                                        uint8_t *finals_out) {
+  mem_table *m = (mem_table *)handle;
+  uint64_t *finals = NULL;
+  int r = E_CUDA;
+  if (!m || !seed || !finals_out || walkers == 0)
+    return E_INVAL;
+  if (cudaSetDevice(m->device) != cudaSuccess)
+    return E_NODEV;
+  if (cudaMalloc(&finals, (size_t)walkers * 8u) != cudaSuccess)
+    return E_NOMEM;
+  if (cudaMemcpyAsync(m->words, seed, 32, cudaMemcpyHostToDevice, m->s) != cudaSuccess)
+    goto out;
+  k_mem_walk<<<(walkers + 127) / 128, 128, 0, m->s>>>(m->table, m->entries, m->words, walkers, steps, finals);
+  if (cudaGetLastError() != cudaSuccess ||
+      cudaMemcpyAsync(finals_out, finals, (size_t)walkers * 8u, cudaMemcpyDeviceToHost, m->s) != cudaSuccess ||
+      cudaStreamSynchronize(m->s) != cudaSuccess)
+    goto out;
+  r = E_OK;
+out:
+  cudaFree(finals);
   return r;
 }

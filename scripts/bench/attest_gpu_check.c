@@ -113,6 +113,51 @@ static void throughput(gn_attest_backend *b, const gn_attest_class *c, uint32_t 
   free(roots);
 }
 
+/* The memory challenge sized for the class (7/8 of its memory), the walk on
+ * the device, checked by the CPU verifier, bandwidth against the class. */
+static int check_memory(gn_attest_backend *b, const gn_attest_class *c) {
+  gn_attest_mem_params p;
+  gn_buf ch = {0}, ready = {0}, walk = {0}, result = {0};
+  gn_attest_mem_verifier *v = NULL;
+  gn_attest_mem_prover *pr = NULL;
+  gn_attest_result res;
+  int r;
+  if (!c)
+    return 0;
+  if ((r = gn_attest_mem_params_for_class(c, 1000, &p)) < 0 ||
+      (r = gn_attest_mem_verifier_new(&p, c->name, NULL, NULL, &ch, &v)) < 0 ||
+      (r = gn_attest_mem_prover_new_cuda(b, p.table_mib, &pr)) < 0)
+    goto out;
+  double t0 = now_s();
+  if ((r = gn_attest_mem_prover_on_challenge(pr, ch.data, ch.len, &ready)) < 0)
+    goto out;
+  double t1 = now_s();
+  if ((r = gn_attest_mem_verifier_on_ready(v, ready.data, ready.len, &walk)) < 0)
+    goto out;
+  double t2 = now_s();
+  if ((r = gn_attest_mem_prover_on_walk(pr, walk.data, walk.len, &result)) < 0)
+    goto out;
+  double t3 = now_s();
+  if ((r = gn_attest_mem_verifier_on_result(v, result.data, result.len, (uint64_t)((t3 - t2) * 1000), &res)) < 0)
+    goto out;
+  double t4 = now_s();
+  printf("  table %u MiB (cost %u), %u walkers x %u steps: fill %.2f s, walk %.3f s = %.1f GB/s = %.1f%% of %.0f "
+         "GB/s; verify %.2f s on the CPU: %s\n",
+         p.table_mib, p.cost, p.walkers, p.steps, t1 - t0, t3 - t2, res.measured_tops,
+         100 * res.measured_tops / c->bandwidth_gbs, c->bandwidth_gbs, t4 - t3, res.verdict);
+  r = res.outcome == GN_ATTEST_FAILED ? GN_EAUDIT : 0;
+out:
+  if (r < 0)
+    printf("  memory challenge: %s\n", gn_strerror(r));
+  gn_attest_mem_prover_free(pr);
+  gn_attest_mem_verifier_free(v);
+  gn_buf_done(&ch);
+  gn_buf_done(&ready);
+  gn_buf_done(&walk);
+  gn_buf_done(&result);
+  return r;
+}
+
 int main(void) {
   gn_attest_backend *b;
   char name[128];
@@ -137,8 +182,10 @@ int main(void) {
   throughput(b, c, 2048, 4, 1.0);
   throughput(b, c, 4096, 4, 2.0);
   throughput(b, c, 8192, 2, 2.0);
+  printf("memory challenge:\n");
+  int mem = check_memory(b, c);
   gn_attest_cuda_close(b);
-  if (bad || ex < 0) {
+  if (bad || ex < 0 || mem == GN_EAUDIT) {
     printf("FAILED\n");
     return 1;
   }

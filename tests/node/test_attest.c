@@ -689,6 +689,27 @@ static void test_cuda_backend_matches_cpu_or_unsupported(void **state) {
     assert_int_not_equal(res.outcome, GN_ATTEST_FAILED);
     assert_false(res.simulated);
   }
+  /* The memory challenge's walk on the device against the CPU verifier. */
+  gn_attest_mem_params mp = {.table_mib = 64, .cost = 2, .walkers = 1024, .steps = 256, .samples = 16};
+  test_rng rng = {99};
+  gn_buf ch = {0}, ready = {0}, walk = {0}, result = {0};
+  gn_attest_mem_verifier *mv;
+  gn_attest_mem_prover *mpr;
+  gn_attest_result res;
+  assert_int_equal(gn_attest_mem_verifier_new(&mp, "RTX 4090", rng_fn, &rng, &ch, &mv), 0);
+  assert_int_equal(gn_attest_mem_prover_new_cuda(b, 1024, &mpr), 0);
+  assert_int_equal(gn_attest_mem_prover_on_challenge(mpr, ch.data, ch.len, &ready), 0);
+  assert_int_equal(gn_attest_mem_verifier_on_ready(mv, ready.data, ready.len, &walk), 0);
+  assert_int_equal(gn_attest_mem_prover_on_walk(mpr, walk.data, walk.len, &result), 0);
+  assert_int_equal(gn_attest_mem_verifier_on_result(mv, result.data, result.len, 1, &res), 0);
+  assert_int_not_equal(res.outcome, GN_ATTEST_FAILED);
+  assert_false(res.simulated);
+  gn_attest_mem_prover_free(mpr);
+  gn_attest_mem_verifier_free(mv);
+  gn_buf_done(&ch);
+  gn_buf_done(&ready);
+  gn_buf_done(&walk);
+  gn_buf_done(&result);
   gn_attest_cuda_close(b);
 }
 
