@@ -452,8 +452,9 @@ int gn_transport_listen(gn_transport *t, const char *addr) {
   }
   t->listener = l;
   format_addr(&ss, t->listen_addr, sizeof(t->listen_addr));
-  if (!t->adv_addr[0] && strlen(t->listen_addr) < sizeof(t->adv_addr))
-    snprintf(t->adv_addr, sizeof(t->adv_addr), "%s", t->listen_addr);
+  size_t alen = strlen(t->listen_addr);
+  if (!t->adv_addr[0] && alen < sizeof(t->adv_addr))
+    memcpy(t->adv_addr, t->listen_addr, alen + 1);
   return 0;
 }
 
