@@ -1,7 +1,7 @@
 /* Billing: money arithmetic, lease agreements, the per-second meter, the
  * hash-chained tick ledger in SQLite, invoices and their audit.
  *
- * The flow (docs/protocol-billing.md has the wire details):
+ * The flow (docs/protocol.md (section 2) has the wire details):
  *  requester: gn_lease_terms_init, fill the terms, gn_lease_request_seal;
  *  provider:  gn_lease_request_open, decide, gn_agreement_seal; both sides
  *             keep the agreement envelope bytes;

@@ -3,7 +3,7 @@
  * FULL, against one batched transaction) and the cost of auditing a 24-hour
  * invoice against building and signing it. `billing_bench examples DIR`
  * prints one deterministic hex example of each billing envelope (for
- * docs/protocol-billing.md) and writes fuzzing seeds under DIR. */
+ * docs/protocol.md (section 2)) and writes fuzzing seeds under DIR. */
 #include "billing_int.h"
 
 #include <inttypes.h>

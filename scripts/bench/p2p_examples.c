@@ -1,4 +1,4 @@
-/* Prints real hex examples of the p2p messages for docs/protocol-p2p.md and,
+/* Prints real hex examples of the p2p messages for docs/protocol.md (section 1) and,
  * given a directory, writes the fuzzers' seed corpus. Deterministic: keys
  * come from fixed seeds, so the output is the same on every run. */
 #include <gpunet/offer.h>

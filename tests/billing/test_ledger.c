@@ -39,7 +39,7 @@ static void test_ledger_chain_links_each_tick_to_the_previous(void **state) {
   assert_int_equal(gn_ledger_verify_chain(f->ledger, f->terms.lease_id, NULL, 0), 0);
 }
 
-/* The tick hash is specified byte for byte (docs/protocol-billing.md); this
+/* The tick hash is specified byte for byte (docs/protocol.md (section 2)); this
  * recomputes one by hand so a change to the layout cannot go unnoticed. */
 static void test_ledger_tick_hash_layout(void **state) {
   (void)state;
