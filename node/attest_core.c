@@ -127,18 +127,21 @@ uint32_t gn__attest_log2(uint32_t n) {
 }
 
 void gn__attest_leaf_hash(const int32_t *row, uint32_t n, uint8_t ret[GN_ATTEST_HASH_LEN]) {
+  uint32_t chunk = n < GN__ATTEST_CHUNK ? n : GN__ATTEST_CHUNK, chunks = n / chunk;
+  uint8_t hashes[(GN_ATTEST_N_MAX / GN__ATTEST_CHUNK) * GN_ATTEST_HASH_LEN];
+  for (uint32_t q = 0; q < chunks; q++) {
+    const int32_t *part = row + (size_t)q * chunk;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  crypto_generichash(ret, GN_ATTEST_HASH_LEN, (const unsigned char *)row, (size_t)n * 4u, NULL, 0);
+    crypto_generichash(hashes + (size_t)q * GN_ATTEST_HASH_LEN, GN_ATTEST_HASH_LEN, (const unsigned char *)part,
+                       (size_t)chunk * 4u, NULL, 0);
 #else
-  crypto_generichash_state st;
-  crypto_generichash_init(&st, NULL, 0, GN_ATTEST_HASH_LEN);
-  for (uint32_t j = 0; j < n; j++) {
-    uint8_t le[4];
-    le32_put(le, (uint32_t)row[j]);
-    crypto_generichash_update(&st, le, 4);
-  }
-  crypto_generichash_final(&st, ret, GN_ATTEST_HASH_LEN);
+    uint8_t le[GN__ATTEST_CHUNK * 4];
+    for (uint32_t j = 0; j < chunk; j++)
+      le32_put(le + 4 * j, (uint32_t)part[j]);
+    crypto_generichash(hashes + (size_t)q * GN_ATTEST_HASH_LEN, GN_ATTEST_HASH_LEN, le, (size_t)chunk * 4u, NULL, 0);
 #endif
+  }
+  crypto_generichash(ret, GN_ATTEST_HASH_LEN, hashes, (size_t)chunks * GN_ATTEST_HASH_LEN, NULL, 0);
 }
 
 static void node_hash(const uint8_t *left, const uint8_t *right, uint8_t *ret) {

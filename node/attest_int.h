@@ -41,10 +41,13 @@ void gn__attest_round_rows(const gn_attest_params *p, const int8_t *a, const int
 /* Computes the full output of a round into c (n*n int32). GN_ENOMEM. */
 int gn__attest_round_full(const gn_attest_params *p, const uint8_t key_a[32], const uint8_t key_b[32], int32_t *c);
 
-/* Merkle tree over the n rows of c: leaf = BLAKE2b-256 of the row as 4n bytes
- * of little-endian int32, node = BLAKE2b-256(left || right). n is a power of
- * two, so the tree is perfect and every path has log2(n) siblings, leaf side
- * first. Leaves (>= 256 bytes) and nodes (64 bytes) never collide in length. */
+/* Merkle tree over the n rows of c. A row is 4n bytes of little-endian int32
+ * cut into chunks of GN__ATTEST_CHUNK elements (the whole row when shorter);
+ * leaf = BLAKE2b-256 of the concatenated BLAKE2b-256 of each chunk, so a GPU
+ * hashes with n*n/256 threads rather than n; node = BLAKE2b-256(left ||
+ * right). n is a power of two, so the tree is perfect, of fixed depth, and
+ * every path has log2(n) siblings, leaf side first. */
+#define GN__ATTEST_CHUNK 256u
 void gn__attest_leaf_hash(const int32_t *row, uint32_t n, uint8_t ret[GN_ATTEST_HASH_LEN]);
 /* Builds the tree; ret_root gets the root; if path_rows/ret_paths are given,
  * also the paths of those rows (count entries of log2(n)*32 bytes). */

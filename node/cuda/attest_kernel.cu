@@ -121,13 +121,24 @@ __global__ void __launch_bounds__(WARPS_M *WARPS_N * 32)
 #endif
 }
 
-// One thread per row: the leaf is BLAKE2b-256 of the row's 4n bytes (the GPU
-// is little-endian, as the reference's byte order).
-__global__ void k_leaves(const int32_t *c, uint32_t n, uint64_t *tree) {
+// Rows are hashed in chunks of GN_CHUNK int32 (node/attest_int.h,
+// GN__ATTEST_CHUNK): one thread per chunk, then one per row over its chunk
+// hashes, so n*n/256 threads share the work instead of n. The GPU is
+// little-endian, as is the reference's byte order.
+#define GN_CHUNK 256u
+
+__global__ void k_chunks(const int32_t *c, uint32_t chunk, size_t count, uint64_t *out) {
+  size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= count)
+    return;
+  gn_prim_b2b256((const uint64_t *)(c + t * chunk), (size_t)chunk * 4u, out + t * 4);
+}
+
+__global__ void k_leaves(const uint64_t *chunk_hashes, uint32_t n, uint32_t chunks, uint64_t *tree) {
   uint32_t row = blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= n)
     return;
-  gn_prim_b2b256((const uint64_t *)(c + (size_t)row * n), (size_t)n * 4u, tree + (size_t)row * 4);
+  gn_prim_b2b256(chunk_hashes + (size_t)row * chunks * 4, (size_t)chunks * 32u, tree + (size_t)row * 4);
 }
 
 // One thread per parent: BLAKE2b-256(left || right), children adjacent.
@@ -144,8 +155,9 @@ typedef struct dev_bufs {
   uint32_t n;
   int8_t *a, *b, *x;
   int32_t *c;
-  uint64_t *tree; // 2n-1 nodes of 4 words: leaves first, root last
-  uint32_t *keys; // 16 words: key A, key B
+  uint64_t *tree;   // 2n-1 nodes of 4 words: leaves first, root last
+  uint64_t *chunks; // n * chunks-per-row hashes of 4 words
+  uint32_t *keys;   // 16 words: key A, key B
   uint8_t *nonce, *prev;
   cudaStream_t s;
 } dev_bufs;
@@ -156,6 +168,7 @@ static void bufs_free(dev_bufs *d) {
   cudaFree(d->x);
   cudaFree(d->c);
   cudaFree(d->tree);
+  cudaFree(d->chunks);
   cudaFree(d->keys);
   cudaFree(d->nonce);
   cudaFree(d->prev);
@@ -170,8 +183,10 @@ static int bufs_alloc(dev_bufs *d, uint32_t n) {
   d->n = n;
   if (cudaMalloc(&d->a, cells) != cudaSuccess || cudaMalloc(&d->b, cells) != cudaSuccess ||
       cudaMalloc(&d->x, cells) != cudaSuccess || cudaMalloc(&d->c, cells * 4) != cudaSuccess ||
-      cudaMalloc(&d->tree, (size_t)(2 * n) * 32) != cudaSuccess || cudaMalloc(&d->keys, 64) != cudaSuccess ||
-      cudaMalloc(&d->nonce, 32) != cudaSuccess || cudaMalloc(&d->prev, 32) != cudaSuccess ||
+      cudaMalloc(&d->tree, (size_t)(2 * n) * 32) != cudaSuccess ||
+      cudaMalloc(&d->chunks, (size_t)n * (n < GN_CHUNK ? 1 : n / GN_CHUNK) * 32) != cudaSuccess ||
+      cudaMalloc(&d->keys, 64) != cudaSuccess || cudaMalloc(&d->nonce, 32) != cudaSuccess ||
+      cudaMalloc(&d->prev, 32) != cudaSuccess ||
       cudaStreamCreateWithFlags(&d->s, cudaStreamNonBlocking) != cudaSuccess) {
     bufs_free(d);
     return E_NOMEM;
@@ -208,7 +223,10 @@ static void launch_round(dev_bufs *d, uint32_t depth, uint32_t round, const uint
   }
   if (!tree)
     return;
-  k_leaves<<<(n + 127) / 128, 128, 0, s>>>(d->c, n, d->tree);
+  uint32_t chunk = n < GN_CHUNK ? n : GN_CHUNK, per_row = n / chunk;
+  size_t count = (size_t)n * per_row;
+  k_chunks<<<(unsigned)((count + 127) / 128), 128, 0, s>>>(d->c, chunk, count, d->chunks);
+  k_leaves<<<(n + 127) / 128, 128, 0, s>>>(d->chunks, n, per_row, d->tree);
   size_t base = 0;
   for (uint32_t width = n; width > 1; width /= 2) {
     k_level<<<(width / 2 + 127) / 128, 128, 0, s>>>(d->tree + base * 4, width / 2, d->tree + (base + width) * 4);
