@@ -710,30 +710,58 @@ static uint8_t lease_util(gn_node *n, const gn_lease *l) {
   return cnt ? (uint8_t)(sum / cnt) : GN_UTIL_UNKNOWN;
 }
 
+/* Commits one lease's due seconds; on failure the lease ends, since a
+ * second that cannot be recorded must not be sold. */
+static void meter_commit(gn_node *n, gn_lease *l, const gn_tick_append *ticks, size_t cnt, bool committed) {
+  int r = committed ? 0 : gn_ledger_append_ticks(n->ledger, ticks, cnt, NULL);
+  if (r < 0) {
+    gn_log(GN_LOG_ERROR, "cannot record usage seconds of lease %s: %s; ending the lease", l->id, gn_strerror(r));
+    gn__provider_end_lease(n, l, "provider ledger error");
+    return;
+  }
+  gn_meter_advance(&l->meter, cnt);
+  l->seconds += cnt;
+  n->ticks_total += cnt;
+}
+
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
+  /* All leases' due seconds go to the ledger in one transaction: one fsync
+   * per timer however many leases run, and still committed before they
+   * count anywhere, so a crash loses at most the second being written. */
+  enum { MAX_CATCHUP = 120 };
+  size_t cap = 0, n_ticks = 0;
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE)
+      cap += MAX_CATCHUP;
+  gn_tick_append *batch = cap ? calloc(cap, sizeof *batch) : NULL;
+  if (cap && !batch)
+    return;
   for (gn_lease *l = n->leases; l; l = l->next) {
     if (l->role != GN_ROLE_PROVIDER || l->state != GN_LEASE_ACTIVE)
       continue;
     uint64_t due = gn_meter_due(&l->meter, now_ms);
+    if (due > MAX_CATCHUP)
+      due = MAX_CATCHUP;
     uint8_t util = due ? lease_util(n, l) : GN_UTIL_UNKNOWN;
-    for (uint64_t i = 0; i < due; i++) {
-      /* The tick is committed before it counts anywhere: a crash loses at
-       * most the second being written. */
-      gn_tick tick;
-      int r = gn_ledger_append_tick(n->ledger, l->id, now_s, l->ag.terms.count, util, &tick);
-      if (r < 0) {
-        gn_log(GN_LOG_ERROR, "cannot record a usage second of lease %s: %s; ending the lease", l->id,
-               gn_strerror(r));
-        gn__provider_end_lease(n, l, "provider ledger error");
-        break;
-      }
-      gn_meter_advance(&l->meter, 1);
-      l->seconds++;
-      n->ticks_total++;
-    }
-    if (l->state == GN_LEASE_ACTIVE && gn_meter_finished(&l->meter))
-      gn__provider_end_lease(n, l, "maximum duration reached");
+    for (uint64_t i = 0; i < due; i++)
+      batch[n_ticks++] = (gn_tick_append){l->id, now_s, l->ag.terms.count, util};
   }
+  bool committed = n_ticks == 0 || gn_ledger_append_ticks(n->ledger, batch, n_ticks, NULL) == 0;
+  /* The batch is in lease order; walk it again to advance each meter, or,
+   * if the group commit failed, retry lease by lease to isolate the bad one. */
+  for (size_t i = 0; i < n_ticks;) {
+    size_t k = i;
+    while (k < n_ticks && batch[k].lease_id == batch[i].lease_id)
+      k++;
+    gn_lease *l = gn__lease_find(n, batch[i].lease_id);
+    if (l)
+      meter_commit(n, l, batch + i, k - i, committed);
+    i = k;
+  }
+  free(batch);
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE && gn_meter_finished(&l->meter))
+      gn__provider_end_lease(n, l, "maximum duration reached");
   if (n->cfg.provide && (n->offers_dirty || now_s - n->offer_published_s >= GN_OFFER_REFRESH_S))
     gn__provider_publish_offers(n, now_s);
 }

@@ -161,6 +161,19 @@ tamper "a changed total" '.total_micro = (.total_micro + 1)' "total"
 tamper "a broken signature" '.envelopes.invoice |= (.[0:-4] + (if .[-4:] == "0000" then "1111" else "0000" end))' "signature"
 tamper "a broken countersignature" '.envelopes.acceptance |= (.[0:-4] + (if .[-4:] == "0000" then "1111" else "0000" end))' "signature"
 
+# A lease ends by itself at its maximum duration (0.001 h = 4 s), and is
+# invoiced for exactly that.
+lease3=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 0.001 --allow-simulated | jq -r .lease.id)
+ended() {
+  [ "$(gn_cli "$R" --json invoices | jq -r --arg l "$lease3" '.invoices[] | select(.lease==$l) | .status')" = accepted ]
+}
+gn_wait_until 20 "lease $lease3 to end by itself" ended || fail "lease $lease3 did not end at its maximum"
+[ "$(gn_cli "$R" --json invoices | jq -r --arg l "$lease3" '.invoices[] | select(.lease==$l) | .seconds')" = 4 ] ||
+  fail "a 4 s lease was not billed 4 s"
+gn_cli "$P" --json leases | jq -e --arg l "$lease3" '.leases[] | select(.id==$l) | .ended_reason | test("maximum")' \
+  >/dev/null || fail "provider does not say the lease reached its maximum"
+ok "a lease ends by itself at its maximum duration and bills exactly that"
+
 # Crash: kill the provider hard in the middle of a lease. On restart it ends
 # the lease, invoices the seconds its ledger holds, and the requester checks
 # and countersigns them when they meet again.
