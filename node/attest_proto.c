@@ -574,3 +574,29 @@ out:
   gn_wire_doc_done(&doc);
   return r;
 }
+
+int gn_attest_run_local(const gn_attest_backend *b, const gn_attest_params *p, const char *claimed_class,
+                        gn_attest_result *ret) {
+  gn_buf ch = {0}, resp = {0}, open = {0}, proof = {0};
+  gn_attest_verifier *v = NULL;
+  gn_attest_prover *pr = NULL;
+  int r;
+  if ((r = gn_attest_verifier_new(p, claimed_class, NULL, NULL, &ch, &v)) < 0 || (r = gn_attest_prover_new(b, &pr)) < 0)
+    goto out;
+  uint64_t t0 = gn_mono_ms();
+  if ((r = gn_attest_prover_on_challenge(pr, ch.data, ch.len, &resp)) < 0)
+    goto out;
+  uint64_t elapsed_ms = gn_mono_ms() - t0;
+  if ((r = gn_attest_verifier_on_response(v, resp.data, resp.len, &open)) < 0 ||
+      (r = gn_attest_prover_on_open(pr, open.data, open.len, &proof)) < 0 ||
+      (r = gn_attest_verifier_on_proof(v, proof.data, proof.len, elapsed_ms, ret)) < 0)
+    goto out;
+out:
+  gn_attest_prover_free(pr);
+  gn_attest_verifier_free(v);
+  gn_buf_done(&ch);
+  gn_buf_done(&resp);
+  gn_buf_done(&open);
+  gn_buf_done(&proof);
+  return r;
+}

@@ -173,6 +173,13 @@ int gn_attest_prover_on_challenge(gn_attest_prover *pr, const uint8_t *msg, size
  * GN_MSG_ATTEST_PROOF body. */
 int gn_attest_prover_on_open(gn_attest_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_proof);
 
+/* Runs a whole exchange in-process against backend b (a provider checking
+ * its own GPU at start): fresh nonce, prover, verifier, with the time of the
+ * prover's answer measured here by gn_mono_ms. Blocking. The result carries
+ * no verifier signature; a peer's check is what gives one. */
+int gn_attest_run_local(const gn_attest_backend *b, const gn_attest_params *p, const char *claimed_class,
+                        gn_attest_result *ret);
+
 /* --- reports ----------------------------------------------------------------------*/
 
 typedef struct gn_attest_gpu {

@@ -252,6 +252,18 @@ static void test_honest_cpu_prover_is_simulated(void **state) {
   assert_memory_equal(res.final_root, roots + 3 * 32, 32);
 }
 
+static void test_local_run_grades_simulated_cpu(void **state) {
+  (void)state;
+  gn_attest_result res;
+  assert_int_equal(gn_attest_run_local(gn_attest_backend_cpu(), &small, "RTX 3090", &res), 0);
+  assert_int_equal(res.outcome, GN_ATTEST_SIMULATED);
+  assert_string_equal(res.claimed_class, "RTX 3090");
+  /* Bad parameters are refused before any work. */
+  gn_attest_params bad = small;
+  bad.n = 100;
+  assert_int_equal(gn_attest_run_local(gn_attest_backend_cpu(), &bad, "RTX 3090", &res), GN_EINVAL);
+}
+
 static void test_honest_hardware_prover_too_slow_verdict(void **state) {
   (void)state;
   evil e;
@@ -723,6 +735,7 @@ int main(void) {
       cmocka_unit_test(test_quant_uses_all_bits),
       cmocka_unit_test(test_merkle_paths_check_and_reject),
       cmocka_unit_test(test_honest_cpu_prover_is_simulated),
+      cmocka_unit_test(test_local_run_grades_simulated_cpu),
       cmocka_unit_test(test_honest_hardware_prover_too_slow_verdict),
       cmocka_unit_test(test_grade_verifies_fast_enough_class),
       cmocka_unit_test(test_grade_simulated_regardless_of_time),
