@@ -109,6 +109,8 @@ struct gn_job {
   char devices[GN_LEASE_MAX_GPUS][32];   /* their device nodes */
   size_t ndev;
   bool cgroup_limits;
+  uint64_t memory_mib; /* limits the manifest asked for, clamped by policy */
+  uint32_t pids_max;
   char container_id[64];
   bool stop_requested;
   gn_buf manifest_env;

@@ -459,8 +459,8 @@ static void job_prepare_work(uv_work_t *w) {
       .cwd = img.workdir[0] ? img.workdir : "/",
       .hostname = j->id,
       .network = false,
-      .memory_bytes = 4ull << 30,
-      .pids_max = 512,
+      .memory_bytes = j->memory_mib << 20,
+      .pids_max = j->pids_max,
       .nofile = 1024,
       .devices = devices,
       .visible_devices = j->visible[0] ? j->visible : NULL,
@@ -601,6 +601,9 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   j->state = GN_JOB_PULLING;
   j->exit_code = -1;
   j->created_s = now_s;
+  /* The manifest's limits apply within this provider's policy bounds. */
+  j->memory_mib = m.memory_mib < 16 ? 16 : m.memory_mib > 65536 ? 65536 : m.memory_mib;
+  j->pids_max = m.pids < 8 ? 8 : m.pids > 4096 ? 4096 : m.pids;
   gn__pathf(j->log_path, sizeof j->log_path, "%s/jobs/%s.log", n->run_dir, j->id);
   gn__pathf(j->bundle, sizeof j->bundle, "%s/bundle-%s", n->run_dir, j->id);
   gn__strf(j->container_id, sizeof j->container_id, "gn-%s", j->id);
