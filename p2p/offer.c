@@ -19,9 +19,11 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
       strnlen(o->gpu_model, sizeof(o->gpu_model)) == sizeof(o->gpu_model) ||
       strnlen(o->currency, sizeof(o->currency)) == sizeof(o->currency))
     return GN_EINVAL;
+  if (o->attest_len > GN_OFFER_ATTEST_MAX)
+    return GN_ETOOBIG;
   gn_wire_writer w;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, OFFER_KEYS);
+  gn_wire_put_map(&w, OFFER_KEYS + (o->attest_len ? 1 : 0));
   gn_wire_put_str(&w, "provider");
   gn_wire_put_bin(&w, o->provider, GN_PK_LEN);
   gn_wire_put_str(&w, "seq");
@@ -48,6 +50,10 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
   gn_wire_put_u64(&w, o->max_hours);
   gn_wire_put_str(&w, "simulated");
   gn_wire_put_bool(&w, o->simulated);
+  if (o->attest_len) {
+    gn_wire_put_str(&w, "attest");
+    gn_wire_put_bin(&w, o->attest, o->attest_len);
+  }
   int r = gn_wire_writer_take(&w, ret);
   gn_wire_writer_done(&w);
   return r;
@@ -85,6 +91,14 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
       (r = gn_wire_get_str(m, "currency", o.currency, sizeof(o.currency))) < 0 ||
       (r = get_u32(m, "max_hours", &o.max_hours)) < 0 || (r = gn_wire_get_bool(m, "simulated", &o.simulated)) < 0)
     goto out;
+  if (gn_wire_get(m, "attest")) {
+    const uint8_t *p;
+    size_t n;
+    if ((r = gn_wire_get_bin_ref(m, "attest", GN_OFFER_ATTEST_MAX, &p, &n)) < 0)
+      goto out;
+    memcpy(o.attest, p, n);
+    o.attest_len = (uint32_t)n;
+  }
   /* Consistency a provider cannot get wrong honestly. */
   if (!o.gpu_model[0] || !o.currency[0] || o.gpus_free > o.gpus_total || o.expires_s <= o.issued_s ||
       o.issued_s < 0) {

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #define GN_OFFER_ID_STRLEN 16 /* "o-" + 12 hex + NUL, padded */
+#define GN_OFFER_ATTEST_MAX 3072 /* a signed GN_MSG_ATTEST_REPORT envelope */
 
 typedef struct gn_offer {
   uint8_t provider[GN_PK_LEN];
@@ -24,6 +25,11 @@ typedef struct gn_offer {
   char currency[8];         /* "EUR" */
   uint32_t max_hours;
   bool simulated; /* the GPU is simulated: no real hardware */
+  /* Optional: the provider's signed attestation report for this GPU model
+   * (key "attest", absent when attest_len is 0). Readers verify it with
+   * gn_attest_report_open and check its signer is the provider. */
+  uint32_t attest_len;
+  uint8_t attest[GN_OFFER_ATTEST_MAX];
 } gn_offer;
 
 /* The body of a GN_MSG_OFFER envelope. */
