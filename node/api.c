@@ -38,7 +38,13 @@ static void api_gpus(gn_ctl_req *req, void *ud) {
                           "memory_mib", (json_int_t)g->memory_mib, "driver", g->driver, "simulated", g->simulated);
     json_object_set_new(o, "leased_by", n->gpu_leased_by[i][0] ? json_string(n->gpu_leased_by[i]) : json_null());
     json_object_set_new(o, "utilization", gn_gpu_utilization(g, &util) == 0 ? json_integer(util) : json_null());
-    json_object_set_new(o, "attestation", g->simulated ? json_string("simulated") : json_null());
+    const gn_attest_local *a = gn__attest_local_find(n, g->name);
+    json_object_set_new(o, "attestation", a ? json_string(a->verdict) : json_null());
+    gn_gpu_stats st;
+    if (gn_gpu_stats_get(g, &st) == 0) {
+      json_object_set_new(o, "sm_clock_mhz", st.sm_clock_mhz ? json_integer(st.sm_clock_mhz) : json_null());
+      json_object_set_new(o, "power_mw", st.power_mw ? json_integer(st.power_mw) : json_null());
+    }
     json_object_set_new(o, "pci_bus_id", json_string(g->pci_bus_id));
     json_array_append_new(arr, o);
   }
@@ -98,6 +104,10 @@ static void api_offers(gn_ctl_req *req, void *ud) {
                        "currency", o->currency, "max_hours", (json_int_t)o->max_hours, "simulated", o->simulated,
                        "expires_s", (json_int_t)o->expires_s, "own",
                        memcmp(o->provider, n->id->pk, GN_PK_LEN) == 0));
+    char verdict[GN_ATTEST_VERDICT_STRLEN + 48];
+    gn__offer_attest_verdict(o, verdict, sizeof verdict);
+    json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "attestation",
+                        verdict[0] ? json_string(verdict) : json_null());
   }
   free(v);
   gn_ctl_reply_json(req, 200, json_pack("{s:o}", "offers", arr));
@@ -312,6 +322,7 @@ void gn__api_register(gn_node *n) {
       {"GET", "/v1/invoices", api_invoices},
       {"GET", "/v1/invoices/:id", api_invoice},
       {"GET", "/v1/invoices/:id/export", api_invoice_export},
+      {"POST", "/v1/attest", gn__api_attest},
       {"GET", "/metrics", api_metrics},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(routes); i++)

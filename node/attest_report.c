@@ -219,6 +219,33 @@ int gn_attest_report_attach_verdict(gn_attest_report *r, const uint8_t provider[
   return 0;
 }
 
+int gn_attest_report_from_verdict(gn_attest_report *r, const gn_attest_gpu *gpu, const uint8_t provider[GN_PK_LEN],
+                                  const uint8_t *env, size_t len, uint64_t prover_ms, int64_t issued_s) {
+  exchange x;
+  uint8_t signer[GN_PK_LEN], subject[GN_PK_LEN];
+  gn_attest_report tmp;
+  int rc;
+  if ((rc = verdict_open(env, len, &x, signer, subject)) < 0)
+    return rc;
+  if (memcmp(subject, provider, GN_PK_LEN) != 0)
+    return GN_EPERM;
+  memset(&tmp, 0, sizeof(tmp));
+  tmp.gpu = *gpu;
+  tmp.params = x.params;
+  memcpy(tmp.nonce, x.nonce, sizeof(tmp.nonce));
+  memcpy(tmp.final_root, x.final_root, sizeof(tmp.final_root));
+  memcpy(tmp.roots_hash, x.roots_hash, sizeof(tmp.roots_hash));
+  tmp.prover_ms = prover_ms;
+  tmp.issued_s = issued_s;
+  if ((rc = gn_attest_report_attach_verdict(&tmp, provider, env, len)) < 0) {
+    gn_attest_report_done(&tmp);
+    return rc;
+  }
+  gn_attest_report_done(r);
+  *r = tmp;
+  return 0;
+}
+
 int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r, gn_buf *ret) {
   exchange x;
   gn_wire_writer w;

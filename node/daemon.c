@@ -408,6 +408,7 @@ static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const cha
   gn_discovery_peer_up(n->disc, peer, addr, gn_unix_s());
   gn__requester_peer_up(n, peer);
   gn__provider_peer_up(n, peer);
+  gn__attest_peer_up(n, peer);
 }
 
 static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
@@ -441,6 +442,13 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
     return;
   }
   switch (env->type) {
+  case GN_MSG_ATTEST_CHALLENGE:
+  case GN_MSG_ATTEST_RESPONSE:
+  case GN_MSG_ATTEST_OPEN:
+  case GN_MSG_ATTEST_PROOF:
+  case GN_MSG_ATTEST_VERDICT:
+    gn__attest_on_message(n, peer, env, raw, raw_len);
+    break;
   case GN_MSG_LEASE_REQUEST:
   case GN_MSG_LEASE_RELEASE:
   case GN_MSG_JOB_MANIFEST:
@@ -454,8 +462,11 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_LEASE_END:
   case GN_MSG_JOB_STATUS:
   case GN_MSG_JOB_LOG:
-  case GN_MSG_INVOICE:
   case GN_MSG_ERROR:
+    gn__attest_on_message(n, peer, env, raw, raw_len);
+    gn__requester_on_message(n, peer, env, raw, raw_len);
+    break;
+  case GN_MSG_INVOICE:
     gn__requester_on_message(n, peer, env, raw, raw_len);
     break;
   default:
@@ -473,6 +484,7 @@ static void on_tick(uv_timer_t *t) {
   gn__provider_tick(n, now_ms, now_s);
   gn__requester_tick(n, now_ms, now_s);
   pending_expire(n, now_ms);
+  gn__attest_tick(n, now_ms);
   static int64_t last_save;
   if (now_s - last_save >= 30) {
     last_save = now_s;
@@ -508,6 +520,7 @@ static void shutdown_node(gn_node *n) {
     p = next;
   }
   n->pending = NULL;
+  gn__attest_shutdown(n);
   uv_timer_stop(&n->tick_timer);
   uv_close((uv_handle_t *)&n->tick_timer, NULL);
   uv_close((uv_handle_t *)&n->sig_int, NULL);
@@ -651,8 +664,10 @@ int gn__node_main(int argc, char **argv) {
            (unsigned long long)n->gpus.items[i].memory_mib, n->gpus.items[i].simulated ? " SIMULATED" : "");
   if (n->have_runtime)
     gn_log(GN_LOG_INFO, "OCI runtime: %s %s", n->rt.path, n->rt.version);
-  if (n->cfg.provide)
+  if (n->cfg.provide) {
+    gn__attest_start_local(n);
     gn__provider_publish_offers(n, gn_unix_s());
+  }
 
   uv_run(n->loop, UV_RUN_DEFAULT);
 

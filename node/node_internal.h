@@ -3,6 +3,7 @@
 #ifndef GPUNET_NODE_INTERNAL_H
 #define GPUNET_NODE_INTERNAL_H
 
+#include <gpunet/attest.h>
 #include <gpunet/billing.h>
 #include <gpunet/discovery.h>
 #include <gpunet/identity.h>
@@ -40,6 +41,29 @@ typedef enum gn_job_state {
 
 typedef struct gn_node gn_node;
 typedef struct gn_job gn_job;
+
+/* Attestation of one local GPU model (provider). */
+#define GN_ATTEST_MODELS 8
+typedef struct gn_attest_local {
+  gn_node *node;
+  char model[96];
+  size_t gpu_index; /* the first local GPU of this model */
+  bool simulated;
+  bool running;
+  bool done;
+  char verdict[GN_ATTEST_VERDICT_STRLEN];
+  gn_attest_report report;
+  gn_buf report_env; /* sealed GN_MSG_ATTEST_REPORT, attached to offers */
+  gn_attest_backend *cuda;
+  uv_work_t work;
+  gn_attest_params params;
+  gn_attest_result result;
+  int rc;
+} gn_attest_local;
+
+typedef void (*gn_attest_done_fn)(gn_node *n, void *ud, int rc, const gn_attest_result *res, const char *err);
+struct gn_prove_sess;
+struct gn_verify_sess;
 
 typedef struct gn_lease {
   struct gn_lease *next;
@@ -142,6 +166,11 @@ struct gn_node {
     char addr[64];
   } peers[256];
   size_t peer_count;
+  gn_attest_local attest[GN_ATTEST_MODELS];
+  size_t attest_n;
+  struct gn_prove_sess *provers;
+  struct gn_verify_sess *verifiers;
+  bool prover_busy;
   uv_timer_t tick_timer;
   uv_signal_t sig_int, sig_term;
   uint64_t offer_seq;
@@ -192,6 +221,23 @@ void gn__api_rent(gn_ctl_req *req, void *ud);
 void gn__api_release(gn_ctl_req *req, void *ud);
 void gn__api_run(gn_ctl_req *req, void *ud);
 void gn__api_stop(gn_ctl_req *req, void *ud);
+
+/* attest_net.c: attestation on the node and over the network. */
+void gn__attest_start_local(gn_node *n);
+void gn__attest_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                           size_t raw_len);
+void gn__attest_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+void gn__attest_tick(gn_node *n, uint64_t now_ms);
+/* Challenges the provider of offer e; done is called exactly once (from a
+ * later loop callback) unless this returns an error. */
+int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done, void *ud);
+void gn__api_attest(gn_ctl_req *req, void *ud);
+const gn_attest_local *gn__attest_local_find(const gn_node *n, const char *model);
+/* The verdict an offer's attached report states, e.g. "verified RTX 4090
+ * (checked by gn…)" or "simulated (self-reported)"; "" when none. */
+void gn__offer_attest_verdict(const gn_offer *o, char *buf, size_t cap);
+json_t *gn__attest_result_json(const gn_attest_result *res);
+void gn__attest_shutdown(gn_node *n);
 
 /* api.c */
 void gn__api_register(gn_node *n);

@@ -62,6 +62,11 @@ void gn__provider_publish_offers(gn_node *n, int64_t now_s) {
     gn__strf(o.currency, sizeof o.currency, "%s", n->cfg.currency);
     o.max_hours = n->cfg.max_hours;
     o.simulated = g->simulated;
+    const gn_attest_local *a = gn__attest_local_find(n, g->name);
+    if (a && a->report_env.len && a->report_env.len <= sizeof o.attest) {
+      memcpy(o.attest, a->report_env.data, a->report_env.len);
+      o.attest_len = (uint32_t)a->report_env.len;
+    }
     gn_buf env = {0};
     int r = gn_offer_seal(n->id, &o, &env);
     if (r == 0)

@@ -71,6 +71,75 @@ static const gn_offer_entry *pick_offer(gn_node *n, const char *model, uint32_t 
   return best;
 }
 
+/* Signs the lease request for offer e and sends it; the API request is
+ * answered when the provider accepts or rejects (or does not answer). */
+static void rent_send(gn_node *n, gn_ctl_req *req, const gn_offer_entry *e, uint32_t count, uint64_t max_s) {
+  gn_lease_terms t;
+  gn_lease_terms_init(&t);
+  memcpy(t.provider, e->offer.provider, GN_PK_LEN);
+  memcpy(t.requester, n->id->pk, GN_PK_LEN);
+  gn__strf(t.offer_id, sizeof t.offer_id, "%s", e->id);
+  gn__strf(t.gpu_model, sizeof t.gpu_model, "%s", e->offer.gpu_model);
+  t.count = count;
+  t.price_uper_hour = e->offer.price_uper_hour;
+  gn__strf(t.currency, sizeof t.currency, "%s", e->offer.currency);
+  t.max_s = max_s;
+  t.interval_s = 60;
+  t.requested_s = gn_unix_s();
+  t.simulated = e->offer.simulated;
+  gn_buf env = {0};
+  int r = gn_lease_request_seal(n->id, &t, &env);
+  if (r < 0) {
+    gn_ctl_reply_error(req, 500, "cannot sign the lease request: %s", gn_strerror(r));
+    return;
+  }
+  gn_pending *p = gn__pending_add(n, req, GN_PENDING_RENT, t.lease_id, GN_RENT_TIMEOUT_MS);
+  if (!p) {
+    gn_buf_done(&env);
+    gn_ctl_reply_error(req, 500, "out of memory");
+    return;
+  }
+  char pid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(t.provider, pid);
+  gn_log(GN_LOG_INFO, "requesting lease %s: %u x %s from %s", t.lease_id, t.count, t.gpu_model, pid);
+  r = send_or_connect(n, p, t.provider, e->offer.addr, env.data, env.len);
+  gn_buf_done(&env);
+  if (r < 0) {
+    gn__pending_free(gn__pending_take(n, GN_PENDING_RENT, t.lease_id));
+    gn_ctl_reply_error(req, 502, "cannot reach provider %s at %s: %s", pid, e->offer.addr, gn_strerror(r));
+  }
+}
+
+typedef struct rent_ctx {
+  gn_ctl_req *req;
+  char offer_id[GN_OFFER_ID_STRLEN];
+  uint32_t count;
+  uint64_t max_s;
+  bool allow_sim;
+} rent_ctx;
+
+/* The attestation verdict decides whether we sign: a provider whose proof
+ * fails or is too slow for the GPU it advertises is refused. */
+static void rent_after_attest(gn_node *n, void *ud, int rc, const gn_attest_result *res, const char *err) {
+  rent_ctx *c = ud;
+  const gn_offer_entry *e = gn_offer_table_find(n->offers, c->offer_id);
+  if (rc < 0)
+    gn_ctl_reply_error(c->req, 502, "cannot attest the provider of %s: %s; not renting (--no-attest skips the check)",
+                       c->offer_id, err ? err : gn_strerror(rc));
+  else if (res->outcome == GN_ATTEST_FAILED || res->outcome == GN_ATTEST_TOO_SLOW)
+    gn_ctl_reply_error(c->req, 409, "provider of %s failed attestation: %s; not renting", c->offer_id, res->verdict);
+  else if (res->outcome == GN_ATTEST_SIMULATED && !c->allow_sim)
+    gn_ctl_reply_error(c->req, 409, "the provider of %s proved only a simulated GPU; pass --allow-simulated",
+                       c->offer_id);
+  else if (!e)
+    gn_ctl_reply_error(c->req, 409, "offer %s disappeared while its provider was being attested", c->offer_id);
+  else {
+    gn_log(GN_LOG_INFO, "attestation of %s: %s", c->offer_id, res->verdict);
+    rent_send(n, c->req, e, c->count, c->max_s);
+  }
+  free(c);
+}
+
 void gn__api_rent(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   const json_t *b = gn_ctl_req_body(req);
@@ -118,37 +187,27 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
   if (max_s < 1 || max_s > (uint64_t)e->offer.max_hours * 3600u)
     return gn_ctl_reply_error(req, 400, "offer %s allows leases of at most %u hours", e->id, e->offer.max_hours);
 
-  gn_lease_terms t;
-  gn_lease_terms_init(&t);
-  memcpy(t.provider, e->offer.provider, GN_PK_LEN);
-  memcpy(t.requester, n->id->pk, GN_PK_LEN);
-  gn__strf(t.offer_id, sizeof t.offer_id, "%s", e->id);
-  gn__strf(t.gpu_model, sizeof t.gpu_model, "%s", e->offer.gpu_model);
-  t.count = (uint32_t)count;
-  t.price_uper_hour = e->offer.price_uper_hour;
-  gn__strf(t.currency, sizeof t.currency, "%s", e->offer.currency);
-  t.max_s = max_s;
-  t.interval_s = 60;
-  t.requested_s = gn_unix_s();
-  t.simulated = e->offer.simulated;
-  gn_buf env = {0};
-  int r = gn_lease_request_seal(n->id, &t, &env);
-  if (r < 0)
-    return gn_ctl_reply_error(req, 500, "cannot sign the lease request: %s", gn_strerror(r));
-  gn_pending *p = gn__pending_add(n, req, GN_PENDING_RENT, t.lease_id, GN_RENT_TIMEOUT_MS);
-  if (!p) {
-    gn_buf_done(&env);
-    return gn_ctl_reply_error(req, 500, "out of memory");
+  if (!json_is_false(json_object_get(b, "attest"))) {
+    /* Challenge the provider's GPU before signing anything. */
+    rent_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+      return gn_ctl_reply_error(req, 500, "out of memory");
+    c->req = req;
+    gn__strf(c->offer_id, sizeof c->offer_id, "%s", e->id);
+    c->count = (uint32_t)count;
+    c->max_s = max_s;
+    c->allow_sim = allow_sim;
+    int r = gn__attest_begin(n, e, rent_after_attest, c);
+    if (r < 0) {
+      free(c);
+      return gn_ctl_reply_error(req, 409,
+                                "cannot attest the %s of offer %s (%s); rent with --no-attest to skip the check",
+                                e->offer.gpu_model, e->id,
+                                r == GN_ENOTFOUND ? "no attestation class for this model" : gn_strerror(r));
+    }
+    return;
   }
-  char pid[GN_NODE_ID_STRLEN];
-  gn_node_id_format(t.provider, pid);
-  gn_log(GN_LOG_INFO, "requesting lease %s: %u x %s from %s", t.lease_id, t.count, t.gpu_model, pid);
-  r = send_or_connect(n, p, t.provider, e->offer.addr, env.data, env.len);
-  gn_buf_done(&env);
-  if (r < 0) {
-    gn__pending_free(gn__pending_take(n, GN_PENDING_RENT, t.lease_id));
-    return gn_ctl_reply_error(req, 502, "cannot reach provider %s at %s: %s", pid, e->offer.addr, gn_strerror(r));
-  }
+  rent_send(n, req, e, (uint32_t)count, max_s);
 }
 
 static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {

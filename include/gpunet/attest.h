@@ -226,6 +226,12 @@ int gn_attest_verdict_seal(const gn_identity *verifier, const uint8_t provider[G
  * provider must be the verdict's subject. */
 int gn_attest_report_attach_verdict(gn_attest_report *r, const uint8_t provider[GN_PK_LEN], const uint8_t *env,
                                     size_t len);
+/* A provider's report built from a peer's verdict on an exchange with it
+ * (the verdict says which challenge, roots and timing; gpu says which card):
+ * GN_EPERM when the verdict is about another provider, GN_ESIG when it does
+ * not verify. Replaces what r held (r must be zeroed or a valid report). */
+int gn_attest_report_from_verdict(gn_attest_report *r, const gn_attest_gpu *gpu, const uint8_t provider[GN_PK_LEN],
+                                  const uint8_t *env, size_t len, uint64_t prover_ms, int64_t issued_s);
 /* Seals the report as a GN_MSG_ATTEST_REPORT envelope signed by the provider. */
 int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r, gn_buf *ret);
 /* Opens and checks a report envelope (and its verdict envelope when present);

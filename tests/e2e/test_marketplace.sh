@@ -83,6 +83,21 @@ ok "offer filter excludes by price"
 gn_cli "$R" offers | grep -q SIMULATED || fail "human offer table does not say SIMULATED"
 ok "offer table shows SIMULATED"
 
+# Attestation: the provider's self-check rides on its offer; a requester's
+# challenge over the network yields a verdict, which the provider then
+# carries, signed by that requester.
+self_checked() { gn_cli "$R" --json offers | jq -e '.offers[0].attestation | test("simulated")' >/dev/null; }
+gn_wait_until 20 "the provider's self-check on its offer" self_checked || fail "offer carries no attestation"
+gn_cli "$P" --json gpus | jq -e '.gpus[0].attestation | test("simulated")' >/dev/null || fail "gpus: no attestation"
+offer=$(gn_cli "$R" --json offers | jq -r '.offers[0].id')
+att=$(gn_cli "$R" --json attest "$offer")
+[ "$(jq -r .outcome <<<"$att")" = simulated ] || fail "attest verdict: $att"
+[ "$(jq -r .verdict <<<"$att")" = simulated ] || fail "attest verdict string: $att"
+checked() { gn_cli "$R" --json offers | jq -e '.offers[0].attestation | test("checked by")' >/dev/null; }
+gn_wait_until 30 "the peer-checked report on the offer" checked || fail "offer does not carry the peer's verdict"
+ok "attestation: self-check on the offer, network challenge says simulated, provider carries the signed verdict"
+expect_fail "attesting an unknown offer" "no offer" gn_cli "$R" attest o-000000000000
+
 expect_fail "renting a simulated GPU needs --allow-simulated" "allow-simulated" \
   gn_cli "$R" rent --gpu "RTX 4090" --hours 1
 lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated | jq -r .lease.id)
