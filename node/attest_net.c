@@ -12,8 +12,12 @@
  * to exercise every message, graded "simulated" whatever its timing. */
 static const gn_attest_params sim_params = {.n = 256, .depth = 1, .rounds = 2, .open_rounds = 2, .open_rows = 4};
 #define SIM_MAX_OPS 1e10
+/* ...and the memory challenge with a table of a few MiB in host memory,
+ * graded "simulated" too. */
+static const gn_attest_mem_params sim_mem_params = {.table_mib = 8, .cost = 4, .walkers = 1024, .steps = 64, .samples = 8};
+#define SIM_MEM_MAX_MIB 64
 #define ATTEST_TARGET_MS 1000
-#define ATTEST_TIMEOUT_MS 120000
+#define ATTEST_TIMEOUT_MS 120000 /* default; env GN_ATTEST_TIMEOUT_MS overrides */
 #define ATTEST_DATA_MAX (GN_ATTEST_PROOF_ROW_BYTES_MAX + 1024 * 1024)
 
 typedef struct gn_prove_sess {
@@ -23,8 +27,9 @@ typedef struct gn_prove_sess {
   char sid[32];
   size_t slot; /* n->attest[] */
   gn_attest_prover *pr;
+  gn_attest_mem_prover *mem; /* from the memory challenge on */
   gn_buf in, out;
-  uint32_t stage; /* GN_MSG_ATTEST_CHALLENGE or GN_MSG_ATTEST_OPEN being worked */
+  uint32_t stage; /* the message being worked (CHALLENGE, OPEN, MEM_CHALLENGE, MEM_WALK), 0 when idle */
   int rc;
   bool working;
   uint64_t started_ms, prover_ms, deadline_ms;
@@ -37,12 +42,34 @@ typedef struct gn_verify_sess {
   uint8_t peer[GN_PK_LEN];
   char model[96];
   gn_attest_params params;
+  bool offer_sim; /* the offer says simulated: small challenges */
   gn_attest_verifier *v;
   uint64_t t_sent_ms, elapsed_ms, deadline_ms;
   gn_buf pending; /* the challenge, until the provider is connected */
   gn_attest_done_fn done;
   void *ud;
+  /* The memory challenge, once the compute proof holds. */
+  gn_attest_result compute, mem;
+  gn_buf verdict_env; /* our signed compute verdict, sent when all is done */
+  gn_attest_mem_params mem_params;
+  gn_attest_mem_verifier *mv;
+  uint64_t t_walk_ms;
+  gn_buf in; /* the MEM_RESULT being checked on the thread pool */
+  bool working, orphan;
+  gn_node *n;
+  int rc;
+  uv_work_t work;
+  gn_attest_result *mem_out; /* the API's copy of the memory figures */
+  bool *mem_set;
 } gn_verify_sess;
+
+/* How long a peer has for each challenge. Tests shorten it. */
+static uint64_t attest_timeout_ms(void) {
+  const char *e = getenv("GN_ATTEST_TIMEOUT_MS");
+  char *end;
+  unsigned long long v = e ? strtoull(e, &end, 10) : 0;
+  return e && *e && !*end && v >= 100 && v <= 3600000 ? v : ATTEST_TIMEOUT_MS;
+}
 
 static gn_attest_gpu gpu_identity(const gn_gpu *g) {
   gn_attest_gpu a;
@@ -214,6 +241,7 @@ static void prove_free(gn_node *n, gn_prove_sess *s) {
       break;
     }
   gn_attest_prover_free(s->pr);
+  gn_attest_mem_prover_free(s->mem);
   gn_buf_done(&s->in);
   gn_buf_done(&s->out);
   free(s);
@@ -222,12 +250,31 @@ static void prove_free(gn_node *n, gn_prove_sess *s) {
 static void prove_work(uv_work_t *w) {
   gn_prove_sess *s = w->data;
   uint64_t t0 = gn_mono_ms();
-  if (s->stage == GN_MSG_ATTEST_CHALLENGE)
+  switch (s->stage) {
+  case GN_MSG_ATTEST_CHALLENGE:
     s->rc = gn_attest_prover_on_challenge(s->pr, s->in.data, s->in.len, &s->out);
-  else
-    s->rc = gn_attest_prover_on_open(s->pr, s->in.data, s->in.len, &s->out);
-  if (s->stage == GN_MSG_ATTEST_CHALLENGE)
     s->prover_ms = gn_mono_ms() - t0;
+    break;
+  case GN_MSG_ATTEST_OPEN:
+    s->rc = gn_attest_prover_on_open(s->pr, s->in.data, s->in.len, &s->out);
+    break;
+  case GN_MSG_ATTEST_MEM_CHALLENGE:
+    s->rc = gn_attest_mem_prover_on_challenge(s->mem, s->in.data, s->in.len, &s->out);
+    break;
+  default:
+    s->rc = gn_attest_mem_prover_on_walk(s->mem, s->in.data, s->in.len, &s->out);
+    break;
+  }
+}
+
+/* What the provider answers to the message it just worked. */
+static uint32_t answer_type(uint32_t stage) {
+  switch (stage) {
+  case GN_MSG_ATTEST_CHALLENGE: return GN_MSG_ATTEST_RESPONSE;
+  case GN_MSG_ATTEST_OPEN: return GN_MSG_ATTEST_PROOF;
+  case GN_MSG_ATTEST_MEM_CHALLENGE: return GN_MSG_ATTEST_MEM_READY;
+  default: return GN_MSG_ATTEST_MEM_RESULT;
+  }
 }
 
 static void prove_done(uv_work_t *w, int status) {
@@ -240,13 +287,13 @@ static void prove_done(uv_work_t *w, int status) {
     prove_free(n, s);
     return;
   }
-  uint32_t type = s->stage == GN_MSG_ATTEST_CHALLENGE ? GN_MSG_ATTEST_RESPONSE : GN_MSG_ATTEST_PROOF;
+  uint32_t type = answer_type(s->stage);
   send_wrapped(n, s->peer, type, s->sid, NULL, &s->out, NULL);
   gn_buf_done(&s->out);
   gn_buf_done(&s->in);
-  if (type == GN_MSG_ATTEST_PROOF) {
-    /* Kept until the verifier's verdict arrives (or the session expires),
-     * for the prover's own timing in the report. */
+  if (type == GN_MSG_ATTEST_PROOF || type == GN_MSG_ATTEST_MEM_RESULT) {
+    /* Kept until the verifier's memory challenge or verdict arrives (or the
+     * session expires), for the prover's own timing in the report. */
     s->stage = 0;
   }
 }
@@ -294,7 +341,7 @@ static void on_challenge(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrappe
   gn__strf(s->sid, sizeof s->sid, "%s", m->sid);
   s->slot = (size_t)(a - n->attest);
   s->started_ms = gn_mono_ms();
-  s->deadline_ms = s->started_ms + ATTEST_TIMEOUT_MS;
+  s->deadline_ms = s->started_ms + attest_timeout_ms();
   s->next = n->provers;
   n->provers = s;
   char pid[GN_NODE_ID_STRLEN];
@@ -310,6 +357,34 @@ static void on_open(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m)
   if (n->prover_busy)
     return send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
   prove_start(n, s, GN_MSG_ATTEST_OPEN, m->data, m->data_len);
+}
+
+/* The memory challenge comes on the session of a compute proof just given:
+ * same sid, same GPU model. A simulated GPU fills a small table in host
+ * memory; a real one in its own memory. */
+static void on_mem_challenge(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
+  gn_prove_sess *s = prove_find(n, peer, m->sid);
+  if (!s || s->working || s->stage != 0 || s->mem)
+    return send_error(n, peer, m->sid, "no attestation session awaiting a memory challenge");
+  if (n->prover_busy)
+    return send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
+  gn_attest_local *a = &n->attest[s->slot];
+  int r = a->simulated ? gn_attest_mem_prover_new(SIM_MEM_MAX_MIB, &s->mem)
+                       : gn_attest_mem_prover_new_cuda(a->cuda, (uint32_t)n->gpus.items[a->gpu_index].memory_mib,
+                                                       &s->mem);
+  if (r < 0)
+    return send_error(n, peer, m->sid, "this provider cannot run the memory challenge");
+  s->deadline_ms = gn_mono_ms() + attest_timeout_ms();
+  prove_start(n, s, GN_MSG_ATTEST_MEM_CHALLENGE, m->data, m->data_len);
+}
+
+static void on_mem_walk(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
+  gn_prove_sess *s = prove_find(n, peer, m->sid);
+  if (!s || s->working || s->stage != GN_MSG_ATTEST_MEM_CHALLENGE)
+    return send_error(n, peer, m->sid, "no memory challenge awaiting its walk");
+  if (n->prover_busy)
+    return send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
+  prove_start(n, s, GN_MSG_ATTEST_MEM_WALK, m->data, m->data_len);
 }
 
 /* A verifier's signed verdict on our exchange: it becomes our report, so
@@ -348,6 +423,15 @@ static void on_verdict(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t 
 
 /* --- the requester verifies ---------------------------------------------------*/
 
+static void verify_free(gn_verify_sess *s) {
+  gn_attest_verifier_free(s->v);
+  gn_attest_mem_verifier_free(s->mv);
+  gn_buf_done(&s->pending);
+  gn_buf_done(&s->verdict_env);
+  gn_buf_done(&s->in);
+  free(s);
+}
+
 static void verify_finish(gn_node *n, gn_verify_sess *s, int rc, const gn_attest_result *res, const char *err) {
   for (gn_verify_sess **pp = &n->verifiers; *pp; pp = &(*pp)->next)
     if (*pp == s) {
@@ -356,13 +440,15 @@ static void verify_finish(gn_node *n, gn_verify_sess *s, int rc, const gn_attest
     }
   gn_attest_done_fn done = s->done;
   void *ud = s->ud;
-  gn_attest_verifier_free(s->v);
-  gn_buf_done(&s->pending);
-  free(s);
+  if (s->working)
+    s->orphan = true; /* its work is still on the pool: freed when it returns */
+  else
+    verify_free(s);
   done(n, ud, rc, res, err);
 }
 
-int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done, void *ud) {
+static int attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done, void *ud,
+                        gn_attest_result *mem_out, bool *mem_set) {
   const char *cls;
   gn_verify_sess *s = calloc(1, sizeof *s);
   gn_buf challenge = {0};
@@ -387,7 +473,10 @@ int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done
   gn__strf(s->model, sizeof s->model, "%s", e->offer.gpu_model);
   s->done = done;
   s->ud = ud;
-  s->deadline_ms = gn_mono_ms() + ATTEST_TIMEOUT_MS;
+  s->offer_sim = e->offer.simulated;
+  s->mem_out = mem_out;
+  s->mem_set = mem_set;
+  s->deadline_ms = gn_mono_ms() + attest_timeout_ms();
   r = send_wrapped(n, s->peer, GN_MSG_ATTEST_CHALLENGE, s->sid, s->model, &challenge, &s->pending);
   gn_buf_done(&challenge);
   if (r < 0) {
@@ -405,6 +494,10 @@ int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done
   else
     gn_transport_connect(n->tp, e->offer.addr);
   return 0;
+}
+
+int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done, void *ud) {
+  return attest_begin(n, e, done, ud, NULL, NULL);
 }
 
 void gn__attest_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
@@ -445,9 +538,11 @@ static void on_response(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped
   gn_buf_done(&open);
 }
 
+static void mem_begin(gn_node *n, gn_verify_sess *s);
+
 static void on_proof(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
   gn_verify_sess *s = verify_find(n, peer, m->sid);
-  if (!s || !s->elapsed_ms)
+  if (!s || !s->elapsed_ms || s->mv)
     return;
   gn_attest_result res;
   memset(&res, 0, sizeof res);
@@ -455,14 +550,117 @@ static void on_proof(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m
   if (r < 0) {
     res.outcome = GN_ATTEST_FAILED;
     gn__strf(res.verdict, sizeof res.verdict, "failed: the provider's proof is malformed (%s)", gn_strerror(r));
-  } else {
-    /* Our signed verdict goes back to the provider, who may carry it. */
-    gn_buf env = {0};
-    if (gn_attest_verdict_seal(n->id, peer, &s->params, &res, gn_unix_s(), &env) == 0)
-      gn_transport_send(n->tp, peer, env.data, env.len);
-    gn_buf_done(&env);
+  }
+  if (res.outcome == GN_ATTEST_FAILED)
+    return verify_finish(n, s, 0, &res, NULL);
+  /* Our signed verdict on the compute proof goes back to the provider, who
+   * may carry it, once the memory challenge is passed too. */
+  s->compute = res;
+  if (gn_attest_verdict_seal(n->id, peer, &s->params, &res, gn_unix_s(), &s->verdict_env) < 0)
+    gn_buf_done(&s->verdict_env);
+  mem_begin(n, s);
+}
+
+/* --- the requester's memory challenge, after the compute proof holds ------------*/
+
+static void mem_begin(gn_node *n, gn_verify_sess *s) {
+  gn_buf challenge = {0};
+  const gn_attest_class *c = gn_attest_class_find(s->compute.claimed_class);
+  int r = 0;
+  if (s->offer_sim)
+    s->mem_params = sim_mem_params;
+  else if (!c || (r = gn_attest_mem_params_for_class(c, ATTEST_TARGET_MS, &s->mem_params)) < 0)
+    r = r < 0 ? r : GN_ENOTFOUND;
+  if (r == 0)
+    r = gn_attest_mem_verifier_new(&s->mem_params, s->compute.claimed_class, NULL, NULL, &challenge, &s->mv);
+  if (r == 0)
+    r = send_wrapped(n, s->peer, GN_MSG_ATTEST_MEM_CHALLENGE, s->sid, NULL, &challenge, NULL);
+  gn_buf_done(&challenge);
+  if (r < 0) {
+    char err[200];
+    gn__strf(err, sizeof err, "cannot send the memory challenge: %s", gn_strerror(r));
+    return verify_finish(n, s, r, NULL, err);
+  }
+  /* Filling the table is not timed, but it must end: a fresh deadline. */
+  s->deadline_ms = gn_mono_ms() + attest_timeout_ms();
+}
+
+static void on_mem_ready(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
+  gn_verify_sess *s = verify_find(n, peer, m->sid);
+  if (!s || !s->mv || s->t_walk_ms)
+    return;
+  gn_buf walk = {0};
+  int r = gn_attest_mem_verifier_on_ready(s->mv, m->data, m->data_len, &walk);
+  if (r < 0) {
+    gn_attest_result res = s->compute;
+    res.outcome = GN_ATTEST_FAILED;
+    gn__strf(res.verdict, sizeof res.verdict, "failed: the provider's memory table answers another challenge (%s)",
+             gn_strerror(r));
+    gn_buf_done(&walk);
+    return verify_finish(n, s, 0, &res, NULL);
+  }
+  send_wrapped(n, peer, GN_MSG_ATTEST_MEM_WALK, s->sid, NULL, &walk, NULL);
+  gn_buf_done(&walk);
+  /* The walk is what is timed: from now to its result. */
+  s->t_walk_ms = gn_mono_ms();
+}
+
+static void mem_work(uv_work_t *w) {
+  gn_verify_sess *s = w->data;
+  /* Recomputing the sampled walkers takes a while for a big class. */
+  s->rc = gn_attest_mem_verifier_on_result(s->mv, s->in.data, s->in.len, s->mem.elapsed_ms, &s->mem);
+}
+
+static int outcome_rank(gn_attest_outcome o) {
+  return o == GN_ATTEST_VERIFIED ? 0 : o == GN_ATTEST_SIMULATED ? 1 : o == GN_ATTEST_TOO_SLOW ? 2 : 3;
+}
+
+static void mem_done(uv_work_t *w, int status) {
+  gn_verify_sess *s = w->data;
+  s->working = false;
+  if (s->orphan)
+    return verify_free(s);
+  gn_node *n = s->n;
+  if (status < 0 || s->rc < 0) {
+    int rc = status < 0 ? status : s->rc;
+    memset(&s->mem, 0, sizeof s->mem);
+    s->mem.outcome = GN_ATTEST_FAILED;
+    gn__strf(s->mem.verdict, sizeof s->mem.verdict, "failed: the provider's memory result is malformed (%s)",
+             gn_strerror(rc));
+  }
+  /* Both must hold: the worse of the two stands. */
+  gn_attest_result res = s->compute;
+  if (outcome_rank(s->mem.outcome) > outcome_rank(res.outcome)) {
+    res.outcome = s->mem.outcome;
+    gn__strf(res.verdict, sizeof res.verdict, "%s", s->mem.verdict);
+  } else if (s->verdict_env.len) {
+    gn_transport_send(n->tp, s->peer, s->verdict_env.data, s->verdict_env.len);
+  }
+  char pid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(s->peer, pid);
+  gn_log(GN_LOG_INFO, "attestation of %s at %.14s…: compute %s; memory %s (%.1f GB/s in %llu ms)", s->model, pid,
+         s->compute.verdict, s->mem.verdict, s->mem.measured_tops, (unsigned long long)s->mem.elapsed_ms);
+  if (s->mem_out) {
+    *s->mem_out = s->mem;
+    *s->mem_set = true;
   }
   verify_finish(n, s, 0, &res, NULL);
+}
+
+static void on_mem_result(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
+  gn_verify_sess *s = verify_find(n, peer, m->sid);
+  if (!s || !s->t_walk_ms || s->working || s->in.len)
+    return;
+  memset(&s->mem, 0, sizeof s->mem);
+  s->mem.elapsed_ms = gn_mono_ms() - s->t_walk_ms;
+  if (s->mem.elapsed_ms == 0)
+    s->mem.elapsed_ms = 1;
+  if (gn_buf_append(&s->in, m->data, m->data_len) < 0)
+    return verify_finish(n, s, GN_ENOMEM, NULL, "out of memory");
+  s->n = n;
+  s->working = true;
+  s->work.data = s;
+  uv_queue_work(n->loop, &s->work, mem_work, mem_done);
 }
 
 static void on_error(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
@@ -493,6 +691,18 @@ void gn__attest_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_e
     break;
   case GN_MSG_ATTEST_PROOF:
     on_proof(n, peer, &m);
+    break;
+  case GN_MSG_ATTEST_MEM_CHALLENGE:
+    on_mem_challenge(n, peer, &m);
+    break;
+  case GN_MSG_ATTEST_MEM_READY:
+    on_mem_ready(n, peer, &m);
+    break;
+  case GN_MSG_ATTEST_MEM_WALK:
+    on_mem_walk(n, peer, &m);
+    break;
+  case GN_MSG_ATTEST_MEM_RESULT:
+    on_mem_result(n, peer, &m);
     break;
   case GN_MSG_ERROR:
     on_error(n, peer, &m);
@@ -569,8 +779,17 @@ json_t *gn__attest_result_json(const gn_attest_result *res) {
                    (json_int_t)res->prover_ms, "simulated", res->simulated);
 }
 
+/* The memory challenge's figures (GB/s in the *_tops fields). */
+static json_t *mem_result_json(const gn_attest_result *m) {
+  return json_pack("{s:s, s:s, s:f, s:f, s:I}", "verdict", m->verdict, "outcome", outcome_name(m->outcome),
+                   "measured_gbs", m->measured_tops, "expected_gbs", m->expected_tops, "elapsed_ms",
+                   (json_int_t)m->elapsed_ms);
+}
+
 typedef struct api_attest_ctx {
   gn_ctl_req *req;
+  gn_attest_result mem;
+  bool has_mem;
   char offer_id[GN_OFFER_ID_STRLEN];
   char provider[GN_NODE_ID_STRLEN];
 } api_attest_ctx;
@@ -584,6 +803,7 @@ static void api_attest_done(gn_node *n, void *ud, int rc, const gn_attest_result
     json_t *o = gn__attest_result_json(res);
     json_object_set_new(o, "offer", json_string(c->offer_id));
     json_object_set_new(o, "provider", json_string(c->provider));
+    json_object_set_new(o, "memory", c->has_mem ? mem_result_json(&c->mem) : json_null());
     gn_ctl_reply_json(c->req, 200, o);
   }
   free(c);
@@ -611,7 +831,7 @@ void gn__api_attest(gn_ctl_req *req, void *ud) {
   c->req = req;
   gn__strf(c->offer_id, sizeof c->offer_id, "%s", e->id);
   gn_node_id_format(e->offer.provider, c->provider);
-  int r = gn__attest_begin(n, e, api_attest_done, c);
+  int r = attest_begin(n, e, api_attest_done, c, &c->mem, &c->has_mem);
   if (r < 0) {
     free(c);
     return gn_ctl_reply_error(req, r == GN_ENOTFOUND ? 409 : 500, "cannot attest %s: %s", e->offer.gpu_model,

@@ -447,6 +447,10 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_ATTEST_OPEN:
   case GN_MSG_ATTEST_PROOF:
   case GN_MSG_ATTEST_VERDICT:
+  case GN_MSG_ATTEST_MEM_CHALLENGE:
+  case GN_MSG_ATTEST_MEM_READY:
+  case GN_MSG_ATTEST_MEM_WALK:
+  case GN_MSG_ATTEST_MEM_RESULT:
     gn__attest_on_message(n, peer, env, raw, raw_len);
     break;
   case GN_MSG_LEASE_REQUEST:
