@@ -337,7 +337,8 @@ int gn__envelope_peek(const uint8_t *buf, size_t len, uint32_t *ret_type, uint8_
     r = GN_ENOMEM;
     goto out;
   }
-  memcpy(body, a[3].via.bin.ptr, a[3].via.bin.size);
+  if (a[3].via.bin.size) /* an empty bin has a NULL ptr in msgpack-c */
+    memcpy(body, a[3].via.bin.ptr, a[3].via.bin.size);
   *ret_type = (uint32_t)a[1].via.u64;
   memcpy(ret_signer, a[2].via.bin.ptr, GN_PK_LEN);
   *ret_body = body;

@@ -57,11 +57,11 @@ static int get_strv(const msgpack_object *map, const char *key, char **out, uint
   for (; n < a->size; n++) {
     const msgpack_object *o = &a->ptr[n];
     if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > GN_JOB_MAX_ARG_LEN ||
-        memchr(o->via.str.ptr, 0, o->via.str.size)) {
+        (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))) {
       r = GN_EINVAL;
       goto fail;
     }
-    out[n] = strndup(o->via.str.ptr, o->via.str.size);
+    out[n] = o->via.str.size ? strndup(o->via.str.ptr, o->via.str.size) : strdup("");
     if (!out[n]) {
       r = GN_ENOMEM;
       goto fail;

@@ -233,7 +233,8 @@ void gn_wire_doc_done(gn_wire_doc *doc) {
 }
 
 static bool key_is(const msgpack_object *k, const char *key, size_t klen) {
-  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen && memcmp(k->via.str.ptr, key, klen) == 0;
+  /* An empty string has a NULL ptr in msgpack-c: never hand that to memcmp. */
+  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen && (klen == 0 || memcmp(k->via.str.ptr, key, klen) == 0);
 }
 
 const msgpack_object *gn_wire_get(const msgpack_object *map, const char *key) {

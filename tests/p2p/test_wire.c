@@ -330,6 +330,24 @@ static void test_wire_get_rejects_duplicate_keys_and_nul_in_str(void **state) {
   gn_wire_doc_done(&doc);
 }
 
+/* Found by fuzz_wire: msgpack-c gives an empty string a NULL pointer, which
+ * the key comparison once handed to memcmp (UBSan: null argument). */
+static void test_wire_get_handles_empty_keys_and_values(void **state) {
+  (void)state;
+  gn_wire_doc doc;
+  uint64_t u = 0;
+  char s[8] = "x";
+  const uint8_t m[] = {0x83, 0xa0, 0x01, 0xa1, 's', 0xa0, 0xa1, 'k', 0x07};
+  assert_int_equal(gn_wire_decode(m, sizeof(m), &doc), 0);
+  assert_int_equal(gn_wire_get_u64(doc.root, "k", &u), 0);
+  assert_int_equal(u, 7);
+  assert_int_equal(gn_wire_get_u64(doc.root, "", &u), 0);
+  assert_int_equal(u, 1);
+  assert_int_equal(gn_wire_get_str(doc.root, "s", s, sizeof(s)), 0);
+  assert_string_equal(s, "");
+  gn_wire_doc_done(&doc);
+}
+
 static void test_msg_type_names(void **state) {
   (void)state;
   assert_string_equal(gn_msg_type_name(GN_MSG_OFFER), "offer");
@@ -351,6 +369,7 @@ int main(void) {
       cmocka_unit_test(test_wire_decode_bounds_total_objects),
       cmocka_unit_test(test_wire_accessors_reject_wrong_types),
       cmocka_unit_test(test_wire_get_rejects_duplicate_keys_and_nul_in_str),
+      cmocka_unit_test(test_wire_get_handles_empty_keys_and_values),
       cmocka_unit_test(test_msg_type_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
