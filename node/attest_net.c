@@ -12,59 +12,11 @@
  * to exercise every message, graded "simulated" whatever its timing. */
 static const gn_attest_params sim_params = {.n = 256, .depth = 1, .rounds = 2, .open_rounds = 2, .open_rows = 4};
 #define SIM_MAX_OPS 1e10
-/* ...and the memory challenge with a table of a few MiB in host memory,
- * graded "simulated" too. */
-static const gn_attest_mem_params sim_mem_params = {.table_mib = 8, .cost = 4, .walkers = 1024, .steps = 64, .samples = 8};
-#define SIM_MEM_MAX_MIB 64
-#define ATTEST_TARGET_MS 1000
 #define ATTEST_TIMEOUT_MS 120000 /* default; env GN_ATTEST_TIMEOUT_MS overrides */
 #define ATTEST_DATA_MAX (GN_ATTEST_PROOF_ROW_BYTES_MAX + 1024 * 1024)
 
-typedef struct gn_prove_sess {
-  struct gn_prove_sess *next;
-  gn_node *n;
-  uint8_t peer[GN_PK_LEN];
-  char sid[32];
-  size_t slot; /* n->attest[] */
-  gn_attest_prover *pr;
-  gn_attest_mem_prover *mem; /* from the memory challenge on */
-  gn_buf in, out;
-  uint32_t stage; /* the message being worked (CHALLENGE, OPEN, MEM_CHALLENGE, MEM_WALK), 0 when idle */
-  int rc;
-  bool working;
-  uint64_t started_ms, prover_ms, deadline_ms;
-  uv_work_t work;
-} gn_prove_sess;
-
-typedef struct gn_verify_sess {
-  struct gn_verify_sess *next;
-  char sid[32];
-  uint8_t peer[GN_PK_LEN];
-  char model[96];
-  gn_attest_params params;
-  bool offer_sim; /* the offer says simulated: small challenges */
-  gn_attest_verifier *v;
-  uint64_t t_sent_ms, elapsed_ms, deadline_ms;
-  gn_buf pending; /* the challenge, until the provider is connected */
-  gn_attest_done_fn done;
-  void *ud;
-  /* The memory challenge, once the compute proof holds. */
-  gn_attest_result compute, mem;
-  gn_buf verdict_env; /* our signed compute verdict, sent when all is done */
-  gn_attest_mem_params mem_params;
-  gn_attest_mem_verifier *mv;
-  uint64_t t_walk_ms;
-  gn_buf in; /* the MEM_RESULT being checked on the thread pool */
-  bool working, orphan;
-  gn_node *n;
-  int rc;
-  uv_work_t work;
-  gn_attest_result *mem_out; /* the API's copy of the memory figures */
-  bool *mem_set;
-} gn_verify_sess;
-
 /* How long a peer has for each challenge. Tests shorten it. */
-static uint64_t attest_timeout_ms(void) {
+uint64_t gn__attest_timeout_ms(void) {
   const char *e = getenv("GN_ATTEST_TIMEOUT_MS");
   char *end;
   unsigned long long v = e ? strtoull(e, &end, 10) : 0;
@@ -108,7 +60,7 @@ static int params_for(const char *model, bool simulated, gn_attest_params *ret, 
   }
   if (!c)
     return GN_ENOTFOUND;
-  return gn_attest_params_for_class(c, ATTEST_TARGET_MS, ret);
+  return gn_attest_params_for_class(c, GN__ATTEST_TARGET_MS, ret);
 }
 
 /* --- the provider's self-check at start -------------------------------------*/
@@ -166,8 +118,8 @@ void gn__attest_start_local(gn_node *n) {
 
 /* --- wire wrapper: {sid, gpu_model?, data} -----------------------------------*/
 
-static int send_wrapped(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, const char *sid, const char *model,
-                        const gn_buf *data, gn_buf *ret_env) {
+int gn__attest_send_wrapped(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, const char *sid,
+                            const char *model, const gn_buf *data, gn_buf *ret_env) {
   gn_wire_writer w;
   gn_buf body = {0};
   gn_wire_writer_init(&w);
@@ -194,7 +146,7 @@ static int send_wrapped(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type
   return r;
 }
 
-static void send_error(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid, const char *reason) {
+void gn__attest_send_error(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid, const char *reason) {
   gn_wire_writer w;
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 2);
@@ -206,16 +158,7 @@ static void send_error(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *si
   gn_wire_writer_done(&w);
 }
 
-typedef struct wrapped {
-  gn_wire_doc doc;
-  char sid[32];
-  char model[96];
-  char reason[256];
-  const uint8_t *data;
-  size_t data_len;
-} wrapped;
-
-static int unwrap(const gn_envelope *env, wrapped *ret) {
+static int unwrap(const gn_envelope *env, gn__attest_wrapped *ret) {
   memset(ret, 0, sizeof *ret);
   int r = gn_wire_decode(env->body, env->body_len, &ret->doc);
   if (r < 0)
@@ -283,12 +226,12 @@ static void prove_done(uv_work_t *w, int status) {
   s->working = false;
   n->prover_busy = false;
   if (status < 0 || s->rc < 0) {
-    send_error(n, s->peer, s->sid, s->rc == GN_ETOOBIG ? "challenge too large for this provider" : gn_strerror(s->rc));
+    gn__attest_send_error(n, s->peer, s->sid, s->rc == GN_ETOOBIG ? "challenge too large for this provider" : gn_strerror(s->rc));
     prove_free(n, s);
     return;
   }
   uint32_t type = answer_type(s->stage);
-  send_wrapped(n, s->peer, type, s->sid, NULL, &s->out, NULL);
+  gn__attest_send_wrapped(n, s->peer, type, s->sid, NULL, &s->out, NULL);
   gn_buf_done(&s->out);
   gn_buf_done(&s->in);
   if (type == GN_MSG_ATTEST_PROOF || type == GN_MSG_ATTEST_MEM_RESULT) {
@@ -298,7 +241,7 @@ static void prove_done(uv_work_t *w, int status) {
   }
 }
 
-static void prove_start(gn_node *n, gn_prove_sess *s, uint32_t stage, const uint8_t *data, size_t len) {
+void gn__attest_prove_start(gn_node *n, gn_prove_sess *s, uint32_t stage, const uint8_t *data, size_t len) {
   s->stage = stage;
   gn_buf_done(&s->in);
   gn_buf_append(&s->in, data, len);
@@ -308,31 +251,31 @@ static void prove_start(gn_node *n, gn_prove_sess *s, uint32_t stage, const uint
   uv_queue_work(n->loop, &s->work, prove_work, prove_done);
 }
 
-static gn_prove_sess *prove_find(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid) {
+gn_prove_sess *gn__attest_prove_find(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid) {
   for (gn_prove_sess *s = n->provers; s; s = s->next)
     if (memcmp(s->peer, peer, GN_PK_LEN) == 0 && strcmp(s->sid, sid) == 0)
       return s;
   return NULL;
 }
 
-static void on_challenge(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
+static void on_challenge(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m) {
   gn_attest_local *a = NULL;
   for (size_t i = 0; i < n->attest_n; i++)
     if (strcmp(n->attest[i].model, m->model) == 0)
       a = &n->attest[i];
   if (!n->cfg.provide || !a)
-    return send_error(n, peer, m->sid, "no such GPU model on this provider");
+    return gn__attest_send_error(n, peer, m->sid, "no such GPU model on this provider");
   const gn_attest_backend *b = slot_backend(n, a);
   if (!b)
-    return send_error(n, peer, m->sid, "this provider cannot run the attestation kernel");
+    return gn__attest_send_error(n, peer, m->sid, "this provider cannot run the attestation kernel");
   /* One proof at a time: the GPU (or CPU) is the resource being measured,
    * and a second one would only slow both down. */
-  if (n->prover_busy || prove_find(n, peer, m->sid))
-    return send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
+  if (n->prover_busy || gn__attest_prove_find(n, peer, m->sid))
+    return gn__attest_send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
   gn_prove_sess *s = calloc(1, sizeof *s);
   if (!s || gn_attest_prover_new(b, &s->pr) < 0) {
     free(s);
-    return send_error(n, peer, m->sid, "out of memory");
+    return gn__attest_send_error(n, peer, m->sid, "out of memory");
   }
   if (a->simulated)
     gn_attest_prover_set_max_ops(s->pr, SIM_MAX_OPS);
@@ -341,50 +284,22 @@ static void on_challenge(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrappe
   gn__strf(s->sid, sizeof s->sid, "%s", m->sid);
   s->slot = (size_t)(a - n->attest);
   s->started_ms = gn_mono_ms();
-  s->deadline_ms = s->started_ms + attest_timeout_ms();
+  s->deadline_ms = s->started_ms + gn__attest_timeout_ms();
   s->next = n->provers;
   n->provers = s;
   char pid[GN_NODE_ID_STRLEN];
   gn_node_id_format(peer, pid);
   gn_log(GN_LOG_INFO, "attestation challenge for %s from %s", a->model, pid);
-  prove_start(n, s, GN_MSG_ATTEST_CHALLENGE, m->data, m->data_len);
+  gn__attest_prove_start(n, s, GN_MSG_ATTEST_CHALLENGE, m->data, m->data_len);
 }
 
-static void on_open(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_prove_sess *s = prove_find(n, peer, m->sid);
+static void on_open(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m) {
+  gn_prove_sess *s = gn__attest_prove_find(n, peer, m->sid);
   if (!s || s->working || s->stage != GN_MSG_ATTEST_CHALLENGE)
-    return send_error(n, peer, m->sid, "no attestation challenge awaiting its opening");
+    return gn__attest_send_error(n, peer, m->sid, "no attestation challenge awaiting its opening");
   if (n->prover_busy)
-    return send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
-  prove_start(n, s, GN_MSG_ATTEST_OPEN, m->data, m->data_len);
-}
-
-/* The memory challenge comes on the session of a compute proof just given:
- * same sid, same GPU model. A simulated GPU fills a small table in host
- * memory; a real one in its own memory. */
-static void on_mem_challenge(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_prove_sess *s = prove_find(n, peer, m->sid);
-  if (!s || s->working || s->stage != 0 || s->mem)
-    return send_error(n, peer, m->sid, "no attestation session awaiting a memory challenge");
-  if (n->prover_busy)
-    return send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
-  gn_attest_local *a = &n->attest[s->slot];
-  int r = a->simulated ? gn_attest_mem_prover_new(SIM_MEM_MAX_MIB, &s->mem)
-                       : gn_attest_mem_prover_new_cuda(a->cuda, (uint32_t)n->gpus.items[a->gpu_index].memory_mib,
-                                                       &s->mem);
-  if (r < 0)
-    return send_error(n, peer, m->sid, "this provider cannot run the memory challenge");
-  s->deadline_ms = gn_mono_ms() + attest_timeout_ms();
-  prove_start(n, s, GN_MSG_ATTEST_MEM_CHALLENGE, m->data, m->data_len);
-}
-
-static void on_mem_walk(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_prove_sess *s = prove_find(n, peer, m->sid);
-  if (!s || s->working || s->stage != GN_MSG_ATTEST_MEM_CHALLENGE)
-    return send_error(n, peer, m->sid, "no memory challenge awaiting its walk");
-  if (n->prover_busy)
-    return send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
-  prove_start(n, s, GN_MSG_ATTEST_MEM_WALK, m->data, m->data_len);
+    return gn__attest_send_error(n, peer, m->sid, "busy with another attestation; try again shortly");
+  gn__attest_prove_start(n, s, GN_MSG_ATTEST_OPEN, m->data, m->data_len);
 }
 
 /* A verifier's signed verdict on our exchange: it becomes our report, so
@@ -423,7 +338,7 @@ static void on_verdict(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t 
 
 /* --- the requester verifies ---------------------------------------------------*/
 
-static void verify_free(gn_verify_sess *s) {
+void gn__attest_verify_free(gn_verify_sess *s) {
   gn_attest_verifier_free(s->v);
   gn_attest_mem_verifier_free(s->mv);
   gn_buf_done(&s->pending);
@@ -432,7 +347,7 @@ static void verify_free(gn_verify_sess *s) {
   free(s);
 }
 
-static void verify_finish(gn_node *n, gn_verify_sess *s, int rc, const gn_attest_result *res, const char *err) {
+void gn__attest_verify_finish(gn_node *n, gn_verify_sess *s, int rc, const gn_attest_result *res, const char *err) {
   for (gn_verify_sess **pp = &n->verifiers; *pp; pp = &(*pp)->next)
     if (*pp == s) {
       *pp = s->next;
@@ -443,7 +358,7 @@ static void verify_finish(gn_node *n, gn_verify_sess *s, int rc, const gn_attest
   if (s->working)
     s->orphan = true; /* its work is still on the pool: freed when it returns */
   else
-    verify_free(s);
+    gn__attest_verify_free(s);
   done(n, ud, rc, res, err);
 }
 
@@ -476,8 +391,8 @@ static int attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn d
   s->offer_sim = e->offer.simulated;
   s->mem_out = mem_out;
   s->mem_set = mem_set;
-  s->deadline_ms = gn_mono_ms() + attest_timeout_ms();
-  r = send_wrapped(n, s->peer, GN_MSG_ATTEST_CHALLENGE, s->sid, s->model, &challenge, &s->pending);
+  s->deadline_ms = gn_mono_ms() + gn__attest_timeout_ms();
+  r = gn__attest_send_wrapped(n, s->peer, GN_MSG_ATTEST_CHALLENGE, s->sid, s->model, &challenge, &s->pending);
   gn_buf_done(&challenge);
   if (r < 0) {
     gn_attest_verifier_free(s->v);
@@ -510,15 +425,15 @@ void gn__attest_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   }
 }
 
-static gn_verify_sess *verify_find(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid) {
+gn_verify_sess *gn__attest_verify_find(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid) {
   for (gn_verify_sess *s = n->verifiers; s; s = s->next)
     if (memcmp(s->peer, peer, GN_PK_LEN) == 0 && strcmp(s->sid, sid) == 0)
       return s;
   return NULL;
 }
 
-static void on_response(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_verify_sess *s = verify_find(n, peer, m->sid);
+static void on_response(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m) {
+  gn_verify_sess *s = gn__attest_verify_find(n, peer, m->sid);
   if (!s || s->elapsed_ms)
     return;
   s->elapsed_ms = gn_mono_ms() - s->t_sent_ms;
@@ -532,16 +447,14 @@ static void on_response(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped
     res.outcome = GN_ATTEST_FAILED;
     gn__strf(res.verdict, sizeof res.verdict, "failed: the provider's response is invalid (%s)", gn_strerror(r));
     gn_buf_done(&open);
-    return verify_finish(n, s, 0, &res, NULL);
+    return gn__attest_verify_finish(n, s, 0, &res, NULL);
   }
-  send_wrapped(n, peer, GN_MSG_ATTEST_OPEN, s->sid, NULL, &open, NULL);
+  gn__attest_send_wrapped(n, peer, GN_MSG_ATTEST_OPEN, s->sid, NULL, &open, NULL);
   gn_buf_done(&open);
 }
 
-static void mem_begin(gn_node *n, gn_verify_sess *s);
-
-static void on_proof(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_verify_sess *s = verify_find(n, peer, m->sid);
+static void on_proof(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m) {
+  gn_verify_sess *s = gn__attest_verify_find(n, peer, m->sid);
   if (!s || !s->elapsed_ms || s->mv)
     return;
   gn_attest_result res;
@@ -552,123 +465,21 @@ static void on_proof(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m
     gn__strf(res.verdict, sizeof res.verdict, "failed: the provider's proof is malformed (%s)", gn_strerror(r));
   }
   if (res.outcome == GN_ATTEST_FAILED)
-    return verify_finish(n, s, 0, &res, NULL);
+    return gn__attest_verify_finish(n, s, 0, &res, NULL);
   /* Our signed verdict on the compute proof goes back to the provider, who
    * may carry it, once the memory challenge is passed too. */
   s->compute = res;
   if (gn_attest_verdict_seal(n->id, peer, &s->params, &res, gn_unix_s(), &s->verdict_env) < 0)
     gn_buf_done(&s->verdict_env);
-  mem_begin(n, s);
+  gn__attest_mem_begin(n, s);
 }
 
-/* --- the requester's memory challenge, after the compute proof holds ------------*/
-
-static void mem_begin(gn_node *n, gn_verify_sess *s) {
-  gn_buf challenge = {0};
-  const gn_attest_class *c = gn_attest_class_find(s->compute.claimed_class);
-  int r = 0;
-  if (s->offer_sim)
-    s->mem_params = sim_mem_params;
-  else if (!c || (r = gn_attest_mem_params_for_class(c, ATTEST_TARGET_MS, &s->mem_params)) < 0)
-    r = r < 0 ? r : GN_ENOTFOUND;
-  if (r == 0)
-    r = gn_attest_mem_verifier_new(&s->mem_params, s->compute.claimed_class, NULL, NULL, &challenge, &s->mv);
-  if (r == 0)
-    r = send_wrapped(n, s->peer, GN_MSG_ATTEST_MEM_CHALLENGE, s->sid, NULL, &challenge, NULL);
-  gn_buf_done(&challenge);
-  if (r < 0) {
-    char err[200];
-    gn__strf(err, sizeof err, "cannot send the memory challenge: %s", gn_strerror(r));
-    return verify_finish(n, s, r, NULL, err);
-  }
-  /* Filling the table is not timed, but it must end: a fresh deadline. */
-  s->deadline_ms = gn_mono_ms() + attest_timeout_ms();
-}
-
-static void on_mem_ready(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_verify_sess *s = verify_find(n, peer, m->sid);
-  if (!s || !s->mv || s->t_walk_ms)
-    return;
-  gn_buf walk = {0};
-  int r = gn_attest_mem_verifier_on_ready(s->mv, m->data, m->data_len, &walk);
-  if (r < 0) {
-    gn_attest_result res = s->compute;
-    res.outcome = GN_ATTEST_FAILED;
-    gn__strf(res.verdict, sizeof res.verdict, "failed: the provider's memory table answers another challenge (%s)",
-             gn_strerror(r));
-    gn_buf_done(&walk);
-    return verify_finish(n, s, 0, &res, NULL);
-  }
-  send_wrapped(n, peer, GN_MSG_ATTEST_MEM_WALK, s->sid, NULL, &walk, NULL);
-  gn_buf_done(&walk);
-  /* The walk is what is timed: from now to its result. */
-  s->t_walk_ms = gn_mono_ms();
-}
-
-static void mem_work(uv_work_t *w) {
-  gn_verify_sess *s = w->data;
-  /* Recomputing the sampled walkers takes a while for a big class. */
-  s->rc = gn_attest_mem_verifier_on_result(s->mv, s->in.data, s->in.len, s->mem.elapsed_ms, &s->mem);
-}
-
-static int outcome_rank(gn_attest_outcome o) {
-  return o == GN_ATTEST_VERIFIED ? 0 : o == GN_ATTEST_SIMULATED ? 1 : o == GN_ATTEST_TOO_SLOW ? 2 : 3;
-}
-
-static void mem_done(uv_work_t *w, int status) {
-  gn_verify_sess *s = w->data;
-  s->working = false;
-  if (s->orphan)
-    return verify_free(s);
-  gn_node *n = s->n;
-  if (status < 0 || s->rc < 0) {
-    int rc = status < 0 ? status : s->rc;
-    memset(&s->mem, 0, sizeof s->mem);
-    s->mem.outcome = GN_ATTEST_FAILED;
-    gn__strf(s->mem.verdict, sizeof s->mem.verdict, "failed: the provider's memory result is malformed (%s)",
-             gn_strerror(rc));
-  }
-  /* Both must hold: the worse of the two stands. */
-  gn_attest_result res = s->compute;
-  if (outcome_rank(s->mem.outcome) > outcome_rank(res.outcome)) {
-    res.outcome = s->mem.outcome;
-    gn__strf(res.verdict, sizeof res.verdict, "%s", s->mem.verdict);
-  } else if (s->verdict_env.len) {
-    gn_transport_send(n->tp, s->peer, s->verdict_env.data, s->verdict_env.len);
-  }
-  char pid[GN_NODE_ID_STRLEN];
-  gn_node_id_format(s->peer, pid);
-  gn_log(GN_LOG_INFO, "attestation of %s at %.14s…: compute %s; memory %s (%.1f GB/s in %llu ms)", s->model, pid,
-         s->compute.verdict, s->mem.verdict, s->mem.measured_tops, (unsigned long long)s->mem.elapsed_ms);
-  if (s->mem_out) {
-    *s->mem_out = s->mem;
-    *s->mem_set = true;
-  }
-  verify_finish(n, s, 0, &res, NULL);
-}
-
-static void on_mem_result(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_verify_sess *s = verify_find(n, peer, m->sid);
-  if (!s || !s->t_walk_ms || s->working || s->in.len)
-    return;
-  memset(&s->mem, 0, sizeof s->mem);
-  s->mem.elapsed_ms = gn_mono_ms() - s->t_walk_ms;
-  if (s->mem.elapsed_ms == 0)
-    s->mem.elapsed_ms = 1;
-  if (gn_buf_append(&s->in, m->data, m->data_len) < 0)
-    return verify_finish(n, s, GN_ENOMEM, NULL, "out of memory");
-  s->n = n;
-  s->working = true;
-  s->work.data = s;
-  uv_queue_work(n->loop, &s->work, mem_work, mem_done);
-}
-
-static void on_error(gn_node *n, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
-  gn_verify_sess *s = verify_find(n, peer, m->sid);
+static void on_error(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m) {
+  gn_verify_sess *s = gn__attest_verify_find(n, peer, m->sid);
   if (s) {
     char err[300];
     gn__strf(err, sizeof err, "provider refused the attestation challenge: %s", m->reason);
-    verify_finish(n, s, GN_EREMOTE, NULL, err);
+    gn__attest_verify_finish(n, s, GN_EREMOTE, NULL, err);
   }
 }
 
@@ -676,7 +487,7 @@ void gn__attest_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_e
                            size_t raw_len) {
   if (env->type == GN_MSG_ATTEST_VERDICT)
     return on_verdict(n, peer, raw, raw_len);
-  wrapped m;
+  gn__attest_wrapped m;
   if (unwrap(env, &m) < 0)
     return;
   switch (env->type) {
@@ -693,16 +504,16 @@ void gn__attest_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_e
     on_proof(n, peer, &m);
     break;
   case GN_MSG_ATTEST_MEM_CHALLENGE:
-    on_mem_challenge(n, peer, &m);
+    gn__attest_mem_on_challenge(n, peer, &m);
     break;
   case GN_MSG_ATTEST_MEM_READY:
-    on_mem_ready(n, peer, &m);
+    gn__attest_mem_on_ready(n, peer, &m);
     break;
   case GN_MSG_ATTEST_MEM_WALK:
-    on_mem_walk(n, peer, &m);
+    gn__attest_mem_on_walk(n, peer, &m);
     break;
   case GN_MSG_ATTEST_MEM_RESULT:
-    on_mem_result(n, peer, &m);
+    gn__attest_mem_on_result(n, peer, &m);
     break;
   case GN_MSG_ERROR:
     on_error(n, peer, &m);
@@ -717,7 +528,7 @@ void gn__attest_tick(gn_node *n, uint64_t now_ms) {
   for (gn_verify_sess *s = n->verifiers, *next; s; s = next) {
     next = s->next;
     if (now_ms >= s->deadline_ms)
-      verify_finish(n, s, GN_ETIMEDOUT, NULL, "the provider did not finish the attestation challenge in time");
+      gn__attest_verify_finish(n, s, GN_ETIMEDOUT, NULL, "the provider did not finish the attestation challenge in time");
   }
   for (gn_prove_sess *s = n->provers, *next; s; s = next) {
     next = s->next;
@@ -728,7 +539,7 @@ void gn__attest_tick(gn_node *n, uint64_t now_ms) {
 
 void gn__attest_shutdown(gn_node *n) {
   while (n->verifiers)
-    verify_finish(n, n->verifiers, GN_ECLOSED, NULL, "gpunetd is shutting down");
+    gn__attest_verify_finish(n, n->verifiers, GN_ECLOSED, NULL, "gpunetd is shutting down");
   for (gn_prove_sess *s = n->provers, *next; s; s = next) {
     next = s->next;
     if (!s->working) /* a working one is freed when its work returns */

@@ -163,8 +163,9 @@ static void call_finish(call *c, uint64_t timeout_ms) {
 
 static void rent_start(call *c, bool attest) {
   char body[200];
-  snprintf(body, sizeof body, "{\"offer\": \"%s\", \"hours\": 1, \"count\": 1, \"attest\": %s, \"allow_simulated\": true}",
-           W.offer_id, attest ? "true" : "false");
+  snprintf(body, sizeof body,
+           "{\"offer\": \"%s\", \"hours\": 1, \"count\": 1, \"attest\": %s, \"allow_simulated\": true}", W.offer_id,
+           attest ? "true" : "false");
   call_start(c, "/v1/leases", body);
 }
 
@@ -544,8 +545,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rent_gives_up_on_silent_provider, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rent_without_attestation_asks_for_the_lease_at_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rent_refuses_stale_memory_table, setup_simulated, teardown),
-      cmocka_unit_test_setup_teardown(test_attest_reports_memory_figures_of_honest_simulated_provider,
-                                      setup_simulated, teardown),
+      cmocka_unit_test_setup_teardown(test_attest_reports_memory_figures_of_honest_simulated_provider, setup_simulated,
+                                      teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();
