@@ -86,6 +86,34 @@ void cli_fmt_time(int64_t unix_s, char *buf, size_t cap);
 /* A node id shortened for tables: "gnabcdefghij…". */
 void cli_fmt_node(const char *node_id, char *buf, size_t cap);
 
+/* --- the common command skeleton (cli/list.c) --------------------------------*/
+
+/* Parses a command that takes only --help and exactly nargs positionals
+ * (what names the missing ones); returns -1 to go on or an exit code. */
+int cli_simple_args(int argc, char **argv, int nargs, const char *what);
+/* prefix + "/" + urlencoded id + suffix ("/v1/jobs", id, "/logs"). Caller
+ * frees; NULL when out of memory. */
+char *cli_path(const char *prefix, const char *id, const char *suffix);
+
+/* Prints the answer j of a request for humans; ctx as passed to cli_show. */
+typedef void (*cli_show_fn)(const json_t *j, const void *ctx);
+/* cli_call (body stolen), then the answer as JSON with --json, else show(j,
+ * ctx). Returns CLI_OK or cli_call's failure. */
+int cli_show(cli *c, const char *method, const char *path, json_t *body, cli_show_fn show, const void *ctx);
+
+/* What differs between the list commands (jobs, leases, offers...). */
+typedef struct cli_list_spec {
+  const char *key;   /* the array in the answer: "jobs" */
+  const char *empty; /* the line printed when it is empty */
+  size_t ncols;
+  const char *const *headers;
+  /* Adds the row of item (the i-th) to t. */
+  void (*row)(cli_table *t, const json_t *item, size_t i);
+} cli_list_spec;
+/* GETs path and prints the answer as JSON with --json, else spec's empty
+ * line or a table of the array under spec->key. */
+int cli_list(cli *c, const char *path, const cli_list_spec *spec);
+
 /* --- commands (one file per group) --------------------------------------------*/
 
 int cmd_init(cli *c, int argc, char **argv);

@@ -17,75 +17,37 @@
 /* Exports of very long leases are large, but not this large. */
 #define CLI_MAX_INVOICE_FILE (1024ll * 1024 * 1024)
 
-int cmd_invoices(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-  int o;
-  optind = 0;
-  opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
-    return o == 'h' ? cli_print_usage(cli_find_cmd("invoices")) : cli_bad_option("invoices", o, argv);
-  if (optind < argc)
-    return cli_usage_error("invoices", "unexpected argument '%s'", argv[optind]);
-  json_t *j;
-  int r = cli_call(c, "GET", "/v1/invoices", NULL, &j);
-  if (r != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
-  }
-  const json_t *invs = json_object_get(j, "invoices");
-  if (!json_array_size(invs)) {
-    printf("no invoices yet (a lease is invoiced when it ends)\n");
-    json_decref(j);
-    return CLI_OK;
-  }
-  static const char *const hdr[] = {"INVOICE", "LEASE", "ROLE", "STATUS", "DURATION", "TOTAL", "CREATED"};
-  cli_table *t = cli_table_new(7, hdr);
-  size_t i;
-  const json_t *inv;
-  json_array_foreach(invs, i, inv) {
-    char dur[24], total[64], created[32];
-    cli_fmt_duration(cli_int(inv, "seconds", 0), dur, sizeof(dur));
-    cli_fmt_money((uint64_t)cli_int(inv, "total_micro", 0), cli_str(inv, "currency"), total, sizeof(total));
-    cli_fmt_time(cli_int(inv, "created_s", 0), created, sizeof(created));
-    const char *row[] = {
-        cli_str(inv, "id"), cli_str(inv, "lease"), cli_str(inv, "role"), cli_str(inv, "status"), dur, total, created};
-    cli_table_row(t, row);
-  }
-  cli_table_print(t);
-  json_decref(j);
-  return CLI_OK;
+static void invoice_row(cli_table *t, const json_t *inv, size_t i) {
+  (void)i;
+  char dur[24], total[64], created[32];
+  cli_fmt_duration(cli_int(inv, "seconds", 0), dur, sizeof(dur));
+  cli_fmt_money((uint64_t)cli_int(inv, "total_micro", 0), cli_str(inv, "currency"), total, sizeof(total));
+  cli_fmt_time(cli_int(inv, "created_s", 0), created, sizeof(created));
+  const char *row[] = {
+      cli_str(inv, "id"), cli_str(inv, "lease"), cli_str(inv, "role"), cli_str(inv, "status"), dur, total, created};
+  cli_table_row(t, row);
 }
 
-static char *invoice_path(const char *id, const char *suffix) {
-  char *e = cli_urlencode(id);
-  if (!e)
-    return NULL;
-  size_t n = strlen(e) + strlen(suffix) + 20;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "/v1/invoices/%s%s", e, suffix);
-  free(e);
-  return p;
+int cmd_invoices(cli *c, int argc, char **argv) {
+  static const char *const hdr[] = {"INVOICE", "LEASE", "ROLE", "STATUS", "DURATION", "TOTAL", "CREATED"};
+  static const cli_list_spec spec = {"invoices", "no invoices yet (a lease is invoiced when it ends)", 7, hdr,
+                                     invoice_row};
+  int r = cli_simple_args(argc, argv, 0, "");
+  return r >= 0 ? r : cli_list(c, "/v1/invoices", &spec);
+}
+
+static void show_invoice(const json_t *j, const void *ctx) {
+  (void)ctx;
+  cli_print_fields(json_is_object(json_object_get(j, "invoice")) ? json_object_get(j, "invoice") : j);
 }
 
 static int invoice_show(cli *c, const char *id) {
-  char *path = invoice_path(id, "");
+  char *path = cli_path("/v1/invoices", id, "");
   if (!path)
     return cli_fail("out of memory");
-  json_t *j;
-  int r = cli_call(c, "GET", path, NULL, &j);
+  int r = cli_show(c, "GET", path, NULL, show_invoice, NULL);
   free(path);
-  if (r != CLI_OK)
-    return r;
-  if (c->json)
-    cli_print_json(j);
-  else
-    cli_print_fields(json_is_object(json_object_get(j, "invoice")) ? json_object_get(j, "invoice") : j);
-  json_decref(j);
-  return CLI_OK;
+  return r;
 }
 
 /* Writes data to path atomically: a temporary file beside it, then rename. */
@@ -119,7 +81,7 @@ static int write_atomic(const char *path, const char *data, size_t len) {
 }
 
 static int invoice_export(cli *c, const char *id, const char *out) {
-  char *path = invoice_path(id, "/export");
+  char *path = cli_path("/v1/invoices", id, "/export");
   if (!path)
     return cli_fail("out of memory");
   char *data = NULL;

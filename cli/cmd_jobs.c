@@ -10,18 +10,6 @@
 
 #define CLI_MAX_ENV 256
 
-static char *job_path(const char *id, const char *suffix) {
-  char *e = cli_urlencode(id);
-  if (!e)
-    return NULL;
-  size_t n = strlen(e) + strlen(suffix) + 16;
-  char *p = malloc(n);
-  if (p)
-    snprintf(p, n, "/v1/jobs/%s%s", e, suffix);
-  free(e);
-  return p;
-}
-
 /* Exit like the job did: 0..255 as is, a signal (negative) as a shell would
  * report it, anything else as a plain failure. */
 static int exit_code_of(long long code) {
@@ -60,7 +48,7 @@ static int job_outcome(cli *c, const char *job_id) {
 }
 
 int cli_follow_logs(cli *c, const char *job_id, bool follow) {
-  char *base = job_path(job_id, "/logs");
+  char *base = cli_path("/v1/jobs", job_id, "/logs");
   if (!base)
     return cli_fail("out of memory");
   long long offset = 0;
@@ -218,65 +206,42 @@ out:
   return rc;
 }
 
-int cmd_jobs(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-  int o;
-  optind = 0;
-  opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
-    return o == 'h' ? cli_print_usage(cli_find_cmd("jobs")) : cli_bad_option("jobs", o, argv);
-  if (optind < argc)
-    return cli_usage_error("jobs", "unexpected argument '%s'", argv[optind]);
-  json_t *j;
-  int r = cli_call(c, "GET", "/v1/jobs", NULL, &j);
-  if (r != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
-  }
-  const json_t *jobs = json_object_get(j, "jobs");
-  if (!json_array_size(jobs)) {
-    printf("no jobs (start one with: gpunet run LEASE --image REF -- CMD)\n");
-    json_decref(j);
-    return CLI_OK;
-  }
-  static const char *const hdr[] = {"JOB", "LEASE", "IMAGE", "STATE", "EXIT", "CREATED", "RAN", "COMMAND"};
-  cli_table *t = cli_table_new(8, hdr);
-  size_t i;
-  const json_t *job;
+static void job_row(cli_table *t, const json_t *job, size_t i) {
+  (void)i;
+  char exitc[16], created[32], ran[24], cmdline[80] = "";
   int64_t now = (int64_t)time(NULL);
-  json_array_foreach(jobs, i, job) {
-    char exitc[16], created[32], ran[24], cmdline[80] = "";
-    if (cli_has_int(job, "exit_code"))
-      snprintf(exitc, sizeof(exitc), "%lld", (long long)cli_int(job, "exit_code", 0));
-    else
-      snprintf(exitc, sizeof(exitc), "-");
-    int64_t c0 = cli_int(job, "created_s", 0);
-    cli_fmt_time(c0, created, sizeof(created));
-    int64_t end = cli_has_int(job, "ended_s") ? cli_int(job, "ended_s", now) : now;
-    cli_fmt_duration(c0 ? end - c0 : 0, ran, sizeof(ran));
-    size_t k;
-    const json_t *arg;
-    json_array_foreach(json_object_get(job, "cmd"), k, arg) {
-      size_t have = strlen(cmdline);
-      if (json_is_string(arg) && have + 2 < sizeof(cmdline))
-        snprintf(cmdline + have, sizeof(cmdline) - have, "%s%s", have ? " " : "", json_string_value(arg));
-    }
-    const char *state = cli_str(job, "state");
-    char st[160];
-    if (state && cli_str(job, "error"))
-      snprintf(st, sizeof(st), "%s (%s)", state, cli_str(job, "error"));
-    else
-      snprintf(st, sizeof(st), "%s", state ? state : "?");
-    const char *row[] = {
-        cli_str(job, "id"), cli_str(job, "lease"), cli_str(job, "image"), st, exitc, created, ran, cmdline};
-    cli_table_row(t, row);
+  if (cli_has_int(job, "exit_code"))
+    snprintf(exitc, sizeof(exitc), "%lld", (long long)cli_int(job, "exit_code", 0));
+  else
+    snprintf(exitc, sizeof(exitc), "-");
+  int64_t c0 = cli_int(job, "created_s", 0);
+  cli_fmt_time(c0, created, sizeof(created));
+  int64_t end = cli_has_int(job, "ended_s") ? cli_int(job, "ended_s", now) : now;
+  cli_fmt_duration(c0 ? end - c0 : 0, ran, sizeof(ran));
+  size_t k;
+  const json_t *arg;
+  json_array_foreach(json_object_get(job, "cmd"), k, arg) {
+    size_t have = strlen(cmdline);
+    if (json_is_string(arg) && have + 2 < sizeof(cmdline))
+      snprintf(cmdline + have, sizeof(cmdline) - have, "%s%s", have ? " " : "", json_string_value(arg));
   }
-  cli_table_print(t);
-  json_decref(j);
-  return CLI_OK;
+  const char *state = cli_str(job, "state");
+  char st[160];
+  if (state && cli_str(job, "error"))
+    snprintf(st, sizeof(st), "%s (%s)", state, cli_str(job, "error"));
+  else
+    snprintf(st, sizeof(st), "%s", state ? state : "?");
+  const char *row[] = {
+      cli_str(job, "id"), cli_str(job, "lease"), cli_str(job, "image"), st, exitc, created, ran, cmdline};
+  cli_table_row(t, row);
+}
+
+int cmd_jobs(cli *c, int argc, char **argv) {
+  static const char *const hdr[] = {"JOB", "LEASE", "IMAGE", "STATE", "EXIT", "CREATED", "RAN", "COMMAND"};
+  static const cli_list_spec spec = {"jobs", "no jobs (start one with: gpunet run LEASE --image REF -- CMD)", 8, hdr,
+                                     job_row};
+  int r = cli_simple_args(argc, argv, 0, "");
+  return r >= 0 ? r : cli_list(c, "/v1/jobs", &spec);
 }
 
 int cmd_logs(cli *c, int argc, char **argv) {
@@ -300,32 +265,20 @@ int cmd_logs(cli *c, int argc, char **argv) {
   return cli_follow_logs(c, argv[optind], follow);
 }
 
+static void show_stopped(const json_t *j, const void *ctx) {
+  const json_t *job = json_object_get(j, "job");
+  printf("job %s: %s\n", cli_str(job, "id") ? cli_str(job, "id") : (const char *)ctx,
+         cli_str(job, "state") ? cli_str(job, "state") : "stopping");
+}
+
 int cmd_stop(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-  int o;
-  optind = 0;
-  opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
-    return o == 'h' ? cli_print_usage(cli_find_cmd("stop")) : cli_bad_option("stop", o, argv);
-  if (optind >= argc)
-    return cli_usage_error("stop", "missing JOB");
-  if (optind + 1 < argc)
-    return cli_usage_error("stop", "unexpected argument '%s'", argv[optind + 1]);
-  char *path = job_path(argv[optind], "/stop");
+  int r = cli_simple_args(argc, argv, 1, "JOB");
+  if (r >= 0)
+    return r;
+  char *path = cli_path("/v1/jobs", argv[optind], "/stop");
   if (!path)
     return cli_fail("out of memory");
-  json_t *j;
-  int r = cli_call(c, "POST", path, NULL, &j);
+  r = cli_show(c, "POST", path, NULL, show_stopped, argv[optind]);
   free(path);
-  if (r != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-  } else {
-    const json_t *job = json_object_get(j, "job");
-    printf("job %s: %s\n", cli_str(job, "id") ? cli_str(job, "id") : argv[optind],
-           cli_str(job, "state") ? cli_str(job, "state") : "stopping");
-  }
-  json_decref(j);
-  return CLI_OK;
+  return r;
 }

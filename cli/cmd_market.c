@@ -9,6 +9,35 @@
 #include <string.h>
 #include <time.h>
 
+static void offer_row(cli_table *t, const json_t *of, size_t i) {
+  (void)i;
+  char prov[64], vram[32], freec[32], price[64], maxh[32], exp[32];
+  cli_fmt_node(cli_str(of, "provider"), prov, sizeof(prov));
+  snprintf(vram, sizeof(vram), "%lld GiB", (long long)llround((double)cli_int(of, "vram_mib", 0) / 1024.0));
+  snprintf(freec, sizeof(freec), "%lld/%lld", (long long)cli_int(of, "gpus_free", 0),
+           (long long)cli_int(of, "gpus_total", 0));
+  cli_fmt_price((uint64_t)cli_int(of, "price_uper_hour", 0), cli_str(of, "currency"), price, sizeof(price));
+  snprintf(maxh, sizeof(maxh), "%lldh", (long long)cli_int(of, "max_hours", 0));
+  int64_t left = cli_int(of, "expires_s", 0) - (int64_t)time(NULL);
+  if (left > 0) {
+    char d[24];
+    cli_fmt_duration(left, d, sizeof(d));
+    snprintf(exp, sizeof(exp), "in %s", d);
+  } else {
+    snprintf(exp, sizeof(exp), "expired");
+  }
+  const char *row[] = {cli_str(of, "id"),
+                       prov,
+                       cli_str(of, "gpu_model"),
+                       vram,
+                       freec,
+                       price,
+                       maxh,
+                       cli_bool(of, "simulated") ? "SIMULATED" : "real",
+                       exp};
+  cli_table_row(t, row);
+}
+
 int cmd_offers(cli *c, int argc, char **argv) {
   static const struct option opts[] = {{"sort", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
   const char *sort = NULL;
@@ -46,57 +75,14 @@ int cmd_offers(cli *c, int argc, char **argv) {
   if (sort)
     strncat(path, sort, sizeof(path) - strlen(path) - 1);
   free(ef);
-  json_t *j;
-  int r = cli_call(c, "GET", path, NULL, &j);
-  if (r != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
-  }
-  const json_t *offers = json_object_get(j, "offers");
-  if (!json_array_size(offers)) {
-    printf(filter[0] ? "no offers match '%s'\n" : "no offers known yet%s\n",
-           filter[0] ? filter : " (is this node connected? see gpunet peers)");
-    json_decref(j);
-    return CLI_OK;
-  }
+  char empty[sizeof(filter) + 64];
+  if (filter[0])
+    snprintf(empty, sizeof(empty), "no offers match '%s'", filter);
+  else
+    snprintf(empty, sizeof(empty), "no offers known yet (is this node connected? see gpunet peers)");
   static const char *const hdr[] = {"OFFER", "PROVIDER", "GPU", "VRAM", "FREE", "PRICE", "MAX", "KIND", "EXPIRES"};
-  cli_table *t = cli_table_new(9, hdr);
-  size_t i;
-  const json_t *of;
-  int64_t now = (int64_t)time(NULL);
-  json_array_foreach(offers, i, of) {
-    char prov[64], vram[32], freec[32], price[64], maxh[32], exp[32];
-    cli_fmt_node(cli_str(of, "provider"), prov, sizeof(prov));
-    snprintf(vram, sizeof(vram), "%lld GiB", (long long)llround((double)cli_int(of, "vram_mib", 0) / 1024.0));
-    snprintf(freec, sizeof(freec), "%lld/%lld", (long long)cli_int(of, "gpus_free", 0),
-             (long long)cli_int(of, "gpus_total", 0));
-    cli_fmt_price((uint64_t)cli_int(of, "price_uper_hour", 0), cli_str(of, "currency"), price, sizeof(price));
-    snprintf(maxh, sizeof(maxh), "%lldh", (long long)cli_int(of, "max_hours", 0));
-    int64_t left = cli_int(of, "expires_s", 0) - now;
-    if (left > 0) {
-      char d[24];
-      cli_fmt_duration(left, d, sizeof(d));
-      snprintf(exp, sizeof(exp), "in %s", d);
-    } else {
-      snprintf(exp, sizeof(exp), "expired");
-    }
-    const char *row[] = {cli_str(of, "id"),
-                         prov,
-                         cli_str(of, "gpu_model"),
-                         vram,
-                         freec,
-                         price,
-                         maxh,
-                         cli_bool(of, "simulated") ? "SIMULATED" : "real",
-                         exp};
-    cli_table_row(t, row);
-  }
-  cli_table_print(t);
-  json_decref(j);
-  return CLI_OK;
+  const cli_list_spec spec = {"offers", empty, 9, hdr, offer_row};
+  return cli_list(c, path, &spec);
 }
 
 /* One line about a lease, as rent and release print it. */
@@ -119,6 +105,11 @@ static void print_lease_line(const json_t *l, const char *verb) {
   else
     printf("  ran %s, cost %s%s%s\n", dur, cost, cli_str(l, "ended_reason") ? ", ended: " : "",
            cli_str(l, "ended_reason") ? cli_str(l, "ended_reason") : "");
+}
+
+static void show_rented(const json_t *j, const void *ctx) {
+  (void)ctx;
+  print_lease_line(json_object_get(j, "lease"), "active");
 }
 
 int cmd_rent(cli *c, int argc, char **argv) {
@@ -198,101 +189,43 @@ int cmd_rent(cli *c, int argc, char **argv) {
   }
   if (!c->json)
     fprintf(stderr, "negotiating lease with %s\xe2\x80\xa6\n", who);
-  json_t *j;
-  int r = cli_call(c, "POST", "/v1/leases", body, &j);
-  if (r != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-  } else {
-    const json_t *l = json_object_get(j, "lease");
-    print_lease_line(l, "active");
-  }
-  json_decref(j);
-  return CLI_OK;
+  return cli_show(c, "POST", "/v1/leases", body, show_rented, NULL);
+}
+
+static void lease_row(cli_table *t, const json_t *l, size_t i) {
+  (void)i;
+  char peer[64], gpus[96], price[64], elapsed[24], cost[64], ends[32];
+  cli_fmt_node(cli_str(l, "peer"), peer, sizeof(peer));
+  snprintf(gpus, sizeof(gpus), "%lldx %s", (long long)cli_int(l, "count", 1),
+           cli_str(l, "gpu_model") ? cli_str(l, "gpu_model") : "?");
+  cli_fmt_price((uint64_t)cli_int(l, "price_uper_hour", 0), cli_str(l, "currency"), price, sizeof(price));
+  cli_fmt_duration(cli_int(l, "seconds", 0), elapsed, sizeof(elapsed));
+  cli_fmt_money((uint64_t)cli_int(l, "cost_micro", 0), cli_str(l, "currency"), cost, sizeof(cost));
+  cli_fmt_time(cli_int(l, "ends_s", 0), ends, sizeof(ends));
+  const char *row[] = {cli_str(l, "id"),
+                       cli_str(l, "role"),
+                       peer,
+                       gpus,
+                       price,
+                       cli_str(l, "state"),
+                       elapsed,
+                       cost,
+                       ends,
+                       cli_bool(l, "simulated") ? "SIMULATED" : "real"};
+  cli_table_row(t, row);
 }
 
 int cmd_leases(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-  int o;
-  optind = 0;
-  opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
-    return o == 'h' ? cli_print_usage(cli_find_cmd("leases")) : cli_bad_option("leases", o, argv);
-  if (optind < argc)
-    return cli_usage_error("leases", "unexpected argument '%s'", argv[optind]);
-  json_t *j;
-  int r = cli_call(c, "GET", "/v1/leases", NULL, &j);
-  if (r != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
-  }
-  const json_t *leases = json_object_get(j, "leases");
-  if (!json_array_size(leases)) {
-    printf("no leases (rent GPUs with: gpunet rent --gpu MODEL --hours H)\n");
-    json_decref(j);
-    return CLI_OK;
-  }
   static const char *const hdr[] = {"LEASE", "ROLE",    "PEER", "GPUS", "PRICE",
                                     "STATE", "ELAPSED", "COST", "ENDS", "KIND"};
-  cli_table *t = cli_table_new(10, hdr);
-  size_t i;
-  const json_t *l;
-  json_array_foreach(leases, i, l) {
-    char peer[64], gpus[96], price[64], elapsed[24], cost[64], ends[32];
-    cli_fmt_node(cli_str(l, "peer"), peer, sizeof(peer));
-    snprintf(gpus, sizeof(gpus), "%lldx %s", (long long)cli_int(l, "count", 1),
-             cli_str(l, "gpu_model") ? cli_str(l, "gpu_model") : "?");
-    cli_fmt_price((uint64_t)cli_int(l, "price_uper_hour", 0), cli_str(l, "currency"), price, sizeof(price));
-    cli_fmt_duration(cli_int(l, "seconds", 0), elapsed, sizeof(elapsed));
-    cli_fmt_money((uint64_t)cli_int(l, "cost_micro", 0), cli_str(l, "currency"), cost, sizeof(cost));
-    cli_fmt_time(cli_int(l, "ends_s", 0), ends, sizeof(ends));
-    const char *row[] = {cli_str(l, "id"),
-                         cli_str(l, "role"),
-                         peer,
-                         gpus,
-                         price,
-                         cli_str(l, "state"),
-                         elapsed,
-                         cost,
-                         ends,
-                         cli_bool(l, "simulated") ? "SIMULATED" : "real"};
-    cli_table_row(t, row);
-  }
-  cli_table_print(t);
-  json_decref(j);
-  return CLI_OK;
+  static const cli_list_spec spec = {"leases", "no leases (rent GPUs with: gpunet rent --gpu MODEL --hours H)", 10, hdr,
+                                     lease_row};
+  int r = cli_simple_args(argc, argv, 0, "");
+  return r >= 0 ? r : cli_list(c, "/v1/leases", &spec);
 }
 
-int cmd_release(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-  int o;
-  optind = 0;
-  opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1)
-    return o == 'h' ? cli_print_usage(cli_find_cmd("release")) : cli_bad_option("release", o, argv);
-  if (optind >= argc)
-    return cli_usage_error("release", "missing LEASE");
-  if (optind + 1 < argc)
-    return cli_usage_error("release", "unexpected argument '%s'", argv[optind + 1]);
-  char *id = cli_urlencode(argv[optind]);
-  if (!id)
-    return cli_fail("out of memory");
-  char path[512];
-  snprintf(path, sizeof(path), "/v1/leases/%s", id);
-  free(id);
-  json_t *j;
-  int r = cli_call(c, "DELETE", path, NULL, &j);
-  if (r != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
-  }
+static void show_released(const json_t *j, const void *ctx) {
+  (void)ctx;
   const json_t *l = json_object_get(j, "lease");
   const json_t *inv = json_object_get(j, "invoice");
   print_lease_line(l, "ended");
@@ -310,6 +243,16 @@ int cmd_release(cli *c, int argc, char **argv) {
   } else {
     printf("no invoice yet: the provider has not settled this lease (see gpunet invoices later)\n");
   }
-  json_decref(j);
-  return CLI_OK;
+}
+
+int cmd_release(cli *c, int argc, char **argv) {
+  int r = cli_simple_args(argc, argv, 1, "LEASE");
+  if (r >= 0)
+    return r;
+  char *path = cli_path("/v1/leases", argv[optind], "");
+  if (!path)
+    return cli_fail("out of memory");
+  r = cli_show(c, "DELETE", path, NULL, show_released, NULL);
+  free(path);
+  return r;
 }

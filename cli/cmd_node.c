@@ -11,25 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Parses a command that takes only --help and exactly nargs positionals;
- * returns -1 to go on or an exit code. */
-static int simple_args(int argc, char **argv, int nargs, const char *what) {
-  static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-  int o;
-  optind = 0;
-  opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-    if (o == 'h')
-      return cli_print_usage(cli_find_cmd(argv[0]));
-    return cli_bad_option(argv[0], o, argv);
-  }
-  if (argc - optind < nargs)
-    return cli_usage_error(argv[0], "missing %s", what);
-  if (argc - optind > nargs)
-    return cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind + nargs]);
-  return -1;
-}
-
 /* mkdir -p, 0700 for what it creates. */
 static int mkdirs(const char *dir) {
   char p[PATH_MAX];
@@ -131,7 +112,7 @@ int cmd_init(cli *c, int argc, char **argv) {
 }
 
 int cmd_id(cli *c, int argc, char **argv) {
-  int r = simple_args(argc, argv, 0, "");
+  int r = cli_simple_args(argc, argv, 0, "");
   if (r >= 0)
     return r;
   char path[PATH_MAX + 32];
@@ -151,136 +132,94 @@ int cmd_id(cli *c, int argc, char **argv) {
   return CLI_OK;
 }
 
-int cmd_status(cli *c, int argc, char **argv) {
-  int r = simple_args(argc, argv, 0, "");
-  if (r >= 0)
-    return r;
-  json_t *j;
-  if ((r = cli_call(c, "GET", "/v1/status", NULL, &j)) != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-  } else {
-    static const struct {
-      const char *key, *label;
-    } rows[] = {{"node_id", "node id"},   {"version", "version"}, {"listen", "listen"}, {"data_dir", "data dir"},
-                {"provider", "provider"}, {"runtime", "runtime"}, {"peers", "peers"},   {"offers", "offers"},
-                {"leases", "leases"},     {"jobs", "jobs"}};
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-      const json_t *v = json_object_get(j, rows[i].key);
-      char buf[64];
-      const char *text = "-";
-      if (json_is_string(v))
-        text = json_string_value(v)[0] ? json_string_value(v) : "-";
-      else if (json_is_boolean(v))
-        text = json_is_true(v) ? "yes" : "no";
-      else if (json_is_integer(v) && snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v)) > 0)
-        text = buf;
-      printf("%-10s %s\n", rows[i].label, text);
-    }
+static void show_status(const json_t *j, const void *ctx) {
+  (void)ctx;
+  static const struct {
+    const char *key, *label;
+  } rows[] = {{"node_id", "node id"},   {"version", "version"}, {"listen", "listen"}, {"data_dir", "data dir"},
+              {"provider", "provider"}, {"runtime", "runtime"}, {"peers", "peers"},   {"offers", "offers"},
+              {"leases", "leases"},     {"jobs", "jobs"}};
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    const json_t *v = json_object_get(j, rows[i].key);
+    char buf[64];
+    const char *text = "-";
+    if (json_is_string(v))
+      text = json_string_value(v)[0] ? json_string_value(v) : "-";
+    else if (json_is_boolean(v))
+      text = json_is_true(v) ? "yes" : "no";
+    else if (json_is_integer(v) && snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v)) > 0)
+      text = buf;
+    printf("%-10s %s\n", rows[i].label, text);
   }
-  json_decref(j);
-  return CLI_OK;
+}
+
+int cmd_status(cli *c, int argc, char **argv) {
+  int r = cli_simple_args(argc, argv, 0, "");
+  return r >= 0 ? r : cli_show(c, "GET", "/v1/status", NULL, show_status, NULL);
+}
+
+static void gpu_row(cli_table *t, const json_t *g, size_t i) {
+  char idx[16], mem[32], util[16], leased[64];
+  snprintf(idx, sizeof(idx), "%lld", (long long)cli_int(g, "index", (json_int_t)i));
+  int64_t mib = cli_int(g, "memory_mib", 0);
+  if (mib > 0)
+    snprintf(mem, sizeof(mem), "%lld MiB", (long long)mib);
+  else
+    snprintf(mem, sizeof(mem), "?");
+  if (cli_has_int(g, "utilization"))
+    snprintf(util, sizeof(util), "%lld%%", (long long)cli_int(g, "utilization", 0));
+  else
+    snprintf(util, sizeof(util), "-");
+  const char *lb = cli_str(g, "leased_by");
+  if (lb)
+    cli_fmt_node(lb, leased, sizeof(leased));
+  else
+    snprintf(leased, sizeof(leased), "-");
+  const char *name = cli_str(g, "name");
+  const char *row[] = {idx,
+                       name && name[0] ? name : "?",
+                       mem,
+                       cli_bool(g, "simulated") ? "SIMULATED" : "real",
+                       util,
+                       leased,
+                       cli_str(g, "attestation"),
+                       cli_str(g, "uuid")};
+  cli_table_row(t, row);
 }
 
 int cmd_gpus(cli *c, int argc, char **argv) {
-  int r = simple_args(argc, argv, 0, "");
-  if (r >= 0)
-    return r;
-  json_t *j;
-  if ((r = cli_call(c, "GET", "/v1/gpus", NULL, &j)) != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
-  }
-  const json_t *gpus = json_object_get(j, "gpus");
-  if (!json_array_size(gpus)) {
-    printf("no GPUs (gpunetd found no NVIDIA GPU; for development start it with --simulate-gpu \"RTX 4090\")\n");
-    json_decref(j);
-    return CLI_OK;
-  }
   static const char *const hdr[] = {"#", "GPU", "MEMORY", "KIND", "UTIL", "LEASED BY", "ATTESTATION", "UUID"};
-  cli_table *t = cli_table_new(8, hdr);
-  size_t i;
-  const json_t *g;
-  json_array_foreach(gpus, i, g) {
-    char idx[16], mem[32], util[16], leased[64];
-    snprintf(idx, sizeof(idx), "%lld", (long long)cli_int(g, "index", (json_int_t)i));
-    int64_t mib = cli_int(g, "memory_mib", 0);
-    if (mib > 0)
-      snprintf(mem, sizeof(mem), "%lld MiB", (long long)mib);
-    else
-      snprintf(mem, sizeof(mem), "?");
-    if (cli_has_int(g, "utilization"))
-      snprintf(util, sizeof(util), "%lld%%", (long long)cli_int(g, "utilization", 0));
-    else
-      snprintf(util, sizeof(util), "-");
-    const char *lb = cli_str(g, "leased_by");
-    if (lb)
-      cli_fmt_node(lb, leased, sizeof(leased));
-    else
-      snprintf(leased, sizeof(leased), "-");
-    const char *name = cli_str(g, "name");
-    const char *row[] = {idx,
-                         name && name[0] ? name : "?",
-                         mem,
-                         cli_bool(g, "simulated") ? "SIMULATED" : "real",
-                         util,
-                         leased,
-                         cli_str(g, "attestation"),
-                         cli_str(g, "uuid")};
-    cli_table_row(t, row);
-  }
-  cli_table_print(t);
-  json_decref(j);
-  return CLI_OK;
+  static const cli_list_spec spec = {
+      "gpus", "no GPUs (gpunetd found no NVIDIA GPU; for development start it with --simulate-gpu \"RTX 4090\")", 8,
+      hdr, gpu_row};
+  int r = cli_simple_args(argc, argv, 0, "");
+  return r >= 0 ? r : cli_list(c, "/v1/gpus", &spec);
+}
+
+static void peer_row(cli_table *t, const json_t *p, size_t i) {
+  (void)i;
+  const char *row[] = {cli_str(p, "node_id"), cli_str(p, "addr")};
+  cli_table_row(t, row);
 }
 
 int cmd_peers(cli *c, int argc, char **argv) {
-  int r = simple_args(argc, argv, 0, "");
-  if (r >= 0)
-    return r;
-  json_t *j;
-  if ((r = cli_call(c, "GET", "/v1/peers", NULL, &j)) != CLI_OK)
-    return r;
-  if (c->json) {
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
-  }
-  const json_t *peers = json_object_get(j, "peers");
-  if (!json_array_size(peers)) {
-    printf("no peers (is a bootstrap peer configured? gpunetd --bootstrap HOST:PORT)\n");
-  } else {
-    static const char *const hdr[] = {"NODE", "ADDRESS"};
-    cli_table *t = cli_table_new(2, hdr);
-    size_t i;
-    const json_t *p;
-    json_array_foreach(peers, i, p) {
-      const char *row[] = {cli_str(p, "node_id"), cli_str(p, "addr")};
-      cli_table_row(t, row);
-    }
-    cli_table_print(t);
-  }
-  json_decref(j);
-  return CLI_OK;
+  static const char *const hdr[] = {"NODE", "ADDRESS"};
+  static const cli_list_spec spec = {
+      "peers", "no peers (is a bootstrap peer configured? gpunetd --bootstrap HOST:PORT)", 2, hdr, peer_row};
+  int r = cli_simple_args(argc, argv, 0, "");
+  return r >= 0 ? r : cli_list(c, "/v1/peers", &spec);
+}
+
+static void show_fields(const json_t *j, const void *ctx) {
+  (void)ctx;
+  cli_print_fields(j);
 }
 
 int cmd_attest(cli *c, int argc, char **argv) {
-  int r = simple_args(argc, argv, 1, "OFFER or NODE to attest");
+  int r = cli_simple_args(argc, argv, 1, "OFFER or NODE to attest");
   if (r >= 0)
     return r;
   const char *target = argv[optind];
   fprintf(stderr, "challenging the GPU of %s\xe2\x80\xa6\n", target);
-  json_t *j;
-  if ((r = cli_call(c, "POST", "/v1/attest", json_pack("{s:s}", "target", target), &j)) != CLI_OK)
-    return r;
-  if (c->json)
-    cli_print_json(j);
-  else
-    cli_print_fields(j);
-  json_decref(j);
-  return CLI_OK;
+  return cli_show(c, "POST", "/v1/attest", json_pack("{s:s}", "target", target), show_fields, NULL);
 }
