@@ -60,6 +60,8 @@ char *cli_urlencode(const char *s);
 
 /* Pretty-prints j to stdout. Returns CLI_OK. */
 int cli_print_json(const json_t *j);
+/* The same for a value built to be printed: drops the reference to j. */
+int cli_print_json_new(json_t *j);
 
 typedef struct cli_table cli_table;
 cli_table *cli_table_new(size_t ncols, const char *const *headers);
@@ -91,6 +93,9 @@ void cli_fmt_node(const char *node_id, char *buf, size_t cap);
 /* Parses a command that takes only --help and exactly nargs positionals
  * (what names the missing ones); returns -1 to go on or an exit code. */
 int cli_simple_args(int argc, char **argv, int nargs, const char *what);
+/* After getopt: checks that exactly nargs positionals follow optind (the
+ * same messages); returns -1 to go on or CLI_USAGE. */
+int cli_want_args(int argc, char **argv, int nargs, const char *what);
 /* prefix + "/" + urlencoded id + suffix ("/v1/jobs", id, "/logs"). Caller
  * frees; NULL when out of memory. */
 char *cli_path(const char *prefix, const char *id, const char *suffix);

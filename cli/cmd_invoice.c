@@ -96,9 +96,7 @@ static int invoice_export(cli *c, const char *id, const char *out) {
   if (w < 0)
     return cli_fail("cannot write %s: %s", out, strerror(-w));
   if (c->json) {
-    json_t *j = json_pack("{s:s, s:s, s:I}", "invoice", id, "path", out, "bytes", (json_int_t)len);
-    cli_print_json(j);
-    json_decref(j);
+    cli_print_json_new(json_pack("{s:s, s:s, s:I}", "invoice", id, "path", out, "bytes", (json_int_t)len));
   } else {
     printf("%s\n", out);
   }
@@ -107,9 +105,7 @@ static int invoice_export(cli *c, const char *id, const char *out) {
 
 static int audit_failed(cli *c, const char *reason) {
   if (c->json) {
-    json_t *j = json_pack("{s:b, s:s}", "ok", 0, "reason", reason);
-    cli_print_json(j);
-    json_decref(j);
+    cli_print_json_new(json_pack("{s:b, s:s}", "ok", 0, "reason", reason));
   } else {
     printf("audit FAILED: %s\n", reason);
   }
@@ -152,15 +148,12 @@ static int invoice_audit(cli *c, const char *file) {
   cli_fmt_time(s.end_s, end, sizeof(end));
   cli_fmt_duration((int64_t)s.seconds, dur, sizeof(dur));
   if (c->json) {
-    json_t *j = json_pack("{s:b, s:s?, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:I, s:I, s:b}", "ok", 1,
-                          "reason", reason[0] ? reason : NULL, "invoice_id", s.invoice_id, "lease_id", s.lease_id,
-                          "provider", prov, "requester", req, "gpu_model", s.gpu_model, "gpus", (int)s.gpus,
-                          "price_uper_hour", (json_int_t)s.price_uper_hour, "currency", s.currency, "seconds",
-                          (json_int_t)s.seconds, "total_micro", (json_int_t)s.total_micro, "start_s",
-                          (json_int_t)s.start_s, "end_s", (json_int_t)s.end_s, "countersigned", s.countersigned);
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
+    return cli_print_json_new(json_pack(
+        "{s:b, s:s?, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:I, s:I, s:b}", "ok", 1, "reason",
+        reason[0] ? reason : NULL, "invoice_id", s.invoice_id, "lease_id", s.lease_id, "provider", prov, "requester",
+        req, "gpu_model", s.gpu_model, "gpus", (int)s.gpus, "price_uper_hour", (json_int_t)s.price_uper_hour,
+        "currency", s.currency, "seconds", (json_int_t)s.seconds, "total_micro", (json_int_t)s.total_micro, "start_s",
+        (json_int_t)s.start_s, "end_s", (json_int_t)s.end_s, "countersigned", s.countersigned));
   }
   printf("audit OK: invoice %s for lease %s\n", s.invoice_id, s.lease_id);
   printf("  provider   %s\n", prov);

@@ -258,11 +258,8 @@ int cmd_logs(cli *c, int argc, char **argv) {
     else
       return cli_bad_option("logs", o, argv);
   }
-  if (optind >= argc)
-    return cli_usage_error("logs", "missing JOB");
-  if (optind + 1 < argc)
-    return cli_usage_error("logs", "unexpected argument '%s'", argv[optind + 1]);
-  return cli_follow_logs(c, argv[optind], follow);
+  int r = cli_want_args(argc, argv, 1, "JOB");
+  return r >= 0 ? r : cli_follow_logs(c, argv[optind], follow);
 }
 
 static void show_stopped(const json_t *j, const void *ctx) {

@@ -55,9 +55,10 @@ int cmd_init(cli *c, int argc, char **argv) {
     else
       return cli_bad_option("init", o, argv);
   }
-  if (optind < argc)
-    return cli_usage_error("init", "unexpected argument '%s'", argv[optind]);
-  int r = mkdirs(c->data_dir);
+  int r = cli_want_args(argc, argv, 0, "");
+  if (r >= 0)
+    return r;
+  r = mkdirs(c->data_dir);
   if (r < 0)
     return cli_fail("cannot create %s: %s", c->data_dir, strerror(-r));
   char key_path[PATH_MAX + 32], conf_path[PATH_MAX + 32];
@@ -95,11 +96,9 @@ int cmd_init(cli *c, int argc, char **argv) {
   gn_node_id_format(id->pk, node_id);
   gn_identity_free(id);
   if (c->json) {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b, s:b}", "node_id", node_id, "data_dir", c->data_dir, "identity",
-                          key_path, "config", conf_path, "created_identity", created, "wrote_config", wrote);
-    cli_print_json(j);
-    json_decref(j);
-    return CLI_OK;
+    return cli_print_json_new(json_pack("{s:s, s:s, s:s, s:s, s:b, s:b}", "node_id", node_id, "data_dir", c->data_dir,
+                                        "identity", key_path, "config", conf_path, "created_identity", created,
+                                        "wrote_config", wrote));
   }
   if (created)
     fprintf(stderr, "created node identity %s\n", key_path);
@@ -123,9 +122,7 @@ int cmd_id(cli *c, int argc, char **argv) {
   gn_node_id_format(id->pk, node_id);
   gn_identity_free(id);
   if (c->json) {
-    json_t *j = json_pack("{s:s}", "node_id", node_id);
-    cli_print_json(j);
-    json_decref(j);
+    cli_print_json_new(json_pack("{s:s}", "node_id", node_id));
   } else {
     printf("%s\n", node_id);
   }

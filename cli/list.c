@@ -18,6 +18,10 @@ int cli_simple_args(int argc, char **argv, int nargs, const char *what) {
       return cli_print_usage(cli_find_cmd(argv[0]));
     return cli_bad_option(argv[0], o, argv);
   }
+  return cli_want_args(argc, argv, nargs, what);
+}
+
+int cli_want_args(int argc, char **argv, int nargs, const char *what) {
   if (argc - optind < nargs)
     return cli_usage_error(argv[0], "missing %s", what);
   if (argc - optind > nargs)

@@ -92,6 +92,12 @@ int cli_print_json(const json_t *j) {
   return CLI_OK;
 }
 
+int cli_print_json_new(json_t *j) {
+  cli_print_json(j);
+  json_decref(j);
+  return CLI_OK;
+}
+
 /* --- tables ------------------------------------------------------------------*/
 
 struct cli_table {
