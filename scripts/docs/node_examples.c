@@ -99,6 +99,11 @@ int main(void) {
   gn_wire_put_i64(&w, 1796211600);
   show(prov, GN_MSG_LEASE_END, &w);
 
+  gn_wire_put_map(&w, 2);
+  put_kv_str(&w, "sid", "a-00112233aabbccdd");
+  put_kv_str(&w, "reason", "busy with another attestation; try again shortly");
+  show(prov, GN_MSG_ERROR, &w);
+
   gn_wire_writer_done(&w);
   gn_identity_free(req);
   gn_identity_free(prov);
