@@ -23,6 +23,8 @@
 #define GN_JOB_MAX_ARG_LEN 4096
 #define GN_JOB_LOG_CHUNK 32768
 #define GN_MANIFEST_MAX_TTL_S 600 /* a manifest may live at most this long */
+#define GN_JOB_LOG_MAX (64ull << 20) /* output kept per job, on either side */
+#define GN_LEASE_MAX_JOBS 8          /* jobs pulling or running at once on one lease */
 #define GN_OFFER_TTL_S 60
 #define GN_OFFER_REFRESH_S 20
 
@@ -118,6 +120,7 @@ struct gn_job {
   char error[256];
   int64_t created_s, ended_s;
   uint64_t log_len; /* bytes in the log file */
+  bool log_cut;     /* output past GN_JOB_LOG_MAX was dropped */
   char log_path[4096];
   /* provider side */
   uv_process_t proc;

@@ -390,6 +390,16 @@ static void on_job_output(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread == 0)
     return;
+  /* A job that prints without end must not fill the provider's disk, nor
+   * the requester's: past GN_JOB_LOG_MAX its output is dropped, once said. */
+  static const char cut[] = "\n[gpunet: output beyond 64 MiB dropped]\n";
+  if (j->log_cut)
+    return;
+  if (j->log_len + (uint64_t)nread > GN_JOB_LOG_MAX) {
+    memcpy(buf->base, cut, sizeof cut - 1);
+    nread = (ssize_t)(sizeof cut - 1);
+    j->log_cut = true;
+  }
   uint64_t offset = j->log_len;
   gn__job_append_log(j, (const uint8_t *)buf->base, (size_t)nread);
   gn_lease *l = job_lease(n, j);
@@ -563,6 +573,13 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   }
   if (m.expires_s > now_s + GN_MANIFEST_MAX_TTL_S || m.issued_s > now_s + 300) {
     gn__strf(reason, sizeof reason, "manifest validity is more than %ds in the future", GN_MANIFEST_MAX_TTL_S);
+    goto reject;
+  }
+  size_t active = 0;
+  for (gn_job *o = n->jobs; o; o = o->next)
+    active += strcmp(o->lease_id, l->id) == 0 && (o->state == GN_JOB_PULLING || o->state == GN_JOB_RUNNING);
+  if (active >= GN_LEASE_MAX_JOBS) {
+    gn__strf(reason, sizeof reason, "lease %s already has %zu jobs running; stop one first", m.lease_id, active);
     goto reject;
   }
   if (gn__job_find(n, m.job_id)) {

@@ -611,6 +611,8 @@ static void on_job_log(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envel
     goto out;
   /* Chunks arrive in order on one session; a resent chunk overlaps what we
    * already hold and only its new tail is kept. */
+  if (j->log_len >= GN_JOB_LOG_MAX + 4096) /* the provider's cut notice may overshoot a little */
+    goto out;
   if (m.offset + m.data_len > j->log_len) {
     size_t skip = m.offset < j->log_len ? (size_t)(j->log_len - m.offset) : 0;
     gn__job_append_log(j, m.data + skip, m.data_len - skip);

@@ -136,6 +136,17 @@ stopped() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | selec
 gn_wait_until 20 "job $job to stop" stopped || fail "job $job did not stop"
 ok "gpunet stop kills a running job"
 
+out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c 'yes 0123456789abcdef | head -c 70000000' | tail -c 100)
+grep -q "output beyond 64 MiB dropped" <<<"$out" || fail "endless output was not cut: $out"
+big=$(gn_cli "$R" --json jobs | jq -r '.jobs[0].id')
+size=$(stat -c %s "$R/run/jobs/$big.log")
+[ "$size" -le $((64 * 1024 * 1024 + 4096)) ] || fail "requester kept $size bytes of output"
+ok "a job's output is capped at 64 MiB on both sides, and says so"
+
+for _ in $(seq 8); do gn_cli "$R" run "$lease" --image "$image" -- sleep 60 >/dev/null; done
+expect_fail "a ninth concurrent job on one lease" "already has 8 jobs running" \
+  gn_cli "$R" run "$lease" --image "$image" -- true
+
 metrics_ticks() {
   curl -s --unix-socket "$P/gpunetd.sock" http://gpunetd/metrics | awk '/^gpunet_ticks_total/ {print $2}'
 }
