@@ -204,8 +204,12 @@ static void load_state(gn_node *n) {
   sqlite3_finalize(st);
 
   for (gn_job *j = n->jobs; j; j = j->next) {
+    /* A requester's job runs on its provider whatever happened here: its
+     * status and output keep arriving and pick up where the log file ends. */
+    if (j->role != GN_ROLE_PROVIDER)
+      continue;
     if (j->state == GN_JOB_PENDING || j->state == GN_JOB_PULLING || j->state == GN_JOB_RUNNING) {
-      if (j->role == GN_ROLE_PROVIDER && n->have_runtime) {
+      if (n->have_runtime) {
         char **argv = NULL;
         int status;
         if (gn_runtime_argv_delete(&n->rt, n->run_dir, j->container_id, &argv) == 0) {
@@ -214,7 +218,7 @@ static void load_state(gn_node *n) {
         }
       }
       j->state = GN_JOB_FAILED;
-      gn__strf(j->error, sizeof j->error, "the daemon restarted while the job ran");
+      gn__strf(j->error, sizeof j->error, "the provider daemon restarted while the job ran");
       j->ended_s = gn_unix_s();
       gn__node_persist_job(n, j);
     }
@@ -230,10 +234,14 @@ static void load_state(gn_node *n) {
              (unsigned long long)ticks);
       gn__provider_end_lease(n, l, "provider daemon restarted");
     } else {
-      l->state = GN_LEASE_ENDED;
-      l->end_s = gn_unix_s();
-      gn__strf(l->end_reason, sizeof l->end_reason, "requester daemon restarted");
-      gn__node_persist_lease(n, l);
+      /* The provider kept metering while we were down: the lease goes on,
+       * observed from its agreed start by the wall clock. (If this machine
+       * rebooted more recently than the lease began, the monotonic clock
+       * cannot reach that far back and our observation starts at boot.) */
+      int64_t age_s = gn_unix_s() - l->ag.start_s;
+      uint64_t now_ms = gn_mono_ms(), age_ms = age_s > 0 ? (uint64_t)age_s * 1000u : 0;
+      l->start_mono_ms = age_ms < now_ms ? now_ms - age_ms : 0;
+      gn_log(GN_LOG_INFO, "lease %s is still active (%llds old): watching it again", l->id, (long long)age_s);
     }
   }
 }

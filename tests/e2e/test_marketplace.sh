@@ -218,6 +218,21 @@ secs2=$(gn_cli "$R" --json invoices | jq -r --arg l "$lease2" '.invoices[] | sel
 [ "$secs2" = "$crash_ticks" ] || fail "invoice after crash bills $secs2 s, ledger held $crash_ticks"
 ok "provider crash: $crash_ticks durable ticks invoiced after restart and countersigned"
 
+# Crash of the requester: the lease goes on at the provider; after restart
+# the requester watches it again, releases it and settles every second.
+lease4=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated --no-attest | jq -r .lease.id)
+sleep 2
+kill -9 "$(cat "$R/gpunetd.pid")"
+sleep 2
+gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_boot"
+[ "$(gn_cli "$R" --json leases | jq -r --arg l "$lease4" '.leases[] | select(.id==$l) | .state')" = active ] ||
+  fail "the restarted requester lost lease $lease4"
+gn_cli "$R" release "$lease4" >/dev/null || fail "cannot release $lease4 after the requester restarted"
+inv4=$(gn_cli "$R" --json invoices | jq -r --arg l "$lease4" '.invoices[] | select(.lease==$l)')
+[ "$(jq -r .status <<<"$inv4")" = accepted ] || fail "invoice after requester restart: $inv4"
+[ "$(jq -r .seconds <<<"$inv4")" -ge 4 ] || fail "seconds billed across the requester's restart: $inv4"
+ok "requester crash: the lease survives, is released after restart and settled for $(jq -r .seconds <<<"$inv4") s"
+
 # Under the sanitizer build the daemons report leaks and undefined
 # behaviour in their logs when they exit: there must be none.
 for n in requester provider bootstrap; do gn_node_stop "$nodes/$n"; done
