@@ -60,7 +60,9 @@ int cmd_offers(cli *c, int argc, char **argv) {
     size_t have = strlen(filter);
     if (have + strlen(argv[i]) + 2 > sizeof(filter))
       return cli_usage_error("offers", "filter longer than %d bytes", GN_FILTER_MAX_LEN);
-    snprintf(filter + have, sizeof(filter) - have, "%s%s", have ? " " : "", argv[i]);
+    if (have)
+      filter[have++] = ' ';
+    memcpy(filter + have, argv[i], strlen(argv[i]) + 1); /* fits: checked above */
   }
   gn_filter f;
   char err[256];

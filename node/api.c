@@ -19,13 +19,12 @@ static void api_status(gn_ctl_req *req, void *ud) {
     gn__strf(runtime, sizeof runtime, "%s %s", n->rt.kind == GN_RUNTIME_CRUN ? "crun" : "runc", n->rt.version);
   else
     gn__strf(runtime, sizeof runtime, "none (%s)", n->runtime_err);
-  gn_ctl_reply_json(req, 200,
-                    json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:I, s:I, s:I}", "node_id", n->node_id, "version",
-                              GN_VERSION, "listen", gn_transport_listen_addr(n->tp), "data_dir", n->cfg.data_dir,
-                              "provider", n->cfg.provide, "runtime", runtime, "peers",
-                              (json_int_t)gn_transport_peer_count(n->tp), "offers",
-                              (json_int_t)gn_offer_table_count(n->offers), "leases", (json_int_t)leases, "jobs",
-                              (json_int_t)jobs));
+  gn_ctl_reply_json(
+      req, 200,
+      json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:I, s:I, s:I}", "node_id", n->node_id, "version", GN_VERSION,
+                "listen", gn_transport_listen_addr(n->tp), "data_dir", n->cfg.data_dir, "provider", n->cfg.provide,
+                "runtime", runtime, "peers", (json_int_t)gn_transport_peer_count(n->tp), "offers",
+                (json_int_t)gn_offer_table_count(n->offers), "leases", (json_int_t)leases, "jobs", (json_int_t)jobs));
 }
 
 static void api_gpus(gn_ctl_req *req, void *ud) {
@@ -102,8 +101,7 @@ static void api_offers(gn_ctl_req *req, void *ud) {
                        (json_int_t)o->vram_mib, "gpus_free", (json_int_t)o->gpus_free, "gpus_total",
                        (json_int_t)o->gpus_total, "price_uper_hour", (json_int_t)o->price_uper_hour, "price", price,
                        "currency", o->currency, "max_hours", (json_int_t)o->max_hours, "simulated", o->simulated,
-                       "expires_s", (json_int_t)o->expires_s, "own",
-                       memcmp(o->provider, n->id->pk, GN_PK_LEN) == 0));
+                       "expires_s", (json_int_t)o->expires_s, "own", memcmp(o->provider, n->id->pk, GN_PK_LEN) == 0));
     char verdict[GN_ATTEST_VERDICT_STRLEN + 48];
     gn__offer_attest_verdict(o, verdict, sizeof verdict);
     json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "attestation",
@@ -194,9 +192,9 @@ static void api_logs(gn_ctl_req *req, void *ud) {
   json_object_set_new(o, "offset", json_integer((json_int_t)(offset + got)));
   json_object_set_new(o, "done", json_boolean(done));
   json_object_set_new(o, "state", json_string(gn__job_state_name(j->state)));
-  json_object_set_new(o, "exit_code", j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED
-                                          ? json_integer(j->exit_code)
-                                          : json_null());
+  json_object_set_new(o, "exit_code",
+                      j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED ? json_integer(j->exit_code)
+                                                                              : json_null());
   free(buf);
   gn_ctl_reply_json(req, 200, o);
 }
@@ -208,14 +206,13 @@ static json_t *invoice_record_json(const gn_invoice_record *r) {
   gn_node_id_format(r->summary.provider, provider);
   gn_node_id_format(r->summary.requester, requester);
   gn__hex(r->summary.chain_head, 32, head);
-  return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:s}",
-                   "id", r->invoice_id, "lease", r->lease_id, "role", r->role, "status", r->status, "provider",
-                   provider, "requester", requester, "gpu_model", r->summary.gpu_model, "gpus",
-                   (json_int_t)r->summary.gpus, "seconds", (json_int_t)r->summary.seconds, "total_micro",
-                   (json_int_t)r->summary.total_micro, "total", total, "price", price, "currency",
-                   r->summary.currency, "start_s", (json_int_t)r->summary.start_s, "end_s",
-                   (json_int_t)r->summary.end_s, "created_s", (json_int_t)r->created_s, "countersigned",
-                   r->summary.countersigned, "chain_head", head);
+  return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:s}", "id",
+                   r->invoice_id, "lease", r->lease_id, "role", r->role, "status", r->status, "provider", provider,
+                   "requester", requester, "gpu_model", r->summary.gpu_model, "gpus", (json_int_t)r->summary.gpus,
+                   "seconds", (json_int_t)r->summary.seconds, "total_micro", (json_int_t)r->summary.total_micro,
+                   "total", total, "price", price, "currency", r->summary.currency, "start_s",
+                   (json_int_t)r->summary.start_s, "end_s", (json_int_t)r->summary.end_s, "created_s",
+                   (json_int_t)r->created_s, "countersigned", r->summary.countersigned, "chain_head", head);
 }
 
 static void api_invoices(gn_ctl_req *req, void *ud) {

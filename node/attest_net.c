@@ -213,10 +213,14 @@ static void prove_work(uv_work_t *w) {
 /* What the provider answers to the message it just worked. */
 static uint32_t answer_type(uint32_t stage) {
   switch (stage) {
-  case GN_MSG_ATTEST_CHALLENGE: return GN_MSG_ATTEST_RESPONSE;
-  case GN_MSG_ATTEST_OPEN: return GN_MSG_ATTEST_PROOF;
-  case GN_MSG_ATTEST_MEM_CHALLENGE: return GN_MSG_ATTEST_MEM_READY;
-  default: return GN_MSG_ATTEST_MEM_RESULT;
+  case GN_MSG_ATTEST_CHALLENGE:
+    return GN_MSG_ATTEST_RESPONSE;
+  case GN_MSG_ATTEST_OPEN:
+    return GN_MSG_ATTEST_PROOF;
+  case GN_MSG_ATTEST_MEM_CHALLENGE:
+    return GN_MSG_ATTEST_MEM_READY;
+  default:
+    return GN_MSG_ATTEST_MEM_RESULT;
   }
 }
 
@@ -226,7 +230,8 @@ static void prove_done(uv_work_t *w, int status) {
   s->working = false;
   n->prover_busy = false;
   if (status < 0 || s->rc < 0) {
-    gn__attest_send_error(n, s->peer, s->sid, s->rc == GN_ETOOBIG ? "challenge too large for this provider" : gn_strerror(s->rc));
+    gn__attest_send_error(n, s->peer, s->sid,
+                          s->rc == GN_ETOOBIG ? "challenge too large for this provider" : gn_strerror(s->rc));
     prove_free(n, s);
     return;
   }
@@ -528,7 +533,8 @@ void gn__attest_tick(gn_node *n, uint64_t now_ms) {
   for (gn_verify_sess *s = n->verifiers, *next; s; s = next) {
     next = s->next;
     if (now_ms >= s->deadline_ms)
-      gn__attest_verify_finish(n, s, GN_ETIMEDOUT, NULL, "the provider did not finish the attestation challenge in time");
+      gn__attest_verify_finish(n, s, GN_ETIMEDOUT, NULL,
+                               "the provider did not finish the attestation challenge in time");
   }
   for (gn_prove_sess *s = n->provers, *next; s; s = next) {
     next = s->next;
@@ -576,10 +582,14 @@ void gn__offer_attest_verdict(const gn_offer *o, char *buf, size_t cap) {
 
 static const char *outcome_name(gn_attest_outcome o) {
   switch (o) {
-  case GN_ATTEST_VERIFIED: return "verified";
-  case GN_ATTEST_TOO_SLOW: return "too_slow";
-  case GN_ATTEST_SIMULATED: return "simulated";
-  default: return "failed";
+  case GN_ATTEST_VERIFIED:
+    return "verified";
+  case GN_ATTEST_TOO_SLOW:
+    return "too_slow";
+  case GN_ATTEST_SIMULATED:
+    return "simulated";
+  default:
+    return "failed";
   }
 }
 

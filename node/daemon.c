@@ -283,12 +283,11 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
   return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:I, s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:I, s:I, s:b}", "id",
                    l->id, "role", l->role == GN_ROLE_PROVIDER ? "provider" : "requester", "peer", peer, "gpu_model",
                    l->ag.terms.gpu_model, "count", (int)l->ag.terms.count, "gpus", gpus, "price_uper_hour",
-                   (json_int_t)l->ag.terms.price_uper_hour, "price", price, "currency", l->ag.terms.currency,
-                   "start_s", (json_int_t)l->ag.start_s, "max_s", (json_int_t)l->ag.terms.max_s, "ends_s",
+                   (json_int_t)l->ag.terms.price_uper_hour, "price", price, "currency", l->ag.terms.currency, "start_s",
+                   (json_int_t)l->ag.start_s, "max_s", (json_int_t)l->ag.terms.max_s, "ends_s",
                    (json_int_t)(l->ag.start_s + (int64_t)l->ag.terms.max_s), "state",
                    l->state == GN_LEASE_ACTIVE ? "active" : "ended", "ended_reason",
-                   l->state == GN_LEASE_ACTIVE ? NULL : l->end_reason, "seconds", (json_int_t)seconds,
-                   "cost_micro",
+                   l->state == GN_LEASE_ACTIVE ? NULL : l->end_reason, "seconds", (json_int_t)seconds, "cost_micro",
                    (json_int_t)gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds), "simulated",
                    l->ag.terms.simulated);
 }
@@ -298,9 +297,10 @@ json_t *gn__job_json(const gn_job *j) {
                         j->image, "digest", j->digest, "cmd", j->cmd ? json_incref(j->cmd) : json_array(), "state",
                         gn__job_state_name(j->state), "error", j->error[0] ? j->error : NULL, "created_s",
                         (json_int_t)j->created_s);
-  json_object_set_new(o, "exit_code", j->exit_code >= 0 && (j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED)
-                                          ? json_integer(j->exit_code)
-                                          : json_null());
+  json_object_set_new(o, "exit_code",
+                      j->exit_code >= 0 && (j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED)
+                          ? json_integer(j->exit_code)
+                          : json_null());
   json_object_set_new(o, "ended_s", j->ended_s ? json_integer(j->ended_s) : json_null());
   json_object_set_new(o, "role", json_string(j->role == GN_ROLE_PROVIDER ? "provider" : "requester"));
   return o;
@@ -587,8 +587,7 @@ int gn__node_main(int argc, char **argv) {
   gn__pathf(path, sizeof path, "%s/identity.key", n->cfg.data_dir);
   r = gn_identity_load(path, &n->id);
   if (r == GN_EPERM) {
-    fprintf(stderr, "gpunetd: %s is readable by other users; refusing to start (fix with: chmod 600 %s)\n", path,
-            path);
+    fprintf(stderr, "gpunetd: %s is readable by other users; refusing to start (fix with: chmod 600 %s)\n", path, path);
     return 1;
   }
   if (r < 0) {

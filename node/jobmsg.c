@@ -101,8 +101,7 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
       (r = gn_wire_get_u64(o, "memory_mib", &m.memory_mib)) < 0 || (r = gn_wire_get_u64(o, "pids", &pids)) < 0 ||
       (r = gn_wire_get_bool(o, "network", &m.network)) < 0 ||
       (r = gn_wire_get_bin_exact(o, "nonce", m.nonce, sizeof m.nonce)) < 0 ||
-      (r = gn_wire_get_i64(o, "issued_s", &m.issued_s)) < 0 ||
-      (r = gn_wire_get_i64(o, "expires_s", &m.expires_s)) < 0)
+      (r = gn_wire_get_i64(o, "issued_s", &m.issued_s)) < 0 || (r = gn_wire_get_i64(o, "expires_s", &m.expires_s)) < 0)
     goto out;
   if (pids > UINT32_MAX || m.memory_mib > (1u << 30)) {
     r = GN_ETOOBIG;

@@ -22,7 +22,7 @@
 #define GN_JOB_MAX_ARGS 64
 #define GN_JOB_MAX_ARG_LEN 4096
 #define GN_JOB_LOG_CHUNK 32768
-#define GN_MANIFEST_MAX_TTL_S 600 /* a manifest may live at most this long */
+#define GN_MANIFEST_MAX_TTL_S 600    /* a manifest may live at most this long */
 #define GN_JOB_LOG_MAX (64ull << 20) /* output kept per job, on either side */
 #define GN_LEASE_MAX_JOBS 8          /* jobs pulling or running at once on one lease */
 #define GN_OFFER_TTL_S 60
@@ -77,14 +77,14 @@ typedef struct gn_lease {
   gn_lease_state state;
   uint64_t start_mono_ms; /* our own observation of the lease start */
   uint64_t end_mono_ms;
-  gn_meter meter;     /* provider: the per-second meter */
-  uint64_t seconds;   /* provider: ticks written; requester: seconds observed */
+  gn_meter meter;   /* provider: the per-second meter */
+  uint64_t seconds; /* provider: ticks written; requester: seconds observed */
   int64_t end_s;
   char end_reason[128];
-  int gpu_index[GN_LEASE_MAX_GPUS]; /* provider: which local GPUs */
-  bool invoice_done;                /* requester: invoice checked */
-  bool invoice_sent;                /* provider: invoice sent and acknowledged? */
-  gn_buf invoice_env;               /* provider: to resend until answered */
+  int gpu_index[GN_LEASE_MAX_GPUS];  /* provider: which local GPUs */
+  bool invoice_done;                 /* requester: invoice checked */
+  bool invoice_sent;                 /* provider: invoice sent and acknowledged? */
+  gn_buf invoice_env;                /* provider: to resend until answered */
   struct gn_pending *release_waiter; /* requester: DELETE waiting for the invoice */
 } gn_lease;
 
@@ -132,8 +132,8 @@ struct gn_job {
   bool proc_running;
   int handles_open;
   char bundle[4096];
-  char visible[1024];                    /* NVIDIA_VISIBLE_DEVICES: the leased GPUs */
-  char devices[GN_LEASE_MAX_GPUS][32];   /* their device nodes */
+  char visible[1024];                  /* NVIDIA_VISIBLE_DEVICES: the leased GPUs */
+  char devices[GN_LEASE_MAX_GPUS][32]; /* their device nodes */
   size_t ndev;
   bool cgroup_limits;
   uint64_t memory_mib; /* limits the manifest asked for, clamped by policy */

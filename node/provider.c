@@ -246,8 +246,8 @@ void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
   gn__node_persist_lease(n, l);
   char price[32];
   gn_price_format(gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, l->seconds), price, sizeof price);
-  gn_log(GN_LOG_INFO, "lease %s ended (%s): %llu seconds, %s %s", l->id, reason, (unsigned long long)l->seconds,
-         price, l->ag.terms.currency);
+  gn_log(GN_LOG_INFO, "lease %s ended (%s): %llu seconds, %s %s", l->id, reason, (unsigned long long)l->seconds, price,
+         l->ag.terms.currency);
   if (gn_transport_is_up(n->tp, l->peer))
     send_simple(n, l->peer, GN_MSG_LEASE_END, l->id, reason, l->end_s);
   send_invoice(n, l);
@@ -269,16 +269,15 @@ void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
  * requester and name the exact invoice bytes this provider sent. */
 static void on_invoice_answer(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
   for (gn_lease *l = n->leases; l; l = l->next) {
-    if (l->role != GN_ROLE_PROVIDER || !l->invoice_env.len || l->invoice_done ||
-        memcmp(l->peer, peer, GN_PK_LEN) != 0)
+    if (l->role != GN_ROLE_PROVIDER || !l->invoice_env.len || l->invoice_done || memcmp(l->peer, peer, GN_PK_LEN) != 0)
       continue;
     gn_invoice_response resp;
     if (gn_invoice_response_open(raw, raw_len, l->invoice_env.data, l->invoice_env.len, &resp) < 0 ||
         strcmp(resp.lease_id, l->id) != 0)
       continue;
     const char *status = resp.accepted ? "accepted" : "rejected";
-    int r = gn_ledger_store_invoice(n->ledger, l->id, "provider", l->invoice_env.data, l->invoice_env.len, raw,
-                                    raw_len, status);
+    int r = gn_ledger_store_invoice(n->ledger, l->id, "provider", l->invoice_env.data, l->invoice_env.len, raw, raw_len,
+                                    status);
     if (r < 0)
       gn_log(GN_LOG_ERROR, "cannot store the answer to invoice of lease %s: %s", l->id, gn_strerror(r));
     if (resp.accepted)

@@ -159,8 +159,7 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
   if (offer_id) {
     e = gn_offer_table_find(n->offers, offer_id);
     if (!e)
-      return gn_ctl_reply_error(req, 404, "no offer %s in the offer table (list offers with: gpunet offers)",
-                                offer_id);
+      return gn_ctl_reply_error(req, 404, "no offer %s in the offer table (list offers with: gpunet offers)", offer_id);
     if (e->offer.simulated && !allow_sim)
       return gn_ctl_reply_error(req, 409,
                                 "offer %s is a SIMULATED %s, not real hardware; pass --allow-simulated to rent it "
@@ -200,10 +199,9 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
     int r = gn__attest_begin(n, e, rent_after_attest, c);
     if (r < 0) {
       free(c);
-      return gn_ctl_reply_error(req, 409,
-                                "cannot attest the %s of offer %s (%s); rent with --no-attest to skip the check",
-                                e->offer.gpu_model, e->id,
-                                r == GN_ENOTFOUND ? "no attestation class for this model" : gn_strerror(r));
+      return gn_ctl_reply_error(
+          req, 409, "cannot attest the %s of offer %s (%s); rent with --no-attest to skip the check",
+          e->offer.gpu_model, e->id, r == GN_ENOTFOUND ? "no attestation class for this model" : gn_strerror(r));
     }
     return;
   }
@@ -259,8 +257,8 @@ static json_t *invoice_json(const gn_invoice_summary *s, const char *status) {
   gn_price_format(s->total_micro, total, sizeof total);
   gn_price_format(s->price_uper_hour, price, sizeof price);
   return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "id", s->invoice_id, "lease", s->lease_id, "status",
-                   status, "seconds", (json_int_t)s->seconds, "total_micro", (json_int_t)s->total_micro, "total",
-                   total, "price", price, "currency", s->currency);
+                   status, "seconds", (json_int_t)s->seconds, "total_micro", (json_int_t)s->total_micro, "total", total,
+                   "price", price, "currency", s->currency);
 }
 
 static void lease_mark_ended(gn_lease *l, const char *reason, int64_t end_s) {
@@ -335,8 +333,8 @@ static void on_invoice(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envel
   gn_buf answer = {0};
   const char *status = "accepted";
   char status_buf[600];
-  r = gn_invoice_check(raw, raw_len, l->agreement_env.data, l->agreement_env.len, l->seconds,
-                       GN_INVOICE_TOLERANCE_S, &sum, reason, sizeof reason);
+  r = gn_invoice_check(raw, raw_len, l->agreement_env.data, l->agreement_env.len, l->seconds, GN_INVOICE_TOLERANCE_S,
+                       &sum, reason, sizeof reason);
   if (r == 0) {
     r = gn_invoice_accept_seal(n->id, raw, raw_len, &answer);
     if (r == 0) {
@@ -489,8 +487,7 @@ void gn__api_run(gn_ctl_req *req, void *ud) {
   if (!l)
     return gn_ctl_reply_error(req, 404, "no lease %s", lease_id);
   if (l->role != GN_ROLE_REQUESTER)
-    return gn_ctl_reply_error(req, 409, "lease %s is provided by this node; run jobs from the renter's node",
-                              lease_id);
+    return gn_ctl_reply_error(req, 409, "lease %s is provided by this node; run jobs from the renter's node", lease_id);
   if (l->state != GN_LEASE_ACTIVE)
     return gn_ctl_reply_error(req, 409, "lease %s has ended (%s)", lease_id, l->end_reason);
   if (!json_is_array(cmd) || json_array_size(cmd) == 0 || json_array_size(cmd) > GN_JOB_MAX_ARGS)
@@ -513,8 +510,7 @@ void gn__api_run(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, 500, "out of memory");
   if (gn_imageref_parse(image, &rw->ref) < 0) {
     free(rw);
-    return gn_ctl_reply_error(req, 400, "bad image reference %s (expected host[:port]/name[:tag][@sha256:...])",
-                              image);
+    return gn_ctl_reply_error(req, 400, "bad image reference %s (expected host[:port]/name[:tag][@sha256:...])", image);
   }
   rw->n = n;
   rw->req = req;

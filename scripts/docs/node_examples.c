@@ -43,8 +43,9 @@ int main(void) {
   memset(&m, 0, sizeof m);
   gn__strf(m.job_id, sizeof m.job_id, "j-0a1b2c3d4e5f");
   gn__strf(m.lease_id, sizeof m.lease_id, "l-00112233aabbccdd");
-  gn__strf(m.image, sizeof m.image,
-           "127.0.0.1:5000/demo/busybox:latest@sha256:3937af578adffd6ad35ca267a7bf7df3cecc3a0d5eb87bcf86b546d1d1105d4a");
+  gn__strf(
+      m.image, sizeof m.image,
+      "127.0.0.1:5000/demo/busybox:latest@sha256:3937af578adffd6ad35ca267a7bf7df3cecc3a0d5eb87bcf86b546d1d1105d4a");
   char *argv[] = {"sh", "-c", "echo hello", NULL}, *env[] = {"GREETING=hello", NULL};
   m.argc = 3;
   memcpy(m.argv, argv, sizeof argv);

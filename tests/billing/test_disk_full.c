@@ -101,17 +101,16 @@ static void test_ledger_refuses_ticks_on_full_disk_and_resumes(void **state) {
   gn_buf inv = {0};
   assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 101, "released", &inv), 0);
   gn_invoice_summary sum;
-  assert_int_equal(gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 3600, 2, &sum, reason,
-                                    sizeof(reason)),
-                   0);
+  assert_int_equal(
+      gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 3600, 2, &sum, reason, sizeof(reason)),
+      0);
   assert_int_equal(sum.seconds, durable + 1);
   gn_buf_done(&inv);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_ledger_refuses_ticks_on_full_disk_and_resumes, setup_tmpfs,
-                                      teardown_tmpfs),
+      cmocka_unit_test_setup_teardown(test_ledger_refuses_ticks_on_full_disk_and_resumes, setup_tmpfs, teardown_tmpfs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

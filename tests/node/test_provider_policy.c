@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+/* cmocka needs the above first. */
 #include <cmocka.h>
 
 #include <limits.h>
@@ -394,8 +395,8 @@ static void test_provider_rejects_job_on_released_lease_and_invoices_it(void **s
   uint64_t observed = (gn_mono_ms() - t0) / 1000;
   gn_invoice_summary sum;
   char reason[256] = "";
-  int r = gn_invoice_check(m.raw.data, m.raw.len, agreement.data, agreement.len, observed, 2, &sum, reason,
-                           sizeof reason);
+  int r =
+      gn_invoice_check(m.raw.data, m.raw.len, agreement.data, agreement.len, observed, 2, &sum, reason, sizeof reason);
   if (r != 0)
     fail_msg("invoice does not check: %s", reason);
   assert_true(sum.seconds >= 1 && sum.seconds <= observed + 2);
