@@ -244,9 +244,9 @@ void gn_ctl_reply_error(gn_ctl_req *r, unsigned status, const char *fmt, ...) {
 }
 
 void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type, const char *text) {
-  req_respond(r, status,
-              resp_from(content_type ? content_type : "text/plain; charset=utf-8", text ? text : "",
-                        text ? strlen(text) : 0));
+  req_respond(
+      r, status,
+      resp_from(content_type ? content_type : "text/plain; charset=utf-8", text ? text : "", text ? strlen(text) : 0));
 }
 
 const char *gn_ctl_req_method(const gn_ctl_req *r) {
@@ -470,7 +470,7 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
     r->json = json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!r->json) {
       req_answer(r, MHD_HTTP_BAD_REQUEST,
-                  resp_error("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
+                 resp_error("invalid JSON body: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column));
       return req_queue(r);
     }
     gn_buf_done(&r->body);

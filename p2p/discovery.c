@@ -7,8 +7,8 @@
 
 #define ADDR_LEN 64
 #define MAX_BOOTSTRAPS 16
-#define DIAL_MEMORY 256     /* addresses we dialled recently */
-#define REDIAL_AFTER_S 60   /* before dialling an address learnt from PEERS again */
+#define DIAL_MEMORY 256   /* addresses we dialled recently */
+#define REDIAL_AFTER_S 60 /* before dialling an address learnt from PEERS again */
 
 typedef struct up_peer {
   uint8_t pk[GN_PK_LEN];
@@ -39,8 +39,7 @@ struct gn_discovery {
   size_t nboot;
 };
 
-int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offer_table *table,
-                     gn_discovery **ret_d) {
+int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offer_table *table, gn_discovery **ret_d) {
   if (!self || !io || !io->send || !io->connect || !table || !ret_d)
     return GN_EINVAL;
   gn_discovery *d = calloc(1, sizeof(*d));
@@ -79,7 +78,9 @@ int gn_discovery_add_bootstrap(gn_discovery *d, const char *addr) {
   return 0;
 }
 
-size_t gn_discovery_up_count(const gn_discovery *d) { return d->nup; }
+size_t gn_discovery_up_count(const gn_discovery *d) {
+  return d->nup;
+}
 
 static up_peer *find_up(gn_discovery *d, const uint8_t pk[GN_PK_LEN]) {
   for (size_t i = 0; i < d->nup; i++)
@@ -222,8 +223,8 @@ static int on_peers(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_env
     char addr[ADDR_LEN];
     gn_wire_get_bin_exact(&arr->ptr[i], "id", id, GN_PK_LEN);
     gn_wire_get_str(&arr->ptr[i], "addr", addr, sizeof(addr));
-    if (!addr[0] || memcmp(id, d->self->pk, GN_PK_LEN) == 0 || strcmp(addr, d->self_addr) == 0 ||
-        find_up(d, id) || addr_is_up(d, addr) || recently_dialled(d, addr, now_s))
+    if (!addr[0] || memcmp(id, d->self->pk, GN_PK_LEN) == 0 || strcmp(addr, d->self_addr) == 0 || find_up(d, id) ||
+        addr_is_up(d, addr) || recently_dialled(d, addr, now_s))
       continue;
     remember_dial(d, addr, now_s);
     d->io.connect(d->io.ud, addr);
@@ -235,13 +236,14 @@ out:
   return r;
 }
 
-int gn_discovery_on_message(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_envelope *env,
-                            const uint8_t *raw, size_t raw_len, int64_t now_s) {
+int gn_discovery_on_message(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                            size_t raw_len, int64_t now_s) {
   int r;
   if (!d || !peer || !env || !raw)
     return GN_EINVAL;
   switch (env->type) {
-  case GN_MSG_PEERS: return on_peers(d, peer, env, now_s);
+  case GN_MSG_PEERS:
+    return on_peers(d, peer, env, now_s);
   case GN_MSG_OFFER:
     /* The table re-verifies the issuer's signature: a relayed offer is only
      * as good as its issuer's key, whoever handed it to us. */
@@ -256,7 +258,8 @@ int gn_discovery_on_message(gn_discovery *d, const uint8_t peer[GN_PK_LEN], cons
     if (r > 0)
       flood(d, peer, raw, raw_len);
     return 0;
-  default: return GN_ENOTFOUND;
+  default:
+    return GN_ENOTFOUND;
   }
 }
 

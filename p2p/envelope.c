@@ -79,9 +79,9 @@ int gn_envelope_open(const uint8_t *buf, size_t len, gn_envelope *ret) {
     r = GN_EVERSION;
     goto out;
   }
-  if (root->via.array.size != ENV_FIELDS || f[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-      f[1].via.u64 > UINT32_MAX || f[2].type != MSGPACK_OBJECT_BIN || f[2].via.bin.size != GN_PK_LEN ||
-      f[3].type != MSGPACK_OBJECT_BIN || f[4].type != MSGPACK_OBJECT_BIN || f[4].via.bin.size != GN_SIG_LEN) {
+  if (root->via.array.size != ENV_FIELDS || f[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[1].via.u64 > UINT32_MAX ||
+      f[2].type != MSGPACK_OBJECT_BIN || f[2].via.bin.size != GN_PK_LEN || f[3].type != MSGPACK_OBJECT_BIN ||
+      f[4].type != MSGPACK_OBJECT_BIN || f[4].via.bin.size != GN_SIG_LEN) {
     r = GN_EINVAL;
     goto out;
   }

@@ -150,8 +150,7 @@ int gn_identity_load(const char *path, gn_identity **ret_id) {
   }
   if ((r = identity_alloc(&id)) < 0)
     goto out;
-  if (crypto_sign_seed_keypair(id->pk, id->sk, buf + KEY_MAGIC_LEN) != 0 ||
-      sodium_memcmp(id->pk, pk, GN_PK_LEN) != 0) {
+  if (crypto_sign_seed_keypair(id->pk, id->sk, buf + KEY_MAGIC_LEN) != 0 || sodium_memcmp(id->pk, pk, GN_PK_LEN) != 0) {
     r = GN_EINVAL;
     goto out;
   }

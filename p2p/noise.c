@@ -59,7 +59,9 @@ int gn__noise_cipher_decrypt(gn_noise_cipher *c, const uint8_t *ad, size_t ad_le
   return 0;
 }
 
-void gn__noise_cipher_wipe(gn_noise_cipher *c) { sodium_memzero(c, sizeof(*c)); }
+void gn__noise_cipher_wipe(gn_noise_cipher *c) {
+  sodium_memzero(c, sizeof(*c));
+}
 
 static void cipher_init_key(gn_noise_cipher *c, const uint8_t *k) {
   memcpy(c->k, k, GN_NOISE_KEYLEN);
@@ -180,8 +182,8 @@ enum { T_END = 0, T_E, T_S, T_EE, T_ES, T_SE, T_SS };
 
 struct gn_noise_pattern {
   const char *name;
-  bool pre_i; /* "-> s": the responder knows the initiator's static */
-  bool pre_r; /* "<- s": the initiator knows the responder's static */
+  bool pre_i;                           /* "-> s": the responder knows the initiator's static */
+  bool pre_r;                           /* "<- s": the initiator knows the responder's static */
   uint8_t tokens[MAX_MSGS][MAX_TOKENS]; /* messages alternate, initiator first */
 };
 
@@ -262,9 +264,9 @@ static bool pattern_side_has_static(const gn_noise_pattern *p, bool initiator) {
 
 /* --- handshake state ------------------------------------------------------*/
 
-int gn__noise_handshake_init(gn_noise_handshake *hs, const char *protocol_name, bool initiator,
-                             const uint8_t *prologue, size_t prologue_len, const uint8_t *s_priv, const uint8_t *rs,
-                             gn_noise_rng rng, void *rng_ud) {
+int gn__noise_handshake_init(gn_noise_handshake *hs, const char *protocol_name, bool initiator, const uint8_t *prologue,
+                             size_t prologue_len, const uint8_t *s_priv, const uint8_t *rs, gn_noise_rng rng,
+                             void *rng_ud) {
   char pat_name[8];
   size_t n = strlen(protocol_name), pl = strlen(NAME_PREFIX), sl = strlen(SUITE_SUFFIX);
 
@@ -317,8 +319,7 @@ bool gn__noise_handshake_finished(const gn_noise_handshake *hs) {
 }
 
 bool gn__noise_handshake_my_turn(const gn_noise_handshake *hs) {
-  return hs->pat && !hs->failed && !gn__noise_handshake_finished(hs) &&
-         ((hs->msg_index % 2 == 0) == hs->initiator);
+  return hs->pat && !hs->failed && !gn__noise_handshake_finished(hs) && ((hs->msg_index % 2 == 0) == hs->initiator);
 }
 
 static int dh_mix(gn_noise_handshake *hs, const uint8_t *priv, bool have_priv, const uint8_t *pub, bool have_pub) {
@@ -337,15 +338,18 @@ static int dh_mix(gn_noise_handshake *hs, const uint8_t *priv, bool have_priv, c
 static int dh_token(gn_noise_handshake *hs, uint8_t tok) {
   bool i = hs->initiator;
   switch (tok) {
-  case T_EE: return dh_mix(hs, hs->e_priv, hs->has_e, hs->re, hs->has_re);
-  case T_SS: return dh_mix(hs, hs->s_priv, hs->has_s, hs->rs, hs->has_rs);
+  case T_EE:
+    return dh_mix(hs, hs->e_priv, hs->has_e, hs->re, hs->has_re);
+  case T_SS:
+    return dh_mix(hs, hs->s_priv, hs->has_s, hs->rs, hs->has_rs);
   case T_ES:
     return i ? dh_mix(hs, hs->e_priv, hs->has_e, hs->rs, hs->has_rs)
              : dh_mix(hs, hs->s_priv, hs->has_s, hs->re, hs->has_re);
   case T_SE:
     return i ? dh_mix(hs, hs->s_priv, hs->has_s, hs->re, hs->has_re)
              : dh_mix(hs, hs->e_priv, hs->has_e, hs->rs, hs->has_rs);
-  default: return GN_EINVAL;
+  default:
+    return GN_EINVAL;
   }
 }
 

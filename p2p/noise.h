@@ -72,9 +72,9 @@ typedef struct gn_noise_handshake {
  * NULL; rs: the peer's static public key when the pattern pre-shares it, or
  * NULL. GN_EUNSUPPORTED for another suite or pattern, GN_EINVAL when a key
  * the pattern needs is missing. */
-int gn__noise_handshake_init(gn_noise_handshake *hs, const char *protocol_name, bool initiator,
-                             const uint8_t *prologue, size_t prologue_len, const uint8_t *s_priv, const uint8_t *rs,
-                             gn_noise_rng rng, void *rng_ud);
+int gn__noise_handshake_init(gn_noise_handshake *hs, const char *protocol_name, bool initiator, const uint8_t *prologue,
+                             size_t prologue_len, const uint8_t *s_priv, const uint8_t *rs, gn_noise_rng rng,
+                             void *rng_ud);
 /* Uses this ephemeral private key instead of a random one (test vectors). */
 void gn__noise_handshake_set_ephemeral(gn_noise_handshake *hs, const uint8_t e_priv[GN_NOISE_DHLEN]);
 /* True when the next handshake message is ours to write. */

@@ -100,8 +100,7 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
     o.attest_len = (uint32_t)n;
   }
   /* Consistency a provider cannot get wrong honestly. */
-  if (!o.gpu_model[0] || !o.currency[0] || o.gpus_free > o.gpus_total || o.expires_s <= o.issued_s ||
-      o.issued_s < 0) {
+  if (!o.gpu_model[0] || !o.currency[0] || o.gpus_free > o.gpus_total || o.expires_s <= o.issued_s || o.issued_s < 0) {
     r = GN_EINVAL;
     goto out;
   }
@@ -357,7 +356,9 @@ size_t gn_offer_table_expire(gn_offer_table *t, int64_t now_s) {
   return dropped;
 }
 
-size_t gn_offer_table_count(const gn_offer_table *t) { return t ? t->n : 0; }
+size_t gn_offer_table_count(const gn_offer_table *t) {
+  return t ? t->n : 0;
+}
 
 const gn_offer_entry *gn_offer_table_at(const gn_offer_table *t, size_t index) {
   return t && index < t->n ? &t->e[index] : NULL;
@@ -372,8 +373,8 @@ const gn_offer_entry *gn_offer_table_find(const gn_offer_table *t, const char *i
 
 /* --- SQLite cache ---------------------------------------------------------*/
 
-#define OFFERS_SCHEMA                                                                                                 \
-  "CREATE TABLE IF NOT EXISTS offers (id TEXT PRIMARY KEY, provider BLOB NOT NULL, seq INTEGER NOT NULL, "            \
+#define OFFERS_SCHEMA                                                                                                  \
+  "CREATE TABLE IF NOT EXISTS offers (id TEXT PRIMARY KEY, provider BLOB NOT NULL, seq INTEGER NOT NULL, "             \
   "expires_s INTEGER NOT NULL, env BLOB NOT NULL)"
 
 int gn_offer_table_save(const gn_offer_table *t, sqlite3 *db) {
@@ -396,7 +397,8 @@ int gn_offer_table_save(const gn_offer_table *t, sqlite3 *db) {
         sqlite3_bind_blob(st, 2, x->offer.provider, GN_PK_LEN, SQLITE_STATIC) != SQLITE_OK ||
         sqlite3_bind_int64(st, 3, (sqlite3_int64)x->offer.seq) != SQLITE_OK ||
         sqlite3_bind_int64(st, 4, x->offer.expires_s) != SQLITE_OK ||
-        sqlite3_bind_blob(st, 5, x->raw, (int)x->raw_len, SQLITE_STATIC) != SQLITE_OK || sqlite3_step(st) != SQLITE_DONE)
+        sqlite3_bind_blob(st, 5, x->raw, (int)x->raw_len, SQLITE_STATIC) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_DONE)
       goto out;
   }
   r = 0;

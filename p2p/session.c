@@ -63,7 +63,8 @@ int gn__session_new(const gn_session_cfg *cfg, gn_session **ret_s) {
   s->id = cfg->id;
   if (cfg->listen_addr)
     snprintf(s->addr, sizeof(s->addr), "%s", cfg->listen_addr);
-  s->deadline_ms = cfg->now_ms + (cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : GN_SESSION_HANDSHAKE_TIMEOUT_MS);
+  s->deadline_ms =
+      cfg->now_ms + (cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : GN_SESSION_HANDSHAKE_TIMEOUT_MS);
   s->max_msg = cfg->max_msg ? cfg->max_msg : GN_MSG_MAX;
   s->rng = cfg->rng;
   s->rng_ud = cfg->rng_ud;
@@ -230,7 +231,8 @@ static int on_handshake_frame(gn_session *s, const uint8_t *f, size_t n, gn_sess
     if ((r = verify_payload(s, s->plain, pn)) < 0)
       return r;
     break;
-  default: return GN_EPROTO;
+  default:
+    return GN_EPROTO;
   }
   ev->kind = GN_SESSION_EV_UP;
   ev->msg = NULL;
@@ -381,7 +383,9 @@ int gn__session_take_output(gn_session *s, gn_buf *ret) {
   return 0;
 }
 
-size_t gn__session_output_len(const gn_session *s) { return s->out.len; }
+size_t gn__session_output_len(const gn_session *s) {
+  return s->out.len;
+}
 
 int gn__session_tick(gn_session *s, uint64_t now_ms) {
   if (s->state == ST_HANDSHAKE && now_ms >= s->deadline_ms)
@@ -389,9 +393,21 @@ int gn__session_tick(gn_session *s, uint64_t now_ms) {
   return s->state == ST_CLOSED ? GN_ECLOSED : 0;
 }
 
-bool gn__session_is_up(const gn_session *s) { return s->state == ST_UP; }
-bool gn__session_is_closed(const gn_session *s) { return s->state == ST_CLOSED; }
-bool gn__session_is_initiator(const gn_session *s) { return s->initiator; }
-const uint8_t *gn__session_peer(const gn_session *s) { return s->peer; }
-const char *gn__session_peer_addr(const gn_session *s) { return s->peer_addr; }
-int gn__session_error(const gn_session *s) { return s->error; }
+bool gn__session_is_up(const gn_session *s) {
+  return s->state == ST_UP;
+}
+bool gn__session_is_closed(const gn_session *s) {
+  return s->state == ST_CLOSED;
+}
+bool gn__session_is_initiator(const gn_session *s) {
+  return s->initiator;
+}
+const uint8_t *gn__session_peer(const gn_session *s) {
+  return s->peer;
+}
+const char *gn__session_peer_addr(const gn_session *s) {
+  return s->peer_addr;
+}
+int gn__session_error(const gn_session *s) {
+  return s->error;
+}

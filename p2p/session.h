@@ -21,16 +21,16 @@ typedef struct gn_session gn_session;
 typedef struct gn_session_cfg {
   bool initiator;
   const gn_identity *id;
-  const char *listen_addr; /* advertised to the peer; NULL or "" if none */
-  uint64_t now_ms;         /* creation time, for the handshake deadline */
+  const char *listen_addr;       /* advertised to the peer; NULL or "" if none */
+  uint64_t now_ms;               /* creation time, for the handshake deadline */
   uint64_t handshake_timeout_ms; /* 0: GN_SESSION_HANDSHAKE_TIMEOUT_MS */
-  size_t max_msg;          /* 0: GN_MSG_MAX */
-  gn_noise_rng rng;        /* NULL: libsodium */
+  size_t max_msg;                /* 0: GN_MSG_MAX */
+  gn_noise_rng rng;              /* NULL: libsodium */
   void *rng_ud;
 } gn_session_cfg;
 
 typedef enum gn_session_event_kind {
-  GN_SESSION_EV_UP = 1, /* handshake done: peer and peer_addr are set */
+  GN_SESSION_EV_UP = 1,  /* handshake done: peer and peer_addr are set */
   GN_SESSION_EV_MESSAGE, /* one application message: msg, msg_len */
 } gn_session_event_kind;
 

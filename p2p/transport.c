@@ -21,7 +21,7 @@ struct conn {
   uv_tcp_t *tcp;
   gn_session *s;
   conn *prev, *next;
-  bool active;  /* the session reported up for its peer */
+  bool active; /* the session reported up for its peer */
   bool closing;
   bool reading;
   char dial_addr[ADDR_MAX]; /* set when we dialled */
@@ -458,7 +458,9 @@ int gn_transport_listen(gn_transport *t, const char *addr) {
   return 0;
 }
 
-const char *gn_transport_listen_addr(const gn_transport *t) { return t->listen_addr; }
+const char *gn_transport_listen_addr(const gn_transport *t) {
+  return t->listen_addr;
+}
 
 int gn_transport_set_advertised_addr(gn_transport *t, const char *addr) {
   if (!addr || strlen(addr) >= sizeof(t->adv_addr))
@@ -518,7 +520,9 @@ int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint
   return conn_flush(c);
 }
 
-bool gn_transport_is_up(const gn_transport *t, const uint8_t peer[GN_PK_LEN]) { return find_active(t, peer) != NULL; }
+bool gn_transport_is_up(const gn_transport *t, const uint8_t peer[GN_PK_LEN]) {
+  return find_active(t, peer) != NULL;
+}
 
 size_t gn_transport_peer_count(const gn_transport *t) {
   size_t n = 0;

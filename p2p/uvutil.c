@@ -14,7 +14,9 @@ typedef struct closer {
 
 #define HDR_SIZE ((sizeof(closer) + alignof(max_align_t) - 1) / alignof(max_align_t) * alignof(max_align_t))
 
-static closer *closer_of(uv_handle_t *h) { return (closer *)(void *)((char *)h - HDR_SIZE); }
+static closer *closer_of(uv_handle_t *h) {
+  return (closer *)(void *)((char *)h - HDR_SIZE);
+}
 
 void *gn_uv_handle_alloc(size_t size) {
   char *p = calloc(1, HDR_SIZE + size);

@@ -9,27 +9,48 @@
 
 const char *gn_msg_type_name(uint32_t type) {
   switch (type) {
-  case GN_MSG_PEERS: return "peers";
-  case GN_MSG_OFFER: return "offer";
-  case GN_MSG_OFFER_WITHDRAW: return "offer_withdraw";
-  case GN_MSG_LEASE_REQUEST: return "lease_request";
-  case GN_MSG_LEASE_ACCEPT: return "lease_accept";
-  case GN_MSG_LEASE_REJECT: return "lease_reject";
-  case GN_MSG_LEASE_RELEASE: return "lease_release";
-  case GN_MSG_LEASE_END: return "lease_end";
-  case GN_MSG_JOB_MANIFEST: return "job_manifest";
-  case GN_MSG_JOB_STATUS: return "job_status";
-  case GN_MSG_JOB_LOG: return "job_log";
-  case GN_MSG_JOB_STOP: return "job_stop";
-  case GN_MSG_INVOICE: return "invoice";
-  case GN_MSG_INVOICE_ACCEPT: return "invoice_accept";
-  case GN_MSG_INVOICE_REJECT: return "invoice_reject";
-  case GN_MSG_ERROR: return "error";
-  case GN_MSG_ATTEST_CHALLENGE: return "attest_challenge";
-  case GN_MSG_ATTEST_RESPONSE: return "attest_response";
-  case GN_MSG_ATTEST_OPEN: return "attest_open";
-  case GN_MSG_ATTEST_PROOF: return "attest_proof";
-  default: return NULL;
+  case GN_MSG_PEERS:
+    return "peers";
+  case GN_MSG_OFFER:
+    return "offer";
+  case GN_MSG_OFFER_WITHDRAW:
+    return "offer_withdraw";
+  case GN_MSG_LEASE_REQUEST:
+    return "lease_request";
+  case GN_MSG_LEASE_ACCEPT:
+    return "lease_accept";
+  case GN_MSG_LEASE_REJECT:
+    return "lease_reject";
+  case GN_MSG_LEASE_RELEASE:
+    return "lease_release";
+  case GN_MSG_LEASE_END:
+    return "lease_end";
+  case GN_MSG_JOB_MANIFEST:
+    return "job_manifest";
+  case GN_MSG_JOB_STATUS:
+    return "job_status";
+  case GN_MSG_JOB_LOG:
+    return "job_log";
+  case GN_MSG_JOB_STOP:
+    return "job_stop";
+  case GN_MSG_INVOICE:
+    return "invoice";
+  case GN_MSG_INVOICE_ACCEPT:
+    return "invoice_accept";
+  case GN_MSG_INVOICE_REJECT:
+    return "invoice_reject";
+  case GN_MSG_ERROR:
+    return "error";
+  case GN_MSG_ATTEST_CHALLENGE:
+    return "attest_challenge";
+  case GN_MSG_ATTEST_RESPONSE:
+    return "attest_response";
+  case GN_MSG_ATTEST_OPEN:
+    return "attest_open";
+  case GN_MSG_ATTEST_PROOF:
+    return "attest_proof";
+  default:
+    return NULL;
   }
 }
 
@@ -67,8 +88,12 @@ int gn_wire_writer_take(gn_wire_writer *w, gn_buf *ret) {
   return r;
 }
 
-void gn_wire_put_map(gn_wire_writer *w, uint32_t n) { msgpack_pack_map(&w->pk, n); }
-void gn_wire_put_array(gn_wire_writer *w, uint32_t n) { msgpack_pack_array(&w->pk, n); }
+void gn_wire_put_map(gn_wire_writer *w, uint32_t n) {
+  msgpack_pack_map(&w->pk, n);
+}
+void gn_wire_put_array(gn_wire_writer *w, uint32_t n) {
+  msgpack_pack_array(&w->pk, n);
+}
 
 void gn_wire_put_str(gn_wire_writer *w, const char *s) {
   size_t n = strlen(s);
@@ -87,15 +112,21 @@ void gn_wire_put_bin(gn_wire_writer *w, const void *p, size_t n) {
   msgpack_pack_bin_with_body(&w->pk, p, n);
 }
 
-void gn_wire_put_u64(gn_wire_writer *w, uint64_t v) { msgpack_pack_uint64(&w->pk, v); }
-void gn_wire_put_i64(gn_wire_writer *w, int64_t v) { msgpack_pack_int64(&w->pk, v); }
+void gn_wire_put_u64(gn_wire_writer *w, uint64_t v) {
+  msgpack_pack_uint64(&w->pk, v);
+}
+void gn_wire_put_i64(gn_wire_writer *w, int64_t v) {
+  msgpack_pack_int64(&w->pk, v);
+}
 void gn_wire_put_bool(gn_wire_writer *w, bool v) {
   if (v)
     msgpack_pack_true(&w->pk);
   else
     msgpack_pack_false(&w->pk);
 }
-void gn_wire_put_nil(gn_wire_writer *w) { msgpack_pack_nil(&w->pk); }
+void gn_wire_put_nil(gn_wire_writer *w) {
+  msgpack_pack_nil(&w->pk);
+}
 
 /* --- reading --------------------------------------------------------------*/
 
@@ -127,9 +158,9 @@ static int wire_prescan(const uint8_t *buf, size_t len) {
     if (++objects > WIRE_MAX_OBJECTS)
       return GN_ETOOBIG;
     uint8_t b = buf[pos++];
-    size_t hdr = 0;      /* length-field bytes after the type byte */
-    size_t fixed = 0;    /* payload bytes of a scalar */
-    uint64_t items = 0;  /* elements of a container */
+    size_t hdr = 0;     /* length-field bytes after the type byte */
+    size_t fixed = 0;   /* payload bytes of a scalar */
+    uint64_t items = 0; /* elements of a container */
     bool container = false, is_map = false;
 
     if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
@@ -144,19 +175,56 @@ static int wire_prescan(const uint8_t *buf, size_t len) {
       fixed = b & 0x1f;
     } else {
       switch (b) {
-      case 0xc4: case 0xd9: hdr = 1; break; /* bin8, str8 */
-      case 0xc5: case 0xda: hdr = 2; break; /* bin16, str16 */
-      case 0xc6: case 0xdb: hdr = 4; break; /* bin32, str32 */
-      case 0xca: fixed = 4; break;                        /* float32 */
-      case 0xcb: fixed = 8; break;                        /* float64 */
-      case 0xcc: case 0xd0: fixed = 1; break;
-      case 0xcd: case 0xd1: fixed = 2; break;
-      case 0xce: case 0xd2: fixed = 4; break;
-      case 0xcf: case 0xd3: fixed = 8; break;
-      case 0xdc: hdr = 2; container = true; break;                /* array16 */
-      case 0xdd: hdr = 4; container = true; break;                /* array32 */
-      case 0xde: hdr = 2; container = is_map = true; break;       /* map16 */
-      case 0xdf: hdr = 4; container = is_map = true; break;       /* map32 */
+      case 0xc4:
+      case 0xd9:
+        hdr = 1;
+        break; /* bin8, str8 */
+      case 0xc5:
+      case 0xda:
+        hdr = 2;
+        break; /* bin16, str16 */
+      case 0xc6:
+      case 0xdb:
+        hdr = 4;
+        break; /* bin32, str32 */
+      case 0xca:
+        fixed = 4;
+        break; /* float32 */
+      case 0xcb:
+        fixed = 8;
+        break; /* float64 */
+      case 0xcc:
+      case 0xd0:
+        fixed = 1;
+        break;
+      case 0xcd:
+      case 0xd1:
+        fixed = 2;
+        break;
+      case 0xce:
+      case 0xd2:
+        fixed = 4;
+        break;
+      case 0xcf:
+      case 0xd3:
+        fixed = 8;
+        break;
+      case 0xdc:
+        hdr = 2;
+        container = true;
+        break; /* array16 */
+      case 0xdd:
+        hdr = 4;
+        container = true;
+        break; /* array32 */
+      case 0xde:
+        hdr = 2;
+        container = is_map = true;
+        break; /* map16 */
+      case 0xdf:
+        hdr = 4;
+        container = is_map = true;
+        break; /* map32 */
       default:
         /* 0xc1 (never used) and every ext type: nothing here speaks them. */
         return GN_EINVAL;
@@ -234,7 +302,8 @@ void gn_wire_doc_done(gn_wire_doc *doc) {
 
 static bool key_is(const msgpack_object *k, const char *key, size_t klen) {
   /* An empty string has a NULL ptr in msgpack-c: never hand that to memcmp. */
-  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen && (klen == 0 || memcmp(k->via.str.ptr, key, klen) == 0);
+  return k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
+         (klen == 0 || memcmp(k->via.str.ptr, key, klen) == 0);
 }
 
 const msgpack_object *gn_wire_get(const msgpack_object *map, const char *key) {

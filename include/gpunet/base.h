@@ -40,29 +40,52 @@ enum {
 
 static inline const char *gn_strerror(int code) {
   switch (code) {
-  case GN_OK: return "success";
-  case GN_EINVAL: return "invalid argument or malformed input";
-  case GN_EPROTO: return "protocol error";
-  case GN_ESIG: return "bad signature";
-  case GN_ENOMEM: return "out of memory";
-  case GN_ETOOBIG: return "over a size limit";
-  case GN_EVERSION: return "unsupported protocol version";
-  case GN_EEXPIRED: return "expired";
-  case GN_EREPLAY: return "replayed";
-  case GN_ENOTFOUND: return "not found";
-  case GN_EEXIST: return "already exists";
-  case GN_EPERM: return "not permitted";
-  case GN_EDIGEST: return "digest mismatch";
-  case GN_ESTATE: return "invalid state";
-  case GN_EBUSY: return "busy";
-  case GN_EIO: return "I/O error";
-  case GN_EDB: return "database error";
-  case GN_ETIMEDOUT: return "timed out";
-  case GN_ECLOSED: return "closed";
-  case GN_EUNSUPPORTED: return "not supported";
-  case GN_EAUDIT: return "audit failed";
-  case GN_EREMOTE: return "remote error";
-  default: break;
+  case GN_OK:
+    return "success";
+  case GN_EINVAL:
+    return "invalid argument or malformed input";
+  case GN_EPROTO:
+    return "protocol error";
+  case GN_ESIG:
+    return "bad signature";
+  case GN_ENOMEM:
+    return "out of memory";
+  case GN_ETOOBIG:
+    return "over a size limit";
+  case GN_EVERSION:
+    return "unsupported protocol version";
+  case GN_EEXPIRED:
+    return "expired";
+  case GN_EREPLAY:
+    return "replayed";
+  case GN_ENOTFOUND:
+    return "not found";
+  case GN_EEXIST:
+    return "already exists";
+  case GN_EPERM:
+    return "not permitted";
+  case GN_EDIGEST:
+    return "digest mismatch";
+  case GN_ESTATE:
+    return "invalid state";
+  case GN_EBUSY:
+    return "busy";
+  case GN_EIO:
+    return "I/O error";
+  case GN_EDB:
+    return "database error";
+  case GN_ETIMEDOUT:
+    return "timed out";
+  case GN_ECLOSED:
+    return "closed";
+  case GN_EUNSUPPORTED:
+    return "not supported";
+  case GN_EAUDIT:
+    return "audit failed";
+  case GN_EREMOTE:
+    return "remote error";
+  default:
+    break;
   }
   if (code < 0 && code > -4096)
     return strerror(-code);
@@ -77,7 +100,9 @@ static inline uint64_t gn_mono_ms(void) {
 }
 
 /* UTC Unix seconds: what records carry. */
-static inline int64_t gn_unix_s(void) { return (int64_t)time(NULL); }
+static inline int64_t gn_unix_s(void) {
+  return (int64_t)time(NULL);
+}
 
 /* A growable byte buffer. Zero-initialise it; gn_buf_done frees what it holds. */
 typedef struct gn_buf {

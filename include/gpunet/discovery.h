@@ -26,8 +26,7 @@ typedef struct gn_discovery_io {
 
 /* self and table must outlive the discovery; the table is shared with the
  * caller (who reads offers from it). */
-int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offer_table *table,
-                     gn_discovery **ret_d);
+int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offer_table *table, gn_discovery **ret_d);
 gn_discovery *gn_discovery_free(gn_discovery *d);
 /* Our own advertised address, so PEERS from others never make us dial it. */
 int gn_discovery_set_self_addr(gn_discovery *d, const char *addr);
@@ -44,8 +43,8 @@ void gn_discovery_peer_down(gn_discovery *d, const uint8_t peer[GN_PK_LEN], int6
  * withdrawals are flooded to every other up peer). Returns 0 when handled,
  * GN_ENOTFOUND when env is not a discovery message (the caller handles it),
  * or a negative code for a bad message (GN_ESIG, GN_EPERM, GN_EINVAL...). */
-int gn_discovery_on_message(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_envelope *env,
-                            const uint8_t *raw, size_t raw_len, int64_t now_s);
+int gn_discovery_on_message(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                            size_t raw_len, int64_t now_s);
 /* Our own offer (a sealed GN_MSG_OFFER) or withdrawal (GN_MSG_OFFER_WITHDRAW):
  * applied to the table and flooded. */
 int gn_discovery_publish(gn_discovery *d, const uint8_t *raw_env, size_t len, int64_t now_s);

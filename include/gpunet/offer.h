@@ -8,7 +8,7 @@
 #include <sqlite3.h>
 #include <stdbool.h>
 
-#define GN_OFFER_ID_STRLEN 16 /* "o-" + 12 hex + NUL, padded */
+#define GN_OFFER_ID_STRLEN 16    /* "o-" + 12 hex + NUL, padded */
 #define GN_OFFER_ATTEST_MAX 3072 /* a signed GN_MSG_ATTEST_REPORT envelope */
 
 typedef struct gn_offer {

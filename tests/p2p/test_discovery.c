@@ -340,8 +340,7 @@ static void test_discovery_rejects_bad_peers_messages(void **state) {
   env.len = 0;
   assert_int_equal(gn_envelope_seal(nodes[2].id, GN_MSG_PEERS, (const uint8_t *)"\x81\xa5peers\x90", 8, &env), 0);
   assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
-  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, NOW),
-                   GN_EPERM);
+  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, NOW), GN_EPERM);
   /* not a discovery message at all */
   env.len = 0;
   assert_int_equal(gn_envelope_seal(nodes[from].id, GN_MSG_LEASE_REQUEST, (const uint8_t *)"\x80", 1, &env), 0);

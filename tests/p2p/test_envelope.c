@@ -88,21 +88,18 @@ static void test_envelope_open_rejects_tampering(void **state) {
   const struct {
     const char *what;
     size_t at;
-    uint8_t xor;
+    uint8_t xor ;
     int want;
   } cases[] = {
-      {"body", body_at + 6, 0x01, GN_ESIG},
-      {"sig first byte", sig_at, 0x01, GN_ESIG},
-      {"sig last byte", b.len - 1, 0x80, GN_ESIG},
-      {"signer", signer_at + 5, 0x01, GN_ESIG},
-      {"type 2 -> 3", 2, 0x01, GN_ESIG},
-      {"version 1 -> 2", 1, 0x03, GN_EVERSION},
+      {"body", body_at + 6, 0x01, GN_ESIG},        {"sig first byte", sig_at, 0x01, GN_ESIG},
+      {"sig last byte", b.len - 1, 0x80, GN_ESIG}, {"signer", signer_at + 5, 0x01, GN_ESIG},
+      {"type 2 -> 3", 2, 0x01, GN_ESIG},           {"version 1 -> 2", 1, 0x03, GN_EVERSION},
       {"array header", 0, 0x01, GN_EINVAL},
   };
   for (size_t k = 0; k < GN_ARRAY_SIZE(cases); k++) {
-    b.data[cases[k].at] ^= cases[k].xor;
+    b.data[cases[k].at] ^= cases[k].xor ;
     int r = gn_envelope_open(b.data, b.len, &env);
-    b.data[cases[k].at] ^= cases[k].xor;
+    b.data[cases[k].at] ^= cases[k].xor ;
     if (r != cases[k].want)
       fail_msg("case '%s': got %d want %d", cases[k].what, r, cases[k].want);
   }
@@ -111,8 +108,8 @@ static void test_envelope_open_rejects_tampering(void **state) {
   gn_buf_done(&b);
 }
 
-static void encode_raw(uint64_t version, uint64_t type, size_t signer_len, const char *body, size_t sig_len,
-                       int extra, gn_buf *out) {
+static void encode_raw(uint64_t version, uint64_t type, size_t signer_len, const char *body, size_t sig_len, int extra,
+                       gn_buf *out) {
   uint8_t zero[64] = {0};
   gn_wire_writer w;
   gn_wire_writer_init(&w);

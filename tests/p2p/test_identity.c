@@ -26,7 +26,9 @@ static int teardown(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-static void path_in_tmp(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmpdir, name); }
+static void path_in_tmp(char *buf, size_t cap, const char *name) {
+  snprintf(buf, cap, "%s/%s", tmpdir, name);
+}
 
 static void test_identity_save_load_roundtrip(void **state) {
   (void)state;

@@ -192,12 +192,10 @@ static void xx_pair(gn_noise_handshake *hi, gn_noise_handshake *hr) {
   uint8_t si[32], sr[32];
   randombytes_buf(si, sizeof(si));
   randombytes_buf(sr, sizeof(sr));
-  assert_int_equal(gn__noise_handshake_init(hi, "Noise_XX_25519_ChaChaPoly_BLAKE2b", true, NULL, 0, si, NULL, NULL,
-                                            NULL),
-                   0);
-  assert_int_equal(gn__noise_handshake_init(hr, "Noise_XX_25519_ChaChaPoly_BLAKE2b", false, NULL, 0, sr, NULL, NULL,
-                                            NULL),
-                   0);
+  assert_int_equal(
+      gn__noise_handshake_init(hi, "Noise_XX_25519_ChaChaPoly_BLAKE2b", true, NULL, 0, si, NULL, NULL, NULL), 0);
+  assert_int_equal(
+      gn__noise_handshake_init(hr, "Noise_XX_25519_ChaChaPoly_BLAKE2b", false, NULL, 0, sr, NULL, NULL, NULL), 0);
 }
 
 static void test_noise_handshake_fails_on_tampered_message(void **state) {
@@ -253,13 +251,13 @@ static void test_noise_unknown_suite_unsupported(void **state) {
   uint8_t s[32] = {1};
   assert_int_equal(gn__noise_handshake_init(&h, "Noise_XX_448_ChaChaPoly_BLAKE2b", true, NULL, 0, s, NULL, NULL, NULL),
                    GN_EUNSUPPORTED);
-  assert_int_equal(gn__noise_handshake_init(&h, "Noise_ZZ_25519_ChaChaPoly_BLAKE2b", true, NULL, 0, s, NULL, NULL,
-                                            NULL),
-                   GN_EUNSUPPORTED);
+  assert_int_equal(
+      gn__noise_handshake_init(&h, "Noise_ZZ_25519_ChaChaPoly_BLAKE2b", true, NULL, 0, s, NULL, NULL, NULL),
+      GN_EUNSUPPORTED);
   /* XX needs a static key on both sides. */
-  assert_int_equal(gn__noise_handshake_init(&h, "Noise_XX_25519_ChaChaPoly_BLAKE2b", true, NULL, 0, NULL, NULL, NULL,
-                                            NULL),
-                   GN_EINVAL);
+  assert_int_equal(
+      gn__noise_handshake_init(&h, "Noise_XX_25519_ChaChaPoly_BLAKE2b", true, NULL, 0, NULL, NULL, NULL, NULL),
+      GN_EINVAL);
 }
 
 static void test_noise_cipher_nonce_encoding_and_replay(void **state) {

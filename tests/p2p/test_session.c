@@ -44,7 +44,8 @@ static void test_rng(void *ud, uint8_t *out, size_t len) {
 
 static void new_side(side *x, bool initiator, const gn_identity *id, const char *addr, gn_noise_rng rng, void *ud) {
   memset(x, 0, sizeof(*x));
-  gn_session_cfg cfg = {.initiator = initiator, .id = id, .listen_addr = addr, .now_ms = 1000, .rng = rng, .rng_ud = ud};
+  gn_session_cfg cfg = {
+      .initiator = initiator, .id = id, .listen_addr = addr, .now_ms = 1000, .rng = rng, .rng_ud = ud};
   assert_int_equal(gn__session_new(&cfg, &x->s), 0);
 }
 
@@ -187,8 +188,9 @@ static void test_session_rejects_garbage_and_empty_frames(void **state) {
   } cases[] = {
       {"empty frame", (const uint8_t *)"\x00\x00", 2},
       {"short first message", (const uint8_t *)"\x00\x03\x01\x02\x03", 5},
-      {"payload in first message", (const uint8_t *)"\x00\x21"
-                                                     "0123456789abcdef0123456789abcdefX",
+      {"payload in first message",
+       (const uint8_t *)"\x00\x21"
+                        "0123456789abcdef0123456789abcdefX",
        35},
   };
   for (size_t k = 0; k < GN_ARRAY_SIZE(cases); k++) {

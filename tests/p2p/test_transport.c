@@ -49,9 +49,13 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
   gn_buf_append(&n->last_body, env->body, env->body_len);
 }
 
-static void on_closed(void *ud) { ((node *)ud)->closed = true; }
+static void on_closed(void *ud) {
+  ((node *)ud)->closed = true;
+}
 
-static void noop_tick(uv_timer_t *t) { (void)t; }
+static void noop_tick(uv_timer_t *t) {
+  (void)t;
+}
 
 /* Runs the loop until cond(arg) holds or 5 s pass. */
 static bool run_until(bool (*cond)(void *), void *arg) {
@@ -199,8 +203,8 @@ static void test_transport_rejects_bad_addresses(void **state) {
   node a, b;
   node_init(&a);
   node_init(&b);
-  const char *bad[] = {"", "1.2.3.4", "host.example:80", "1.2.3.4:99999", "1.2.3.4:-1", ":80", "[::1:80", "1.2.3:80",
-                       "1.2.3.4:8a"};
+  const char *bad[] = {"",    "1.2.3.4", "host.example:80", "1.2.3.4:99999", "1.2.3.4:-1",
+                       ":80", "[::1:80", "1.2.3:80",        "1.2.3.4:8a"};
   for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++)
     if (gn_transport_connect(a.t, bad[i]) != GN_EINVAL)
       fail_msg("accepted '%s'", bad[i]);
@@ -250,7 +254,9 @@ static void raw_connected(uv_connect_t *req, int status) {
   uv_write(&r->w, (uv_stream_t *)r->tcp, &b, 1, raw_written);
 }
 
-static bool raw_eof(void *arg) { return ((raw *)arg)->eof; }
+static bool raw_eof(void *arg) {
+  return ((raw *)arg)->eof;
+}
 
 static void raw_send(const char *addr, const uint8_t *bytes, size_t len, raw *r) {
   struct sockaddr_in sa;
@@ -307,7 +313,9 @@ static void test_transport_closes_garbage_and_oversized_clients(void **state) {
   node_pair_done(&a, &b);
 }
 
-static bool one_down(void *arg) { return ((node *)arg)->downs >= 1; }
+static bool one_down(void *arg) {
+  return ((node *)arg)->downs >= 1;
+}
 
 static void test_transport_peer_down_when_other_side_closes(void **state) {
   (void)state;
