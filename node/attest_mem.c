@@ -194,17 +194,6 @@ static void put_head(gn_wire_writer *w, uint32_t keys, const uint8_t nonce[GN_AT
   gn_wire_put_bin(w, nonce, GN_ATTEST_NONCE_LEN);
 }
 
-static int get_u32(const msgpack_object *m, const char *key, uint32_t *ret) {
-  uint64_t v;
-  int r = gn_wire_get_u64(m, key, &v);
-  if (r < 0)
-    return r;
-  if (v > UINT32_MAX)
-    return GN_ETOOBIG;
-  *ret = (uint32_t)v;
-  return 0;
-}
-
 /* --- verifier ----------------------------------------------------------------------*/
 
 enum { V_AWAIT_READY, V_AWAIT_RESULT, V_DONE };
@@ -441,15 +430,15 @@ int gn_attest_mem_prover_on_challenge(gn_attest_mem_prover *pr, const uint8_t *m
     return GN_ESTATE;
   if ((r = open_doc(msg, len, &doc, nonce)) < 0)
     return r;
-  r = get_u32(doc.root, "table_mib", &p.table_mib);
+  r = gn_wire_get_u32(doc.root, "table_mib", &p.table_mib);
   if (r == 0)
-    r = get_u32(doc.root, "cost", &p.cost);
+    r = gn_wire_get_u32(doc.root, "cost", &p.cost);
   if (r == 0)
-    r = get_u32(doc.root, "walkers", &p.walkers);
+    r = gn_wire_get_u32(doc.root, "walkers", &p.walkers);
   if (r == 0)
-    r = get_u32(doc.root, "steps", &p.steps);
+    r = gn_wire_get_u32(doc.root, "steps", &p.steps);
   if (r == 0)
-    r = get_u32(doc.root, "samples", &p.samples);
+    r = gn_wire_get_u32(doc.root, "samples", &p.samples);
   gn_wire_doc_done(&doc);
   if (r < 0 || (r = gn_attest_mem_params_check(&p)) < 0)
     return r;

@@ -80,23 +80,12 @@ static void put_params(gn_wire_writer *w, const gn_attest_params *p) {
   gn_wire_put_u64(w, p->open_rows);
 }
 
-static int get_u32(const msgpack_object *m, const char *key, uint32_t *ret) {
-  uint64_t v;
-  int r = gn_wire_get_u64(m, key, &v);
-  if (r < 0)
-    return r;
-  if (v > UINT32_MAX)
-    return GN_ETOOBIG;
-  *ret = (uint32_t)v;
-  return 0;
-}
-
 static int get_params(const msgpack_object *m, gn_attest_params *ret) {
   gn_attest_params p;
   int r;
-  if ((r = get_u32(m, "n", &p.n)) < 0 || (r = get_u32(m, "depth", &p.depth)) < 0 ||
-      (r = get_u32(m, "rounds", &p.rounds)) < 0 || (r = get_u32(m, "open_rounds", &p.open_rounds)) < 0 ||
-      (r = get_u32(m, "open_rows", &p.open_rows)) < 0)
+  if ((r = gn_wire_get_u32(m, "n", &p.n)) < 0 || (r = gn_wire_get_u32(m, "depth", &p.depth)) < 0 ||
+      (r = gn_wire_get_u32(m, "rounds", &p.rounds)) < 0 || (r = gn_wire_get_u32(m, "open_rounds", &p.open_rounds)) < 0 ||
+      (r = gn_wire_get_u32(m, "open_rows", &p.open_rows)) < 0)
     return r;
   if ((r = gn_attest_params_check(&p)) < 0)
     return r;

@@ -56,17 +56,6 @@ static void put_exchange(gn_wire_writer *w, const exchange *x) {
   gn_wire_put_u64(w, GN_ATTEST_VERSION);
 }
 
-static int get_u32(const msgpack_object *m, const char *key, uint32_t *ret) {
-  uint64_t v;
-  int r = gn_wire_get_u64(m, key, &v);
-  if (r < 0)
-    return r;
-  if (v > UINT32_MAX)
-    return GN_ETOOBIG;
-  *ret = (uint32_t)v;
-  return 0;
-}
-
 static int get_exchange(const msgpack_object *m, exchange *ret) {
   exchange x;
   uint64_t v;
@@ -77,9 +66,9 @@ static int get_exchange(const msgpack_object *m, exchange *ret) {
     return r;
   if (v != GN_ATTEST_VERSION)
     return GN_EVERSION;
-  if ((r = get_u32(m, "n", &x.params.n)) < 0 || (r = get_u32(m, "depth", &x.params.depth)) < 0 ||
-      (r = get_u32(m, "rounds", &x.params.rounds)) < 0 || (r = get_u32(m, "open_rounds", &x.params.open_rounds)) < 0 ||
-      (r = get_u32(m, "open_rows", &x.params.open_rows)) < 0 ||
+  if ((r = gn_wire_get_u32(m, "n", &x.params.n)) < 0 || (r = gn_wire_get_u32(m, "depth", &x.params.depth)) < 0 ||
+      (r = gn_wire_get_u32(m, "rounds", &x.params.rounds)) < 0 || (r = gn_wire_get_u32(m, "open_rounds", &x.params.open_rounds)) < 0 ||
+      (r = gn_wire_get_u32(m, "open_rows", &x.params.open_rows)) < 0 ||
       (r = gn_wire_get_bin_exact(m, "nonce", x.nonce, sizeof(x.nonce))) < 0 ||
       (r = gn_wire_get_bin_exact(m, "final_root", x.final_root, sizeof(x.final_root))) < 0 ||
       (r = gn_wire_get_bin_exact(m, "roots_hash", x.roots_hash, sizeof(x.roots_hash))) < 0 ||
@@ -297,7 +286,7 @@ int gn_attest_report_open(const uint8_t *env, size_t len, gn_attest_report *ret,
   if ((r = get_exchange(doc.root, &x)) < 0 ||
       (r = gn_wire_get_str(doc.root, "gpu_uuid", rep.gpu.uuid, sizeof(rep.gpu.uuid))) < 0 ||
       (r = gn_wire_get_str(doc.root, "gpu_name", rep.gpu.name, sizeof(rep.gpu.name))) < 0 ||
-      (r = get_u32(doc.root, "memory_mib", &mem)) < 0 ||
+      (r = gn_wire_get_u32(doc.root, "memory_mib", &mem)) < 0 ||
       (r = gn_wire_get_str(doc.root, "pci_bus_id", rep.gpu.pci_bus_id, sizeof(rep.gpu.pci_bus_id))) < 0 ||
       (r = gn_wire_get_str(doc.root, "driver", rep.gpu.driver, sizeof(rep.gpu.driver))) < 0 ||
       (r = gn_wire_get_u64(doc.root, "prover_ms", &rep.prover_ms)) < 0)

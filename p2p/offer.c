@@ -59,17 +59,6 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
   return r;
 }
 
-static int get_u32(const msgpack_object *m, const char *key, uint32_t *ret) {
-  uint64_t v;
-  int r = gn_wire_get_u64(m, key, &v);
-  if (r < 0)
-    return r;
-  if (v > UINT32_MAX)
-    return GN_ETOOBIG;
-  *ret = (uint32_t)v;
-  return 0;
-}
-
 int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
   gn_wire_doc doc;
   gn_offer o;
@@ -85,11 +74,11 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
       (r = gn_wire_get_i64(m, "expires_s", &o.expires_s)) < 0 ||
       (r = gn_wire_get_str(m, "addr", o.addr, sizeof(o.addr))) < 0 ||
       (r = gn_wire_get_str(m, "gpu_model", o.gpu_model, sizeof(o.gpu_model))) < 0 ||
-      (r = get_u32(m, "vram_mib", &o.vram_mib)) < 0 || (r = get_u32(m, "gpus_free", &o.gpus_free)) < 0 ||
-      (r = get_u32(m, "gpus_total", &o.gpus_total)) < 0 ||
+      (r = gn_wire_get_u32(m, "vram_mib", &o.vram_mib)) < 0 || (r = gn_wire_get_u32(m, "gpus_free", &o.gpus_free)) < 0 ||
+      (r = gn_wire_get_u32(m, "gpus_total", &o.gpus_total)) < 0 ||
       (r = gn_wire_get_u64(m, "price_uper_hour", &o.price_uper_hour)) < 0 ||
       (r = gn_wire_get_str(m, "currency", o.currency, sizeof(o.currency))) < 0 ||
-      (r = get_u32(m, "max_hours", &o.max_hours)) < 0 || (r = gn_wire_get_bool(m, "simulated", &o.simulated)) < 0)
+      (r = gn_wire_get_u32(m, "max_hours", &o.max_hours)) < 0 || (r = gn_wire_get_bool(m, "simulated", &o.simulated)) < 0)
     goto out;
   if (gn_wire_get(m, "attest")) {
     const uint8_t *p;

@@ -332,6 +332,17 @@ int gn_wire_get_u64(const msgpack_object *map, const char *key, uint64_t *ret) {
   return 0;
 }
 
+int gn_wire_get_u32(const msgpack_object *map, const char *key, uint32_t *ret) {
+  uint64_t v;
+  int r = gn_wire_get_u64(map, key, &v);
+  if (r < 0)
+    return r;
+  if (v > UINT32_MAX)
+    return GN_ETOOBIG;
+  *ret = (uint32_t)v;
+  return 0;
+}
+
 int gn_wire_get_i64(const msgpack_object *map, const char *key, int64_t *ret) {
   const msgpack_object *o = gn_wire_get(map, key);
   if (!o)

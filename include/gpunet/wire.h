@@ -83,6 +83,8 @@ void gn_wire_doc_done(gn_wire_doc *doc);
 const msgpack_object *gn_wire_get(const msgpack_object *map, const char *key);
 int gn_wire_get_u64(const msgpack_object *map, const char *key, uint64_t *ret);
 int gn_wire_get_i64(const msgpack_object *map, const char *key, int64_t *ret);
+/* An unsigned integer that fits in 32 bits (GN_ETOOBIG otherwise). */
+int gn_wire_get_u32(const msgpack_object *map, const char *key, uint32_t *ret);
 int gn_wire_get_bool(const msgpack_object *map, const char *key, bool *ret);
 /* Copies a string into buf (NUL-terminated); it must fit in cap-1 bytes and
  * contain no NUL. */

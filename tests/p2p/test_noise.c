@@ -155,7 +155,7 @@ static void test_noise_cacophony_vectors(void **state) {
     char pat[16];
     json_t *v = json_array_get(vecs, i);
     if (!run_vector(v, pat, sizeof(pat))) {
-      printf("# skipped vector %s (pattern not implemented)\n", pat);
+      printf("# skipped vector %s (pattern unsupported here)\n", pat);
       skipped++;
       continue;
     }
