@@ -84,7 +84,8 @@ static int get_params(const msgpack_object *m, gn_attest_params *ret) {
   gn_attest_params p;
   int r;
   if ((r = gn_wire_get_u32(m, "n", &p.n)) < 0 || (r = gn_wire_get_u32(m, "depth", &p.depth)) < 0 ||
-      (r = gn_wire_get_u32(m, "rounds", &p.rounds)) < 0 || (r = gn_wire_get_u32(m, "open_rounds", &p.open_rounds)) < 0 ||
+      (r = gn_wire_get_u32(m, "rounds", &p.rounds)) < 0 ||
+      (r = gn_wire_get_u32(m, "open_rounds", &p.open_rounds)) < 0 ||
       (r = gn_wire_get_u32(m, "open_rows", &p.open_rows)) < 0)
     return r;
   if ((r = gn_attest_params_check(&p)) < 0)

@@ -67,7 +67,8 @@ static int get_exchange(const msgpack_object *m, exchange *ret) {
   if (v != GN_ATTEST_VERSION)
     return GN_EVERSION;
   if ((r = gn_wire_get_u32(m, "n", &x.params.n)) < 0 || (r = gn_wire_get_u32(m, "depth", &x.params.depth)) < 0 ||
-      (r = gn_wire_get_u32(m, "rounds", &x.params.rounds)) < 0 || (r = gn_wire_get_u32(m, "open_rounds", &x.params.open_rounds)) < 0 ||
+      (r = gn_wire_get_u32(m, "rounds", &x.params.rounds)) < 0 ||
+      (r = gn_wire_get_u32(m, "open_rounds", &x.params.open_rounds)) < 0 ||
       (r = gn_wire_get_u32(m, "open_rows", &x.params.open_rows)) < 0 ||
       (r = gn_wire_get_bin_exact(m, "nonce", x.nonce, sizeof(x.nonce))) < 0 ||
       (r = gn_wire_get_bin_exact(m, "final_root", x.final_root, sizeof(x.final_root))) < 0 ||

@@ -74,11 +74,13 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
       (r = gn_wire_get_i64(m, "expires_s", &o.expires_s)) < 0 ||
       (r = gn_wire_get_str(m, "addr", o.addr, sizeof(o.addr))) < 0 ||
       (r = gn_wire_get_str(m, "gpu_model", o.gpu_model, sizeof(o.gpu_model))) < 0 ||
-      (r = gn_wire_get_u32(m, "vram_mib", &o.vram_mib)) < 0 || (r = gn_wire_get_u32(m, "gpus_free", &o.gpus_free)) < 0 ||
+      (r = gn_wire_get_u32(m, "vram_mib", &o.vram_mib)) < 0 ||
+      (r = gn_wire_get_u32(m, "gpus_free", &o.gpus_free)) < 0 ||
       (r = gn_wire_get_u32(m, "gpus_total", &o.gpus_total)) < 0 ||
       (r = gn_wire_get_u64(m, "price_uper_hour", &o.price_uper_hour)) < 0 ||
       (r = gn_wire_get_str(m, "currency", o.currency, sizeof(o.currency))) < 0 ||
-      (r = gn_wire_get_u32(m, "max_hours", &o.max_hours)) < 0 || (r = gn_wire_get_bool(m, "simulated", &o.simulated)) < 0)
+      (r = gn_wire_get_u32(m, "max_hours", &o.max_hours)) < 0 ||
+      (r = gn_wire_get_bool(m, "simulated", &o.simulated)) < 0)
     goto out;
   if (gn_wire_get(m, "attest")) {
     const uint8_t *p;
