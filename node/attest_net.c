@@ -5,6 +5,7 @@
  * The math and the message bodies are attest_*.c; this file moves them. */
 #include "node_internal.h"
 
+#include <math.h>
 #include <sodium.h>
 #include <stdio.h>
 
@@ -593,17 +594,22 @@ static const char *outcome_name(gn_attest_outcome o) {
   }
 }
 
+/* Figures to four decimals: the measurement is not more precise than that. */
+static double round4(double x) {
+  return round(x * 1e4) / 1e4;
+}
+
 json_t *gn__attest_result_json(const gn_attest_result *res) {
   return json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:I, s:b}", "verdict", res->verdict, "outcome",
-                   outcome_name(res->outcome), "class", res->claimed_class, "measured_tops", res->measured_tops,
-                   "expected_tops", res->expected_tops, "elapsed_ms", (json_int_t)res->elapsed_ms, "prover_ms",
+                   outcome_name(res->outcome), "class", res->claimed_class, "measured_tops", round4(res->measured_tops),
+                   "expected_tops", round4(res->expected_tops), "elapsed_ms", (json_int_t)res->elapsed_ms, "prover_ms",
                    (json_int_t)res->prover_ms, "simulated", res->simulated);
 }
 
 /* The memory challenge's figures (GB/s in the *_tops fields). */
 static json_t *mem_result_json(const gn_attest_result *m) {
   return json_pack("{s:s, s:s, s:f, s:f, s:I}", "verdict", m->verdict, "outcome", outcome_name(m->outcome),
-                   "measured_gbs", m->measured_tops, "expected_gbs", m->expected_tops, "elapsed_ms",
+                   "measured_gbs", round4(m->measured_tops), "expected_gbs", round4(m->expected_tops), "elapsed_ms",
                    (json_int_t)m->elapsed_ms);
 }
 
