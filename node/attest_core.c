@@ -300,3 +300,24 @@ double gn_attest_params_ops(const gn_attest_params *p) {
   double n = p->n;
   return 2.0 * p->depth * n * n * n * p->rounds;
 }
+
+/* Decodes an attestation message body: a map of our version carrying a
+ * nonce. On success the caller owns doc. */
+int gn__attest_open_doc(const uint8_t *msg, size_t len, gn_wire_doc *doc, uint8_t ret_nonce[GN_ATTEST_NONCE_LEN]) {
+  uint64_t v;
+  int r;
+  if (len > GN_MSG_MAX)
+    return GN_ETOOBIG;
+  if ((r = gn_wire_decode(msg, len, doc)) < 0)
+    return r;
+  if (doc->root->type != MSGPACK_OBJECT_MAP || (r = gn_wire_get_u64(doc->root, "v", &v)) < 0 ||
+      (r = gn_wire_get_bin_exact(doc->root, "nonce", ret_nonce, GN_ATTEST_NONCE_LEN)) < 0) {
+    gn_wire_doc_done(doc);
+    return r < 0 ? r : GN_EINVAL;
+  }
+  if (v != GN_ATTEST_VERSION) {
+    gn_wire_doc_done(doc);
+    return GN_EVERSION;
+  }
+  return 0;
+}

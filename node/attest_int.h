@@ -5,6 +5,7 @@
 #define GPUNET_NODE_ATTEST_INT_H
 
 #include <gpunet/attest.h>
+#include <gpunet/wire.h>
 
 /* Domain string of every key derivation; the CUDA kernel hard-codes the same
  * bytes (node/cuda/attest_prims.h). */
@@ -99,5 +100,9 @@ int gn__attest_cuda_mem_fill(const gn_attest_backend *b, const gn_attest_mem_par
 int gn__attest_cuda_mem_walk(const gn_attest_backend *b, void *handle, const uint8_t seed[32],
                              const gn_attest_mem_params *p, uint8_t *ret_finals);
 void gn__attest_cuda_mem_free(const gn_attest_backend *b, void *handle);
+
+/* Opens an attestation message body (map, version, nonce), used by the
+ * compute and the memory challenge alike. The caller frees doc on success. */
+int gn__attest_open_doc(const uint8_t *msg, size_t len, gn_wire_doc *doc, uint8_t ret_nonce[GN_ATTEST_NONCE_LEN]);
 
 #endif

@@ -167,25 +167,6 @@ uint64_t gn__attest_mem_walk(const gn_attest_mem_params *p, const uint8_t seed[3
 
 /* --- messages ----------------------------------------------------------------------*/
 
-static int open_doc(const uint8_t *msg, size_t len, gn_wire_doc *doc, uint8_t ret_nonce[GN_ATTEST_NONCE_LEN]) {
-  uint64_t v;
-  int r;
-  if (len > GN_MSG_MAX)
-    return GN_ETOOBIG;
-  if ((r = gn_wire_decode(msg, len, doc)) < 0)
-    return r;
-  if (doc->root->type != MSGPACK_OBJECT_MAP || (r = gn_wire_get_u64(doc->root, "v", &v)) < 0 ||
-      (r = gn_wire_get_bin_exact(doc->root, "nonce", ret_nonce, GN_ATTEST_NONCE_LEN)) < 0) {
-    gn_wire_doc_done(doc);
-    return r < 0 ? r : GN_EINVAL;
-  }
-  if (v != GN_ATTEST_VERSION) {
-    gn_wire_doc_done(doc);
-    return GN_EVERSION;
-  }
-  return 0;
-}
-
 static void put_head(gn_wire_writer *w, uint32_t keys, const uint8_t nonce[GN_ATTEST_NONCE_LEN]) {
   gn_wire_put_map(w, keys);
   gn_wire_put_str(w, "v");
@@ -270,7 +251,7 @@ int gn_attest_mem_verifier_on_ready(gn_attest_mem_verifier *v, const uint8_t *ms
   int r;
   if (v->state != V_AWAIT_READY)
     return GN_ESTATE;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   gn_wire_doc_done(&doc);
   if (sodium_memcmp(nonce, v->nonce, sizeof(nonce)) != 0)
@@ -334,7 +315,7 @@ int gn_attest_mem_verifier_on_result(gn_attest_mem_verifier *v, const uint8_t *m
   int r;
   if (v->state != V_AWAIT_RESULT)
     return GN_ESTATE;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   if ((r = gn_wire_get_bin_ref(doc.root, "finals", (size_t)v->p.walkers * 8u, &finals, &finals_len)) < 0 ||
       (r = gn_wire_get_bool(doc.root, "simulated", &simulated)) < 0)
@@ -428,7 +409,7 @@ int gn_attest_mem_prover_on_challenge(gn_attest_mem_prover *pr, const uint8_t *m
   int r;
   if (pr->state != P_AWAIT_CHALLENGE)
     return GN_ESTATE;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   r = gn_wire_get_u32(doc.root, "table_mib", &p.table_mib);
   if (r == 0)
@@ -486,7 +467,7 @@ int gn_attest_mem_prover_on_walk(gn_attest_mem_prover *pr, const uint8_t *msg, s
   int r;
   if (pr->state != P_AWAIT_WALK)
     return GN_ESTATE;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   r = gn_wire_get_bin_exact(doc.root, "seed", seed, sizeof(seed));
   gn_wire_doc_done(&doc);

@@ -94,26 +94,6 @@ static int get_params(const msgpack_object *m, gn_attest_params *ret) {
   return 0;
 }
 
-/* Decodes msg, checks it is a map of our version with the given nonce size. */
-static int open_doc(const uint8_t *msg, size_t len, gn_wire_doc *doc, uint8_t ret_nonce[GN_ATTEST_NONCE_LEN]) {
-  uint64_t v;
-  int r;
-  if (len > GN_MSG_MAX)
-    return GN_ETOOBIG;
-  if ((r = gn_wire_decode(msg, len, doc)) < 0)
-    return r;
-  if (doc->root->type != MSGPACK_OBJECT_MAP || (r = gn_wire_get_u64(doc->root, "v", &v)) < 0 ||
-      (r = gn_wire_get_bin_exact(doc->root, "nonce", ret_nonce, GN_ATTEST_NONCE_LEN)) < 0) {
-    gn_wire_doc_done(doc);
-    return r < 0 ? r : GN_EINVAL;
-  }
-  if (v != GN_ATTEST_VERSION) {
-    gn_wire_doc_done(doc);
-    return GN_EVERSION;
-  }
-  return 0;
-}
-
 static int get_u32_array(const msgpack_object *m, const char *key, uint32_t count, uint32_t bound, uint32_t *out) {
   const msgpack_object_array *a;
   int r = gn_wire_get_array(m, key, count, &a);
@@ -237,7 +217,7 @@ int gn_attest_verifier_on_response(gn_attest_verifier *v, const uint8_t *msg, si
   int r;
   if (v->state != V_AWAIT_RESPONSE)
     return GN_ESTATE;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   if ((r = gn_wire_get_bin_ref(doc.root, "roots", (size_t)v->p.rounds * GN_ATTEST_HASH_LEN, &roots, &roots_len)) < 0 ||
       (r = gn_wire_get_u64(doc.root, "prover_ms", &prover_ms)) < 0 ||
@@ -366,7 +346,7 @@ int gn_attest_verifier_on_proof(gn_attest_verifier *v, const uint8_t *msg, size_
   int r;
   if (v->state != V_AWAIT_PROOF)
     return GN_ESTATE;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   if ((r = gn_wire_get_array(doc.root, "rows", total, &rows)) < 0 ||
       (r = gn_wire_get_array(doc.root, "paths", total, &paths)) < 0)
@@ -443,7 +423,7 @@ int gn_attest_prover_on_challenge(gn_attest_prover *pr, const uint8_t *msg, size
   int r;
   if (pr->state != P_AWAIT_CHALLENGE)
     return GN_ESTATE;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   if ((r = get_params(doc.root, &p)) < 0)
     goto out;
@@ -505,7 +485,7 @@ int gn_attest_prover_on_open(gn_attest_prover *pr, const uint8_t *msg, size_t le
     return GN_ESTATE;
   levels = gn__attest_log2(p->n);
   total = p->open_rounds * p->open_rows;
-  if ((r = open_doc(msg, len, &doc, nonce)) < 0)
+  if ((r = gn__attest_open_doc(msg, len, &doc, nonce)) < 0)
     return r;
   gn_wire_writer_init(&w);
   if (sodium_memcmp(nonce, pr->nonce, sizeof(nonce)) != 0) {
