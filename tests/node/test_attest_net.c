@@ -19,6 +19,9 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -59,6 +62,19 @@ typedef struct world {
 } world;
 
 static world W;
+
+/* A port the kernel just handed out on 127.0.0.1, so tests running side by
+ * side do not pick the same one. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  assert_true(fd >= 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
   (void)t, (void)addr, (void)ud;
@@ -261,7 +277,7 @@ static void start_daemon(void) {
   snprintf(key, sizeof key, "%s/identity.key", W.dir);
   assert_int_equal(gn_identity_generate(&W.req_id), 0);
   assert_int_equal(gn_identity_save(W.req_id, key), 0);
-  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", 20000 + (int)randombytes_uniform(30000));
+  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", free_port());
   snprintf(W.sock, sizeof W.sock, "%s/gpunetd.sock", W.dir);
   W.daemon = fork();
   assert_true(W.daemon >= 0);

@@ -18,6 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,8 +121,17 @@ static void run_until(int *flag, uint64_t timeout_ms) {
   uv_run(&W.loop, UV_RUN_NOWAIT);
 }
 
+/* A port the kernel just handed out on 127.0.0.1, so tests running side by
+ * side do not pick the same one. */
 static int free_port(void) {
-  return 20000 + (int)(randombytes_uniform(30000));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  assert_true(fd >= 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 static void start_daemon(void) {
