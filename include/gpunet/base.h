@@ -35,6 +35,8 @@ enum {
   GN_EUNSUPPORTED, /* not supported here (no runtime, no GPU...) */
   GN_EAUDIT,       /* an invoice or ledger check failed */
   GN_EREMOTE,      /* a remote server (registry, peer) reported an error */
+  GN_ECANCELED,    /* stopped because the caller asked (gpunet stop, lease end, shutdown) */
+  GN_ENOSPACE,     /* over a disk budget or into the free-space reserve */
   GN_ELAST
 };
 
@@ -84,6 +86,10 @@ static inline const char *gn_strerror(int code) {
     return "audit failed";
   case GN_EREMOTE:
     return "remote error";
+  case GN_ECANCELED:
+    return "canceled";
+  case GN_ENOSPACE:
+    return "over the disk budget";
   default:
     break;
   }

@@ -73,13 +73,92 @@ typedef void (*gn_pull_progress_fn)(void *ud, const char *what, uint64_t done, u
 int gn_store_pull(gn_store *s, const gn_imageref *ref, gn_pull_progress_fn progress, void *ud, gn_image *ret, char *err,
                   size_t err_cap);
 
+/* --- the provider's limits on pulls, unpacks and the store -----------------*/
+/* (owner: sandbox/store.c, registry.c, unpack.c) */
+
+/* Store-wide policy, set once by the daemon from its config (copied,
+ * including the allow list). Zero fields take the GN_STORE_DEFAULT_*s. */
+typedef struct gn_store_limits {
+  uint64_t layer_max_bytes;          /* uncompressed bytes per layer */
+  uint64_t image_max_bytes;          /* uncompressed bytes per image */
+  uint64_t layer_max_entries;        /* tar entries per layer */
+  uint64_t image_max_entries;        /* tar entries per image */
+  uint64_t reserve_bytes;            /* free space kept on the store's filesystem (the ledger's room) */
+  uint64_t store_max_bytes;          /* blobs + unpacked roots; older unused ones are collected past it */
+  uint32_t blob_timeout_s;           /* deadline for one blob */
+  uint32_t pull_timeout_s;           /* deadline for a whole pull */
+  const char *const *registry_allow; /* NULL-terminated: "127.0.0.1", "127.0.0.1:5000", "10.0.0.0/8"... */
+} gn_store_limits;
+
+#define GN_STORE_DEFAULT_LAYER_MAX_BYTES (8ull << 30)
+#define GN_STORE_DEFAULT_IMAGE_MAX_BYTES (16ull << 30)
+#define GN_STORE_DEFAULT_LAYER_MAX_ENTRIES 500000ull
+#define GN_STORE_DEFAULT_IMAGE_MAX_ENTRIES 1000000ull
+#define GN_STORE_DEFAULT_RESERVE_BYTES (1ull << 30)
+#define GN_STORE_DEFAULT_MAX_BYTES (64ull << 30)
+#define GN_STORE_DEFAULT_BLOB_TIMEOUT_S 600u
+#define GN_STORE_DEFAULT_PULL_TIMEOUT_S 1800u
+
+int gn_store_set_limits(gn_store *s, const gn_store_limits *l);
+
+/* Per-call options of a pull or an unpack. cancel, when not NULL, is read
+ * from the worker thread: once it is non-zero the call stops within a
+ * second with GN_ECANCELED and leaves nothing half-written behind. */
+typedef struct gn_pull_opts {
+  gn_pull_progress_fn progress;
+  void *progress_ud;
+  const volatile int *cancel;
+} gn_pull_opts;
+
+/* Pulls like gn_store_pull, under the store's limits and with opts (may be
+ * NULL). A registry on a loopback, link-local, private or this host's own
+ * address is refused (GN_EPERM) unless the allow list names it. Registry
+ * error bodies go to err_log (the provider's log), never to err (which the
+ * renter may see). err_log may be NULL. */
+int gn_store_pull_ex(gn_store *s, const gn_imageref *ref, const gn_pull_opts *opts, gn_image *ret, char *err,
+                     size_t err_cap, char *err_log, size_t err_log_cap);
+
+typedef struct gn_unpack_opts {
+  const volatile int *cancel;
+  /* Ownership follows the job's user namespace: an entry owned by uid u in
+   * the layer is owned by uid_base + u on the host; u >= id_count is
+   * refused. id_count 0: no shift (files keep the layer's ids). */
+  uint32_t uid_base;
+  uint32_t gid_base;
+  uint32_t id_count;
+} gn_unpack_opts;
+
+/* The image's read-only root, unpacked once per (image, uid_base) under the
+ * store and shared by every job that runs it: ret_path gets its absolute
+ * path. Counted as in use until gn_store_rootfs_release; roots not in use
+ * are collected when the store is over its budget. Blocking. */
+int gn_store_rootfs(gn_store *s, const gn_image *img, const gn_unpack_opts *opts, char ret_path[4096], char *err,
+                    size_t err_cap);
+void gn_store_rootfs_release(gn_store *s, const char *path);
+
+/* Removes unused unpacked roots and blobs, oldest first, until the store is
+ * within store_max_bytes (and the reserve is free). Blocking. */
+int gn_store_gc(gn_store *s, uint64_t *ret_freed_bytes);
+
 /* Unpacks the image's layers in order into rootfs (created), honouring
  * whiteouts and opaque directories and refusing absolute paths, "..",
  * device nodes and links that escape the root (GN_EPERM, naming the entry in
  * err). Blocking. */
 int gn_store_unpack(gn_store *s, const gn_image *img, const char *rootfs, char *err, size_t err_cap);
+int gn_store_unpack_ex(gn_store *s, const gn_image *img, const char *rootfs, const gn_unpack_opts *opts, char *err,
+                       size_t err_cap);
 
 /* --- bundles --------------------------------------------------------------*/
+
+/* (owner: sandbox/bundle.c, sandbox/seccomp.c) */
+
+/* A host path that appears in the container at dest: a character device
+ * (source is stat'ed for its major/minor; a fake tree in tests) or a file
+ * or directory bind-mounted read-only (driver libraries). */
+typedef struct gn_bundle_bind {
+  const char *source;
+  const char *dest;
+} gn_bundle_bind;
 
 typedef struct gn_bundle_spec {
   const char *rootfs; /* path relative to the bundle dir, usually "rootfs" */
@@ -94,6 +173,19 @@ typedef struct gn_bundle_spec {
   const char *const *devices;  /* GPU device nodes to pass in, NULL-terminated */
   const char *visible_devices; /* NVIDIA_VISIBLE_DEVICES, NULL for none */
   bool cgroup_limits;          /* false where the cgroup layout cannot apply them */
+  /* User namespace: container ids 0..id_count-1 map to host
+   * uid_base../gid_base..; id_count 0 means no user namespace (only where
+   * the provider opted in to run without one). */
+  uint32_t uid_base;
+  uint32_t gid_base;
+  uint32_t id_count;
+  uint64_t cpu_quota_us;           /* CPU time per cpu_period_us; 0: no CPU limit */
+  uint64_t cpu_period_us;          /* 0: 100000 */
+  const gn_bundle_bind *dev_nodes; /* extra character devices (GPU control, UVM) */
+  size_t n_dev_nodes;
+  const gn_bundle_bind *ro_binds; /* read-only bind mounts (driver libraries, nvidia-smi) */
+  size_t n_ro_binds;
+  bool no_seccomp; /* tests only: the default seccomp profile is always on otherwise */
 } gn_bundle_spec;
 
 /* Writes bundle_dir/config.json: new namespaces, read-only root with a
@@ -106,6 +198,28 @@ int gn_bundle_write(const char *bundle_dir, const gn_bundle_spec *spec);
  * hybrid) with memory and pids hierarchies mounted. Set
  * gn_bundle_spec.cgroup_limits from it. */
 bool gn_cgroup_limits_supported(void);
+
+/* --- GPU passthrough (owner: sandbox/nvidia.c) ---------------------------*/
+
+#define GN_NVIDIA_MAX_NODES 24
+#define GN_NVIDIA_MAX_BINDS 96
+
+/* What a job on the leased GPUs needs from the host, found the way the
+ * NVIDIA container toolkit finds it: the GPUs' /dev/nvidiaN, the control
+ * and UVM nodes, and the driver's user-space libraries and tools, each
+ * ready to hand to gn_bundle_spec (nodes -> dev_nodes, binds -> ro_binds). */
+typedef struct gn_nvidia_pass {
+  size_t n_nodes;
+  gn_bundle_bind nodes[GN_NVIDIA_MAX_NODES];
+  size_t n_binds;
+  gn_bundle_bind binds[GN_NVIDIA_MAX_BINDS];
+  char strings[GN_NVIDIA_MAX_NODES + GN_NVIDIA_MAX_BINDS][2][512]; /* storage the pointers point into */
+} gn_nvidia_pass;
+
+/* root: "/" on a real host, a fake tree in tests. minors: the leased GPUs'
+ * /dev/nvidiaN numbers. GN_ENOTFOUND when a leased GPU's node is missing. */
+int gn_nvidia_passthrough(const char *root, const unsigned *minors, size_t n, gn_nvidia_pass *ret, char *err,
+                          size_t err_cap);
 
 /* --- runtime --------------------------------------------------------------*/
 
