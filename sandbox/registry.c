@@ -184,7 +184,7 @@ static size_t write_cb(char *p, size_t size, size_t nmemb, void *ud) {
     }
     off += (size_t)w;
   }
-  crypto_hash_sha256_update(s->hash_state, (const unsigned char *)p, n);
+  gn__sha256_update(s->hash_state, p, n);
   s->fetched += n;
   if (s->progress)
     s->progress(s->progress_ud, s->what, s->offset + s->fetched, s->expected_size);

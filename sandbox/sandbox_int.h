@@ -35,6 +35,23 @@ void gn__digest_of(const void *p, size_t n, char out[GN_DIGEST_STRLEN]);
 /* "sha256:ab12cd34…" for messages: the algorithm and 8 hex digits. */
 const char *gn__digest_short(const char *digest, char buf[32]);
 
+/* Streaming SHA-256 on OpenSSL's libcrypto (several times libsodium's speed
+ * here), used for every blob and layer digest. A zeroed gn__sha256 is
+ * "not started"; gn__sha256_init (re)starts it, gn__sha256_final writes the
+ * hash and leaves the state ready for another init, gn__sha256_done frees
+ * what it holds (safe on a zeroed or finished state). */
+typedef struct gn__sha256 {
+  void *ctx; /* EVP_MD_CTX, opaque outside digest.c */
+} gn__sha256;
+
+int gn__sha256_init(gn__sha256 *h); /* GN_ENOMEM or GN_EIO */
+void gn__sha256_update(gn__sha256 *h, const void *p, size_t n);
+/* The 32-byte hash, or its "sha256:<hex>" string. GN_EIO on a state that
+ * was never initialised. */
+int gn__sha256_final(gn__sha256 *h, uint8_t out[32]);
+int gn__sha256_final_digest(gn__sha256 *h, char out[GN_DIGEST_STRLEN]);
+void gn__sha256_done(gn__sha256 *h);
+
 /* --- manifest, index and config parsing (manifest.c) ---------------------*/
 
 typedef struct gn__descriptor {
@@ -95,7 +112,7 @@ typedef struct gn__blob_sink {
   int fd;                 /* appended to */
   uint64_t offset;        /* bytes already in fd (a resumed download) */
   uint64_t expected_size; /* the descriptor's size: more is refused */
-  void *hash_state;       /* crypto_hash_sha256_state fed with every byte */
+  gn__sha256 *hash_state; /* fed with every byte written to fd */
   gn_pull_progress_fn progress;
   void *progress_ud;
   const char *what;

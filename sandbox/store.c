@@ -156,7 +156,7 @@ static bool blob_present(gn_store *s, const char *digest, uint64_t size) {
 
 /* Hashes the bytes already in a partial download so the resumed transfer
  * continues the same hash. */
-static int hash_prefix(int fd, crypto_hash_sha256_state *st, uint64_t *ret_len) {
+static int hash_prefix(int fd, gn__sha256 *st, uint64_t *ret_len) {
   uint8_t chunk[65536];
   uint64_t total = 0;
   if (lseek(fd, 0, SEEK_SET) < 0)
@@ -170,7 +170,7 @@ static int hash_prefix(int fd, crypto_hash_sha256_state *st, uint64_t *ret_len) 
     }
     if (n == 0)
       break;
-    crypto_hash_sha256_update(st, chunk, (size_t)n);
+    gn__sha256_update(st, chunk, (size_t)n);
     total += (uint64_t)n;
   }
   *ret_len = total;
@@ -191,8 +191,7 @@ typedef struct pull_ctx {
  * The partial file is locked so two pulls of one blob do not interleave. */
 static int ensure_blob(pull_ctx *c, const gn__descriptor *d) {
   char ppath[4096], path[4096], shortd[32];
-  crypto_hash_sha256_state st;
-  uint8_t hash[crypto_hash_sha256_BYTES];
+  gn__sha256 st = {0};
   char got[GN_DIGEST_STRLEN];
   int fd = -1, r;
   bool keep_partial = false;
@@ -213,7 +212,8 @@ static int ensure_blob(pull_ctx *c, const gn__descriptor *d) {
     r = 0;
     goto out;
   }
-  crypto_hash_sha256_init(&st);
+  if ((r = gn__sha256_init(&st)) < 0)
+    goto out;
   uint64_t have = 0;
   if ((r = hash_prefix(fd, &st, &have)) < 0)
     goto out;
@@ -222,7 +222,8 @@ static int ensure_blob(pull_ctx *c, const gn__descriptor *d) {
       r = -errno;
       goto out;
     }
-    crypto_hash_sha256_init(&st);
+    if ((r = gn__sha256_init(&st)) < 0)
+      goto out;
     have = 0;
   }
   gn__blob_sink sink = {.fd = fd,
@@ -247,7 +248,8 @@ static int ensure_blob(pull_ctx *c, const gn__descriptor *d) {
         r = -errno;
         goto out;
       }
-      crypto_hash_sha256_init(&st);
+      if ((r = gn__sha256_init(&st)) < 0)
+        goto out;
       sink.offset = 0;
     }
   }
@@ -256,8 +258,8 @@ static int ensure_blob(pull_ctx *c, const gn__descriptor *d) {
                 (unsigned long long)(sink.offset + sink.fetched), (unsigned long long)d->size);
     goto out;
   }
-  crypto_hash_sha256_final(&st, hash);
-  gn__digest_from_hash(hash, got);
+  if ((r = gn__sha256_final_digest(&st, got)) < 0)
+    goto out;
   if (strcmp(got, d->digest) != 0) {
     r = gn__err(c->err, c->err_cap, GN_EDIGEST, "blob %s does not match its digest", shortd);
     goto out;
@@ -274,6 +276,7 @@ out:
     unlink(ppath); /* no-op after the rename; removes an empty file when another pull won */
   if (fd >= 0)
     close(fd);
+  gn__sha256_done(&st);
   return r;
 }
 
