@@ -31,6 +31,14 @@ typedef enum {
   KEY_MAX_HOURS,
   KEY_ALLOW_SIMULATED,
   KEY_LOG_LEVEL,
+  KEY_JOB_MEMORY_SHARE,
+  KEY_JOB_CPU_SHARE,
+  KEY_JOB_PIDS_MAX,
+  KEY_STORE_MAX,
+  KEY_DISK_RESERVE,
+  KEY_REGISTRY_ALLOW,
+  KEY_ALLOW_UNENFORCED_LIMITS,
+  KEY_ALLOW_NO_USERNS,
   KEY_COUNT
 } cfg_key;
 
@@ -50,6 +58,14 @@ static const struct {
     [KEY_MAX_HOURS] = {"max_hours", "max-hours", false},
     [KEY_ALLOW_SIMULATED] = {"allow_simulated", "allow-simulated", true},
     [KEY_LOG_LEVEL] = {"log_level", "log-level", false},
+    [KEY_JOB_MEMORY_SHARE] = {"job_memory_share", "job-memory-share", false},
+    [KEY_JOB_CPU_SHARE] = {"job_cpu_share", "job-cpu-share", false},
+    [KEY_JOB_PIDS_MAX] = {"job_pids_max", "job-pids-max", false},
+    [KEY_STORE_MAX] = {"store_max", "store-max", false},
+    [KEY_DISK_RESERVE] = {"disk_reserve", "disk-reserve", false},
+    [KEY_REGISTRY_ALLOW] = {"registry_allow", "registry-allow", false},
+    [KEY_ALLOW_UNENFORCED_LIMITS] = {"allow_unenforced_limits", "allow-unenforced-limits", true},
+    [KEY_ALLOW_NO_USERNS] = {"allow_no_userns", "allow-no-userns", true},
 };
 
 static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
@@ -70,6 +86,22 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "  --max-hours N           longest lease this node accepts (default 24)\n"
                                  "  --allow-simulated       as a requester, accept simulated GPUs\n"
                                  "  --log-level LEVEL       debug, info, warn or error (default info)\n"
+                                 "\n"
+                                 "A provider's budgets, shared by all jobs of all leases (a job that does not\n"
+                                 "fit in what is left is refused, saying why):\n"
+                                 "  --job-memory-share F    share of the host's RAM for jobs (default 0.5)\n"
+                                 "  --job-cpu-share F       share of the online CPUs for jobs (default 0.75); a\n"
+                                 "                          lease gets its GPUs' part of it\n"
+                                 "  --job-pids-max N        processes of all jobs together (default 16384)\n"
+                                 "  --store-max SIZE        disk for images, e.g. 64G (default 64G)\n"
+                                 "  --disk-reserve SIZE     free space kept on the data dir's disk (default 1G)\n"
+                                 "  --registry-allow HOST[:PORT]|CIDR  a loopback, private or own-address\n"
+                                 "                          registry jobs may pull from (repeatable; default none)\n"
+                                 "  --allow-unenforced-limits  run jobs even where cgroups cannot enforce their\n"
+                                 "                          memory and pids limits (status says so)\n"
+                                 "  --allow-no-userns       provide on a host without user namespaces: jobs' root\n"
+                                 "                          is then the host's root (status says so)\n"
+                                 "\n"
                                  "  -h, --help              show this help\n"
                                  "  --version               show the version\n"
                                  "\n"
@@ -121,6 +153,11 @@ void gn_config_defaults(gn_config *cfg) {
   snprintf(cfg->currency, sizeof(cfg->currency), "EUR");
   cfg->max_hours = 24;
   snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
+  cfg->job_memory_share = 0.5;
+  cfg->job_cpu_share = 0.75;
+  cfg->job_pids_max = 16384;
+  cfg->store_max_bytes = 64ull << 30;
+  cfg->disk_reserve_bytes = 1ull << 30;
 }
 
 void gn_config_done(gn_config *cfg) {
@@ -130,13 +167,15 @@ void gn_config_done(gn_config *cfg) {
     free(cfg->bootstrap[i]);
   for (size_t i = 0; i < cfg->simulate_count; i++)
     free(cfg->simulate_gpu[i]);
-  cfg->bootstrap_count = cfg->simulate_count = 0;
+  for (size_t i = 0; i < cfg->registry_allow_count; i++)
+    free(cfg->registry_allow[i]);
+  cfg->bootstrap_count = cfg->simulate_count = cfg->registry_allow_count = 0;
 }
 
 /* Deep copy, so a failed load can be thrown away without touching cfg. */
 static int cfg_copy(gn_config *dst, const gn_config *src) {
   *dst = *src;
-  dst->bootstrap_count = dst->simulate_count = 0;
+  dst->bootstrap_count = dst->simulate_count = dst->registry_allow_count = 0;
   for (size_t i = 0; i < src->bootstrap_count; i++) {
     if (!(dst->bootstrap[i] = strdup(src->bootstrap[i])))
       goto oom;
@@ -146,6 +185,11 @@ static int cfg_copy(gn_config *dst, const gn_config *src) {
     if (!(dst->simulate_gpu[i] = strdup(src->simulate_gpu[i])))
       goto oom;
     dst->simulate_count++;
+  }
+  for (size_t i = 0; i < src->registry_allow_count; i++) {
+    if (!(dst->registry_allow[i] = strdup(src->registry_allow[i])))
+      goto oom;
+    dst->registry_allow_count++;
   }
   return 0;
 oom:
@@ -187,6 +231,114 @@ static bool copy_str(char *dst, size_t cap, const char *v) {
   return true;
 }
 
+/* A share like 0.5: more than 0, at most 1. */
+static bool parse_share(const char *v, double *ret) {
+  char *end;
+  errno = 0;
+  double d = strtod(v, &end);
+  if (errno || end == v || *end || !(d > 0.0 && d <= 1.0))
+    return false;
+  *ret = d;
+  return true;
+}
+
+/* A size in bytes with an optional binary suffix: 1073741824, 512M, 64G,
+ * 64GiB, 1T (K, M, G, T: powers of 1024). */
+static bool parse_size(const char *v, uint64_t *ret) {
+  if (!isdigit((unsigned char)v[0]))
+    return false;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno)
+    return false;
+  unsigned shift = 0;
+  switch (toupper((unsigned char)*end)) {
+  case 'K':
+    shift = 10;
+    break;
+  case 'M':
+    shift = 20;
+    break;
+  case 'G':
+    shift = 30;
+    break;
+  case 'T':
+    shift = 40;
+    break;
+  case 'B':
+  case '\0':
+    break;
+  default:
+    return false;
+  }
+  if (shift) {
+    end++;
+    if (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0)
+      end += strlen(end);
+  } else if (*end) {
+    end++; /* "B" */
+  }
+  if (*end || (shift && n > (UINT64_MAX >> shift)))
+    return false;
+  *ret = (uint64_t)n << shift;
+  return true;
+}
+
+/* One registry_allow entry: a host name or address with an optional port,
+ * "[v6]:port", or a CIDR block like 10.0.0.0/8 or fd00::/8. Only the
+ * grammar is checked here; the store matches it against addresses. */
+static bool valid_registry_allow(const char *v) {
+  size_t n = strlen(v);
+  if (n == 0 || n > 255)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)v[i]) && !strchr(".-:/[]", v[i]))
+      return false;
+  const char *slash = strchr(v, '/');
+  if (slash) {
+    char *end;
+    errno = 0;
+    unsigned long bits = strtoul(slash + 1, &end, 10);
+    bool v6 = memchr(v, ':', (size_t)(slash - v)) != NULL;
+    if (errno || end == slash + 1 || *end || bits > (v6 ? 128u : 32u) || slash == v)
+      return false;
+  }
+  return v[0] != '-' && v[0] != '.';
+}
+
+/* registry_allow takes one entry or several separated by commas. */
+static int add_registry_allow(gn_config *cfg, const char *v, char *err, size_t cap) {
+  char item[300];
+  const char *p = v;
+  while (*p) {
+    size_t len = strcspn(p, ", \t");
+    if (len) {
+      if (len >= sizeof(item)) {
+        snprintf(err, cap, "bad registry_allow entry '%.60s...': too long", p);
+        return GN_EINVAL;
+      }
+      memcpy(item, p, len);
+      item[len] = '\0';
+      if (!valid_registry_allow(item)) {
+        snprintf(err, cap, "bad registry_allow entry '%.200s': want HOST, HOST:PORT or a CIDR block like 10.0.0.0/8",
+                 item);
+        return GN_EINVAL;
+      }
+      if (cfg->registry_allow_count == GN_CONFIG_MAX_REGISTRY_ALLOW) {
+        snprintf(err, cap, "too many registry_allow entries (at most %d)", GN_CONFIG_MAX_REGISTRY_ALLOW);
+        return GN_ETOOBIG;
+      }
+      if (!(cfg->registry_allow[cfg->registry_allow_count] = strdup(item)))
+        return GN_ENOMEM;
+      cfg->registry_allow_count++;
+    }
+    p += len;
+    p += strspn(p, ", \t");
+  }
+  return 0;
+}
+
 /* Sets one key from its text value; err says what is wrong with the value. */
 static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t cap) {
   const char *name = cfg_keys[key].name;
@@ -213,12 +365,52 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     return 0;
   case KEY_PROVIDE:
   case KEY_ALLOW_SIMULATED:
+  case KEY_ALLOW_UNENFORCED_LIMITS:
+  case KEY_ALLOW_NO_USERNS:
     if (!parse_bool(v, &b)) {
-      snprintf(err, cap, "%s must be true or false, not '%s'", name, v);
+      snprintf(err, cap, "%s must be true or false, not '%.60s'", name, v);
       return GN_EINVAL;
     }
-    *(key == KEY_PROVIDE ? &cfg->provide : &cfg->allow_simulated) = b;
+    *(key == KEY_PROVIDE                   ? &cfg->provide
+      : key == KEY_ALLOW_SIMULATED         ? &cfg->allow_simulated
+      : key == KEY_ALLOW_UNENFORCED_LIMITS ? &cfg->allow_unenforced_limits
+                                           : &cfg->allow_no_userns) = b;
     return 0;
+  case KEY_JOB_MEMORY_SHARE:
+  case KEY_JOB_CPU_SHARE:
+    if (!parse_share(v, key == KEY_JOB_MEMORY_SHARE ? &cfg->job_memory_share : &cfg->job_cpu_share)) {
+      snprintf(err, cap, "bad %s '%.60s': want a share of the host above 0 and at most 1, like 0.5", name, v);
+      return GN_EINVAL;
+    }
+    return 0;
+  case KEY_JOB_PIDS_MAX: {
+    char *end;
+    errno = 0;
+    unsigned long p = strtoul(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || p < 8 || p > 4194304) {
+      snprintf(err, cap, "bad job_pids_max '%.60s': want a whole number of processes from 8 to 4194304", v);
+      return GN_EINVAL;
+    }
+    cfg->job_pids_max = (uint32_t)p;
+    return 0;
+  }
+  case KEY_STORE_MAX:
+  case KEY_DISK_RESERVE: {
+    uint64_t bytes;
+    bool ok = parse_size(v, &bytes);
+    if (ok && key == KEY_STORE_MAX && bytes < (64ull << 20)) {
+      snprintf(err, cap, "store_max '%.60s' is too small: images need at least 64M", v);
+      return GN_EINVAL;
+    }
+    if (!ok) {
+      snprintf(err, cap, "bad %s '%.60s': want a size like 64G, 512M or a number of bytes", name, v);
+      return GN_EINVAL;
+    }
+    *(key == KEY_STORE_MAX ? &cfg->store_max_bytes : &cfg->disk_reserve_bytes) = bytes;
+    return 0;
+  }
+  case KEY_REGISTRY_ALLOW:
+    return add_registry_allow(cfg, v, err, cap);
   case KEY_PRICE:
     if (gn_price_parse(v, &cfg->price_uper_hour) < 0) {
       snprintf(err, cap, "bad price '%s': want an amount per GPU-hour like 0.40 (at most 6 decimals)", v);
@@ -294,6 +486,10 @@ static void cfg_clear_list(gn_config *cfg, cfg_key key) {
     for (size_t i = 0; i < cfg->simulate_count; i++)
       free(cfg->simulate_gpu[i]);
     cfg->simulate_count = 0;
+  } else if (key == KEY_REGISTRY_ALLOW) {
+    for (size_t i = 0; i < cfg->registry_allow_count; i++)
+      free(cfg->registry_allow[i]);
+    cfg->registry_allow_count = 0;
   }
 }
 
@@ -508,7 +704,29 @@ static const char default_conf[] = "# gpunet configuration. One `key = value` pe
                                    "#runtime =\n"
                                    "\n"
                                    "# debug, info, warn or error.\n"
-                                   "#log_level = info\n";
+                                   "#log_level = info\n"
+                                   "\n"
+                                   "# What a provider lets all jobs of all leases use together. A job that does\n"
+                                   "# not fit in what is left is refused, saying why. A lease's CPU share is its\n"
+                                   "# GPUs' part of job_cpu_share (1 of 2 GPUs: half of it).\n"
+                                   "#job_memory_share = 0.5\n"
+                                   "#job_cpu_share = 0.75\n"
+                                   "#job_pids_max = 16384\n"
+                                   "\n"
+                                   "# Disk for images (pulled layers and unpacked roots; older unused ones are\n"
+                                   "# removed past it), and the free space kept for the ledger.\n"
+                                   "#store_max = 64G\n"
+                                   "#disk_reserve = 1G\n"
+                                   "\n"
+                                   "# Registries on loopback, link-local, private or this host's own addresses\n"
+                                   "# are refused unless named here (repeat the key, or separate by commas).\n"
+                                   "#registry_allow = 127.0.0.1\n"
+                                   "\n"
+                                   "# Where cgroups cannot enforce a job's memory and pids limits, or the host\n"
+                                   "# has no user namespaces, a provider refuses jobs (or to provide at all)\n"
+                                   "# unless allowed here; `gpunet status` then says so.\n"
+                                   "#allow_unenforced_limits = false\n"
+                                   "#allow_no_userns = false\n";
 
 /* mkdir -p with mode 0700 for what it creates. */
 static int mkdirs(const char *dir) {

@@ -75,6 +75,7 @@ void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type,
 
 #define GN_CONFIG_MAX_BOOTSTRAP 16
 #define GN_CONFIG_MAX_SIMULATE 8
+#define GN_CONFIG_MAX_REGISTRY_ALLOW 32
 
 typedef struct gn_config {
   char data_dir[PATH_MAX];
@@ -91,6 +92,17 @@ typedef struct gn_config {
   uint32_t max_hours; /* default 24 */
   bool allow_simulated;
   char log_level[16]; /* default "info" */
+  /* The provider's budgets, shared by every job of every lease. */
+  double job_memory_share;     /* of the host's RAM, default 0.5 */
+  double job_cpu_share;        /* of the online CPUs, default 0.75 */
+  uint32_t job_pids_max;       /* processes of all jobs together, default 16384 */
+  uint64_t store_max_bytes;    /* images: blobs and unpacked roots, default 64 GiB */
+  uint64_t disk_reserve_bytes; /* free space kept on the data dir's disk (the ledger's room), default 1 GiB */
+  char *
+      registry_allow[GN_CONFIG_MAX_REGISTRY_ALLOW]; /* loopback/private registries allowed: "127.0.0.1", "10.0.0.0/8" */
+  size_t registry_allow_count;
+  bool allow_unenforced_limits; /* run jobs where cgroups cannot enforce their limits (said in status) */
+  bool allow_no_userns;         /* provide on a host without user namespaces (jobs' root is host root) */
 } gn_config;
 
 /* Positive results of gn_config_parse_args / gn_config_load: the caller

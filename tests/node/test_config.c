@@ -64,6 +64,14 @@ static void test_config_defaults(void **state) {
   assert_false(c.provide);
   assert_false(c.allow_simulated);
   assert_int_equal(c.bootstrap_count, 0);
+  assert_true(c.job_memory_share == 0.5);
+  assert_true(c.job_cpu_share == 0.75);
+  assert_int_equal(c.job_pids_max, 16384);
+  assert_int_equal(c.store_max_bytes, 64ull << 30);
+  assert_int_equal(c.disk_reserve_bytes, 1ull << 30);
+  assert_int_equal(c.registry_allow_count, 0); /* no private registry unless named */
+  assert_false(c.allow_unenforced_limits);
+  assert_false(c.allow_no_userns);
   gn_config_done(&c);
 }
 
@@ -101,7 +109,16 @@ static void test_config_file_sets_every_key(void **state) {
                    "runtime = crun\n"
                    "max_hours = 48\n"
                    "allow_simulated = true\n"
-                   "log_level = debug\n");
+                   "log_level = debug\n"
+                   "job_memory_share = 0.25\n"
+                   "job_cpu_share = 1\n"
+                   "job_pids_max = 2048\n"
+                   "store_max = 10GiB\n"
+                   "disk_reserve = 512M\n"
+                   "registry_allow = 127.0.0.1\n"
+                   "registry_allow = 10.0.0.0/8, registry.lan:5000\n"
+                   "allow_unenforced_limits = true\n"
+                   "allow_no_userns = yes\n");
   gn_config c;
   gn_config_defaults(&c);
   char err[256] = "";
@@ -119,6 +136,17 @@ static void test_config_file_sets_every_key(void **state) {
   assert_int_equal(c.max_hours, 48);
   assert_true(c.allow_simulated);
   assert_string_equal(c.log_level, "debug");
+  assert_true(c.job_memory_share == 0.25);
+  assert_true(c.job_cpu_share == 1.0);
+  assert_int_equal(c.job_pids_max, 2048);
+  assert_int_equal(c.store_max_bytes, 10ull << 30);
+  assert_int_equal(c.disk_reserve_bytes, 512ull << 20);
+  assert_int_equal(c.registry_allow_count, 3);
+  assert_string_equal(c.registry_allow[0], "127.0.0.1");
+  assert_string_equal(c.registry_allow[1], "10.0.0.0/8");
+  assert_string_equal(c.registry_allow[2], "registry.lan:5000");
+  assert_true(c.allow_unenforced_limits);
+  assert_true(c.allow_no_userns);
   assert_string_equal(c.config_path, path);
   gn_config_done(&c);
 }
@@ -160,6 +188,24 @@ static void test_config_bad_values_table(void **state) {
       {"log_level = loud", "bad log_level 'loud'"},
       {"just words", "expected `key = value`"},
       {"simulate_gpu = RTX 9999", "unknown simulated GPU 'RTX 9999' (known: RTX 3090"},
+      {"job_memory_share = 0", "bad job_memory_share '0': want a share of the host above 0 and at most 1"},
+      {"job_memory_share = 1.5", "bad job_memory_share '1.5'"},
+      {"job_memory_share = half", "bad job_memory_share 'half'"},
+      {"job_memory_share = -0.5", "bad job_memory_share"},
+      {"job_memory_share = nan", "bad job_memory_share"},
+      {"job_cpu_share = 0.75x", "bad job_cpu_share '0.75x'"},
+      {"job_pids_max = 4", "bad job_pids_max '4': want a whole number of processes from 8"},
+      {"job_pids_max = -100", "bad job_pids_max"},
+      {"store_max = 64X", "bad store_max '64X': want a size like 64G"},
+      {"store_max = 1M", "store_max '1M' is too small"},
+      {"store_max = G", "bad store_max"},
+      {"disk_reserve = 99999999999T", "bad disk_reserve"},
+      {"disk_reserve = 1GiBs", "bad disk_reserve"},
+      {"registry_allow = 127.0.0.1/33", "bad registry_allow entry '127.0.0.1/33'"},
+      {"registry_allow = http://evil", "bad registry_allow entry 'http://evil'"},
+      {"registry_allow = a;b", "bad registry_allow entry 'a;b'"},
+      {"allow_no_userns = maybe", "allow_no_userns must be true or false"},
+      {"allow_unenforced_limits = 2", "allow_unenforced_limits must be true or false"},
   };
   char path[256];
   snprintf(path, sizeof(path), "%s/c.conf", f->dir);
@@ -294,6 +340,11 @@ static void test_config_flag_errors_table(void **state) {
       {{"-h"}, GN_CONFIG_HELP, ""},
       {{"--version"}, GN_CONFIG_VERSION, ""},
       {{"--log-level", "debug"}, 0, ""},
+      {{"--job-memory-share", "2"}, GN_EINVAL, "--job-memory-share: bad job_memory_share '2'"},
+      {{"--job-cpu-share"}, GN_EINVAL, "option '--job-cpu-share' needs a value"},
+      {{"--store-max", "lots"}, GN_EINVAL, "--store-max: bad store_max 'lots'"},
+      {{"--registry-allow", "a b/c"}, GN_EINVAL, "--registry-allow: bad registry_allow entry 'b/c'"},
+      {{"--allow-no-userns", "--allow-unenforced-limits"}, 0, ""},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
     char *argv[6] = {"gpunetd"};
@@ -310,6 +361,56 @@ static void test_config_flag_errors_table(void **state) {
     gn_config_done(&c);
   }
   assert_non_null(strstr(gn_config_usage(), "--simulate-gpu"));
+  assert_non_null(strstr(gn_config_usage(), "--job-memory-share"));
+  assert_non_null(strstr(gn_config_usage(), "--registry-allow"));
+  assert_non_null(strstr(gn_config_usage(), "--allow-no-userns"));
+}
+
+/* The budgets and the allow list come from flags as well, a flag list
+ * replaces the file's, and sizes take binary suffixes. */
+static void test_config_budget_flags(void **state) {
+  fixture *f = *state;
+  char path[256];
+  snprintf(path, sizeof(path), "%s/budget.conf", f->dir);
+  write_file(path, "registry_allow = 10.1.2.3\njob_pids_max = 100\n");
+  char *argv[] = {"gpunetd",   "--config",         path,         "--job-memory-share", "0.3",  "--job-cpu-share",
+                  "0.5",       "--store-max",      "2T",         "--disk-reserve",     "4096", "--registry-allow",
+                  "127.0.0.1", "--registry-allow", "[::1]:5000", "--allow-no-userns",  NULL};
+  gn_config c;
+  char err[256] = "";
+  int r = gn_config_load(&c, GN_ARRAY_SIZE(argv) - 1, argv, err, sizeof(err));
+  if (r != 0)
+    fail_msg("load: %s", err);
+  assert_true(c.job_memory_share == 0.3);
+  assert_true(c.job_cpu_share == 0.5);
+  assert_int_equal(c.job_pids_max, 100); /* from the file */
+  assert_int_equal(c.store_max_bytes, 2ull << 40);
+  assert_int_equal(c.disk_reserve_bytes, 4096);
+  assert_int_equal(c.registry_allow_count, 2); /* the flags replace the file's entry */
+  assert_string_equal(c.registry_allow[0], "127.0.0.1");
+  assert_string_equal(c.registry_allow[1], "[::1]:5000");
+  assert_true(c.allow_no_userns);
+  assert_false(c.allow_unenforced_limits);
+  gn_config_done(&c);
+}
+
+/* At most GN_CONFIG_MAX_REGISTRY_ALLOW entries, said clearly. */
+static void test_config_registry_allow_is_bounded(void **state) {
+  fixture *f = *state;
+  char path[256], text[4096] = "";
+  snprintf(path, sizeof(path), "%s/many.conf", f->dir);
+  for (int i = 0; i <= GN_CONFIG_MAX_REGISTRY_ALLOW; i++) {
+    size_t used = strlen(text);
+    snprintf(text + used, sizeof(text) - used, "registry_allow = 10.0.0.%d\n", i);
+  }
+  write_file(path, text);
+  gn_config c;
+  gn_config_defaults(&c);
+  char err[512] = "";
+  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), GN_ETOOBIG);
+  assert_non_null(strstr(err, "too many registry_allow entries"));
+  assert_int_equal(c.registry_allow_count, 0);
+  gn_config_done(&c);
 }
 
 static void test_config_parse_does_not_reorder_argv(void **state) {
@@ -368,6 +469,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_config_flag_errors_table, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_parse_does_not_reorder_argv, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_written_default_is_private_and_loads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_budget_flags, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_registry_allow_is_bounded, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
