@@ -139,4 +139,13 @@ void gn__store_blob_path(const gn_store *s, const char *digest, char out[4096]);
 int gn__unpack_layer_files(const char *const *paths, const char *const *digests, size_t n, const char *rootfs,
                            char *err, size_t err_cap);
 
+/* --- seccomp profile (seccomp.c) ----------------------------------------*/
+
+struct json_t;
+/* The job's "linux.seccomp" object: a default-EPERM allow list that refuses
+ * the keyring calls, new user namespaces, io_uring, perf_event_open,
+ * userfaultfd, bpf, mount, ptrace, kexec and module loading. NULL on
+ * ENOMEM. The caller owns the reference. */
+struct json_t *gn__seccomp_profile(void);
+
 #endif
