@@ -131,13 +131,17 @@ int gn__registry_get_blob(gn__registry *r, const char *digest, gn__blob_sink *si
 const char *gn__store_dir(const gn_store *s);
 /* dir/blobs/sha256/<hex> for a valid digest. */
 void gn__store_blob_path(const gn_store *s, const char *digest, char out[4096]);
+/* The limits set by gn_store_set_limits (never NULL; all zero before it is
+ * called). A zero field means its GN_STORE_DEFAULT_* value. */
+const gn_store_limits *gn__store_limits(const gn_store *s);
 
 /* --- unpacking (unpack.c) ------------------------------------------------*/
 
 /* Unpacks n layer files (bottom first), each checked against its digest,
- * into rootfs, which must not exist yet; on failure rootfs is removed. */
+ * into rootfs, which must not exist yet, under lim (NULL or zero fields:
+ * the defaults) and opts (may be NULL); on failure rootfs is removed. */
 int gn__unpack_layer_files(const char *const *paths, const char *const *digests, size_t n, const char *rootfs,
-                           char *err, size_t err_cap);
+                           const gn_store_limits *lim, const gn_unpack_opts *opts, char *err, size_t err_cap);
 
 /* --- seccomp profile (seccomp.c) ----------------------------------------*/
 
