@@ -8,7 +8,9 @@
 #include <cmocka.h>
 #include <gpunet/sandbox.h>
 #include <jansson.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 
 #include "sandbox/helpers.h"
 
@@ -133,8 +135,8 @@ static void test_bundle_has_new_namespaces_and_masks(void **state) {
     json_t *j = write_and_load(&spec, &dir);
     json_t *lx = json_object_get(j, "linux");
     json_t *ns = json_object_get(lx, "namespaces");
-    const char *want[] = {"pid", "ipc", "uts", "mount", "network"};
-    for (size_t i = 0; i < 5; i++) {
+    const char *want[] = {"pid", "ipc", "uts", "mount", "network", "cgroup"};
+    for (size_t i = 0; i < 6; i++) {
       json_t *n = find_by(ns, "type", want[i]);
       if (!n)
         fail_msg("no %s namespace (network=%d)", want[i], network);
@@ -144,6 +146,10 @@ static void test_bundle_has_new_namespaces_and_masks(void **state) {
     assert_true(array_has_string(json_object_get(lx, "maskedPaths"), "/sys/firmware"));
     assert_true(array_has_string(json_object_get(lx, "readonlyPaths"), "/proc/sys"));
     assert_true(array_has_string(json_object_get(lx, "readonlyPaths"), "/proc/sysrq-trigger"));
+    assert_true(array_has_string(json_object_get(lx, "maskedPaths"), "/proc/driver/nvidia"));
+    assert_true(array_has_string(json_object_get(lx, "maskedPaths"), "/sys/devices/virtual/powercap"));
+    assert_null(find_by(ns, "type", "user")); /* only with spec.id_count */
+    assert_null(json_object_get(lx, "uidMappings"));
     done(j, dir);
   }
 }
@@ -229,6 +235,372 @@ static void test_bundle_refuses_bad_specs(void **state) {
   free(dir);
 }
 
+/* Calls the profile must refuse: none of them may appear in an ALLOW rule. */
+static const char *const must_refuse[] = {"add_key",
+                                          "request_key",
+                                          "keyctl",
+                                          "io_uring_setup",
+                                          "io_uring_enter",
+                                          "io_uring_register",
+                                          "perf_event_open",
+                                          "userfaultfd",
+                                          "bpf",
+                                          "mount",
+                                          "umount",
+                                          "umount2",
+                                          "pivot_root",
+                                          "move_mount",
+                                          "open_tree",
+                                          "fsopen",
+                                          "fsconfig",
+                                          "fsmount",
+                                          "fspick",
+                                          "mount_setattr",
+                                          "setns",
+                                          "ptrace",
+                                          "process_vm_readv",
+                                          "process_vm_writev",
+                                          "kexec_load",
+                                          "kexec_file_load",
+                                          "init_module",
+                                          "finit_module",
+                                          "delete_module",
+                                          "reboot",
+                                          "swapon",
+                                          "swapoff",
+                                          "acct",
+                                          "settimeofday",
+                                          "clock_settime",
+                                          "stime",
+                                          "sethostname",
+                                          "setdomainname",
+                                          "syslog",
+                                          "quotactl",
+                                          "open_by_handle_at",
+                                          "iopl",
+                                          "ioperm",
+                                          "kcmp",
+                                          "pidfd_getfd",
+                                          "chroot",
+                                          "lookup_dcookie",
+                                          "uselib",
+                                          NULL};
+/* Calls CUDA, PyTorch and ordinary programs need. */
+static const char *const must_allow[] = {"mmap",
+                                         "munmap",
+                                         "mprotect",
+                                         "mremap",
+                                         "ioctl",
+                                         "futex",
+                                         "sched_yield",
+                                         "sched_setaffinity",
+                                         "sched_getaffinity",
+                                         "execve",
+                                         "read",
+                                         "write",
+                                         "openat",
+                                         "fork",
+                                         "wait4",
+                                         "socket",
+                                         "getrandom",
+                                         "memfd_create",
+                                         "eventfd2",
+                                         "epoll_wait",
+                                         "rt_sigaction",
+                                         "prctl",
+                                         "get_mempolicy",
+                                         "mbind",
+                                         "clone",
+                                         "unshare",
+                                         "set_robust_list",
+                                         "rseq",
+                                         "exit_group",
+                                         NULL};
+
+/* The rules naming call, in order. */
+static size_t rules_for(json_t *syscalls, const char *call, json_t **ret, size_t cap) {
+  size_t n = 0, i;
+  json_t *r;
+  json_array_foreach(syscalls, i, r) {
+    if (array_has_string(json_object_get(r, "names"), call) && n < cap)
+      ret[n++] = r;
+  }
+  return n;
+}
+
+static bool is_action(json_t *rule, const char *action) {
+  return strcmp(json_string_value(json_object_get(rule, "action")), action) == 0;
+}
+
+static void test_bundle_seccomp_refuses_dangerous_calls(void **state) {
+  (void)state;
+  char *dir;
+  gn_bundle_spec spec = {.argv = argv_echo};
+  json_t *j = write_and_load(&spec, &dir);
+  json_t *sc = json_object_get(json_object_get(j, "linux"), "seccomp");
+  assert_non_null(sc);
+  assert_string_equal(json_string_value(json_object_get(sc, "defaultAction")), "SCMP_ACT_ERRNO");
+  assert_int_equal(json_integer_value(json_object_get(sc, "defaultErrnoRet")), 1); /* EPERM */
+#if defined(__x86_64__)
+  json_t *arches = json_object_get(sc, "architectures");
+  assert_true(array_has_string(arches, "SCMP_ARCH_X86_64"));
+  assert_true(array_has_string(arches, "SCMP_ARCH_X86"));
+  assert_true(array_has_string(arches, "SCMP_ARCH_X32"));
+#elif defined(__aarch64__)
+  assert_true(array_has_string(json_object_get(sc, "architectures"), "SCMP_ARCH_AARCH64"));
+#endif
+  json_t *syscalls = json_object_get(sc, "syscalls");
+  json_t *found[16];
+  for (size_t i = 0; must_refuse[i]; i++) {
+    size_t n = rules_for(syscalls, must_refuse[i], found, 16);
+    for (size_t k = 0; k < n; k++)
+      if (is_action(found[k], "SCMP_ACT_ALLOW"))
+        fail_msg("%s is allowed", must_refuse[i]);
+  }
+  for (size_t i = 0; must_allow[i]; i++) {
+    size_t n = rules_for(syscalls, must_allow[i], found, 16);
+    bool ok = false;
+    for (size_t k = 0; k < n; k++)
+      ok = ok || is_action(found[k], "SCMP_ACT_ALLOW");
+    if (!ok)
+      fail_msg("%s is not allowed", must_allow[i]);
+  }
+  /* clone and unshare only without namespace flags: one ALLOW rule each,
+   * (flags & mask) == 0 with CLONE_NEWUSER in the mask. */
+  const char *ns_calls[] = {"clone", "unshare"};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(rules_for(syscalls, ns_calls[i], found, 16), 1);
+    json_t *arg = json_array_get(json_object_get(found[0], "args"), 0);
+    assert_non_null(arg);
+    assert_int_equal(json_integer_value(json_object_get(arg, "index")), 0);
+    assert_string_equal(json_string_value(json_object_get(arg, "op")), "SCMP_CMP_MASKED_EQ");
+    json_int_t mask = json_integer_value(json_object_get(arg, "value"));
+    assert_true(mask & 0x10000000);  /* CLONE_NEWUSER */
+    assert_true(mask & 0x00020000);  /* CLONE_NEWNS */
+    assert_true(mask & 0x40000000);  /* CLONE_NEWNET */
+    assert_false(mask & 0x00010000); /* CLONE_THREAD: threads must work */
+    assert_int_equal(json_integer_value(json_object_get(arg, "valueTwo")), 0);
+  }
+  /* clone3's flags are out of a filter's reach: ENOSYS, so libc uses clone. */
+  assert_int_equal(rules_for(syscalls, "clone3", found, 16), 1);
+  assert_true(is_action(found[0], "SCMP_ACT_ERRNO"));
+  assert_int_equal(json_integer_value(json_object_get(found[0], "errnoRet")), 38);
+  done(j, dir);
+
+  spec.no_seccomp = true;
+  j = write_and_load(&spec, &dir);
+  assert_null(json_object_get(json_object_get(j, "linux"), "seccomp"));
+  done(j, dir);
+}
+
+static void test_bundle_user_namespace_maps_ids(void **state) {
+  (void)state;
+  char *dir;
+  gn_bundle_spec spec = {.argv = argv_echo, .uid_base = 200000, .gid_base = 300000, .id_count = 65536};
+  json_t *j = write_and_load(&spec, &dir);
+  json_t *lx = json_object_get(j, "linux");
+  json_t *user = find_by(json_object_get(lx, "namespaces"), "type", "user");
+  assert_non_null(user);
+  assert_null(json_object_get(user, "path"));
+  const char *maps[] = {"uidMappings", "gidMappings"};
+  json_int_t bases[] = {200000, 300000};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *m = json_object_get(lx, maps[i]);
+    assert_int_equal(json_array_size(m), 1);
+    json_t *e = json_array_get(m, 0);
+    assert_int_equal(json_integer_value(json_object_get(e, "containerID")), 0);
+    assert_int_equal(json_integer_value(json_object_get(e, "hostID")), bases[i]);
+    assert_int_equal(json_integer_value(json_object_get(e, "size")), 65536);
+  }
+  /* Root inside: host uid 200000 outside. */
+  json_t *u = json_object_get(json_object_get(j, "process"), "user");
+  assert_int_equal(json_integer_value(json_object_get(u, "uid")), 0);
+  assert_int_equal(json_integer_value(json_object_get(u, "gid")), 0);
+  /* The job's host uid must be able to pass through the bundle dir. */
+  struct stat st;
+  assert_int_equal(stat(dir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0711);
+  /* devpts keeps gid=5, which the range maps. */
+  json_t *pts = json_object_get(find_by(json_object_get(j, "mounts"), "destination", "/dev/pts"), "options");
+  assert_true(array_has_string(pts, "gid=5"));
+  done(j, dir);
+}
+
+static void test_bundle_cpu_limit_only_when_cgroups_apply_it(void **state) {
+  (void)state;
+  char *dir;
+  gn_bundle_spec spec = {.argv = argv_echo, .cpu_quota_us = 250000, .cpu_period_us = 50000, .cgroup_limits = true};
+  json_t *j = write_and_load(&spec, &dir);
+  json_t *cpu = json_object_get(json_object_get(json_object_get(j, "linux"), "resources"), "cpu");
+  assert_int_equal(json_integer_value(json_object_get(cpu, "quota")), 250000);
+  assert_int_equal(json_integer_value(json_object_get(cpu, "period")), 50000);
+  done(j, dir);
+
+  spec.cpu_period_us = 0; /* the default period */
+  j = write_and_load(&spec, &dir);
+  cpu = json_object_get(json_object_get(json_object_get(j, "linux"), "resources"), "cpu");
+  assert_int_equal(json_integer_value(json_object_get(cpu, "quota")), 250000);
+  assert_int_equal(json_integer_value(json_object_get(cpu, "period")), 100000);
+  done(j, dir);
+
+  spec.cgroup_limits = false;
+  j = write_and_load(&spec, &dir);
+  assert_null(json_object_get(json_object_get(json_object_get(j, "linux"), "resources"), "cpu"));
+  done(j, dir);
+}
+
+/* A fake GPU control node: a character device with NVIDIA's major made in a
+ * temp dir (needs CAP_MKNOD). NULL, after saying why, when it cannot. */
+static char *make_fake_node(char **ret_tmp) {
+  char *tmp = th_mkdtemp("fakedev");
+  assert_non_null(tmp);
+  char *node = malloc(300);
+  snprintf(node, 300, "%s/nvidiactl", tmp);
+  if (mknod(node, S_IFCHR | 0666, makedev(195, 255)) < 0) {
+    fprintf(stderr, "skipped: mknod needs root here (%s)\n", strerror(errno));
+    th_rm_rf(tmp);
+    free(tmp);
+    free(node);
+    return NULL;
+  }
+  *ret_tmp = tmp;
+  return node;
+}
+
+static void test_bundle_dev_nodes_from_source_numbers(void **state) {
+  (void)state;
+  char *dir, *tmp = NULL;
+  char *node = make_fake_node(&tmp);
+  if (!node)
+    skip();
+  gn_bundle_bind nodes[] = {{.source = node, .dest = "/dev/nvidiactl"}};
+  gn_bundle_spec spec = {.argv = argv_echo, .dev_nodes = nodes, .n_dev_nodes = 1};
+  json_t *j = write_and_load(&spec, &dir);
+  json_t *lx = json_object_get(j, "linux");
+  json_t *d = find_by(json_object_get(lx, "devices"), "path", "/dev/nvidiactl");
+  assert_non_null(d);
+  assert_string_equal(json_string_value(json_object_get(d, "type")), "c");
+  assert_int_equal(json_integer_value(json_object_get(d, "major")), 195);
+  assert_int_equal(json_integer_value(json_object_get(d, "minor")), 255);
+  json_t *rules = json_object_get(json_object_get(lx, "resources"), "devices");
+  json_t *allow = json_array_get(rules, json_array_size(rules) - 1);
+  assert_true(json_is_true(json_object_get(allow, "allow")));
+  assert_int_equal(json_integer_value(json_object_get(allow, "major")), 195);
+  assert_int_equal(json_integer_value(json_object_get(allow, "minor")), 255);
+  assert_string_equal(json_string_value(json_object_get(allow, "access")), "rwm");
+  done(j, dir);
+
+  /* In a user namespace no one can mknod: the node is bind-mounted from its
+   * source instead, and the cgroup rule stays. */
+  spec.uid_base = spec.gid_base = 100000;
+  spec.id_count = 65536;
+  j = write_and_load(&spec, &dir);
+  lx = json_object_get(j, "linux");
+  assert_null(find_by(json_object_get(lx, "devices"), "path", "/dev/nvidiactl"));
+  json_t *m = find_by(json_object_get(j, "mounts"), "destination", "/dev/nvidiactl");
+  assert_non_null(m);
+  assert_string_equal(json_string_value(json_object_get(m, "source")), node);
+  assert_string_equal(json_string_value(json_object_get(m, "type")), "bind");
+  rules = json_object_get(json_object_get(lx, "resources"), "devices");
+  allow = json_array_get(rules, json_array_size(rules) - 1);
+  assert_int_equal(json_integer_value(json_object_get(allow, "major")), 195);
+  done(j, dir);
+  th_rm_rf(tmp);
+  free(tmp);
+  free(node);
+}
+
+static void test_bundle_ro_binds_are_read_only_binds(void **state) {
+  (void)state;
+  char *dir;
+  gn_bundle_bind binds[] = {{.source = "/etc/hostname", .dest = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
+                            {.source = "/usr/bin", .dest = "/usr/local/nvidia/bin"}};
+  gn_bundle_spec spec = {.argv = argv_echo, .ro_binds = binds, .n_ro_binds = 2};
+  if (!th_exists("/etc/hostname"))
+    binds[0].source = "/etc/passwd";
+  json_t *j = write_and_load(&spec, &dir);
+  json_t *mounts = json_object_get(j, "mounts");
+  for (size_t i = 0; i < 2; i++) {
+    json_t *m = find_by(mounts, "destination", binds[i].dest);
+    if (!m)
+      fail_msg("no mount at %s", binds[i].dest);
+    assert_string_equal(json_string_value(json_object_get(m, "type")), "bind");
+    assert_string_equal(json_string_value(json_object_get(m, "source")), binds[i].source);
+    json_t *o = json_object_get(m, "options");
+    const char *want[] = {"bind", "rbind", "ro", "nosuid", "nodev"};
+    for (size_t k = 0; k < 5; k++)
+      assert_true(array_has_string(o, want[k]));
+  }
+  done(j, dir);
+}
+
+static void test_bundle_refuses_bad_isolation_specs(void **state) {
+  (void)state;
+  char *tmp = th_mkdtemp("badiso");
+  char regular[300];
+  snprintf(regular, sizeof(regular), "%s/not-a-device", tmp);
+  assert_int_equal(th_write_file(regular, "x", 1), 0);
+  gn_bundle_bind not_chr[] = {{.source = regular, .dest = "/dev/nvidiactl"}};
+  gn_bundle_bind dir_src[] = {{.source = "/dev", .dest = "/dev/nvidiactl"}};
+  gn_bundle_bind missing[] = {{.source = "/dev/gn-does-not-exist", .dest = "/dev/nvidiactl"}};
+  gn_bundle_bind outside_dev[] = {{.source = "/dev/null", .dest = "/etc/nvidiactl"}};
+  gn_bundle_bind dotdot_dev[] = {{.source = "/dev/null", .dest = "/dev/../etc/x"}};
+  gn_bundle_bind rel_src[] = {{.source = "dev/null", .dest = "/dev/x"}};
+  gn_bundle_bind null_dest[] = {{.source = "/dev/null", .dest = NULL}};
+  gn_bundle_bind ro_rel[] = {{.source = "/etc/passwd", .dest = "usr/lib/x"}};
+  gn_bundle_bind ro_dotdot[] = {{.source = "/etc/passwd", .dest = "/usr/../../etc/x"}};
+  gn_bundle_bind ro_dot[] = {{.source = "/etc/passwd", .dest = "/usr/./lib"}};
+  gn_bundle_bind ro_root[] = {{.source = "/etc", .dest = "/"}};
+  gn_bundle_bind ro_proc[] = {{.source = "/etc/passwd", .dest = "/proc/keys"}};
+  gn_bundle_bind ro_sys[] = {{.source = "/etc", .dest = "/sys/fs"}};
+  gn_bundle_bind ro_missing[] = {{.source = "/gn-no-such-lib.so", .dest = "/usr/lib/x.so"}};
+  gn_bundle_bind ro_ctl[] = {{.source = "/etc/passwd", .dest = "/usr/lib/a\nb"}};
+  struct {
+    gn_bundle_spec spec;
+    int code;
+  } cases[] = {
+      {{.argv = argv_echo, .dev_nodes = not_chr, .n_dev_nodes = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .dev_nodes = dir_src, .n_dev_nodes = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .dev_nodes = missing, .n_dev_nodes = 1}, -ENOENT},
+      {{.argv = argv_echo, .dev_nodes = outside_dev, .n_dev_nodes = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .dev_nodes = dotdot_dev, .n_dev_nodes = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .dev_nodes = rel_src, .n_dev_nodes = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .dev_nodes = null_dest, .n_dev_nodes = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .dev_nodes = NULL, .n_dev_nodes = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_rel, .n_ro_binds = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_dotdot, .n_ro_binds = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_dot, .n_ro_binds = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_root, .n_ro_binds = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_proc, .n_ro_binds = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_sys, .n_ro_binds = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_missing, .n_ro_binds = 1}, -ENOENT},
+      {{.argv = argv_echo, .ro_binds = ro_ctl, .n_ro_binds = 1}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = NULL, .n_ro_binds = 2}, GN_EINVAL},
+      {{.argv = argv_echo, .ro_binds = ro_rel, .n_ro_binds = 100000}, GN_ETOOBIG},
+      /* user namespaces: root onto host root, ranges past the last id */
+      {{.argv = argv_echo, .uid_base = 0, .gid_base = 100000, .id_count = 65536}, GN_EINVAL},
+      {{.argv = argv_echo, .uid_base = 100000, .gid_base = 0, .id_count = 65536}, GN_EINVAL},
+      {{.argv = argv_echo, .uid_base = 4294960000u, .gid_base = 100000, .id_count = 65536}, GN_EINVAL},
+      /* CPU: below the kernel's 1 ms, a period alone, a period over 1 s */
+      {{.argv = argv_echo, .cpu_quota_us = 999, .cgroup_limits = true}, GN_EINVAL},
+      {{.argv = argv_echo, .cpu_period_us = 100000, .cgroup_limits = true}, GN_EINVAL},
+      {{.argv = argv_echo, .cpu_quota_us = 100000, .cpu_period_us = 2000000, .cgroup_limits = true}, GN_EINVAL},
+  };
+  char *dir = th_mkdtemp("badiso-bundle");
+  char path[512];
+  snprintf(path, sizeof(path), "%s/config.json", dir);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int rc = gn_bundle_write(dir, &cases[i].spec);
+    if (rc != cases[i].code)
+      fail_msg("case %zu: got %d, wanted %d", i, rc, cases[i].code);
+    assert_false(th_exists(path));
+  }
+  th_rm_rf(dir);
+  free(dir);
+  th_rm_rf(tmp);
+  free(tmp);
+}
+
 static void test_cgroup_limits_supported_matches_layout(void **state) {
   (void)state;
   struct statfs a, b;
@@ -251,6 +623,12 @@ int main(void) {
       cmocka_unit_test(test_bundle_limits_only_when_cgroups_apply_them),
       cmocka_unit_test(test_bundle_devices_default_deny_plus_gpu_nodes),
       cmocka_unit_test(test_bundle_refuses_bad_specs),
+      cmocka_unit_test(test_bundle_seccomp_refuses_dangerous_calls),
+      cmocka_unit_test(test_bundle_user_namespace_maps_ids),
+      cmocka_unit_test(test_bundle_cpu_limit_only_when_cgroups_apply_it),
+      cmocka_unit_test(test_bundle_dev_nodes_from_source_numbers),
+      cmocka_unit_test(test_bundle_ro_binds_are_read_only_binds),
+      cmocka_unit_test(test_bundle_refuses_bad_isolation_specs),
       cmocka_unit_test(test_cgroup_limits_supported_matches_layout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
