@@ -1,13 +1,24 @@
 /* The OCI distribution client on libcurl: manifest and blob GETs with
  * anonymous Bearer token auth, bounded bodies, bounded redirects for blobs,
  * resumable blob downloads hashed while they stream, and
- * gn_registry_resolve. */
+ * gn_registry_resolve. For a provider's pulls it also keeps the renter's
+ * registry off the provider's own network: the host is resolved once and
+ * pinned, every connection is checked against the address policy, and
+ * deadlines and cancellation bound every transfer. */
 #include "sandbox_int.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <ifaddrs.h>
 #include <jansson.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CONNECT_TIMEOUT_S 10L
@@ -15,14 +26,39 @@
 #define LOW_SPEED_TIME_S 30L  /* ... for this long, a transfer is aborted */
 #define MANIFEST_TIMEOUT_S 120L
 #define ERRBODY_MAX 2048u
+#define ERRLOG_EXCERPT_MAX 512u /* bytes of an error body kept for the provider's log */
 #define CHALLENGE_MAX 2048u
+#define ADDRS_MAX 16u                /* addresses of the registry host kept and pinned */
+#define IFADDRS_MAX 64u              /* this host's own addresses checked against */
+#define SPACE_CHECK_BYTES (4u << 20) /* statvfs at least this often while streaming */
+
+/* An IPv4 (len 4) or IPv6 (len 16) address; v4-mapped IPv6 is stored as v4. */
+typedef struct ipaddr {
+  unsigned len;
+  uint8_t b[16];
+} ipaddr;
 
 struct gn__registry {
   CURL *curl;
   char base[800]; /* "http(s)://host/v2/" */
+  char name[256]; /* the registry as the reference names it, for messages */
   char repository[256];
   bool plain_http;
   char *token; /* the Bearer token once fetched; wiped on free */
+  /* the address policy (enforce) */
+  bool enforce;
+  const char *const *allow;
+  bool name_allowed; /* the allow list names the host or host:port */
+  ipaddr pinned[ADDRS_MAX];
+  size_t n_pinned;
+  ipaddr own[IFADDRS_MAX];
+  size_t n_own;
+  char resolve_line[1024]; /* "host:port:addr,addr" for CURLOPT_RESOLVE; "" for IP literals */
+  char refused[384];       /* why opensocket_cb refused the last connection */
+  const volatile int *cancel;
+  uint64_t deadline_ms;
+  char *err_log;
+  size_t err_log_cap;
 };
 
 /* What one HTTP exchange collected. Headers are reset at every status line,
@@ -51,11 +87,275 @@ static void curl_init_once(void) {
     curl_init_result = GN_EIO;
 }
 
-int gn__registry_new(const gn_imageref *ref, gn__registry **ret) {
+uint64_t gn__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool ipaddr_from_sockaddr(const struct sockaddr *sa, ipaddr *ret) {
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  memset(ret, 0, sizeof(*ret));
+  if (sa->sa_family == AF_INET) {
+    ret->len = 4;
+    memcpy(ret->b, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    return true;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const uint8_t *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+    if (memcmp(b, v4mapped, 12) == 0) {
+      ret->len = 4;
+      memcpy(ret->b, b + 12, 4);
+    } else {
+      ret->len = 16;
+      memcpy(ret->b, b, 16);
+    }
+    return true;
+  }
+  return false;
+}
+
+static void ipaddr_str(const ipaddr *a, char *buf, size_t cap) {
+  if (!inet_ntop(a->len == 4 ? AF_INET : AF_INET6, a->b, buf, (socklen_t)cap))
+    snprintf(buf, cap, "?");
+}
+
+static const char *class_v4(const uint8_t *b) {
+  uint32_t x = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+  if ((x >> 24) == 0)
+    return "an unspecified";
+  if ((x >> 24) == 127)
+    return "a loopback";
+  if ((x & 0xffff0000u) == 0xa9fe0000u)
+    return "a link-local";
+  if ((x >> 24) == 10 || (x & 0xfff00000u) == 0xac100000u || (x & 0xffff0000u) == 0xc0a80000u ||
+      (x & 0xffc00000u) == 0x64400000u || (x & 0xfffe0000u) == 0xc6120000u || (x & 0xffffff00u) == 0xc0000000u)
+    return "a private";
+  if ((x >> 28) == 0xe)
+    return "a multicast";
+  if ((x >> 28) == 0xf)
+    return "a broadcast or reserved";
+  return NULL;
+}
+
+/* NULL for a public address, else what it is ("a loopback", ...). */
+static const char *addr_class(const gn__registry *r, const ipaddr *a) {
+  const char *c = NULL;
+  if (a->len == 4) {
+    c = class_v4(a->b);
+  } else {
+    static const uint8_t zero[16] = {0};
+    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    const uint8_t *b = a->b;
+    if (memcmp(b, zero, 16) == 0)
+      c = "an unspecified";
+    else if (memcmp(b, zero, 15) == 0 && b[15] == 1)
+      c = "a loopback";
+    else if (memcmp(b, zero, 12) == 0)
+      c = "a reserved (IPv4-compatible)";
+    else if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80)
+      c = "a link-local";
+    else if ((b[0] & 0xfe) == 0xfc || (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0))
+      c = "a private";
+    else if (b[0] == 0xff)
+      c = "a multicast";
+    else if (memcmp(b, nat64, 12) == 0)
+      c = class_v4(b + 12); /* NAT64 reaches the IPv4 address inside */
+    else if (b[0] == 0x20 && b[1] == 0x02)
+      c = class_v4(b + 2); /* 6to4 likewise */
+  }
+  if (c)
+    return c;
+  for (size_t i = 0; i < r->n_own; i++)
+    if (r->own[i].len == a->len && memcmp(r->own[i].b, a->b, a->len) == 0)
+      return "this host's own";
+  return NULL;
+}
+
+/* An allow-list entry as an address or CIDR ("10.0.0.0/8", "fd00::/8",
+ * "[::1]"). false for host names. */
+static bool allow_entry_cidr(const char *e, ipaddr *ret, unsigned *ret_prefix) {
+  char buf[128];
+  size_t n = strlen(e);
+  if (n == 0 || n >= sizeof(buf))
+    return false;
+  memcpy(buf, e, n + 1);
+  char *slash = strchr(buf, '/');
+  long prefix = -1;
+  if (slash) {
+    char *end;
+    *slash = '\0';
+    prefix = strtol(slash + 1, &end, 10);
+    if (slash[1] == '\0' || *end != '\0' || prefix < 0)
+      return false;
+  }
+  char *h = buf;
+  size_t hl = strlen(h);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h[hl - 1] = '\0';
+    h++;
+  }
+  struct sockaddr_in6 s6 = {.sin6_family = AF_INET6};
+  struct sockaddr_in s4 = {.sin_family = AF_INET};
+  if (inet_pton(AF_INET, h, &s4.sin_addr) == 1)
+    ipaddr_from_sockaddr((struct sockaddr *)&s4, ret);
+  else if (inet_pton(AF_INET6, h, &s6.sin6_addr) == 1)
+    ipaddr_from_sockaddr((struct sockaddr *)&s6, ret);
+  else
+    return false;
+  unsigned max = ret->len * 8;
+  if (prefix > (long)max)
+    return false;
+  *ret_prefix = prefix < 0 ? max : (unsigned)prefix;
+  return true;
+}
+
+static bool allow_has_addr(const char *const *allow, const ipaddr *a) {
+  for (size_t i = 0; allow && allow[i]; i++) {
+    ipaddr net;
+    unsigned prefix;
+    if (!allow_entry_cidr(allow[i], &net, &prefix) || net.len != a->len)
+      continue;
+    unsigned full = prefix / 8, rest = prefix % 8;
+    if (memcmp(net.b, a->b, full) != 0)
+      continue;
+    if (rest && ((net.b[full] ^ a->b[full]) & (uint8_t)(0xff << (8 - rest))) != 0)
+      continue;
+    return true;
+  }
+  return false;
+}
+
+static bool allow_has_name(const char *const *allow, const char *registry, const char *host) {
+  for (size_t i = 0; allow && allow[i]; i++)
+    if (strcasecmp(allow[i], registry) == 0 || strcasecmp(allow[i], host) == 0)
+      return true;
+  return false;
+}
+
+/* Whether a connection to a may go ahead: public addresses always, others
+ * only when allow-listed by CIDR or as the pinned addresses of a registry
+ * the allow list names. */
+static const char *addr_refused(const gn__registry *r, const ipaddr *a) {
+  const char *c = addr_class(r, a);
+  if (!c || allow_has_addr(r->allow, a))
+    return NULL;
+  if (r->name_allowed)
+    for (size_t i = 0; i < r->n_pinned; i++)
+      if (r->pinned[i].len == a->len && memcmp(r->pinned[i].b, a->b, a->len) == 0)
+        return NULL;
+  return c;
+}
+
+static void own_addresses(gn__registry *r) {
+  struct ifaddrs *ifa = NULL;
+  if (getifaddrs(&ifa) < 0)
+    return;
+  for (struct ifaddrs *i = ifa; i && r->n_own < IFADDRS_MAX; i = i->ifa_next)
+    if (i->ifa_addr && ipaddr_from_sockaddr(i->ifa_addr, &r->own[r->n_own]))
+      r->n_own++;
+  freeifaddrs(ifa);
+}
+
+static int refuse(const gn__registry *r, const char *what_addr, const char *cls, char *err, size_t err_cap) {
+  return gn__err(err, err_cap, GN_EPERM,
+                 "registry %s: %s is %s address; this provider does not pull from its own or private networks "
+                 "(a provider that trusts it lists it in registry_allow in its config: host, host:port or CIDR)",
+                 r->name, what_addr, cls);
+}
+
+/* Resolves the registry's host once, refuses it by the policy, and keeps
+ * the addresses curl will be pinned to. */
+static int resolve_and_check(gn__registry *r, const gn_imageref *ref, char *err, size_t err_cap) {
+  char host[256], port[8] = "";
+  const char *reg = ref->registry;
+  if (reg[0] == '[') {
+    const char *close = strchr(reg, ']');
+    if (!close || (size_t)(close - reg - 1) >= sizeof(host))
+      return GN_EINVAL;
+    memcpy(host, reg + 1, (size_t)(close - reg - 1));
+    host[close - reg - 1] = '\0';
+    if (close[1] == ':')
+      snprintf(port, sizeof(port), "%.5s", close + 2);
+  } else {
+    const char *colon = strchr(reg, ':');
+    size_t hl = colon ? (size_t)(colon - reg) : strlen(reg);
+    if (hl == 0 || hl >= sizeof(host))
+      return GN_EINVAL;
+    memcpy(host, reg, hl);
+    host[hl] = '\0';
+    if (colon)
+      snprintf(port, sizeof(port), "%.5s", colon + 1);
+  }
+  own_addresses(r);
+  r->name_allowed = allow_has_name(r->allow, reg, host);
+
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int g = getaddrinfo(host, NULL, &hints, &res);
+  if (g != 0)
+    return gn__err(err, err_cap, GN_ENOTFOUND, "registry %s: cannot resolve %s: %s", r->name, host, gai_strerror(g));
+  size_t nonpublic = 0;
+  int ret = 0;
+  for (struct addrinfo *ai = res; ai && r->n_pinned < ADDRS_MAX; ai = ai->ai_next) {
+    ipaddr a;
+    if (!ipaddr_from_sockaddr(ai->ai_addr, &a))
+      continue;
+    bool dup = false;
+    for (size_t i = 0; i < r->n_pinned && !dup; i++)
+      dup = r->pinned[i].len == a.len && memcmp(r->pinned[i].b, a.b, a.len) == 0;
+    if (dup)
+      continue;
+    const char *cls = addr_class(r, &a);
+    char as[INET6_ADDRSTRLEN + 16], what[INET6_ADDRSTRLEN + 300];
+    ipaddr_str(&a, as, sizeof(as));
+    if (cls && !r->name_allowed && !allow_has_addr(r->allow, &a)) {
+      if (strcmp(as, host) == 0)
+        snprintf(what, sizeof(what), "%s", as);
+      else
+        snprintf(what, sizeof(what), "%s (%s resolves to it)", as, host);
+      ret = refuse(r, what, cls, err, err_cap);
+      goto out;
+    }
+    if (cls)
+      nonpublic++;
+    r->pinned[r->n_pinned++] = a;
+  }
+  if (r->n_pinned == 0) {
+    ret = gn__err(err, err_cap, GN_ENOTFOUND, "registry %s: %s has no IPv4 or IPv6 address", r->name, host);
+    goto out;
+  }
+  /* Plain HTTP only for allow-listed registries on the provider's own
+   * networks (as Docker's insecure registries); the public internet gets
+   * TLS. */
+  r->plain_http = nonpublic == r->n_pinned;
+  struct in6_addr tmp;
+  if (inet_pton(AF_INET, host, &tmp) != 1 && inet_pton(AF_INET6, host, &tmp) != 1) {
+    /* Pin the name to what was checked, so a second lookup (DNS
+     * rebinding) cannot hand curl another address. */
+    size_t off = (size_t)snprintf(r->resolve_line, sizeof(r->resolve_line), "%s:%s:", host,
+                                  port[0] ? port : (r->plain_http ? "80" : "443"));
+    for (size_t i = 0; i < r->n_pinned && off < sizeof(r->resolve_line); i++) {
+      char as[INET6_ADDRSTRLEN];
+      ipaddr_str(&r->pinned[i], as, sizeof(as));
+      off += (size_t)snprintf(r->resolve_line + off, sizeof(r->resolve_line) - off,
+                              r->pinned[i].len == 16 ? "%s[%s]" : "%s%s", i ? "," : "", as);
+    }
+    if (off >= sizeof(r->resolve_line)) {
+      ret = gn__err(err, err_cap, GN_ETOOBIG, "registry %s: too many addresses", r->name);
+      goto out;
+    }
+  }
+out:
+  freeaddrinfo(res);
+  return ret;
+}
+
+int gn__registry_open(const gn_imageref *ref, const gn__registry_opts *o, gn__registry **ret, char *err,
+                      size_t err_cap) {
   pthread_once(&curl_once, curl_init_once);
   if (curl_init_result < 0)
     return curl_init_result;
-  if (!ref || !ref->registry[0] || !ref->repository[0])
+  if (!ref || !ref->registry[0] || !ref->repository[0] || !ret)
     return GN_EINVAL;
   gn__registry *r = calloc(1, sizeof(*r));
   if (!r)
@@ -65,11 +365,31 @@ int gn__registry_new(const gn_imageref *ref, gn__registry **ret) {
     free(r);
     return GN_ENOMEM;
   }
-  r->plain_http = ref->plain_http;
-  snprintf(r->base, sizeof(r->base), "%s://%s/v2/", ref->plain_http ? "http" : "https", ref->registry);
+  snprintf(r->name, sizeof(r->name), "%s", ref->registry);
   snprintf(r->repository, sizeof(r->repository), "%s", ref->repository);
+  r->plain_http = ref->plain_http;
+  if (o) {
+    r->cancel = o->cancel;
+    r->deadline_ms = o->deadline_ms;
+    r->err_log = o->err_log;
+    r->err_log_cap = o->err_log_cap;
+    if (o->enforce) {
+      r->enforce = true;
+      r->allow = o->allow;
+      int rc = resolve_and_check(r, ref, err, err_cap);
+      if (rc < 0) {
+        gn__registry_free(r);
+        return rc;
+      }
+    }
+  }
+  snprintf(r->base, sizeof(r->base), "%s://%s/v2/", r->plain_http ? "http" : "https", ref->registry);
   *ret = r;
   return 0;
+}
+
+int gn__registry_new(const gn_imageref *ref, gn__registry **ret) {
+  return gn__registry_open(ref, NULL, ret, NULL, 0);
 }
 
 gn__registry *gn__registry_free(gn__registry *r) {
@@ -186,6 +506,16 @@ static size_t write_cb(char *p, size_t size, size_t nmemb, void *ud) {
   }
   gn__sha256_update(s->hash_state, p, n);
   s->fetched += n;
+  if (s->space_path && (s->since_space_check += n) >= SPACE_CHECK_BYTES) {
+    /* Other writers (jobs' outputs, the ledger) share the filesystem:
+     * look again while streaming, not only before. */
+    struct statvfs sv;
+    s->since_space_check = 0;
+    if (statvfs(s->space_path, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < s->reserve_bytes) {
+      x->write_error = GN_ENOSPACE;
+      return 0;
+    }
+  }
   if (s->progress)
     s->progress(s->progress_ud, s->what, s->offset + s->fetched, s->expected_size);
   return n;
@@ -212,12 +542,43 @@ static size_t header_status_cb(char *p, size_t size, size_t nmemb, void *ud) {
   return header_cb(p, size, nmemb, h->x);
 }
 
+/* Checks every connection curl opens (the registry, its redirects, token
+ * realms) against the address policy: curl has resolved the name by now,
+ * so this sees the address it will really connect to. */
+static curl_socket_t opensocket_cb(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+  gn__registry *r = ud;
+  ipaddr ip;
+  (void)purpose;
+  if (!ipaddr_from_sockaddr(&a->addr, &ip)) {
+    snprintf(r->refused, sizeof(r->refused), "registry %s: a connection of address family %d refused", r->name,
+             a->family);
+    return CURL_SOCKET_BAD;
+  }
+  const char *cls = addr_refused(r, &ip);
+  if (cls) {
+    char as[INET6_ADDRSTRLEN];
+    ipaddr_str(&ip, as, sizeof(as));
+    refuse(r, as, cls, r->refused, sizeof(r->refused));
+    return CURL_SOCKET_BAD;
+  }
+  return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+/* curl calls this about once a second even when no byte moves, so a cancel
+ * is seen within a second of being asked for. */
+static int xferinfo_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+  const gn__registry *r = ud;
+  (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+  return r->cancel && *r->cancel ? 1 : 0;
+}
+
 /* Performs one GET. follow: whether to follow redirects (bounded). Returns
  * 0 with x->status set, or a negative code for transport failures. */
-static int perform(gn__registry *r, const char *url, const char *accept, const char *range, bool follow, bool auth,
-                   long timeout_s, exchange *x, char *err, size_t err_cap) {
+static int perform(gn__registry *r, const char *url, const char *what, const char *accept, const char *range,
+                   bool follow, bool auth, long timeout_s, exchange *x, char *err, size_t err_cap) {
   CURL *c = r->curl;
   struct curl_slist *h = NULL;
+  struct curl_slist *resolve = NULL;
   char *authz = NULL;
   int ret = 0;
   char curl_err[CURL_ERROR_SIZE] = "";
@@ -225,6 +586,22 @@ static int perform(gn__registry *r, const char *url, const char *accept, const c
 
   curl_easy_reset(c);
   x->status = 0;
+  r->refused[0] = '\0';
+  if (r->cancel && *r->cancel)
+    return gn__err(err, err_cap, GN_ECANCELED, "registry %s: pull canceled", r->name);
+  /* The tightest of the request's own timeout, the blob's deadline and the
+   * pull's deadline. */
+  uint64_t now = gn__now_ms(), timeout_ms = timeout_s > 0 ? (uint64_t)timeout_s * 1000u : 0;
+  uint64_t deadlines[2] = {r->deadline_ms, x->sink ? x->sink->deadline_ms : 0};
+  for (size_t i = 0; i < 2; i++) {
+    if (!deadlines[i])
+      continue;
+    if (deadlines[i] <= now)
+      return gn__err(err, err_cap, GN_ETIMEDOUT, "registry %s: past the %s deadline", r->name,
+                     i == 0 ? "pull's" : "blob's");
+    if (!timeout_ms || deadlines[i] - now < timeout_ms)
+      timeout_ms = deadlines[i] - now;
+  }
   if (accept) {
     char line[512];
     snprintf(line, sizeof(line), "Accept: %s", accept);
@@ -248,10 +625,27 @@ static int perform(gn__registry *r, const char *url, const char *accept, const c
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, LOW_SPEED_BYTES);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, LOW_SPEED_TIME_S);
-  if (timeout_s)
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
-  /* Plain HTTP only ever for loopback registries; blob storage they
-   * redirect to may be anywhere, so redirects from a TLS registry stay TLS. */
+  if (timeout_ms)
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+  if (r->enforce) {
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, r);
+    /* A proxy would resolve and connect for us, past the checks. */
+    curl_easy_setopt(c, CURLOPT_PROXY, "");
+    if (r->resolve_line[0]) {
+      if (!(resolve = curl_slist_append(NULL, r->resolve_line))) {
+        ret = GN_ENOMEM;
+        goto out;
+      }
+      curl_easy_setopt(c, CURLOPT_RESOLVE, resolve);
+    }
+  }
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  /* Plain HTTP only ever for loopback (or allow-listed) registries; blob
+   * storage they redirect to may be anywhere, so redirects from a TLS
+   * registry stay TLS. */
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, r->plain_http ? "http,https" : "https");
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, follow ? 1L : 0L);
@@ -270,24 +664,47 @@ static int perform(gn__registry *r, const char *url, const char *accept, const c
     if (x->write_error) {
       ret = x->write_error;
       if (ret == GN_ETOOBIG)
-        gn__err(err, err_cap, ret, "%s: the registry sent more bytes than allowed", url);
+        gn__err(err, err_cap, ret, "registry %s: %s: more bytes than allowed", r->name, what);
+      else if (ret == GN_ENOSPACE)
+        gn__err(err, err_cap, ret, "registry %s: %s: the image store's filesystem is down to its free-space reserve",
+                r->name, what);
       else if (ret != GN_ESTATE)
-        gn__err(err, err_cap, ret, "%s: cannot store the body: %s", url, gn_strerror(ret));
+        gn__err(err, err_cap, ret, "registry %s: %s: cannot store it: %s", r->name, what, gn_strerror(ret));
+    } else if (r->refused[0]) {
+      ret = gn__err(err, err_cap, GN_EPERM, "%s", r->refused);
+    } else if (cc == CURLE_ABORTED_BY_CALLBACK) {
+      ret = gn__err(err, err_cap, GN_ECANCELED, "registry %s: pull canceled", r->name);
     } else if (cc == CURLE_OPERATION_TIMEDOUT) {
-      ret = gn__err(err, err_cap, GN_ETIMEDOUT, "%s: timed out: %s", url, curl_err);
+      ret = gn__err(err, err_cap, GN_ETIMEDOUT, "registry %s: %s: timed out: %s", r->name, what, curl_err);
     } else if (cc == CURLE_TOO_MANY_REDIRECTS) {
-      ret = gn__err(err, err_cap, GN_EPROTO, "%s: more than %ld redirects", url, GN__REDIRECTS_MAX);
+      ret = gn__err(err, err_cap, GN_EPROTO, "registry %s: %s: more than %ld redirects", r->name, what,
+                    GN__REDIRECTS_MAX);
     } else {
-      ret = gn__err(err, err_cap, GN_EIO, "%s: %s", url, curl_err[0] ? curl_err : curl_easy_strerror(cc));
+      ret = gn__err(err, err_cap, GN_EIO, "registry %s: %s: %s", r->name, what,
+                    curl_err[0] ? curl_err : curl_easy_strerror(cc));
     }
   }
 out:
   curl_slist_free_all(h);
+  curl_slist_free_all(resolve);
   if (authz) {
     sodium_memzero(authz, strlen(authz));
     free(authz);
   }
   return ret;
+}
+
+/* Copies registry-sent text (a challenge, a realm) into err_log, printable
+ * ASCII only. */
+static void log_remote(gn__registry *r, const char *prefix, const char *text) {
+  if (!r->err_log || !r->err_log_cap)
+    return;
+  char clean[ERRLOG_EXCERPT_MAX + 1];
+  size_t n = 0;
+  for (; text[n] && n < ERRLOG_EXCERPT_MAX; n++)
+    clean[n] = ((unsigned char)text[n] >= 0x20 && (unsigned char)text[n] < 0x7f) ? text[n] : ' ';
+  clean[n] = '\0';
+  snprintf(r->err_log, r->err_log_cap, "registry %s: %s: %s", r->name, prefix, clean);
 }
 
 /* Reads key="value" (or key=value) from a Bearer challenge. */
@@ -334,18 +751,22 @@ static int fetch_token(gn__registry *r, const char *challenge, char *err, size_t
   gn_buf body = {0};
   json_t *j = NULL;
   int ret;
-  if (strncasecmp(challenge, "Bearer ", 7) != 0)
-    return gn__err(err, err_cap, GN_EPERM, "registry %s asks for credentials (%.40s); only public images can be pulled",
-                   r->base, challenge);
+  if (strncasecmp(challenge, "Bearer ", 7) != 0) {
+    log_remote(r, "challenge", challenge);
+    return gn__err(err, err_cap, GN_EPERM, "registry %s asks for credentials; only public images can be pulled",
+                   r->name);
+  }
   const char *params = challenge + 7;
   if (!challenge_param(params, "realm", realm, sizeof(realm)))
-    return gn__err(err, err_cap, GN_EPROTO, "registry %s: Bearer challenge without a realm", r->base);
+    return gn__err(err, err_cap, GN_EPROTO, "registry %s: Bearer challenge without a realm", r->name);
   challenge_param(params, "service", service, sizeof(service));
   if (!challenge_param(params, "scope", scope, sizeof(scope)))
     snprintf(scope, sizeof(scope), "repository:%s:pull", r->repository);
   bool https = strncmp(realm, "https://", 8) == 0;
-  if (!https && !(r->plain_http && strncmp(realm, "http://", 7) == 0))
-    return gn__err(err, err_cap, GN_EPROTO, "registry %s: token realm %s is not https", r->base, realm);
+  if (!https && !(r->plain_http && strncmp(realm, "http://", 7) == 0)) {
+    log_remote(r, "token realm", realm);
+    return gn__err(err, err_cap, GN_EPROTO, "registry %s: its token realm is not https", r->name);
+  }
 
   esc_service = curl_easy_escape(r->curl, service, 0);
   esc_scope = curl_easy_escape(r->curl, scope, 0);
@@ -359,14 +780,16 @@ static int fetch_token(gn__registry *r, const char *challenge, char *err, size_t
   exchange x = {0};
   x.buf = &body;
   x.buf_max = GN__TOKEN_MAX;
-  if ((ret = perform(r, url, "application/json", NULL, true, false, MANIFEST_TIMEOUT_S, &x, err, err_cap)) < 0) {
+  if ((ret = perform(r, url, "token request", "application/json", NULL, true, false, MANIFEST_TIMEOUT_S, &x, err,
+                     err_cap)) < 0) {
     gn_buf_done(&x.errbody);
     goto out;
   }
   gn_buf_done(&x.errbody);
   if (x.status != 200) {
-    ret = gn__err(err, err_cap, GN_EPERM, "token server %s refused a pull token for %s (HTTP %ld)", realm, scope,
-                  x.status);
+    log_remote(r, "token realm", realm);
+    ret = gn__err(err, err_cap, GN_EPERM, "registry %s: its token server refused a pull token for %s (HTTP %ld)",
+                  r->name, r->repository, x.status);
     goto out;
   }
   json_error_t je;
@@ -375,14 +798,14 @@ static int fetch_token(gn__registry *r, const char *challenge, char *err, size_t
   if (!json_is_string(t) || json_string_length(t) == 0)
     t = j ? json_object_get(j, "access_token") : NULL;
   if (!json_is_string(t) || json_string_length(t) == 0) {
-    ret = gn__err(err, err_cap, GN_EPROTO, "token server %s sent no token", realm);
+    ret = gn__err(err, err_cap, GN_EPROTO, "registry %s: its token server sent no token", r->name);
     goto out;
   }
   const char *tok = json_string_value(t);
   /* The token goes into a header line: refuse anything that could end it. */
   for (const char *q = tok; *q; q++) {
     if ((unsigned char)*q < 0x21 || (unsigned char)*q > 0x7e) {
-      ret = gn__err(err, err_cap, GN_EPROTO, "token server %s sent a malformed token", realm);
+      ret = gn__err(err, err_cap, GN_EPROTO, "registry %s: its token server sent a malformed token", r->name);
       goto out;
     }
   }
@@ -413,35 +836,40 @@ out:
 }
 
 /* GET with one retry after a Bearer challenge. */
-static int get_with_auth(gn__registry *r, const char *url, const char *accept, const char *range, bool follow,
-                         long timeout_s, exchange *x, char *err, size_t err_cap) {
-  int ret = perform(r, url, accept, range, follow, true, timeout_s, x, err, err_cap);
+static int get_with_auth(gn__registry *r, const char *url, const char *what, const char *accept, const char *range,
+                         bool follow, long timeout_s, exchange *x, char *err, size_t err_cap) {
+  int ret = perform(r, url, what, accept, range, follow, true, timeout_s, x, err, err_cap);
   if (ret < 0 || x->status != 401)
     return ret;
   char challenge[CHALLENGE_MAX];
   snprintf(challenge, sizeof(challenge), "%s", x->challenge);
   if (!challenge[0])
-    return gn__err(err, err_cap, GN_EPERM, "%s: HTTP 401 without a challenge", url);
+    return gn__err(err, err_cap, GN_EPERM, "registry %s: %s: HTTP 401 without a challenge", r->name, what);
   if ((ret = fetch_token(r, challenge, err, err_cap)) < 0)
     return ret;
   gn_buf_done(&x->errbody);
   if (x->buf)
     x->buf->len = 0;
-  return perform(r, url, accept, range, follow, true, timeout_s, x, err, err_cap);
+  return perform(r, url, what, accept, range, follow, true, timeout_s, x, err, err_cap);
 }
 
-static int status_error(const char *url, const exchange *x, char *err, size_t err_cap) {
-  char snippet[160] = "";
-  if (x->errbody.len) {
-    size_t n = x->errbody.len < sizeof(snippet) - 1 ? x->errbody.len : sizeof(snippet) - 1;
+/* A non-2xx answer. err (which the renter may see) says only who answered
+ * what to which request; the body the registry sent goes to err_log, the
+ * provider's log, as printable ASCII and bounded. */
+static int status_error(gn__registry *r, const char *what, const exchange *x, char *err, size_t err_cap) {
+  int code = x->status == 404 ? GN_ENOTFOUND : (x->status == 401 || x->status == 403) ? GN_EPERM : GN_EREMOTE;
+  if (r->err_log && r->err_log_cap) {
+    char snippet[ERRLOG_EXCERPT_MAX + 1];
+    size_t n = x->errbody.len < ERRLOG_EXCERPT_MAX ? x->errbody.len : ERRLOG_EXCERPT_MAX;
     for (size_t i = 0; i < n; i++) {
       unsigned char ch = x->errbody.data[i];
       snippet[i] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : ' ';
     }
     snippet[n] = '\0';
+    gn__err(r->err_log, r->err_log_cap, code, "registry %s answered HTTP %ld for %s %s: %s", r->name, x->status,
+            r->repository, what, snippet);
   }
-  int code = x->status == 404 ? GN_ENOTFOUND : (x->status == 401 || x->status == 403) ? GN_EPERM : GN_EREMOTE;
-  return gn__err(err, err_cap, code, "%s: HTTP %ld %s", url, x->status, snippet);
+  return gn__err(err, err_cap, code, "registry %s answered HTTP %ld for %s", r->name, x->status, what);
 }
 
 int gn__registry_get_manifest(gn__registry *r, const char *reference, gn_buf *body, char ret_content_type[128],
@@ -453,13 +881,16 @@ int gn__registry_get_manifest(gn__registry *r, const char *reference, gn_buf *bo
   exchange x = {0};
   int ret;
   snprintf(url, sizeof(url), "%s%s/manifests/%s", r->base, r->repository, reference);
+  char what[200], sd[32];
+  snprintf(what, sizeof(what), "manifest %s",
+           gn__digest_valid(reference) ? gn__digest_short(reference, sd) : reference);
   x.buf = &tmp;
   x.buf_max = GN__MANIFEST_MAX;
   /* Manifests may be redirected too (some mirrors do); bounded like blobs. */
-  if ((ret = get_with_auth(r, url, accept, NULL, true, MANIFEST_TIMEOUT_S, &x, err, err_cap)) < 0)
+  if ((ret = get_with_auth(r, url, what, accept, NULL, true, MANIFEST_TIMEOUT_S, &x, err, err_cap)) < 0)
     goto out;
   if (x.status != 200) {
-    ret = status_error(url, &x, err, err_cap);
+    ret = status_error(r, what, &x, err, err_cap);
     goto out;
   }
   if (x.header_digest[0] && !gn__digest_valid(x.header_digest) && strncmp(x.header_digest, "sha256:", 7) == 0) {
@@ -492,7 +923,9 @@ int gn__registry_get_blob(gn__registry *r, const char *digest, gn__blob_sink *si
   sink->fetched = 0;
   sink->restarted = false;
   x.sink = sink;
-  ret = get_with_auth(r, url, NULL, sink->offset > 0 ? range : NULL, true, 0, &x, err, err_cap);
+  char what[64], sd[32];
+  snprintf(what, sizeof(what), "blob %s", gn__digest_short(digest, sd));
+  ret = get_with_auth(r, url, what, NULL, sink->offset > 0 ? range : NULL, true, 0, &x, err, err_cap);
   if (ret == GN_ESTATE && sink->restarted) {
     ret = 0;
     goto out;
@@ -509,7 +942,7 @@ int gn__registry_get_blob(gn__registry *r, const char *digest, gn__blob_sink *si
     goto out;
   }
   if (x.status != 200 && x.status != 206) {
-    ret = status_error(url, &x, err, err_cap);
+    ret = status_error(r, what, &x, err, err_cap);
     goto out;
   }
 out:

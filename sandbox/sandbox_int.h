@@ -99,7 +99,30 @@ char **gn__strv_free(char **v);
 
 typedef struct gn__registry gn__registry;
 
+/* How a registry may be reached. With enforce, the registry's host is
+ * resolved once and pinned, and every connection (redirects, token realms
+ * included) is checked: loopback, link-local, private, unspecified,
+ * multicast, broadcast and this host's own addresses are refused unless the
+ * allow list names the host, host:port or a CIDR holding the address; plain
+ * HTTP only for allow-listed registries on such addresses. Without enforce
+ * (a renter resolving its own reference) plain HTTP follows
+ * gn_imageref.plain_http and no address is refused. */
+typedef struct gn__registry_opts {
+  bool enforce;
+  const char *const *allow;   /* NULL-terminated or NULL; borrowed for the registry's life */
+  const volatile int *cancel; /* non-zero: transfers stop with GN_ECANCELED */
+  uint64_t deadline_ms;       /* gn__now_ms() deadline for everything; 0: none */
+  char *err_log;              /* registry-sent text (error bodies) for the provider's log; may be NULL */
+  size_t err_log_cap;
+} gn__registry_opts;
+
 int gn__registry_new(const gn_imageref *ref, gn__registry **ret);
+/* GN_EPERM (naming the registry, the address and the registry_allow config
+ * key in err) when the policy refuses it. */
+int gn__registry_open(const gn_imageref *ref, const gn__registry_opts *o, gn__registry **ret, char *err,
+                      size_t err_cap);
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t gn__now_ms(void);
 gn__registry *gn__registry_free(gn__registry *r);
 
 /* GET /v2/<name>/manifests/<reference> into body (at most GN__MANIFEST_MAX
@@ -116,8 +139,12 @@ typedef struct gn__blob_sink {
   gn_pull_progress_fn progress;
   void *progress_ud;
   const char *what;
-  uint64_t fetched; /* bytes this call received */
-  bool restarted;   /* the server ignored Range: the caller must start over */
+  uint64_t fetched;           /* bytes this call received */
+  bool restarted;             /* the server ignored Range: the caller must start over */
+  uint64_t deadline_ms;       /* gn__now_ms() deadline for this blob; 0: none */
+  const char *space_path;     /* statvfs'd while streaming; NULL: no check */
+  uint64_t reserve_bytes;     /* free space that must stay free on it */
+  uint64_t since_space_check; /* bytes written since the last statvfs */
 } gn__blob_sink;
 
 /* GET /v2/<name>/blobs/<digest>, following redirects, appending to sink->fd
@@ -131,6 +158,9 @@ int gn__registry_get_blob(gn__registry *r, const char *digest, gn__blob_sink *si
 const char *gn__store_dir(const gn_store *s);
 /* dir/blobs/sha256/<hex> for a valid digest. */
 void gn__store_blob_path(const gn_store *s, const char *digest, char out[4096]);
+/* GN_ENOSPACE (with a message) when writing need_bytes more into the store
+ * would leave less than reserve_bytes free on its filesystem. */
+int gn__store_space_check(gn_store *s, uint64_t need_bytes, char *err, size_t err_cap);
 /* The limits set by gn_store_set_limits (never NULL; all zero before it is
  * called). A zero field means its GN_STORE_DEFAULT_* value. */
 const gn_store_limits *gn__store_limits(const gn_store *s);
