@@ -38,7 +38,8 @@ static int setup(void **state) {
     skip_reason = "isolation tests need root (runc with a user namespace)";
     return 0;
   }
-  if (gn_runtime_detect(NULL, &rt, err, sizeof(err)) < 0) {
+  /* GN_TEST_RUNTIME=crun (or runc) checks one runtime on a host with both. */
+  if (gn_runtime_detect(getenv("GN_TEST_RUNTIME"), &rt, err, sizeof(err)) < 0) {
     skip_reason = "no OCI runtime (runc or crun) here";
     return 0;
   }
@@ -166,6 +167,8 @@ static int probe(const char *attack, bool userns, bool seccomp, job_result *r) {
   fprintf(stderr, "  %-16s userns=%d seccomp=%d: %s", attack, userns, seccomp, r->out[0] ? r->out : "(no output)\n");
   if (r->status == 0 && strncmp(r->out, "BLOCKED", 7) != 0 && !strstr(r->out, "\nBLOCKED"))
     fail_msg("%s: exit 0 without BLOCKED: %s / %s", attack, r->out, r->errout);
+  if (r->status == 1 && strncmp(r->out, "ALLOWED", 7) != 0 && !strstr(r->out, "\nALLOWED"))
+    fail_msg("%s did not run: exit 1, out %s, err %s", attack, r->out, r->errout);
   if (r->status != 0 && r->status != 1)
     fail_msg("%s did not run: exit %d, out %s, err %s", attack, r->status, r->out, r->errout);
   return r->status;
@@ -296,6 +299,79 @@ static void test_isolation_ro_bind_is_read_only(void **state) {
   free(back);
 }
 
+/* Reads the first line of the job's CPU limit from the host side while the
+ * job runs: cgroup v1 cpu.cfs_quota_us, or v2 cpu.max ("quota period"). */
+static bool read_cpu_limit(const char *id, char *out, size_t cap) {
+  const char *fmts[] = {"/sys/fs/cgroup/cpu/%s/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu,cpuacct/%s/cpu.cfs_quota_us",
+                        "/sys/fs/cgroup/%s/cpu.max"};
+  for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+    char path[512];
+    snprintf(path, sizeof(path), fmts[i], id);
+    char *v = th_read_file(path, NULL);
+    if (v) {
+      snprintf(out, cap, "%s", v);
+      free(v);
+      return true;
+    }
+  }
+  return false;
+}
+
+static void test_isolation_cpu_quota_reaches_the_cgroup(void **state) {
+  (void)state;
+  NEED_CONTAINERS();
+  if (!gn_cgroup_limits_supported()) {
+    fprintf(stderr, "skipped: this host's cgroup layout cannot apply limits\n");
+    skip();
+  }
+  const char *const argv[] = {"/bin/sh", "-c", "read x < /dev/stdin; echo done", NULL};
+  gn_bundle_spec spec = userns_spec(argv);
+  spec.cgroup_limits = true;
+  spec.cpu_quota_us = 25000;
+  spec.cpu_period_us = 100000;
+  char bundle[512], rootfs[600], state_dir[512], id[64];
+  int n = ++job_counter;
+  snprintf(bundle, sizeof(bundle), "%s/bundle%d", work, n);
+  snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
+  snprintf(state_dir, sizeof(state_dir), "%s/state", work);
+  snprintf(id, sizeof(id), "gn-isol-%d-%d", (int)getpid(), n);
+  assert_int_equal(mkdir(bundle, 0700), 0);
+  make_rootfs(rootfs, ID_BASE);
+  spec.rootfs = "rootfs";
+  assert_int_equal(gn_bundle_write(bundle, &spec), 0);
+  char **rargv = NULL;
+  assert_int_equal(gn_runtime_argv_run(&rt, state_dir, bundle, id, &rargv), 0);
+  /* The job waits on its stdin, a pipe we hold, so it runs until we look. */
+  int in[2];
+  assert_int_equal(pipe(in), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(in[1]);
+    int devnull = open("/dev/null", O_WRONLY);
+    int st;
+    _exit(gn_runtime_exec_io(rargv, in[0], devnull, devnull, &st) == 0 ? st : 99);
+  }
+  close(in[0]);
+  char limit[128] = "";
+  bool found = false;
+  for (int i = 0; i < 100 && !found; i++) {
+    found = read_cpu_limit(id, limit, sizeof(limit));
+    if (!found)
+      usleep(50 * 1000);
+  }
+  assert_int_equal(write(in[1], "go\n", 3), 3);
+  close(in[1]);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  gn_argv_free(rargv);
+  if (!found)
+    fail_msg("no cgroup with a CPU limit for %s", id);
+  fprintf(stderr, "  cpu limit seen from the host: %s", limit);
+  assert_true(strncmp(limit, "25000", 5) == 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_isolation_every_attack_is_blocked),
@@ -305,6 +381,7 @@ int main(void) {
       cmocka_unit_test(test_isolation_ordinary_work_still_runs),
       cmocka_unit_test(test_isolation_masks_host_details),
       cmocka_unit_test(test_isolation_ro_bind_is_read_only),
+      cmocka_unit_test(test_isolation_cpu_quota_reaches_the_cgroup),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
