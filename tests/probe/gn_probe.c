@@ -256,9 +256,17 @@ static int a_fsopen(void) {
 }
 
 static int a_umount(void) {
-  /* A path that is no mount point: EINVAL means the call got past the
-   * capability check. */
-  return refused_or_reached(syscall(SYS_umount2, "/gn-probe-not-a-mount", 0), "umount2");
+  /* A fresh directory that is no mount point: the kernel checks the
+   * capability first (EPERM), then the mount (EINVAL), so EINVAL means the
+   * call got past the check without unmounting anything. */
+  char dir[] = "/tmp/gn-probe-XXXXXX";
+  if (!mkdtemp(dir))
+    return probe_error("mkdtemp in /tmp", errno);
+  long rc = syscall(SYS_umount2, dir, 0);
+  int e = errno;
+  rmdir(dir);
+  errno = e;
+  return refused_or_reached(rc, "umount2");
 }
 
 static pid_t spawn_sleeper(void) {
