@@ -6,7 +6,9 @@
  * own token auth needs a certificate chain and signed JWTs, more machinery
  * than this flow needs). In its hostile modes it answers as a broken or
  * malicious registry would: oversized manifests, redirect loops, a lying
- * Docker-Content-Digest, a blob longer than its descriptor. */
+ * Docker-Content-Digest, a blob longer than its descriptor, a blob that
+ * drips a byte at a time, an error body holding a secret, a redirect to the
+ * cloud metadata address. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,8 @@
 #include <cmocka.h>
 #include <gpunet/sandbox.h>
 #include <microhttpd.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "sandbox/helpers.h"
 
@@ -30,7 +34,12 @@ enum mode {
   MODE_LYING_DIGEST_HEADER,
   MODE_LONG_BLOB,
   MODE_NO_RANGE,
+  MODE_DRIP,              /* the layer blob, one byte every 200 ms */
+  MODE_ERROR_BODY,        /* manifests: 404 with a body that holds a secret */
+  MODE_REDIRECT_METADATA, /* blobs: redirected to the cloud metadata address */
 };
+
+#define SECRET "internal-token-5ec7e7"
 
 static th_registry reg;
 static struct MHD_Daemon *front;
@@ -53,9 +62,34 @@ static int open_store_loopback(const char *dir, gn_store **ret) {
   return rc;
 }
 
+/* One zero byte every 200 ms: a registry that never quite stalls. */
+static ssize_t drip(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)cls, (void)pos;
+  if (max == 0)
+    return 0;
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  buf[0] = 0;
+  return 1;
+}
+
 /* The hostile modes: answers a broken or malicious registry might give. */
 static enum MHD_Result hostile(struct MHD_Connection *c, const char *url) {
   char buf[1024];
+  if (mode == MODE_DRIP && strstr(url, layer_digest)) {
+    struct MHD_Response *r = MHD_create_response_from_callback(layer_size, 1, drip, NULL, NULL);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+  }
+  if (mode == MODE_ERROR_BODY && strstr(url, "/manifests/"))
+    return reply(c, 404,
+                 "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\",\"detail\":\"upstream auth " SECRET " rejected\"}]}",
+                 "Content-Type", "application/json");
+  if (mode == MODE_REDIRECT_METADATA && strstr(url, "/blobs/")) {
+    snprintf(buf, sizeof(buf), "http://169.254.169.254/latest/meta-data%s", url);
+    return reply(c, 302, "", "Location", buf);
+  }
   if (mode == MODE_HUGE_MANIFEST && strstr(url, "/manifests/")) {
     size_t n = 5u << 20; /* over the 4 MiB manifest limit */
     char *body = malloc(n);
@@ -179,8 +213,8 @@ static int setup(void **state) {
   free(dir);
   for (int tries = 0; tries < 5 && !front; tries++) {
     front_port = th_free_port();
-    front = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)front_port, NULL, NULL, handle, NULL,
-                             MHD_OPTION_END);
+    front = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, (uint16_t)front_port,
+                             NULL, NULL, handle, NULL, MHD_OPTION_END);
   }
   return front ? 0 : -1;
 }
@@ -209,6 +243,134 @@ static int pull_via_front(char *err, size_t cap, gn_image *img, char **ret_dir) 
   int rc = gn_store_pull(st, &r, NULL, NULL, img, err, cap);
   gn_store_free(st);
   return rc;
+}
+
+/* A pull through the front under the given limits and options. */
+static int pull_front_ex(const gn_store_limits *lim, const gn_pull_opts *o, char *err, size_t cap, char *err_log,
+                         size_t log_cap, gn_image *img, char **ret_dir) {
+  char s[256];
+  gn_imageref r;
+  gn_store *st = NULL;
+  snprintf(s, sizeof(s), "127.0.0.1:%d/bb@%s", front_port, reg.digest);
+  assert_int_equal(gn_imageref_parse(s, &r), 0);
+  *ret_dir = th_mkdtemp("limstore");
+  assert_int_equal(gn_store_open(*ret_dir, &st), 0);
+  assert_int_equal(gn_store_set_limits(st, lim), 0);
+  int rc = gn_store_pull_ex(st, &r, o, img, err, cap, err_log, log_cap);
+  gn_store_free(st);
+  return rc;
+}
+
+static const char *const allow_loopback[] = {"127.0.0.1", NULL};
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void test_slow_drip_blob_hits_blob_deadline(void **state) {
+  (void)state;
+  char err[512] = "", *dir = NULL, path[4096];
+  gn_image img;
+  gn_store_limits lim = {.registry_allow = allow_loopback, .blob_timeout_s = 2};
+  reset(MODE_DRIP);
+  uint64_t t0 = now_ms();
+  assert_int_equal(pull_front_ex(&lim, NULL, err, sizeof(err), NULL, 0, &img, &dir), GN_ETIMEDOUT);
+  uint64_t took = now_ms() - t0;
+  if (took < 1500 || took > 6000)
+    fail_msg("a 2 s blob deadline ended the pull after %llu ms", (unsigned long long)took);
+  snprintf(path, sizeof(path), "%s/tmp", dir);
+  assert_int_equal(th_count_entries(path), 0); /* no partial file kept */
+  th_rm_rf(dir);
+  free(dir);
+}
+
+static void test_slow_drip_blob_hits_pull_deadline(void **state) {
+  (void)state;
+  char err[512] = "", *dir = NULL;
+  gn_image img;
+  gn_store_limits lim = {.registry_allow = allow_loopback, .blob_timeout_s = 600, .pull_timeout_s = 2};
+  reset(MODE_DRIP);
+  uint64_t t0 = now_ms();
+  assert_int_equal(pull_front_ex(&lim, NULL, err, sizeof(err), NULL, 0, &img, &dir), GN_ETIMEDOUT);
+  uint64_t took = now_ms() - t0;
+  if (took < 1500 || took > 6000)
+    fail_msg("a 2 s pull deadline ended the pull after %llu ms", (unsigned long long)took);
+  th_rm_rf(dir);
+  free(dir);
+}
+
+typedef struct canceler {
+  volatile int flag;
+  uint64_t at_ms;
+} canceler;
+
+static void *cancel_after_1s(void *p) {
+  canceler *c = p;
+  struct timespec ts = {1, 0};
+  nanosleep(&ts, NULL);
+  c->at_ms = now_ms();
+  c->flag = 1;
+  return NULL;
+}
+
+static void test_cancel_during_blob_stops_within_a_second(void **state) {
+  (void)state;
+  char err[512] = "", *dir = NULL, path[4096];
+  gn_image img;
+  canceler cn = {0};
+  gn_store_limits lim = {.registry_allow = allow_loopback};
+  gn_pull_opts o = {.cancel = &cn.flag};
+  pthread_t t;
+  reset(MODE_DRIP);
+  assert_int_equal(pthread_create(&t, NULL, cancel_after_1s, &cn), 0);
+  int rc = pull_front_ex(&lim, &o, err, sizeof(err), NULL, 0, &img, &dir);
+  uint64_t done = now_ms();
+  pthread_join(t, NULL);
+  assert_int_equal(rc, GN_ECANCELED);
+  if (done - cn.at_ms > 1000)
+    fail_msg("the pull stopped %llu ms after the cancel", (unsigned long long)(done - cn.at_ms));
+  snprintf(path, sizeof(path), "%s/tmp", dir);
+  assert_int_equal(th_count_entries(path), 0); /* the partial layer is gone */
+  snprintf(path, sizeof(path), "%s/blobs/sha256/%s", dir, layer_digest + 7);
+  assert_false(th_exists(path));
+  th_rm_rf(dir);
+  free(dir);
+}
+
+static void test_error_body_goes_to_err_log_only(void **state) {
+  (void)state;
+  char err[512] = "", err_log[1024] = "", *dir = NULL;
+  gn_image img;
+  gn_store_limits lim = {.registry_allow = allow_loopback};
+  reset(MODE_ERROR_BODY);
+  assert_int_equal(pull_front_ex(&lim, NULL, err, sizeof(err), err_log, sizeof(err_log), &img, &dir), GN_ENOTFOUND);
+  assert_null(strstr(err, SECRET));
+  assert_non_null(strstr(err, "answered HTTP 404 for manifest sha256:"));
+  assert_non_null(strstr(err_log, SECRET));
+  assert_non_null(strstr(err_log, "404"));
+  th_rm_rf(dir);
+  free(dir);
+}
+
+static void test_redirect_to_metadata_address_is_refused(void **state) {
+  (void)state;
+  char err[512] = "", *dir = NULL, front_host[64];
+  gn_image img;
+  /* Only the front itself is allowed, by host:port. */
+  snprintf(front_host, sizeof(front_host), "127.0.0.1:%d", front_port);
+  const char *const allow[] = {front_host, NULL};
+  gn_store_limits lim = {.registry_allow = allow};
+  reset(MODE_REDIRECT_METADATA);
+  uint64_t t0 = now_ms();
+  assert_int_equal(pull_front_ex(&lim, NULL, err, sizeof(err), NULL, 0, &img, &dir), GN_EPERM);
+  assert_true(now_ms() - t0 < 5000); /* refused, not a connect timeout */
+  assert_non_null(strstr(err, "169.254.169.254"));
+  assert_non_null(strstr(err, "link-local"));
+  assert_non_null(strstr(err, "registry_allow"));
+  th_rm_rf(dir);
+  free(dir);
 }
 
 static void test_pull_answers_bearer_challenge_once(void **state) {
@@ -381,6 +543,11 @@ int main(void) {
       cmocka_unit_test(test_lying_digest_header_is_refused),
       cmocka_unit_test(test_blob_longer_than_descriptor_is_refused),
       cmocka_unit_test(test_resume_restarts_when_server_ignores_range),
+      cmocka_unit_test(test_slow_drip_blob_hits_blob_deadline),
+      cmocka_unit_test(test_slow_drip_blob_hits_pull_deadline),
+      cmocka_unit_test(test_cancel_during_blob_stops_within_a_second),
+      cmocka_unit_test(test_error_body_goes_to_err_log_only),
+      cmocka_unit_test(test_redirect_to_metadata_address_is_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
