@@ -26,6 +26,7 @@
 #include <linux/userfaultfd.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,13 +92,16 @@ static int blocked(int e) {
   return 0;
 }
 
-static int allowed(const char *fmt, long v) {
+static int allowed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int allowed(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
   printf("ALLOWED ");
-  printf(fmt, v);
+  vprintf(fmt, ap);
   printf("\n");
+  va_end(ap);
   return 1;
 }
-
 static int probe_error(const char *what, int e) {
   printf("ERROR %s: %s\n", what, strerror(e));
   return 2;
@@ -108,11 +112,10 @@ static int probe_error(const char *what, int e) {
  * the kernel that only a privileged caller reaches. */
 static int refused_or_reached(long rc, const char *what) {
   if (rc == 0)
-    return allowed(what, 0);
+    return allowed("%s", what);
   if (errno == EPERM || errno == EACCES || errno == ENOSYS)
     return blocked(errno);
-  printf("ALLOWED %s reached the kernel past the permission check (%s)\n", what, errno_name(errno));
-  return 1;
+  return allowed("%s reached the kernel past the permission check (%s)", what, errno_name(errno));
 }
 
 static int a_keyctl_read(void) {
@@ -149,14 +152,14 @@ static int a_request_key(void) {
   if (id >= 0)
     return allowed("request_key returned %ld", id);
   if (errno == ENOKEY)
-    return allowed("request_key searched the keyrings (%ld)", 0);
+    return allowed("request_key searched the keyrings (ENOKEY)");
   return blocked(errno);
 }
 
 static int a_userns(void) {
   if (unshare(CLONE_NEWUSER) < 0)
     return blocked(errno);
-  return allowed("unshare(CLONE_NEWUSER) gave a new user namespace%.0ld", 0);
+  return allowed("unshare(CLONE_NEWUSER) gave a new user namespace");
 }
 
 static int a_clone_userns(void) {
@@ -244,7 +247,7 @@ static int a_mount(void) {
   rmdir(dir);
   if (rc < 0)
     return blocked(e);
-  return allowed("mounted a tmpfs%.0ld", 0);
+  return allowed("mounted a tmpfs");
 }
 
 static int a_fsopen(void) {
@@ -338,7 +341,7 @@ static int a_mknod(void) {
   if (mknod(path, S_IFCHR | 0600, makedev(8, 0)) < 0)
     return blocked(errno);
   unlink(path);
-  return allowed("made a block-disk character node%.0ld", 0);
+  return allowed("made a block-disk character node");
 }
 
 static int a_raw_socket(void) {
@@ -361,7 +364,7 @@ static int a_chown_root_file(void) {
   unlink(path);
   if (rc < 0)
     return blocked(e);
-  return allowed("gave a file to uid 12345%.0ld", 0);
+  return allowed("gave a file to uid 12345");
 }
 
 /* The host id that id maps to, from /proc/self/{uid,gid}_map. */
@@ -390,7 +393,7 @@ static int a_whoami(void) {
     return probe_error("reading /proc/self/uid_map", errno);
   printf("uid=%lu gid=%lu host_uid=%lu host_gid=%lu\n", (unsigned long)u, (unsigned long)g, hu, hg);
   if (hu == 0 || hg == 0)
-    return allowed("the job runs as host root%.0ld", 0);
+    return allowed("the job runs as host root");
   printf("BLOCKED host_uid=%lu\n", hu);
   return 0;
 }
