@@ -42,10 +42,13 @@ static bool currency_ok(const char *s) {
   return true;
 }
 
+/* The lease id names ledger rows and files on both sides, the offer id is
+ * looked up: both follow the id grammar (an offer id may be empty). */
 static bool terms_ok(const gn_lease_terms *t) {
-  return gn__lease_id_ok(t->lease_id) && memchr(t->offer_id, 0, sizeof(t->offer_id)) && printable(t->offer_id, 0) &&
-         memchr(t->gpu_model, 0, sizeof(t->gpu_model)) && printable(t->gpu_model, 1) && t->count >= 1 &&
-         t->count <= GN_LEASE_MAX_GPUS && currency_ok(t->currency) && t->max_s >= 1 && t->max_s <= GN_INVOICE_MAX_S;
+  return gn__lease_id_ok(t->lease_id) && gn_id_valid(t->lease_id) && memchr(t->offer_id, 0, sizeof(t->offer_id)) &&
+         (!t->offer_id[0] || gn_id_valid(t->offer_id)) && memchr(t->gpu_model, 0, sizeof(t->gpu_model)) &&
+         printable(t->gpu_model, 1) && t->count >= 1 && t->count <= GN_LEASE_MAX_GPUS && currency_ok(t->currency) &&
+         t->max_s >= 1 && t->max_s <= GN_INVOICE_MAX_S;
 }
 
 int gn_lease_request_seal(const gn_identity *requester, const gn_lease_terms *t, gn_buf *ret_env) {

@@ -60,7 +60,7 @@ int gn__invoice_body_decode(const uint8_t *body, size_t len, gn_wire_doc *doc, g
   /* Each accessor is tried in turn so the reason can name the bad field. */
   if (m->type != MSGPACK_OBJECT_MAP)
     field = "(body is not a map)";
-  else if (gn_wire_get_str(m, "lease_id", b.lease_id, sizeof(b.lease_id)) < 0)
+  else if (gn_wire_get_str(m, "lease_id", b.lease_id, sizeof(b.lease_id)) < 0 || !gn_id_valid(b.lease_id))
     field = "lease_id";
   else if (gn_wire_get_bin_ref(m, "agreement", AGREEMENT_MAX, &b.agreement, &b.agreement_len) < 0)
     field = "agreement";
@@ -551,7 +551,7 @@ int gn_invoice_response_open(const uint8_t *env, size_t len, const uint8_t *invo
     return r;
   r = GN_EINVAL;
   if (doc.root->type != MSGPACK_OBJECT_MAP ||
-      gn_wire_get_str(doc.root, "lease_id", resp.lease_id, sizeof(resp.lease_id)) < 0 ||
+      gn_wire_get_str(doc.root, "lease_id", resp.lease_id, sizeof(resp.lease_id)) < 0 || !gn_id_valid(resp.lease_id) ||
       gn_wire_get_bin_exact(doc.root, "invoice_hash", resp.invoice_hash, GN__HASH_LEN) < 0)
     goto out;
   if (resp.accepted ? gn_wire_get_i64(doc.root, "accepted_s", &resp.at_s) < 0

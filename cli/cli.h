@@ -96,6 +96,12 @@ int cli_simple_args(int argc, char **argv, int nargs, const char *what);
 /* After getopt: checks that exactly nargs positionals follow optind (the
  * same messages); returns -1 to go on or CLI_USAGE. */
 int cli_want_args(int argc, char **argv, int nargs, const char *what);
+/* Checks an id the user typed (a job, lease, offer or invoice, named by
+ * what) against the id grammar of gn_id_valid before any request: returns -1
+ * to go on, or prints a usage error and returns CLI_USAGE. */
+int cli_check_id(const char *cmd, const char *what, const char *id);
+/* The same for a --env entry: NAME=VALUE with NAME [A-Za-z_][A-Za-z0-9_]*. */
+int cli_check_env(const char *cmd, const char *entry);
 /* prefix + "/" + urlencoded id + suffix ("/v1/jobs", id, "/logs"). Caller
  * frees; NULL when out of memory. */
 char *cli_path(const char *prefix, const char *id, const char *suffix);

@@ -197,6 +197,9 @@ int cmd_invoice(cli *c, int argc, char **argv) {
   const char *arg = argv[optind + 1];
   if (out && strcmp(sub, "export") != 0)
     return cli_usage_error("invoice", "--out only applies to export");
+  int ir = strcmp(sub, "audit") != 0 ? cli_check_id("invoice", "invoice or lease", arg) : -1;
+  if (ir >= 0)
+    return ir;
   if (strcmp(sub, "show") == 0)
     return invoice_show(c, arg);
   if (strcmp(sub, "export") == 0) {

@@ -127,8 +127,8 @@ int cmd_run(cli *c, int argc, char **argv) {
       follow = true;
       break;
     case 'e':
-      if (!strchr(optarg, '=') || optarg[0] == '=') {
-        rc = cli_usage_error("run", "--env wants KEY=VALUE, not '%s'", optarg);
+      if (cli_check_env("run", optarg) >= 0) {
+        rc = CLI_USAGE;
         goto out;
       }
       if (json_array_size(env) == CLI_MAX_ENV) {
@@ -154,6 +154,10 @@ int cmd_run(cli *c, int argc, char **argv) {
     goto out;
   }
   const char *lease = argv[optind];
+  if (cli_check_id("run", "lease", lease) >= 0) {
+    rc = CLI_USAGE;
+    goto out;
+  }
   if (dd < argc && optind + 1 < dd) {
     rc = cli_usage_error("run", "unexpected argument '%s' before --", argv[optind + 1]);
     goto out;
@@ -259,6 +263,8 @@ int cmd_logs(cli *c, int argc, char **argv) {
       return cli_bad_option("logs", o, argv);
   }
   int r = cli_want_args(argc, argv, 1, "JOB");
+  if (r < 0)
+    r = cli_check_id("logs", "job", argv[optind]);
   return r >= 0 ? r : cli_follow_logs(c, argv[optind], follow);
 }
 
@@ -270,6 +276,8 @@ static void show_stopped(const json_t *j, const void *ctx) {
 
 int cmd_stop(cli *c, int argc, char **argv) {
   int r = cli_simple_args(argc, argv, 1, "JOB");
+  if (r < 0)
+    r = cli_check_id("stop", "job", argv[optind]);
   if (r >= 0)
     return r;
   char *path = cli_path("/v1/jobs", argv[optind], "/stop");

@@ -159,6 +159,9 @@ int cmd_rent(cli *c, int argc, char **argv) {
     return cli_usage_error("rent", "unexpected argument '%s'", argv[optind + 1]);
   if (!offer == !gpu)
     return cli_usage_error("rent", "name an OFFER or --gpu MODEL (one of the two)");
+  int ir = offer ? cli_check_id("rent", "offer", offer) : -1;
+  if (ir >= 0)
+    return ir;
   if (!hours_s)
     return cli_usage_error("rent", "missing --hours H");
   char *end;
@@ -249,6 +252,8 @@ static void show_released(const json_t *j, const void *ctx) {
 
 int cmd_release(cli *c, int argc, char **argv) {
   int r = cli_simple_args(argc, argv, 1, "LEASE");
+  if (r < 0)
+    r = cli_check_id("release", "lease", argv[optind]);
   if (r >= 0)
     return r;
   char *path = cli_path("/v1/leases", argv[optind], "");

@@ -214,6 +214,8 @@ static void show_fields(const json_t *j, const void *ctx) {
 
 int cmd_attest(cli *c, int argc, char **argv) {
   int r = cli_simple_args(argc, argv, 1, "OFFER or NODE to attest");
+  if (r < 0)
+    r = cli_check_id("attest", "offer or node", argv[optind]);
   if (r >= 0)
     return r;
   const char *target = argv[optind];

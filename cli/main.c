@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 #include <gpunet/node.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const cli_cmd commands[] = {
@@ -102,6 +103,8 @@ static void print_help(FILE *out) {
                "                  else ~/.local/share/gpunet); its socket is DIR/gpunetd.sock\n"
                "  --json          print JSON for scripts instead of tables\n"
                "  --version       print the version\n"
+               "  (--data-dir, --json and --version may come before or after COMMAND,\n"
+               "   but not after the \"--\" that starts a job's command)\n"
                "  -h, --help      this help; `gpunet COMMAND --help` for a command\n");
 }
 
@@ -112,6 +115,57 @@ static int usage_global(const char *fmt, const char *arg) {
   return CLI_USAGE;
 }
 
+enum { GLOBAL_NO = -1, GLOBAL_TAKEN = -2 };
+
+/* Handles argv[*i] if it is a global option (advancing *i past its value):
+ * GLOBAL_TAKEN, GLOBAL_NO if it is not one, or an exit code (--version, a
+ * bad value). */
+static int global_option(cli *c, int argc, char **argv, int *i, bool *have_dir) {
+  const char *a = argv[*i];
+  if (strcmp(a, "--json") == 0) {
+    c->json = true;
+    return GLOBAL_TAKEN;
+  }
+  if (strcmp(a, "--data-dir") == 0 || strncmp(a, "--data-dir=", 11) == 0) {
+    const char *v = a[10] == '=' ? a + 11 : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (!v || !v[0])
+      return usage_global("option '%s' needs a directory", "--data-dir");
+    if (strlen(v) >= sizeof(c->data_dir))
+      return usage_global("data directory '%.80s' is too long", v);
+    snprintf(c->data_dir, sizeof(c->data_dir), "%s", v);
+    *have_dir = true;
+    return GLOBAL_TAKEN;
+  }
+  if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+    printf("gpunet %s\n", GN_CLI_VERSION);
+    return CLI_OK;
+  }
+  return GLOBAL_NO;
+}
+
+/* Whether a command's option a takes the next argument as its value (so
+ * that value is never read as a global option: `--env --json` sets a
+ * variable). The commands' value options, long and short; keep in step
+ * with their getopt tables. */
+static bool value_follows(const char *a) {
+  static const char *const longs[] = {"--image", "--env", "--gpu", "--hours", "--count", "--out", "--sort"};
+  static const char shorts[] = "eno";
+  if (a[0] != '-' || !a[1])
+    return false;
+  if (a[1] == '-') {
+    for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
+      if (strcmp(a, longs[i]) == 0)
+        return true;
+    return false;
+  }
+  /* A cluster such as -fe: the first value option takes the rest of the
+   * word, or the next argument when it ends the word. */
+  for (const char *p = a + 1; *p; p++)
+    if (strchr(shorts, *p))
+      return p[1] == 0;
+  return false;
+}
+
 int main(int argc, char **argv) {
   cli c;
   memset(&c, 0, sizeof(c));
@@ -119,25 +173,16 @@ int main(int argc, char **argv) {
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--json") == 0) {
-      c.json = true;
-    } else if (strcmp(a, "--data-dir") == 0 || strncmp(a, "--data-dir=", 11) == 0) {
-      const char *v = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
-      if (!v || !v[0])
-        return usage_global("option '%s' needs a directory", "--data-dir");
-      if (strlen(v) >= sizeof(c.data_dir))
-        return usage_global("data directory '%.80s' is too long", v);
-      snprintf(c.data_dir, sizeof(c.data_dir), "%s", v);
-      have_dir = true;
-    } else if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
-      printf("gpunet %s\n", GN_CLI_VERSION);
-      return CLI_OK;
-    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    int r = global_option(&c, argc, argv, &i, &have_dir);
+    if (r == GLOBAL_TAKEN)
+      continue;
+    if (r >= 0)
+      return r;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       print_help(stdout);
       return CLI_OK;
-    } else {
-      return usage_global("unknown option '%s'", a);
     }
+    return usage_global("unknown option '%s'", a);
   }
   if (i == argc) {
     print_help(stderr);
@@ -157,11 +202,41 @@ int main(int argc, char **argv) {
   const cli_cmd *cmd = cli_find_cmd(name);
   if (!cmd)
     return usage_global("unknown command '%s'", name);
-  if (!have_dir && gn_config_default_data_dir(c.data_dir, sizeof(c.data_dir)) < 0)
-    return cli_fail("no data directory: set HOME or XDG_DATA_HOME, or pass --data-dir DIR");
-  snprintf(c.sock, sizeof(c.sock), "%s/gpunetd.sock", c.data_dir);
-  curl_global_init(CURL_GLOBAL_DEFAULT);
-  int r = cmd->fn(&c, argc - i, argv + i);
-  curl_global_cleanup();
+  /* Global options may follow the command too (`gpunet init --data-dir D`):
+   * they are taken out here, up to a "--" after which everything is the
+   * job's; the command parses what is left. */
+  char **args = calloc((size_t)(argc - i + 1), sizeof(*args));
+  if (!args)
+    return cli_fail("out of memory");
+  int nargs = 0;
+  args[nargs++] = argv[i];
+  for (int k = i + 1; k < argc; k++) {
+    if (strcmp(argv[k], "--") == 0) {
+      while (k < argc)
+        args[nargs++] = argv[k++];
+      break;
+    }
+    int r = global_option(&c, argc, argv, &k, &have_dir);
+    if (r == GLOBAL_TAKEN)
+      continue;
+    if (r >= 0) {
+      free(args);
+      return r;
+    }
+    args[nargs++] = argv[k];
+    if (value_follows(argv[k]) && k + 1 < argc)
+      args[nargs++] = argv[++k];
+  }
+  args[nargs] = NULL;
+  int r = CLI_FAIL;
+  if (!have_dir && gn_config_default_data_dir(c.data_dir, sizeof(c.data_dir)) < 0) {
+    r = cli_fail("no data directory: set HOME or XDG_DATA_HOME, or pass --data-dir DIR");
+  } else {
+    snprintf(c.sock, sizeof(c.sock), "%s/gpunetd.sock", c.data_dir);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    r = cmd->fn(&c, nargs, args);
+    curl_global_cleanup();
+  }
+  free(args);
   return r;
 }

@@ -357,6 +357,17 @@ static enum MHD_Result req_collect_query(void *cls, enum MHD_ValueKind kind, con
   return MHD_YES;
 }
 
+/* Copies s for an error message: bytes outside printable ASCII become '?',
+ * and a long s is cut with "...". */
+static void ctl_printable(const char *s, char *out, size_t cap) {
+  size_t n = 0;
+  for (; s[n] && n + 1 < cap; n++)
+    out[n] = (unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e ? '?' : s[n];
+  out[n] = 0;
+  if (s[n] && cap > 4)
+    memcpy(out + cap - 4, "...", 4);
+}
+
 /* Finds the route, records its parameters and calls its handler; or answers
  * 404/405 itself. */
 static void req_dispatch(gn_ctl *c, gn_ctl_req *r) {
@@ -379,6 +390,20 @@ static void req_dispatch(gn_ctl *c, gn_ctl_req *r) {
       req_answer(r, MHD_HTTP_METHOD_NOT_ALLOWED, resp_error("method %s not allowed on %s", r->method, r->path));
     else
       req_answer(r, MHD_HTTP_NOT_FOUND, resp_error("no such endpoint: %s %s", r->method, r->path));
+    return;
+  }
+  /* Route parameters name objects (jobs, leases, invoices) and end up in
+   * lookups, SQL and paths: they must be ids, whoever asks. */
+  for (size_t i = 0; i < found->nsegs; i++) {
+    if (found->segs[i][0] != ':' || gn_id_valid(segs[i]))
+      continue;
+    char shown[GN_ID_MAX + 4];
+    ctl_printable(segs[i], shown, sizeof(shown));
+    req_answer(r, MHD_HTTP_BAD_REQUEST,
+               resp_error("'%s' is not a valid %s: ids are 1 to %d letters, digits, '-' or '_', starting with a "
+                          "letter or digit",
+                          shown, found->segs[i] + 1, GN_ID_MAX));
+    free(tmp);
     return;
   }
   bool ok = true;

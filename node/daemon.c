@@ -192,7 +192,9 @@ static void load_state(gn_node *n) {
       j->created_s = sqlite3_column_int64(st, 10);
       j->ended_s = sqlite3_column_int64(st, 11);
       j->log_len = (uint64_t)sqlite3_column_int64(st, 12);
-      gn__pathf(j->log_path, sizeof j->log_path, "%s/jobs/%s.log", n->run_dir, j->id);
+      char jobs_dir[sizeof n->run_dir + 8]; /* a stored id is checked again before it names a file */
+      gn__pathf(jobs_dir, sizeof jobs_dir, "%s/jobs", n->run_dir);
+      gn_path_join(j->log_path, sizeof j->log_path, jobs_dir, NULL, j->id, ".log");
       gn__strf(j->container_id, sizeof j->container_id, "gn-%s", j->id);
       struct stat sb;
       if (stat(j->log_path, &sb) == 0)

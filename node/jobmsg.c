@@ -107,6 +107,11 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
     r = GN_ETOOBIG;
     goto out;
   }
+  /* The ids name files and containers on the provider: strict grammar. */
+  if (!gn_id_valid(m.job_id) || !gn_id_valid(m.lease_id)) {
+    r = GN_EINVAL;
+    goto out;
+  }
   m.pids = (uint32_t)pids;
   if ((r = get_strv(o, "cmd", m.argv, &m.argc)) < 0)
     goto out;
@@ -114,7 +119,10 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
     gn__jobman_done(&m);
     goto out;
   }
-  if (m.argc == 0) {
+  bool env_ok = true;
+  for (uint32_t i = 0; i < m.envc; i++)
+    env_ok = env_ok && gn_env_entry_valid(m.env[i]);
+  if (m.argc == 0 || !env_ok) {
     gn__jobman_done(&m);
     r = GN_EINVAL;
     goto out;
@@ -144,6 +152,12 @@ int gn__jobmsg_decode(uint32_t type, const uint8_t *body, size_t len, gn_jobmsg 
     goto fail;
   if (gn_wire_get(o, "reason") && (r = gn_wire_get_str(o, "reason", m.reason, sizeof m.reason)) < 0)
     goto fail;
+  /* An id that is present must be one; "" stays "absent" for the checks
+   * per type below. */
+  if ((m.job_id[0] && !gn_id_valid(m.job_id)) || (m.lease_id[0] && !gn_id_valid(m.lease_id))) {
+    r = GN_EINVAL;
+    goto fail;
+  }
   switch (type) {
   case GN_MSG_JOB_STATUS:
     if (!m.job_id[0] || (r = gn_wire_get_str(o, "state", m.state, sizeof m.state)) < 0 ||

@@ -625,8 +625,10 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   /* The manifest's limits apply within this provider's policy bounds. */
   j->memory_mib = m.memory_mib < 16 ? 16 : m.memory_mib > 65536 ? 65536 : m.memory_mib;
   j->pids_max = m.pids < 8 ? 8 : m.pids > 4096 ? 4096 : m.pids;
-  gn__pathf(j->log_path, sizeof j->log_path, "%s/jobs/%s.log", n->run_dir, j->id);
-  gn__pathf(j->bundle, sizeof j->bundle, "%s/bundle-%s", n->run_dir, j->id);
+  char jobs_dir[sizeof n->run_dir + 8]; /* paths from the job id: one checked component each */
+  gn__pathf(jobs_dir, sizeof jobs_dir, "%s/jobs", n->run_dir);
+  gn_path_join(j->log_path, sizeof j->log_path, jobs_dir, NULL, j->id, ".log");
+  gn_path_join(j->bundle, sizeof j->bundle, n->run_dir, "bundle-", j->id, NULL);
   gn__strf(j->container_id, sizeof j->container_id, "gn-%s", j->id);
   gn_buf_append(&j->manifest_env, raw, raw_len);
   j->next = n->jobs;

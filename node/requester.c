@@ -453,7 +453,9 @@ static void run_send(run_work *rw) {
   j->state = GN_JOB_PENDING;
   j->exit_code = -1;
   j->created_s = m.issued_s;
-  gn__pathf(j->log_path, sizeof j->log_path, "%s/jobs/%s.log", n->run_dir, j->id);
+  char jobs_dir[sizeof n->run_dir + 8];
+  gn__pathf(jobs_dir, sizeof jobs_dir, "%s/jobs", n->run_dir);
+  gn_path_join(j->log_path, sizeof j->log_path, jobs_dir, NULL, j->id, ".log");
   j->next = n->jobs;
   n->jobs = j;
   gn__node_persist_job(n, j);

@@ -356,7 +356,9 @@ const gn_offer_entry *gn_offer_table_at(const gn_offer_table *t, size_t index) {
 }
 
 const gn_offer_entry *gn_offer_table_find(const gn_offer_table *t, const char *id) {
-  for (size_t i = 0; t && id && i < t->n; i++)
+  if (!gn_id_valid(id)) /* ids come from users and peers: outside the grammar names nothing */
+    return NULL;
+  for (size_t i = 0; t && i < t->n; i++)
     if (strcmp(t->e[i].id, id) == 0)
       return &t->e[i];
   return NULL;

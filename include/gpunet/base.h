@@ -151,4 +151,88 @@ static inline void gn_buf_done(gn_buf *b) {
 
 #define GN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* --- identifiers and paths -------------------------------------------------*/
+
+#include <stdbool.h>
+
+/* Names that come from outside (job, lease, offer and invoice ids off the
+ * wire or from the control API) pass this grammar before they touch a path,
+ * SQL or a command line: 1..GN_ID_MAX bytes, the first a letter or digit,
+ * the rest letters, digits, '-' or '_'. So never "", ".", "..", a '/', a
+ * leading '-' (an option to a tool) or a control byte. Every id this
+ * project generates ("j-", "l-", "o-", "i-" + hex, node ids) passes. */
+#define GN_ID_MAX 64
+
+static inline bool gn__id_alnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+static inline bool gn_id_valid(const char *s) {
+  if (!s || !gn__id_alnum(s[0]))
+    return false;
+  for (size_t i = 1; i <= GN_ID_MAX; i++) {
+    char c = s[i];
+    if (c == 0)
+      return true;
+    if (i == GN_ID_MAX || !(gn__id_alnum(c) || c == '-' || c == '_'))
+      return false;
+  }
+  return false;
+}
+
+/* An environment entry "NAME=value" whose NAME is [A-Za-z_][A-Za-z0-9_]*
+ * (at most 256 bytes); the value is anything. */
+static inline bool gn_env_entry_valid(const char *s) {
+  if (!s || !(gn__id_alnum(s[0]) || s[0] == '_') || (s[0] >= '0' && s[0] <= '9'))
+    return false;
+  for (size_t i = 1; i <= 256; i++) {
+    if (s[i] == '=')
+      return true;
+    if (!(gn__id_alnum(s[i]) || s[i] == '_'))
+      return false;
+  }
+  return false;
+}
+
+/* The one way a path is built from an outside name: buf = dir + "/" +
+ * prefix + component + suffix, where component must pass gn_id_valid and
+ * prefix and suffix (constants of the caller, may be NULL) hold no '/' and
+ * no control byte, so the result names exactly one entry directly inside
+ * dir. Returns 0, GN_EINVAL (a bad component, prefix, suffix or empty dir:
+ * nothing is joined) or GN_ETOOBIG (over cap). On failure buf is set to ""
+ * when cap > 0, so a caller that ignores the code holds no path at all. */
+static inline int gn_path_join(char *buf, size_t cap, const char *dir, const char *prefix, const char *component,
+                               const char *suffix) {
+  const char *parts[3] = {prefix ? prefix : "", component, suffix ? suffix : ""};
+  size_t lens[3], dlen = dir ? strlen(dir) : 0, total;
+  int r = GN_EINVAL;
+  if (!buf || !dlen || !gn_id_valid(component))
+    goto fail;
+  total = dlen + 1;
+  for (int i = 0; i < 3; i++) {
+    lens[i] = strlen(parts[i]);
+    for (size_t k = 0; k < lens[i]; k++)
+      if (parts[i][k] == '/' || (unsigned char)parts[i][k] < 0x20 || parts[i][k] == 0x7f)
+        goto fail;
+    total += lens[i];
+  }
+  if (total >= cap) {
+    r = GN_ETOOBIG;
+    goto fail;
+  }
+  memcpy(buf, dir, dlen);
+  buf[dlen] = '/';
+  total = dlen + 1;
+  for (int i = 0; i < 3; i++) {
+    memcpy(buf + total, parts[i], lens[i]);
+    total += lens[i];
+  }
+  buf[total] = 0;
+  return 0;
+fail:
+  if (buf && cap)
+    buf[0] = 0;
+  return r;
+}
+
 #endif
