@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <ftw.h>
 #include <gpunet/sandbox.h>
 #include <jansson.h>
 #include <sys/sysmacros.h>
@@ -100,6 +101,8 @@ static int tree_setup(void **state) {
   t->outside = th_mkdtemp("nvout");
   assert_non_null(t->root);
   assert_non_null(t->outside);
+  /* A job in a user namespace must reach the bind sources. */
+  assert_int_equal(chmod(t->root, 0755), 0);
   char d[4096];
   p(t, d, sizeof d, "/dev");
   mkdirs(d);
@@ -720,6 +723,109 @@ static void test_nvidia_bundle_passes_nodes_and_driver_files(void **state) {
   free(ps);
 }
 
+/* --- in a real container --------------------------------------------------*/
+
+static uid_t chown_id;
+
+static int chown_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return lchown(path, chown_id, chown_id) < 0 ? -1 : 0;
+}
+
+/* The fake tree's nodes and files, handed through gn_bundle_write to the
+ * real runtime (runc or crun) with a busybox root that has no /usr/lib at
+ * all: the job sees the leased GPU's node with the driver's numbers, not
+ * the other GPU, the control and UVM nodes, the driver library under its
+ * soname (read-only) and nvidia-smi. With and without a user namespace. */
+static void test_nvidia_job_sees_nodes_and_driver_files(void **state) {
+  tree *t = *state;
+  if (!t)
+    skip();
+  gn_runtime rt;
+  char err[512] = "";
+  if (gn_runtime_detect(NULL, &rt, err, sizeof err) < 0 || !th_exists("/bin/busybox")) {
+    print_message("skipped: no OCI runtime or no /bin/busybox here (%s)\n", err);
+    skip();
+  }
+  unsigned minors[] = {0};
+  gn_nvidia_pass *ps = pass_ok(t, minors, 1);
+  char *work = th_mkdtemp("nvrun");
+  assert_non_null(work);
+  assert_int_equal(chmod(work, 0711), 0);
+  static const char *const script =
+      "stat -c '%n %F %t:%T' /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools /dev/nvidia-modeset; "
+      "ls /dev/nvidia1 >/dev/null 2>&1 && echo LEAK nvidia1; "
+      "echo lib $(cat " LIBDIR "/libcuda.so.1) $(cat " LIBDIR "/libcuda.so); "
+      "echo smi $(cat /usr/bin/nvidia-smi); "
+      "(echo x >" LIBDIR "/libcuda.so.1) 2>/dev/null && echo WRITABLE; "
+      "echo done";
+  const char *const argv[] = {"/bin/sh", "-c", script, NULL};
+  for (int userns = 0; userns < 2; userns++) {
+    char bundle[512], rootfs[600], cmd[8192], outp[600], errp[600], id[64], state_dir[600];
+    snprintf(bundle, sizeof bundle, "%s/b%d", work, userns);
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", bundle);
+    snprintf(state_dir, sizeof state_dir, "%s/state", work);
+    snprintf(id, sizeof id, "gn-nv-%d-%d", (int)getpid(), userns);
+    assert_int_equal(mkdir(bundle, 0711), 0);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/bin' '%s/dev' '%s/proc' '%s/sys' '%s/tmp' && cp /bin/busybox '%s/bin/' && "
+             "for a in sh cat ls stat echo; do ln -s busybox '%s/bin/'$a; done",
+             rootfs, rootfs, rootfs, rootfs, rootfs, rootfs, rootfs);
+    assert_int_equal(th_run(cmd, NULL, 0), 0);
+    gn_bundle_spec spec = {.argv = argv,
+                           .rootfs = "rootfs",
+                           .dev_nodes = ps->nodes,
+                           .n_dev_nodes = ps->n_nodes,
+                           .ro_binds = ps->binds,
+                           .n_ro_binds = ps->n_binds};
+    if (userns) {
+      spec.uid_base = spec.gid_base = 3100000;
+      spec.id_count = 65536;
+      chown_id = 3100000;
+      assert_int_equal(nftw(rootfs, chown_one, 16, FTW_PHYS), 0);
+    }
+    int rc = gn_bundle_write(bundle, &spec);
+    if (rc)
+      fail_msg("gn_bundle_write: %s", gn_strerror(rc));
+    char **rargv = NULL;
+    assert_int_equal(gn_runtime_argv_run(&rt, state_dir, bundle, id, &rargv), 0);
+    snprintf(outp, sizeof outp, "%s/out", work);
+    snprintf(errp, sizeof errp, "%s/err", work);
+    int in = open("/dev/null", O_RDONLY), out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600),
+        ef = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600), status = -1;
+    assert_true(in >= 0 && out >= 0 && ef >= 0);
+    assert_int_equal(gn_runtime_exec_io(rargv, in, out, ef, &status), 0);
+    close(in);
+    close(out);
+    close(ef);
+    gn_argv_free(rargv);
+    char *o = th_read_file(outp, NULL), *e = th_read_file(errp, NULL);
+    if (status != 0 || !strstr(o, "done"))
+      fail_msg("%s job (user namespace: %d) exit %d\nstdout: %s\nstderr: %s", rt.path, userns, status, o, e);
+    static const char *const want[] = {
+        "/dev/nvidia0 character special file c3:0",
+        "/dev/nvidiactl character special file c3:ff",
+        "/dev/nvidia-uvm character special file 1fe:0",
+        "/dev/nvidia-uvm-tools character special file 1fe:1",
+        "/dev/nvidia-modeset character special file c3:fe",
+        "lib " LIBDIR "/libcuda.so." VER " " LIBDIR "/libcuda.so." VER "\n",
+        "smi /usr/bin/nvidia-smi\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+      if (!strstr(o, want[i]))
+        fail_msg("user namespace %d: no \"%s\" in the job's output:\n%s", userns, want[i], o);
+    assert_null(strstr(o, "LEAK"));
+    assert_null(strstr(o, "WRITABLE"));
+    free(o);
+    free(e);
+  }
+  th_rm_rf(work);
+  free(work);
+  free(ps);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nvidia_passes_leased_gpu_and_control_nodes_only),
@@ -737,6 +843,7 @@ int main(void) {
       cmocka_unit_test(test_nvidia_ld_cache_written_by_ldconfig),
       cmocka_unit_test(test_nvidia_hostile_ld_cache_falls_back_to_folders),
       cmocka_unit_test(test_nvidia_bundle_passes_nodes_and_driver_files),
+      cmocka_unit_test(test_nvidia_job_sees_nodes_and_driver_files),
   };
   /* One fake tree for the group; tests that change it put it back. */
   return cmocka_run_group_tests(tests, tree_setup, tree_teardown);
