@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The gpunet commands that need no daemon: init creates a private identity,
-# id is stable, init never overwrites a key, audit rejects a non-invoice, and
-# usage errors exit 2 while an unreachable daemon exits 1 with a hint.
+# id is stable, init never overwrites a key, audit rejects a non-invoice,
+# usage errors exit 2 while an unreachable daemon exits 1 with a hint, and the
+# global options work after the command as well as before it.
 set -euo pipefail
 G=${GN_BUILD_DIR:?}/gpunet
 tmp=$(mktemp -d /tmp/gn-cli-offline.XXXXXX)
@@ -62,6 +63,31 @@ set -e
 [ $rc = 1 ] || fail "status without daemon exited $rc, want 1"
 grep -q "cannot reach gpunetd at $d/gpunetd.sock: is it running? (start it with: gpunetd --data-dir $d)" "$tmp/err" ||
   fail "status without daemon said: $(cat "$tmp/err")"
+# Global options after the command (and both orders) mean the same.
+d2=$tmp/data2
+id2=$("$G" init --data-dir "$d2" 2>/dev/null) || fail "init --data-dir D exited $?"
+[[ $id2 =~ ^gn[a-z2-7]{56}$ ]] && [ -f "$d2/identity.key" ] || fail "init --data-dir D made no identity in D"
+[ "$("$G" id --data-dir "$d2")" = "$id2" ] || fail "id --data-dir D"
+[ "$("$G" --data-dir "$d2" id)" = "$id2" ] || fail "--data-dir D id"
+"$G" id --json --data-dir="$d2" | grep -q "\"node_id\": \"$id2\"" || fail "id --json --data-dir=D"
+"$G" --json id --data-dir "$d2" | grep -q "\"node_id\": \"$id2\"" || fail "--json id --data-dir D"
+set +e
+"$G" status --json --data-dir "$d2" >/dev/null 2>"$tmp/err"; rc=$?
+set -e
+[ $rc = 1 ] && grep -q "cannot reach gpunetd at $d2/gpunetd.sock" "$tmp/err" ||
+  fail "status --json --data-dir D: rc $rc: $(cat "$tmp/err")"
+set +e
+"$G" status --bogus --data-dir "$d2" >/dev/null 2>"$tmp/err"; rc=$?
+set -e
+[ $rc = 2 ] && grep -q "gpunet status: unknown option '--bogus'" "$tmp/err" ||
+  fail "status --bogus: rc $rc: $(cat "$tmp/err")"
+set +e
+"$G" init --data-dir >/dev/null 2>"$tmp/err"; rc=$?
+set -e
+[ $rc = 2 ] && grep -q "option '--data-dir' needs a directory" "$tmp/err" ||
+  fail "init --data-dir without a value: rc $rc: $(cat "$tmp/err")"
+"$G" status --version | grep -q "^gpunet " || fail "status --version"
+
 "$G" --version | grep -q "^gpunet " || fail "--version"
 "$G" help rent | grep -q -- "--hours" || fail "help rent"
 echo "ok"

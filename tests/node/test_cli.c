@@ -251,6 +251,22 @@ static run_result *run(fixture *f, const char *args) {
   return &rr;
 }
 
+/* The same with the global options last: gpunet ARGS --data-dir DIR. */
+static run_result *run_after(fixture *f, const char *args) {
+  char with[1024];
+  snprintf(with, sizeof(with), "%s --data-dir '%s'", args, f->dir);
+  char cmd[2048], out[128], err[128];
+  snprintf(out, sizeof(out), "%s/out", f->dir);
+  snprintf(err, sizeof(err), "%s/err", f->dir);
+  snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>'%s'", f->gpunet, with, out, err);
+  static run_result rr;
+  int st = system(cmd);
+  rr.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  slurp(out, rr.out, sizeof(rr.out));
+  slurp(err, rr.err, sizeof(rr.err));
+  return &rr;
+}
+
 #define SKIP_IF_NO_BINARY()                                                                                            \
   do {                                                                                                                 \
     if (!*state) {                                                                                                     \
@@ -444,6 +460,73 @@ static void test_cli_usage_errors_exit_2(void **state) {
   }
 }
 
+static void test_cli_global_options_after_the_command(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  /* --data-dir after the command reaches the stand-in daemon's socket. */
+  run_result *r = run_after(f, "status --json");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "\"node_id\": \"" PROVIDER "\"");
+  r = run_after(f, "status");
+  assert_int_equal(r->code, 0);
+  assert_null(strstr(r->out, "\"node_id\""));
+  assert_contains(r->out, PROVIDER);
+  r = run_after(f, "--json status");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "\"node_id\"");
+  char args[256];
+  snprintf(args, sizeof(args), "status --data-dir=%s --json", f->dir);
+  r = run_after(f, args);
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "\"node_id\"");
+  /* An unknown option after the command is still the command's error. */
+  r = run_after(f, "status --bogus");
+  assert_int_equal(r->code, 2);
+  assert_contains(r->err, "gpunet status: unknown option '--bogus'");
+  r = run(f, "status --data-dir");
+  assert_int_equal(r->code, 2);
+  assert_contains(r->err, "option '--data-dir' needs a directory");
+}
+
+static void test_cli_job_arguments_are_not_global_options(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  /* --json before "--" is gpunet's; after it, the job's, like --data-dir. */
+  run_result *r = run(f, "run l-00112233445566778 --image busybox --json -- echo --json --data-dir /x");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "\"job\"");
+  json_t *cmd = json_object_get(f->last_body, "cmd");
+  assert_int_equal(json_array_size(cmd), 4);
+  assert_string_equal(json_string_value(json_array_get(cmd, 1)), "--json");
+  assert_string_equal(json_string_value(json_array_get(cmd, 2)), "--data-dir");
+  assert_string_equal(json_string_value(json_array_get(cmd, 3)), "/x");
+  /* The value of a command's option is never taken for a global one. */
+  r = run(f, "offers --sort --json");
+  assert_int_equal(r->code, 2);
+  assert_contains(r->err, "--json");
+}
+
+static void test_cli_hostile_ids_refused_before_any_request(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  static const char *const ids[] = {"..", ".", "../../x", "a/b", "a.b", "'a b'", "''", "$'a\\n'"};
+  static const char *const cmds[] = {"logs %s",          "logs -f %s",      "stop %s",
+                                     "release %s",       "invoice show %s", "run %s --image x -- true",
+                                     "rent %s --hours 1"};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(ids); i++) {
+    for (size_t k = 0; k < GN_ARRAY_SIZE(cmds); k++) {
+      char args[256];
+      snprintf(args, sizeof(args), cmds[k], ids[i]);
+      run_result *r = run(f, args);
+      if (r->code != 2 || !strstr(r->err, "id: ids are 1 to 64 letters"))
+        fail_msg("'gpunet %s' exited %d: %s", args, r->code, r->err);
+    }
+  }
+  assert_string_equal(f->last_param, "");
+  assert_null(f->last_body);
+  assert_int_equal(f->log_calls, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cli_status_table_and_json, setup, teardown),
@@ -457,6 +540,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cli_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_invoice_export_writes_bytes_as_received, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_usage_errors_exit_2, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_global_options_after_the_command, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_job_arguments_are_not_global_options, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_hostile_ids_refused_before_any_request, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
