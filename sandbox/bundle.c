@@ -321,7 +321,8 @@ static json_t *build(const gn_bundle_spec *s, int *ret_code) {
   if (!resources)
     goto fail;
   if (s->cgroup_limits) {
-    /* Only where the cgroup layout applies them (gn_cgroup_limits_supported):
+    /* Only where the cgroup layout applies them (gn_cgroup_limits_supported,
+     * which since the CPU limit also wants the cpu controller):
      * a runtime asked for limits it cannot set refuses to start at all. */
     if (s->memory_bytes)
       json_object_set_new(resources, "memory", json_pack("{s:I}", "limit", (json_int_t)s->memory_bytes));
@@ -448,13 +449,16 @@ bool gn_cgroup_limits_supported(void) {
     if (n <= 0)
       return false;
     buf[n] = '\0';
-    bool mem = false, pids = false;
+    bool mem = false, pids = false, cpu = false;
     for (char *save = NULL, *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
       mem = mem || strcmp(t, "memory") == 0;
       pids = pids || strcmp(t, "pids") == 0;
+      cpu = cpu || strcmp(t, "cpu") == 0;
     }
-    return mem && pids;
+    return mem && pids && cpu;
   }
-  /* cgroup v1 (or hybrid): both controllers mounted as their own hierarchy. */
-  return fs_is("/sys/fs/cgroup/memory", CGROUP_SUPER_MAGIC) && fs_is("/sys/fs/cgroup/pids", CGROUP_SUPER_MAGIC);
+  /* cgroup v1 (or hybrid): the controllers mounted as their own hierarchies
+   * ("cpu" is usually a link to "cpu,cpuacct"; statfs follows it). */
+  return fs_is("/sys/fs/cgroup/memory", CGROUP_SUPER_MAGIC) && fs_is("/sys/fs/cgroup/pids", CGROUP_SUPER_MAGIC) &&
+         fs_is("/sys/fs/cgroup/cpu", CGROUP_SUPER_MAGIC);
 }

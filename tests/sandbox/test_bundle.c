@@ -603,13 +603,20 @@ static void test_bundle_refuses_bad_isolation_specs(void **state) {
 
 static void test_cgroup_limits_supported_matches_layout(void **state) {
   (void)state;
-  struct statfs a, b;
+  struct statfs a, b, c;
   bool v1 = statfs("/sys/fs/cgroup/memory", &a) == 0 && a.f_type == 0x27e0eb /* CGROUP_SUPER_MAGIC */ &&
-            statfs("/sys/fs/cgroup/pids", &b) == 0 && b.f_type == 0x27e0eb;
+            statfs("/sys/fs/cgroup/pids", &b) == 0 && b.f_type == 0x27e0eb && statfs("/sys/fs/cgroup/cpu", &c) == 0 &&
+            c.f_type == 0x27e0eb;
   bool v2 = false;
   char *ctl = th_read_file("/sys/fs/cgroup/cgroup.controllers", NULL);
   if (ctl) {
-    v2 = strstr(ctl, "memory") && strstr(ctl, "pids");
+    /* " cpu " as a word: "cpuset" is another controller. */
+    char words[600];
+    snprintf(words, sizeof(words), " %s ", ctl);
+    for (char *p = words; *p; p++)
+      if (*p == '\n')
+        *p = ' ';
+    v2 = strstr(words, " memory ") && strstr(words, " pids ") && strstr(words, " cpu ");
     free(ctl);
   }
   assert_int_equal(gn_cgroup_limits_supported(), v1 || v2);
