@@ -139,6 +139,15 @@ static int a_add_key(void) {
   return allowed("added key %ld to the session keyring", id);
 }
 
+static int a_keyctl_persistent(void) {
+  /* The persistent keyring of this uid outlives every process: with no user
+   * namespace, host root's, shared by all jobs and the provider. */
+  long id = syscall(SYS_keyctl, KEYCTL_GET_PERSISTENT, -1L, KEY_SPEC_SESSION_KEYRING);
+  if (id < 0)
+    return blocked(errno);
+  return allowed("linked the persistent keyring (%ld)", id);
+}
+
 static int a_keyctl_join(void) {
   /* A named session keyring is how two jobs of one uid would share keys. */
   long id = syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, "gn-probe-shared");
@@ -405,6 +414,7 @@ static const struct {
 } attacks[] = {
     {"keyctl-read", a_keyctl_read, "read the user keyring (keyctl)"},
     {"add-key", a_add_key, "add a key to the session keyring (add_key)"},
+    {"keyctl-persistent", a_keyctl_persistent, "link the uid's persistent keyring (keyctl)"},
     {"keyctl-join", a_keyctl_join, "join a named session keyring, a channel between jobs"},
     {"request-key", a_request_key, "search the keyrings (request_key)"},
     {"userns", a_userns, "unshare(CLONE_NEWUSER)"},

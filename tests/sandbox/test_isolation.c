@@ -175,10 +175,33 @@ static int probe(const char *attack, bool userns, bool seccomp, job_result *r) {
 }
 
 static const char *const attacks[] = {
-    "keyctl-read", "add-key",    "keyctl-join",     "request-key", "userns", "clone-userns", "clone3-userns",
-    "io_uring",    "perf",       "userfaultfd",     "bpf",         "mount",  "fsopen",       "umount",
-    "ptrace",      "process-vm", "kexec",           "module",      "swapon", "acct",         "settime",
-    "mknod",       "raw-socket", "chown-root-file", "whoami",      NULL,
+    "keyctl-read",
+    "add-key",
+    "keyctl-persistent",
+    "keyctl-join",
+    "request-key",
+    "userns",
+    "clone-userns",
+    "clone3-userns",
+    "io_uring",
+    "perf",
+    "userfaultfd",
+    "bpf",
+    "mount",
+    "fsopen",
+    "umount",
+    "ptrace",
+    "process-vm",
+    "kexec",
+    "module",
+    "swapon",
+    "acct",
+    "settime",
+    "mknod",
+    "raw-socket",
+    "chown-root-file",
+    "whoami",
+    NULL,
 };
 
 static void test_isolation_every_attack_is_blocked(void **state) {
