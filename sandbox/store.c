@@ -825,7 +825,8 @@ static int gc_scan(gn_store *s, gc_item **ret_items, size_t *ret_n, uint64_t *re
     }
     closedir(dir);
   }
-  qsort(items, n, sizeof(*items), gc_cmp);
+  if (n)
+    qsort(items, n, sizeof(*items), gc_cmp);
 out:
   if (r < 0) {
     free(items);
