@@ -596,6 +596,57 @@ static void test_nvidia_hostile_ld_cache_falls_back_to_folders(void **state) {
   rm(t, "/etc/ld.so.cache");
 }
 
+/* Thousands of caches with random bytes changed in the header, the entries
+ * and the strings (seeded: the same every run), and the host's own cache:
+ * never a read out of bounds (the sanitizer build checks), never a path
+ * outside the root, and libcuda always found. */
+static void test_nvidia_mutated_ld_caches_are_read_safely(void **state) {
+  tree *t = *state;
+  if (!t)
+    skip();
+  unsigned minors[] = {0};
+  uint8_t b[4096], h[4096];
+  ldc_entry e[] = {{0x0303, "libcuda.so.1", "/opt/evil/libcuda.so.1"},
+                   {0x0303, "libnvidia-ml.so.1", "/opt/evil/libnvidia-ml.so.1"}};
+  size_t n = ldc_build(b, sizeof b, e, 2);
+  put_lib(t, "/opt/evil", "libcuda.so", VER, "libcuda.so.1");
+  size_t host_len = 0;
+  char *host = th_read_file("/etc/ld.so.cache", &host_len);
+  if (host) {
+    put_cache(t, host, host_len);
+    gn_nvidia_pass *ps = pass_ok(t, minors, 1);
+    assert_non_null(dest_source(ps->binds, ps->n_binds, LIBDIR "/libcuda.so.1"));
+    free(ps);
+    free(host);
+  }
+  uint32_t seed = 42;
+  for (int round = 0; round < 2000; round++) {
+    memcpy(h, b, n);
+    int flips = 1 + round % 4;
+    for (int f = 0; f < flips; f++) {
+      seed = seed * 1103515245u + 12345u;
+      size_t at = (seed >> 8) % n;
+      seed = seed * 1103515245u + 12345u;
+      h[at] = (uint8_t)(seed >> 16);
+    }
+    size_t len = n;
+    if (round % 7 == 0)
+      len = (seed >> 4) % (n + 1); /* and cut short */
+    put_cache(t, h, len);
+    gn_nvidia_pass *ps = calloc(1, sizeof *ps);
+    char err[512] = "";
+    int rc = gn_nvidia_passthrough(t->root, minors, 1, ps, err, sizeof err);
+    if (rc)
+      fail_msg("round %d: %s (%s)", round, gn_strerror(rc), err);
+    if (!dest_source(ps->binds, ps->n_binds, LIBDIR "/libcuda.so.1") &&
+        !dest_source(ps->binds, ps->n_binds, "/opt/evil/libcuda.so.1"))
+      fail_msg("round %d: no libcuda.so.1", round);
+    all_under_root(t, ps);
+    free(ps);
+  }
+  rm(t, "/etc/ld.so.cache");
+}
+
 /* --- the bundle -----------------------------------------------------------*/
 
 static json_t *find_by(json_t *a, const char *key, const char *value) {
@@ -842,6 +893,7 @@ int main(void) {
       cmocka_unit_test(test_nvidia_libraries_found_through_ld_cache),
       cmocka_unit_test(test_nvidia_ld_cache_written_by_ldconfig),
       cmocka_unit_test(test_nvidia_hostile_ld_cache_falls_back_to_folders),
+      cmocka_unit_test(test_nvidia_mutated_ld_caches_are_read_safely),
       cmocka_unit_test(test_nvidia_bundle_passes_nodes_and_driver_files),
       cmocka_unit_test(test_nvidia_job_sees_nodes_and_driver_files),
   };
