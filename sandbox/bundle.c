@@ -1,6 +1,6 @@
 /* OCI bundle generation: writes bundle_dir/config.json (runtime spec 1.0.2)
  * for a job with strict isolation, and tells whether the host's cgroup
- * layout can apply memory and pids limits.
+ * layout can apply memory, pids and CPU limits.
  *
  * The process runs as uid 0:0 inside the container, with every capability
  * set empty, no-new-privileges and the seccomp allow list of seccomp.c.
