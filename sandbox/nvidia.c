@@ -291,12 +291,22 @@ static int add_node(ctx *c, const char *name, int want_major, int want_minor, co
 
 /* --- binds -----------------------------------------------------------------*/
 
+/* True for a path a runtime's mount options can carry: printable, no comma
+ * (it would split the options on some runtimes), no newline. */
+static bool path_usable(const char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == ',')
+      return false;
+  return true;
+}
+
 /* 0: bound (or dest already bound: the first, preferred, source wins);
- * 1: skipped, a path too long for the storage (no driver has one);
- * GN_ETOOBIG: no room left. */
+ * 1: skipped, a path too long for the storage or with bytes no driver's
+ * path has; GN_ETOOBIG: no room left. */
 static int add_bind(ctx *c, const char *src, const char *dest, char *err, size_t err_cap) {
   gn_nvidia_pass *p = c->pass;
-  if (strlen(src) >= sizeof p->strings[0][0] || strlen(dest) >= sizeof p->strings[0][1])
+  if (strlen(src) >= sizeof p->strings[0][0] || strlen(dest) >= sizeof p->strings[0][1] || !path_usable(src) ||
+      !path_usable(dest))
     return 1;
   for (size_t i = 0; i < p->n_binds; i++)
     if (strcmp(p->strings[GN_NVIDIA_MAX_NODES + i][1], dest) == 0)
@@ -530,14 +540,15 @@ static bool versioned_name_ok(const ctx *c, const char *lib, const char *base) {
 }
 
 /* Picks each library's file: the first candidate, in the loader's order,
- * that resolves inside the root to a regular file of the loaded driver. */
+ * that resolves inside the root to a regular file of the loaded driver
+ * whose path a mount can carry. */
 static void pick(ctx *c) {
   for (size_t i = 0; i < NLIBS; i++) {
     lib_cands *lc = &c->cands[i];
     for (size_t k = 0; k < lc->n && !lc->chosen[0]; k++) {
       char r[PATH_MAX], h[PATH_MAX];
       struct stat st;
-      if (resolve_in_root(c, lc->c[k].path, r) == 0 && host_path(c, r, h) == 0 && stat(h, &st) == 0 &&
+      if (resolve_in_root(c, lc->c[k].path, r) == 0 && path_usable(r) && host_path(c, r, h) == 0 && stat(h, &st) == 0 &&
           S_ISREG(st.st_mode) && versioned_name_ok(c, libs[i].name, strrchr(r, '/') + 1))
         memcpy(lc->chosen, r, strlen(r) + 1);
     }
@@ -642,6 +653,10 @@ int gn_nvidia_passthrough(const char *root, const unsigned *minors, size_t n, gn
   }
   memcpy(c->root, root, rl);
   c->root[rl] = '\0';
+  if (!path_usable(c->root)) {
+    rc = gn__err(err, err_cap, GN_EINVAL, "the root path has a comma or a control byte");
+    goto out;
+  }
 
   /* The leased GPUs' nodes, each once, then the control and UVM nodes. */
   for (size_t i = 0; i < n; i++) {

@@ -300,6 +300,7 @@ static void test_nvidia_refuses_bad_arguments(void **state) {
   assert_int_equal(gn_nvidia_passthrough(t->root, ok, 0, ps, NULL, 0), GN_EINVAL);
   assert_int_equal(gn_nvidia_passthrough(t->root, NULL, 1, ps, NULL, 0), GN_EINVAL);
   assert_int_equal(gn_nvidia_passthrough("relative/root", ok, 1, ps, NULL, 0), GN_EINVAL);
+  assert_int_equal(gn_nvidia_passthrough("/tmp/a,b", ok, 1, ps, NULL, 0), GN_EINVAL);
   assert_int_equal(gn_nvidia_passthrough(NULL, ok, 1, ps, NULL, 0), GN_EINVAL);
   assert_int_equal(gn_nvidia_passthrough(t->root, ok, 1, NULL, NULL, 0), GN_EINVAL);
   assert_int_equal(gn_nvidia_passthrough(t->root, ctl, 1, ps, NULL, 0), GN_EINVAL); /* nvidiactl is no GPU */
@@ -482,15 +483,20 @@ static void test_nvidia_libraries_found_through_ld_cache(void **state) {
       {0x0003, "libnvidia-opencl.so.1", "/opt/nv/lib32/libnvidia-opencl.so.1"}, /* i386 */
       {0x0303, "libcudadebugger.so.1", esc},
       {0x0303, "libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1"},
+      /* A path no mount option list can carry: the folders' copy is taken. */
+      {0x0303, "libnvidia-ptxjitcompiler.so.1", "/opt/a,b/libnvidia-ptxjitcompiler.so.1"},
   };
+  put_lib(t, "/opt/a,b", "libnvidia-ptxjitcompiler.so", VER, "libnvidia-ptxjitcompiler.so.1");
   uint8_t b[4096];
-  put_cache(t, b, ldc_build(b, sizeof b, e, 4));
+  put_cache(t, b, ldc_build(b, sizeof b, e, 5));
   gn_nvidia_pass *ps = pass_ok(t, minors, 1);
   want_bind(t, ps, "/opt/nv/lib/libnvidia-ml.so.1", "/opt/nv/lib/libnvidia-ml.so." VER);
   want_bind(t, ps, "/opt/nv/lib/libnvidia-ml.so." VER, "/opt/nv/lib/libnvidia-ml.so." VER);
   assert_null(dest_source(ps->binds, ps->n_binds, LIBDIR "/libnvidia-ml.so.1")); /* the cache wins */
   want_no_bind_like(ps, "opencl");
   want_no_bind_like(ps, "debugger");
+  want_no_bind_like(ps, ",");
+  want_bind(t, ps, LIBDIR "/libnvidia-ptxjitcompiler.so.1", LIBDIR "/libnvidia-ptxjitcompiler.so." VER);
   /* What the cache lacks, the folders give. */
   want_bind(t, ps, LIBDIR "/libcuda.so.1", LIBDIR "/libcuda.so." VER);
   all_under_root(t, ps);
