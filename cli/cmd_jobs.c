@@ -47,16 +47,33 @@ static int job_outcome(cli *c, const char *job_id) {
   return rc;
 }
 
+/* How long one logs request may wait for news. gpunetd answers as soon as
+ * output arrives or the job changes state (a long poll), so a short wait
+ * would only add requests, not speed. */
+#define CLI_LOGS_WAIT_MS 30000
+/* An answer sooner than this, with nothing new, means the daemon did not
+ * hold the request (an older gpunetd): then ask again only after a pause. */
+#define CLI_LOGS_EARLY_MS 50
+#define CLI_LOGS_PAUSE_US (200 * 1000)
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 int cli_follow_logs(cli *c, const char *job_id, bool follow) {
   char *base = cli_path("/v1/jobs", job_id, "/logs");
   if (!base)
     return cli_fail("out of memory");
   long long offset = 0;
+  char state[32] = "";
   int rc = CLI_OK;
   for (;;) {
     char path[1024];
-    snprintf(path, sizeof(path), "%s?offset=%lld&wait_ms=%d", base, offset, follow ? 1000 : 0);
+    snprintf(path, sizeof(path), "%s?offset=%lld&wait_ms=%d", base, offset, follow ? CLI_LOGS_WAIT_MS : 0);
     json_t *j;
+    uint64_t asked_ms = mono_ms();
     if ((rc = cli_call(c, "GET", path, NULL, &j)) != CLI_OK)
       break;
     const char *data = cli_str(j, "data");
@@ -72,12 +89,16 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
     bool done = cli_bool(j, "done");
     bool have_code = cli_has_int(j, "exit_code");
     long long code = cli_int(j, "exit_code", 0);
+    const char *st = cli_str(j, "state");
+    bool state_changed = st && strcmp(st, state) != 0;
+    if (st)
+      snprintf(state, sizeof(state), "%s", st);
     json_decref(j);
     if (next < offset) {
       rc = cli_fail("gpunetd moved the log offset of %s backwards (%lld after %lld)", job_id, next, offset);
       break;
     }
-    bool progressed = next > offset;
+    bool progressed = next > offset || state_changed;
     offset = next;
     if (!follow)
       break;
@@ -85,9 +106,8 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
       rc = have_code ? exit_code_of(code) : job_outcome(c, job_id);
       break;
     }
-    /* The server may answer at once instead of holding the request. */
-    if (!progressed)
-      usleep(200 * 1000);
+    if (!progressed && mono_ms() - asked_ms < CLI_LOGS_EARLY_MS)
+      usleep(CLI_LOGS_PAUSE_US);
   }
   free(base);
   return rc;

@@ -160,16 +160,7 @@ static bool job_done(const gn_job *j) {
 
 /* Logs are read from the job's log file, which the provider writes as the
  * container prints and the requester as chunks arrive. */
-static void api_logs(gn_ctl_req *req, void *ud) {
-  gn_node *n = ud;
-  gn_job *j = gn__job_find(n, gn_ctl_req_param(req, "id"));
-  if (!j)
-    return gn_ctl_reply_error(req, 404, "no job %s", gn_ctl_req_param(req, "id"));
-  const char *qo = gn_ctl_req_query(req, "offset");
-  char *end = NULL;
-  unsigned long long offset = qo ? strtoull(qo, &end, 10) : 0;
-  if (qo && (*end || end == qo))
-    return gn_ctl_reply_error(req, 400, "offset must be a number");
+static void logs_reply(gn_ctl_req *req, const gn_job *j, uint64_t offset) {
   size_t want = offset < j->log_len ? (size_t)(j->log_len - offset) : 0;
   if (want > 256 * 1024)
     want = 256 * 1024;
@@ -197,6 +188,75 @@ static void api_logs(gn_ctl_req *req, void *ud) {
                                                                               : json_null());
   free(buf);
   gn_ctl_reply_json(req, 200, o);
+}
+
+/* A long poll waits at most this long, whatever wait_ms asks: the client
+ * asks again, and a request held for minutes looks like a hung daemon. */
+#define API_LOGS_MAX_WAIT_MS 30000
+
+/* What a waiting logs request has already seen. */
+typedef struct logs_seen {
+  uint64_t offset;
+  gn_job_state state;
+} logs_seen;
+
+static bool logs_news(const gn_job *j, const logs_seen *seen) {
+  return seen->offset < j->log_len || job_done(j) || j->state != seen->state;
+}
+
+/* GET /v1/jobs/:id/logs?offset=N[&wait_ms=M]: the log from byte N. With
+ * wait_ms and nothing new (no output past N, the job not ended), the reply
+ * waits, on the loop without blocking it, until output arrives, the job
+ * changes state, or wait_ms (at most API_LOGS_MAX_WAIT_MS) passes. */
+static void api_logs(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  gn_job *j = gn__job_find(n, gn_ctl_req_param(req, "id"));
+  if (!j)
+    return gn_ctl_reply_error(req, 404, "no job %s", gn_ctl_req_param(req, "id"));
+  const char *qo = gn_ctl_req_query(req, "offset");
+  char *end = NULL;
+  unsigned long long offset = qo ? strtoull(qo, &end, 10) : 0;
+  if (qo && (*end || end == qo))
+    return gn_ctl_reply_error(req, 400, "offset must be a number");
+  const char *qw = gn_ctl_req_query(req, "wait_ms");
+  unsigned long long wait_ms = qw ? strtoull(qw, &end, 10) : 0;
+  if (qw && (*end || end == qw || qw[0] == '-'))
+    return gn_ctl_reply_error(req, 400, "wait_ms must be a number of milliseconds");
+  if (wait_ms > API_LOGS_MAX_WAIT_MS)
+    wait_ms = API_LOGS_MAX_WAIT_MS;
+  logs_seen now = {offset, j->state};
+  if (wait_ms && !logs_news(j, &now) && !n->stopping) {
+    logs_seen *seen = malloc(sizeof *seen);
+    gn_pending *p = seen ? gn__pending_add(n, req, GN_PENDING_LOGS, j->id, wait_ms) : NULL;
+    if (p) {
+      *seen = now;
+      p->data = seen;
+      return; /* answered by gn__api_logs_wake or, at its deadline, gn__api_logs_answer */
+    }
+    free(seen); /* out of memory: answer at once, the client asks again */
+  }
+  logs_reply(req, j, offset);
+}
+
+void gn__api_logs_answer(gn_node *n, gn_pending *p) {
+  const logs_seen *seen = p->data;
+  gn_job *j = gn__job_find(n, p->key);
+  if (!j)
+    return gn_ctl_reply_error(p->req, 404, "no job %s", p->key);
+  logs_reply(p->req, j, seen->offset);
+}
+
+void gn__api_logs_wake(gn_node *n, const gn_job *j) {
+  for (gn_pending **pp = &n->pending; *pp;) {
+    gn_pending *p = *pp;
+    if (p->kind != GN_PENDING_LOGS || strcmp(p->key, j->id) != 0 || !logs_news(j, p->data)) {
+      pp = &p->next;
+      continue;
+    }
+    *pp = p->next;
+    logs_reply(p->req, j, ((const logs_seen *)p->data)->offset);
+    gn__pending_free(p);
+  }
 }
 
 static json_t *invoice_record_json(const gn_invoice_record *r) {

@@ -124,6 +124,8 @@ out:
   sqlite3_finalize(st);
   free(cmd);
   free(env);
+  /* Every state change is persisted: answer the long polls that wait on it. */
+  gn__api_logs_wake(n, j);
 }
 
 /* Loads leases and jobs kept by an earlier run. A lease or job that was
@@ -321,6 +323,8 @@ void gn__job_append_log(gn_job *j, const uint8_t *data, size_t len) {
   }
   close(fd);
   j->log_len += off;
+  if (off)
+    gn__api_logs_wake(j->node, j);
 }
 
 /* --- pending API requests -------------------------------------------------*/
@@ -367,6 +371,11 @@ static void pending_expire(gn_node *n, uint64_t now_ms) {
       continue;
     }
     *pp = p->next;
+    if (p->kind == GN_PENDING_LOGS) { /* a long poll that saw nothing new */
+      gn__api_logs_answer(n, p);
+      gn__pending_free(p);
+      continue;
+    }
     char peer[GN_NODE_ID_STRLEN];
     gn_node_id_format(p->peer, peer);
     static const char *const what[] = {"", "the lease request", "the job", "the release"};

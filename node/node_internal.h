@@ -103,7 +103,7 @@ typedef struct gn_pending {
   void *data;
 } gn_pending;
 
-enum { GN_PENDING_RENT = 1, GN_PENDING_JOB, GN_PENDING_RELEASE };
+enum { GN_PENDING_RENT = 1, GN_PENDING_JOB, GN_PENDING_RELEASE, GN_PENDING_LOGS };
 
 struct gn_job {
   gn_job *next;
@@ -320,6 +320,13 @@ void gn__attest_shutdown(gn_node *n);
 
 /* api.c */
 void gn__api_register(gn_node *n);
+/* Long-polled logs (GET /v1/jobs/:id/logs?wait_ms=): a waiting request is a
+ * GN_PENDING_LOGS entry keyed by job id. _wake answers the job's waiters that
+ * have something new (output past their offset, a state change); call it
+ * whenever the job's log grows or its state is persisted. _answer replies to
+ * one waiter with what there is (its deadline passed); the caller frees p. */
+void gn__api_logs_wake(gn_node *n, const gn_job *j);
+void gn__api_logs_answer(gn_node *n, gn_pending *p);
 
 /* jobmsg.c: bodies of the lease/job messages this module owns. */
 typedef struct gn_jobman {
