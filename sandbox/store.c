@@ -51,6 +51,8 @@ struct gn_store {
   pin_ent *pins;
 };
 
+static void clean_tmp(gn_store *s);
+
 static int mkdir_p1(const char *path, mode_t mode) {
   if (mkdir(path, mode) == 0 || errno == EEXIST)
     return 0;
@@ -87,6 +89,7 @@ int gn_store_open(const char *dir, gn_store **ret) {
   }
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cond, NULL);
+  clean_tmp(s);
   *ret = s;
   return 0;
 }
@@ -660,6 +663,44 @@ static int retire(gn_store *s, const char *rel, char out[4096]) {
   return rename(from, out) < 0 ? -errno : 0;
 }
 
+#define TMP_STALE_S (24 * 3600) /* a temp entry this old belongs to no live pull or unpack */
+
+/* Removes what crashed or abandoned work left under tmp/: trees retired
+ * for removal (gc-*), and day-old unpacks, stamps and partial downloads no
+ * pull holds the lock of. */
+static void clean_tmp(gn_store *s) {
+  char p[4096];
+  snprintf(p, sizeof(p), "%s/tmp", s->dir);
+  DIR *d = opendir(p);
+  if (!d)
+    return;
+  time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    const char *n = e->d_name;
+    struct stat st;
+    if (n[0] == '.' || strlen(n) > 200)
+      continue;
+    snprintf(p, sizeof(p), "%s/tmp/%s", s->dir, n);
+    if (lstat(p, &st) < 0)
+      continue;
+    bool old = now - st.st_mtime > TMP_STALE_S;
+    if (strncmp(n, "gc-", 3) == 0 || (old && strncmp(n, "root-", 5) == 0)) {
+      if (S_ISDIR(st.st_mode))
+        rm_tree(p);
+      else
+        unlink(p);
+    } else if (old && S_ISREG(st.st_mode)) {
+      int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+        unlink(p); /* nobody downloads into it */
+      if (fd >= 0)
+        close(fd);
+    }
+  }
+  closedir(d);
+}
+
 /* --- roots --------------------------------------------------------------*/
 
 static root_ent *root_find(gn_store *s, const char *name) {
@@ -896,6 +937,7 @@ int gn_store_gc(gn_store *s, uint64_t *ret_freed_bytes) {
   uint64_t reserve = LIM(s, reserve_bytes, GN_STORE_DEFAULT_RESERVE_BYTES);
   pthread_mutex_unlock(&s->mu);
   uint64_t freed = 0;
+  clean_tmp(s);
   int r = gc_to(s, max, reserve, NULL, &freed);
   if (r == 0 && ret_freed_bytes)
     *ret_freed_bytes = freed;

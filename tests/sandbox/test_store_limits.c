@@ -78,14 +78,21 @@ static void test_loopback_registry_pulled_when_allow_listed(void **state) {
   const char *const by_addr[] = {"127.0.0.1", NULL};
   const char *const by_hostport[] = {"10.0.0.0/8", hostport, NULL};
   const char *const by_cidr[] = {"127.0.0.0/8", NULL};
-  const char *const *lists[] = {by_addr, by_hostport, by_cidr};
-  for (size_t i = 0; i < 3; i++) {
+  /* A name: resolved once, pinned for curl (CURLOPT_RESOLVE). */
+  const char *const by_name[] = {"localhost", NULL};
+  const char *const *lists[] = {by_addr, by_hostport, by_cidr, by_name};
+  for (size_t i = 0; i < 4; i++) {
     char *dir = th_mkdtemp("lim"), err[512] = "";
     gn_store_limits lim = {.registry_allow = lists[i]};
     gn_store *s = open_store(dir, &lim);
     gn_imageref r;
     gn_image img;
     ref_bb(&r);
+    if (lists[i] == by_name) {
+      char ref[256];
+      snprintf(ref, sizeof(ref), "localhost:%d/bb@%s", reg.port, reg.digest);
+      assert_int_equal(gn_imageref_parse(ref, &r), 0);
+    }
     int rc = gn_store_pull_ex(s, &r, NULL, &img, err, sizeof(err), NULL, 0);
     if (rc)
       fail_msg("allow list %zu: %d %s", i, rc, err);
@@ -255,6 +262,33 @@ static void test_image_over_budget_is_refused(void **state) {
   free(dir);
 }
 
+static void test_open_removes_abandoned_temp_entries(void **state) {
+  (void)state;
+  char *dir = th_mkdtemp("lim"), path[4096];
+  gn_store *s = open_store(dir, NULL);
+  gn_store_free(s);
+  /* A retired tree, a day-old partial download and a fresh one. */
+  snprintf(path, sizeof(path), "%s/tmp/gc-0011223344556677", dir);
+  assert_int_equal(mkdir(path, 0500), 0);
+  snprintf(path, sizeof(path), "%s/tmp/old.partial", dir);
+  assert_int_equal(th_write_file(path, "x", 1), 0);
+  struct timeval tv[2];
+  gettimeofday(&tv[0], NULL);
+  tv[0].tv_sec -= 3 * 24 * 3600;
+  tv[1] = tv[0];
+  assert_int_equal(utimes(path, tv), 0);
+  snprintf(path, sizeof(path), "%s/tmp/fresh.partial", dir);
+  assert_int_equal(th_write_file(path, "x", 1), 0);
+  s = open_store(dir, NULL);
+  snprintf(path, sizeof(path), "%s/tmp", dir);
+  assert_int_equal(th_count_entries(path), 1);
+  snprintf(path, sizeof(path), "%s/tmp/fresh.partial", dir);
+  assert_true(th_exists(path)); /* may be a download in progress: kept */
+  gn_store_free(s);
+  th_rm_rf(dir);
+  free(dir);
+}
+
 typedef struct rootfs_call {
   gn_store *s;
   const gn_image *img;
@@ -395,6 +429,7 @@ int main(void) {
       cmocka_unit_test(test_gc_removes_least_recently_used_down_to_budget),
       cmocka_unit_test(test_pull_over_budget_collects_old_blobs_first),
       cmocka_unit_test(test_image_over_budget_is_refused),
+      cmocka_unit_test(test_open_removes_abandoned_temp_entries),
       cmocka_unit_test(test_rootfs_unpacked_once_and_shared),
       cmocka_unit_test(test_concurrent_pulls_of_one_image),
   };
