@@ -656,6 +656,8 @@ static int perform(gn__registry *r, const char *url, const char *what, const cha
   curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
   if (range)
     curl_easy_setopt(c, CURLOPT_RANGE, range);
+  if (x->sink) /* big reads: fewer callbacks and writes per blob */
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024L);
   CURLcode cc = curl_easy_perform(c);
   long code = 0;
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
