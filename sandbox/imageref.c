@@ -142,7 +142,11 @@ static bool domain_valid(const char *s, char *host, size_t host_cap) {
 }
 
 /* Loopback registries are reached over plain HTTP, as Docker does: there is
- * nothing on the path to protect, and a local test registry has no cert. */
+ * nothing on the path to protect, and a local test registry has no cert.
+ * This is only the hint a renter's own gn_registry_resolve follows; a
+ * provider's pull (gn_store_pull_ex) ignores it and decides by its address
+ * policy: plain HTTP only for allow-listed registries on non-public
+ * addresses, and loopback refused unless allow-listed. */
 static bool host_is_loopback(const char *host) {
   if (strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0)
     return true;
