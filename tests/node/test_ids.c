@@ -373,6 +373,48 @@ static void test_offer_table_finds_no_hostile_id(void **state) {
   gn_offer_table_free(t);
 }
 
+/* --- image references ---------------------------------------------------------*/
+
+/* gn_imageref_parse is the check for the image a manifest names (the
+ * provider refuses what it does not parse): no traversal, whitespace or
+ * control bytes reach the registry URL or the store. */
+static void test_imageref_refuses_path_games(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "127.0.0.1:5000/../x:1",
+      "127.0.0.1:5000/a/../b:1",
+      "127.0.0.1:5000/./x:1",
+      "127.0.0.1:5000/x/..:1",
+      "127.0.0.1:5000/x/.:1",
+      "127.0.0.1:5000//x:1",
+      "127.0.0.1:5000/x/:1",
+      "127.0.0.1:5000/%2e%2e/x:1",
+      "127.0.0.1:5000/a b:1",
+      " 127.0.0.1:5000/x:1",
+      "127.0.0.1:5000/x:1 ",
+      "127.0.0.1:5000/x\n:1",
+      "127.0.0.1:5000/x:1\n",
+      "127.0.0.1:5000/x\x7f:1",
+      "127.0.0.1:5000/x:../1",
+      "127.0.0.1:5000/x:..",
+      "127.0.0.1:5000/x:-t",
+      "127.0.0.1:5000/-x:1",
+      "127.0.0.1:5000/x?y=1:1",
+      "127.0.0.1:5000/x#f:1",
+      "127.0.0.1:5000/x@sha256:../../../../etc/passwd",
+      "127.0.0.1:5000/x@sha256:0000000000000000000000000000000000000000000000000000000000000000/..",
+      "..:5000/x:1",
+      "../x:1",
+      "user@127.0.0.1:5000/x:1",
+  };
+  gn_imageref ref;
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++)
+    if (gn_imageref_parse(bad[i], &ref) >= 0)
+      fail_msg("image reference '%s' parsed", bad[i]);
+  assert_int_equal(gn_imageref_parse("127.0.0.1:5000/a.b/c_d-e:v1.2", &ref), 0);
+  assert_string_equal(ref.repository, "a.b/c_d-e");
+}
+
 /* --- the control server ------------------------------------------------------*/
 
 typedef struct ctl_fixture {
@@ -500,6 +542,7 @@ int main(void) {
       cmocka_unit_test(test_job_messages_refuse_hostile_ids),
       cmocka_unit_test(test_lease_terms_refuse_hostile_ids),
       cmocka_unit_test(test_offer_table_finds_no_hostile_id),
+      cmocka_unit_test(test_imageref_refuses_path_games),
       cmocka_unit_test(test_control_routes_refuse_hostile_ids),
   };
   return cmocka_run_group_tests(tests, setup_ids, NULL);
