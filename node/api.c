@@ -366,8 +366,8 @@ static void api_metrics(gn_ctl_req *req, void *ud) {
  * parameters before the handlers look them up or put them in a manifest. */
 static bool body_id_ok(gn_ctl_req *req, const char *key, const char *what) {
   const json_t *v = json_object_get(gn_ctl_req_body(req), key);
-  if (!v || gn_id_valid(json_string_value(v)))
-    return true;
+  if (!v || json_is_null(v) || gn_id_valid(json_string_value(v)))
+    return true; /* absent or null: the handler picks or refuses */
   gn_ctl_reply_error(req, 400, "%s is not a valid %s id: ids are 1 to %d letters, digits, '-' or '_'", key, what,
                      GN_ID_MAX);
   return false;

@@ -113,7 +113,15 @@ expect_api 400 "does not start with a variable name" POST /v1/jobs \
   '{"lease": "l-1", "image": "127.0.0.1:1/x:1", "cmd": ["true"], "env": ["1X=2"]}'
 expect_api 400 "offer is not a valid offer id" POST /v1/leases '{"offer": "../x", "hours": 1}'
 expect_api 400 "target is not a valid" POST /v1/attest '{"target": ".."}'
-# Valid ids still get through to the handlers (which find nothing here).
+# Valid ids still get through to the handlers (which find nothing here), and
+# an id given as null is an id not given (what `rent --gpu` sends).
+expect_api 404 "no offer for RTX 4090" POST /v1/leases '{"offer": null, "gpu": "RTX 4090", "hours": 1}'
+set +e
+out=$("$GN_BIN/gpunet" --data-dir "$d" rent --gpu "RTX 4090" --hours 1 2>&1)
+rc=$?
+set -e
+[ $rc = 1 ] && grep -q "no offer for RTX 4090" <<<"$out" || fail "rent --gpu: rc $rc: $out"
+ok "gpunet rent --gpu reaches the daemon (no offer id given is not a bad one)"
 expect_api 404 "no job j-0123456789ab" GET '/v1/jobs/j-0123456789ab/logs'
 expect_api 404 "no lease l-00c0ffee00c0ffee" GET '/v1/leases/l-00c0ffee00c0ffee'
 expect_api 404 "no invoice i-0011" GET '/v1/invoices/i-0011'
