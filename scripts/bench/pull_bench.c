@@ -3,7 +3,7 @@
  * Built by CMake (target gn_pull_bench) and run by scripts/bench/pull, which
  * sets it side by side with skopeo copy and umoci from the same registry.
  *   gn_pull_bench STORE_DIR REF@sha256:... ROOTFS_DIR
- * prints: pull_ms=P unpack_ms=U fetched=BYTES unpack=HOW */
+ * prints: pull_ms=P unpack_ms=U fetched=BYTES pull=FN unpack=FN */
 #include <gpunet/sandbox.h>
 
 #include <stdio.h>
@@ -60,6 +60,7 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
+  const char *pull = have((void (*)(void))gn_store_pull_ex) ? "gn_store_pull_ex" : "gn_store_pull";
   double t0 = now_ms();
   if (have((void (*)(void))gn_store_pull_ex))
     r = gn_store_pull_ex(s, &ref, NULL, &img, err, sizeof err, NULL, 0);
@@ -83,8 +84,8 @@ int main(int argc, char **argv) {
   }
   if (path[0] && have((void (*)(void))gn_store_rootfs_release))
     gn_store_rootfs_release(s, path);
-  printf("pull_ms=%.1f unpack_ms=%.1f fetched=%llu unpack=%s\n", t1 - t0, t2 - t1,
-         (unsigned long long)img.bytes_fetched, how);
+  printf("pull_ms=%.1f unpack_ms=%.1f fetched=%llu pull=%s unpack=%s\n", t1 - t0, t2 - t1,
+         (unsigned long long)img.bytes_fetched, pull, how);
   rc = 0;
 out:
   gn_image_done(&img);
