@@ -167,8 +167,10 @@ void gn_config_done(gn_config *cfg) {
     free(cfg->bootstrap[i]);
   for (size_t i = 0; i < cfg->simulate_count; i++)
     free(cfg->simulate_gpu[i]);
-  for (size_t i = 0; i < cfg->registry_allow_count; i++)
+  for (size_t i = 0; i < cfg->registry_allow_count; i++) {
     free(cfg->registry_allow[i]);
+    cfg->registry_allow[i] = NULL; /* the list stays NULL-terminated */
+  }
   cfg->bootstrap_count = cfg->simulate_count = cfg->registry_allow_count = 0;
 }
 
@@ -176,6 +178,7 @@ void gn_config_done(gn_config *cfg) {
 static int cfg_copy(gn_config *dst, const gn_config *src) {
   *dst = *src;
   dst->bootstrap_count = dst->simulate_count = dst->registry_allow_count = 0;
+  memset(dst->registry_allow, 0, sizeof(dst->registry_allow));
   for (size_t i = 0; i < src->bootstrap_count; i++) {
     if (!(dst->bootstrap[i] = strdup(src->bootstrap[i])))
       goto oom;
@@ -487,8 +490,10 @@ static void cfg_clear_list(gn_config *cfg, cfg_key key) {
       free(cfg->simulate_gpu[i]);
     cfg->simulate_count = 0;
   } else if (key == KEY_REGISTRY_ALLOW) {
-    for (size_t i = 0; i < cfg->registry_allow_count; i++)
+    for (size_t i = 0; i < cfg->registry_allow_count; i++) {
       free(cfg->registry_allow[i]);
+      cfg->registry_allow[i] = NULL;
+    }
     cfg->registry_allow_count = 0;
   }
 }

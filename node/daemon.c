@@ -3,7 +3,9 @@
  * clean shutdown. Protocol decisions live in provider.c and requester.c. */
 #include "node_internal.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -128,6 +130,40 @@ out:
   gn__api_logs_wake(n, j);
 }
 
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+/* Containers and bundles an earlier run left behind (it was killed before
+ * its cleanup ran): every container in this node's runtime state and every
+ * bundle is deleted before the first lease, so no job of an old lease runs
+ * on in the uid range a new lease gets. Blocking, at start only. */
+static void remove_leftovers(gn_node *n) {
+  DIR *d = opendir(n->run_dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char path[PATH_MAX];
+    if (strncmp(e->d_name, "gn-", 3) == 0 && n->have_runtime) {
+      char **argv = NULL;
+      int status;
+      if (gn_runtime_argv_delete(&n->rt, n->run_dir, e->d_name, &argv) == 0) {
+        gn_runtime_exec(argv, &status);
+        gn_argv_free(argv);
+      }
+    } else if (strncmp(e->d_name, "bundle-", 7) == 0 &&
+               gn__pathf(path, sizeof path, "%s/%s", n->run_dir, e->d_name) == 0) {
+      nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+  }
+  closedir(d);
+}
+
 /* Loads leases and jobs kept by an earlier run. A lease or job that was
  * active when the daemon stopped cannot be resumed (its container died with
  * the runtime's parent), so restart reconciles: provider leases end now and
@@ -162,6 +198,7 @@ static void load_state(gn_node *n) {
       l->invoice_done = sqlite3_column_int(st, 8);
       for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
         l->gpu_index[i] = -1;
+      l->uid_slot = -1;
       l->next = n->leases;
       n->leases = l;
     }
@@ -207,6 +244,7 @@ static void load_state(gn_node *n) {
   }
   sqlite3_finalize(st);
 
+  remove_leftovers(n);
   for (gn_job *j = n->jobs; j; j = j->next) {
     /* A requester's job runs on its provider whatever happened here: its
      * status and output keep arriving and pick up where the log file ends. */
@@ -388,6 +426,8 @@ static void pending_expire(gn_node *n, uint64_t now_ms) {
 
 int gn__node_send(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wire_writer *body) {
   gn_buf b = {0}, env = {0};
+  if (!n->tp) /* closed at the end of a shutdown */
+    return GN_ECLOSED;
   int r = gn_wire_writer_take(body, &b);
   if (r == 0)
     r = gn_envelope_seal(n->id, type, b.data, b.len, &env);
@@ -517,13 +557,35 @@ static void on_tick(uv_timer_t *t) {
 }
 
 static void on_closed(void *ud) {
-  (void)ud;
+  gn_node *n = ud;
+  n->tp = NULL; /* freed by the transport */
 }
+
+/* Jobs stopping at shutdown get up to GN_STOP_WAIT_MS to end (a cancelled
+ * pull or unpack returns within a second, a runtime kill and delete within
+ * a few) and to send their last status before the sessions close; past
+ * GN_STOP_HARD_MS a worker that does not stop no longer holds the process. */
+#define GN_STOP_WAIT_MS 10000
+#define GN_STOP_HARD_MS 20000
 
 static void on_stop_timer(uv_timer_t *t) {
   gn_node *n = t->data;
+  if (gn__provider_busy(n) && gn_mono_ms() < n->stop_deadline_ms) {
+    uv_timer_start(t, on_stop_timer, 100, 0);
+    return;
+  }
+  if (gn__provider_busy(n))
+    gn_log(GN_LOG_WARN, "jobs are still stopping %ds after the shutdown began; closing the network anyway",
+           GN_STOP_WAIT_MS / 1000);
   uv_close((uv_handle_t *)t, NULL);
   gn_transport_close(n->tp, on_closed, n);
+}
+
+static void on_watchdog(uv_timer_t *t) {
+  gn_node *n = t->data;
+  gn_log(GN_LOG_ERROR, "work on the thread pool did not stop %ds after the shutdown began; exiting anyway",
+         GN_STOP_HARD_MS / 1000);
+  _exit(n->exit_code ? n->exit_code : 1);
 }
 
 static void shutdown_node(gn_node *n) {
@@ -554,7 +616,13 @@ static void shutdown_node(gn_node *n) {
    * leave before the sessions close. */
   uv_timer_init(n->loop, &n->stop_timer);
   n->stop_timer.data = n;
+  n->stop_deadline_ms = gn_mono_ms() + GN_STOP_WAIT_MS;
   uv_timer_start(&n->stop_timer, on_stop_timer, 500, 0);
+  /* Does not keep the loop alive: it only bounds how long it may run. */
+  uv_timer_init(n->loop, &n->watchdog);
+  n->watchdog.data = n;
+  uv_timer_start(&n->watchdog, on_watchdog, GN_STOP_HARD_MS, 0);
+  uv_unref((uv_handle_t *)&n->watchdog);
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -632,8 +700,29 @@ int gn__node_main(int argc, char **argv) {
     fprintf(stderr, "gpunetd: a provider needs an OCI runtime: %s\n", n->runtime_err);
     return 1;
   }
+  if ((r = gn__provider_init(n, err, sizeof err)) < 0) {
+    fprintf(stderr, "gpunetd: %s\n", err);
+    return 1;
+  }
+  if (n->cfg.provide && n->userns_ok) {
+    /* A job's root in its user namespace is an unprivileged host uid that
+     * must pass through these to reach its bundle and its image root
+     * (search only: nobody else can list them). */
+    chmod(n->cfg.data_dir, 0711);
+    chmod(n->run_dir, 0711);
+    chmod(path, 0711);
+  }
   if ((r = gn_store_open(path, &n->store)) < 0) {
     fprintf(stderr, "gpunetd: cannot open image store %s: %s\n", path, gn_strerror(r));
+    return 1;
+  }
+  const gn_store_limits limits = {
+      .reserve_bytes = n->cfg.disk_reserve_bytes,
+      .store_max_bytes = n->cfg.store_max_bytes,
+      .registry_allow = (const char *const *)n->cfg.registry_allow,
+  };
+  if ((r = gn_store_set_limits(n->store, &limits)) < 0) {
+    fprintf(stderr, "gpunetd: cannot set the image store's limits: %s\n", gn_strerror(r));
     return 1;
   }
   if (db_open(n) < 0)
@@ -692,6 +781,10 @@ int gn__node_main(int argc, char **argv) {
   }
 
   uv_run(n->loop, UV_RUN_DEFAULT);
+  if (n->stopping) {
+    uv_close((uv_handle_t *)&n->watchdog, NULL);
+    uv_run(n->loop, UV_RUN_NOWAIT);
+  }
 
   gn_log(GN_LOG_INFO, "stopped");
   n->disc = gn_discovery_free(n->disc);

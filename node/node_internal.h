@@ -27,6 +27,18 @@
 #define GN_LEASE_MAX_JOBS 8          /* jobs pulling or running at once on one lease */
 #define GN_OFFER_TTL_S 60
 #define GN_OFFER_REFRESH_S 20
+/* The thread pool: pulls and unpacks at most GN_POOL_PULLS at once, runtime
+ * kill/delete and bundle removal at most GN_POOL_CLEANUPS, the rest queued,
+ * so attestation work and name lookups always find a free thread. main.c
+ * sizes the pool to at least GN_POOL_THREADS. */
+#define GN_POOL_PULLS 4
+#define GN_POOL_CLEANUPS 4
+#define GN_POOL_THREADS 16
+/* User namespaces: lease slot s maps the job's ids 0..65535 to host ids
+ * GN_USERNS_BASE + s * GN_USERNS_SIZE onwards. */
+#define GN_USERNS_BASE (1u << 20)
+#define GN_USERNS_SIZE 65536u
+#define GN_USERNS_SLOTS ((uint32_t)((UINT32_MAX - GN_USERNS_BASE) / GN_USERNS_SIZE))
 
 typedef enum gn_role { GN_ROLE_PROVIDER = 1, GN_ROLE_REQUESTER = 2 } gn_role;
 typedef enum gn_lease_state { GN_LEASE_ACTIVE = 1, GN_LEASE_ENDED = 2 } gn_lease_state;
@@ -82,6 +94,7 @@ typedef struct gn_lease {
   int64_t end_s;
   char end_reason[128];
   int gpu_index[GN_LEASE_MAX_GPUS];  /* provider: which local GPUs */
+  int uid_slot;                      /* provider: user namespace slot, -1 when none is held */
   bool invoice_done;                 /* requester: invoice checked */
   bool invoice_sent;                 /* provider: invoice sent and acknowledged? */
   gn_buf invoice_env;                /* provider: to resend until answered */
@@ -141,7 +154,23 @@ struct gn_job {
   char container_id[64];
   bool stop_requested;
   gn_buf manifest_env;
+  /* Set on the loop (stop, lease end, shutdown); the pull or unpack on the
+   * thread pool reads it and stops within a second. */
+  volatile int cancel;
+  int tasks;                          /* thread-pool tasks queued or running for this job; it lives until 0 */
+  bool kill_busy;                     /* a runtime kill is queued or running */
+  bool budget_held;                   /* memory_mib and pids_max are counted in the node's budgets */
+  bool finished;                      /* job_finish ran */
+  char rootfs[4096];                  /* the shared read-only root in use, "" when none */
+  char work_log[1024];                /* detail for the provider's log only (registry error bodies) */
+  uint32_t uid_base;                  /* user namespace: host ids of the job's 0.. */
+  uint32_t id_count;                  /* 0: no user namespace */
+  uint64_t cpu_quota_us;              /* per GN_CPU_PERIOD_US; 0: no CPU limit */
+  unsigned minors[GN_LEASE_MAX_GPUS]; /* the leased real GPUs' /dev/nvidiaN */
+  size_t nminors;
 };
+
+#define GN_CPU_PERIOD_US 100000u
 
 struct gn_node {
   uv_loop_t *loop;
@@ -183,6 +212,21 @@ struct gn_node {
   uv_timer_t stop_timer;
   uint64_t ticks_total;
   int exit_code;
+  /* provider: budgets shared by all jobs of all leases (provider.c) */
+  uint64_t mem_budget_mib, mem_used_mib;
+  uint32_t pids_budget, pids_used;
+  double cpu_budget;    /* CPUs, for all jobs together */
+  bool limits_enforced; /* cgroups can apply memory and pids limits here */
+  bool userns_ok;       /* jobs get their own user namespace */
+  char userns_why[200]; /* why not, when !userns_ok */
+  bool disk_low;        /* the data dir's disk is into the reserve */
+  int64_t disk_checked_s;
+  uv_fs_t disk_req; /* statfs of the data dir, on the thread pool */
+  bool disk_req_busy;
+  struct gn_task *tasks_head, *tasks_tail; /* thread-pool tasks waiting for a slot */
+  unsigned pulls_running, cleanups_running;
+  uint64_t stop_deadline_ms;
+  uv_timer_t watchdog;
 };
 
 /* daemon.c */
@@ -214,6 +258,19 @@ void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s);
 void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason);
 void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
 void gn__provider_stop_job(gn_node *n, gn_job *j);
+/* At start, before any lease: budgets from config and the host, whether
+ * limits and user namespaces can be enforced. GN_EUNSUPPORTED (with why in
+ * err) when this host must not provide under its config. */
+int gn__provider_init(gn_node *n, char *err, size_t cap);
+/* Thread-pool work of the provider still queued or running, or job
+ * processes still open: shutdown waits for these. */
+bool gn__provider_busy(const gn_node *n);
+/* What `gpunet status` says about how jobs are isolated here. */
+json_t *gn__provider_status_json(const gn_node *n);
+/* Whether this host can run jobs in their own user namespace with a mapped
+ * id range (a probe: a child unshares and its map is written); why not in
+ * why. Blocking, once at start. */
+bool gn__userns_probe(char *why, size_t cap);
 
 /* requester.c */
 void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,

@@ -3,13 +3,208 @@
  * invoice at the end of each lease. */
 #include "node_internal.h"
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* The transport is gone once the daemon's shutdown closed it. */
+static bool peer_is_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  return n->tp && gn_transport_is_up(n->tp, peer);
+}
+
+/* --- the host, its budgets and its isolation ----------------------------------*/
+
+bool gn__userns_probe(char *why, size_t cap) {
+  FILE *f = fopen("/proc/sys/user/max_user_namespaces", "re");
+  long max = -1;
+  if (f) {
+    if (fscanf(f, "%ld", &max) != 1)
+      max = -1;
+    fclose(f);
+  }
+  if (max == 0) {
+    gn__strf(why, cap, "user namespaces are disabled (/proc/sys/user/max_user_namespaces is 0)");
+    return false;
+  }
+  if (geteuid() != 0) {
+    gn__strf(why, cap, "gpunetd does not run as root, so it cannot map a range of host ids into a job's namespace");
+    return false;
+  }
+  /* The probe: a child unshares a user namespace, this process writes its
+   * maps the way the runtime will, and the child checks it is root there. */
+  int up[2] = {-1, -1}, down[2] = {-1, -1};
+  bool ok = false;
+  if (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0) {
+    gn__strf(why, cap, "cannot probe user namespaces: %s", strerror(errno));
+    goto out;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    gn__strf(why, cap, "cannot probe user namespaces: %s", strerror(errno));
+    goto out;
+  }
+  if (pid == 0) {
+    char c = 0;
+    if (unshare(CLONE_NEWUSER) < 0)
+      _exit(2);
+    if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
+      _exit(3);
+    /* Still the unmapped host root until it becomes the namespace's 0, as
+     * the runtime's init does. */
+    if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+      _exit(4);
+    _exit(getuid() == 0 && getgid() == 0 ? 0 : 4);
+  }
+  close(up[1]);
+  up[1] = -1;
+  char c, path[64], map[64];
+  bool mapped = false;
+  if (read(up[0], &c, 1) == 1) {
+    gn__strf(map, sizeof map, "0 %u %u\n", GN_USERNS_BASE, GN_USERNS_SIZE);
+    mapped = true;
+    for (int k = 0; k < 2 && mapped; k++) {
+      gn__strf(path, sizeof path, "/proc/%d/%s", (int)pid, k ? "gid_map" : "uid_map");
+      int fd = open(path, O_WRONLY | O_CLOEXEC);
+      mapped = fd >= 0 && write(fd, map, strlen(map)) == (ssize_t)strlen(map);
+      if (fd >= 0)
+        close(fd);
+    }
+  }
+  if (write(down[1], "x", 1) != 1)
+    mapped = false;
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  ok = mapped && code == 0;
+  if (!ok)
+    gn__strf(why, cap, "%s",
+             code == 2 ? "unshare(CLONE_NEWUSER) is refused here (a container or a seccomp policy?)"
+             : !mapped ? "a user namespace's id map cannot be written here"
+                       : "a mapped user namespace does not work here");
+out:
+  for (int k = 0; k < 2; k++) {
+    if (up[k] >= 0)
+      close(up[k]);
+    if (down[k] >= 0)
+      close(down[k]);
+  }
+  return ok;
+}
+
+/* A job's root in its user namespace is an unprivileged host uid: the
+ * runtime mounts the job's image root as that uid, so every directory above
+ * the data dir must let others search it (not list it). gpunetd makes its
+ * own directories so (0711); the ones above are the operator's to change. */
+static bool ancestors_searchable(const char *data_dir, char *err, size_t cap) {
+  char path[PATH_MAX];
+  if (!realpath(data_dir, path))
+    return true; /* created later; mkdir reports what is wrong */
+  for (char *slash = strrchr(path, '/'); slash; slash = strrchr(path, '/')) {
+    *slash = 0;
+    const char *dir = path[0] ? path : "/";
+    struct stat st;
+    if (stat(dir, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+      gn__strf(err, cap,
+               "jobs run as unprivileged host uids in their own user namespace and must reach their image roots under "
+               "%s, but %s (mode %04o) does not let other users search it: run `chmod o+x %s` (search only, no "
+               "listing) or choose a data dir under a searchable path",
+               data_dir, dir, (unsigned)(st.st_mode & 07777), dir);
+      return false;
+    }
+    if (!path[0])
+      break;
+  }
+  return true;
+}
+
+int gn__provider_init(gn_node *n, char *err, size_t cap) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  uint64_t ram_mib = pages > 0 && page > 0 ? ((uint64_t)pages * (uint64_t)page) >> 20 : 0;
+  n->mem_budget_mib = (uint64_t)((double)ram_mib * n->cfg.job_memory_share);
+  n->pids_budget = n->cfg.job_pids_max;
+  n->cpu_budget = (double)(cpus > 0 ? cpus : 1) * n->cfg.job_cpu_share;
+  n->limits_enforced = gn_cgroup_limits_supported();
+  n->userns_ok = gn__userns_probe(n->userns_why, sizeof n->userns_why);
+  if (!n->cfg.provide)
+    return 0;
+  if (!n->userns_ok && !n->cfg.allow_no_userns) {
+    gn__strf(err, cap,
+             "this host cannot run jobs in their own user namespace (%s), so a job's root would be the host's "
+             "root; refusing to provide (set allow_no_userns = true, or --allow-no-userns, to provide anyway: "
+             "status and offers then say so)",
+             n->userns_why);
+    return GN_EUNSUPPORTED;
+  }
+  if (n->userns_ok && !ancestors_searchable(n->cfg.data_dir, err, cap))
+    return GN_EPERM;
+  if (!n->userns_ok)
+    gn_log(GN_LOG_WARN,
+           "no user namespaces here (%s): jobs run as the host's root without capabilities, as "
+           "allow_no_userns permits",
+           n->userns_why);
+  if (!n->limits_enforced)
+    gn_log(GN_LOG_WARN, "cgroups here cannot enforce a job's memory and pids limits: %s",
+           n->cfg.allow_unenforced_limits ? "jobs run without them, as allow_unenforced_limits permits"
+                                          : "jobs are refused (allow_unenforced_limits = true runs them anyway)");
+  gn_log(GN_LOG_INFO, "job budgets: %llu MiB of memory (%.2f of %llu MiB), %.2f CPUs (%.2f of %ld), %u processes",
+         (unsigned long long)n->mem_budget_mib, n->cfg.job_memory_share, (unsigned long long)ram_mib, n->cpu_budget,
+         n->cfg.job_cpu_share, cpus, n->pids_budget);
+  return 0;
+}
+
+json_t *gn__provider_status_json(const gn_node *n) {
+  json_t *o = json_pack("{s:b, s:b, s:b, s:I, s:I, s:I, s:I, s:f, s:b}", "limits_enforced", n->limits_enforced,
+                        "unenforced_limits_allowed", n->cfg.allow_unenforced_limits, "user_namespaces", n->userns_ok,
+                        "memory_budget_mib", (json_int_t)n->mem_budget_mib, "memory_used_mib",
+                        (json_int_t)n->mem_used_mib, "pids_budget", (json_int_t)n->pids_budget, "pids_used",
+                        (json_int_t)n->pids_used, "cpu_budget", n->cpu_budget, "disk_low", n->disk_low);
+  if (o && !n->userns_ok)
+    json_object_set_new(o, "user_namespaces_why", json_string(n->userns_why));
+  return o;
+}
+
+/* The lowest user namespace slot no provider lease holds. A lease keeps its
+ * slot until it has ended and none of its jobs is left on the host, so two
+ * leases' jobs never share a host uid. After a restart no lease holds one:
+ * every lease active before it has ended and its containers are deleted
+ * before the first new lease (daemon.c, load_state). */
+static int uid_slot_alloc(gn_node *n) {
+  for (uint32_t s = 0; s < GN_USERNS_SLOTS; s++) {
+    bool used = false;
+    for (const gn_lease *l = n->leases; l && !used; l = l->next)
+      used = l->role == GN_ROLE_PROVIDER && l->uid_slot == (int)s;
+    if (!used)
+      return (int)s;
+  }
+  return -1;
+}
+
+static void lease_release_slot_if_idle(gn_node *n, gn_lease *l) {
+  if (l->uid_slot < 0 || l->state == GN_LEASE_ACTIVE)
+    return;
+  for (const gn_job *j = n->jobs; j; j = j->next)
+    if (j->role == GN_ROLE_PROVIDER && strcmp(j->lease_id, l->id) == 0 && (j->tasks || j->handles_open))
+      return;
+  l->uid_slot = -1;
+}
+
+/* The lease's part of the CPU budget: its share of the host's GPUs. */
+static uint64_t lease_cpu_quota_us(const gn_node *n, const gn_lease *l) {
+  uint32_t mine = 0;
+  for (int i = 0; i < GN_LEASE_MAX_GPUS && l->gpu_index[i] >= 0; i++)
+    mine++;
+  size_t total = n->gpus.count ? n->gpus.count : 1;
+  double q = n->cpu_budget * (double)(mine ? mine : 1) / (double)total * GN_CPU_PERIOD_US;
+  return q < 1000 ? 1000 : (uint64_t)q;
+}
 
 /* --- offers -----------------------------------------------------------------*/
 
@@ -202,6 +397,7 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
   gn_meter_start(&l->meter, l->start_mono_ms, t.max_s);
   for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
     l->gpu_index[i] = -1;
+  l->uid_slot = n->userns_ok ? uid_slot_alloc(n) : -1;
   for (uint32_t i = 0; i < got; i++) {
     l->gpu_index[i] = idx[i];
     gn__strf(n->gpu_leased_by[idx[i]], sizeof n->gpu_leased_by[0], "%s", l->id);
@@ -214,12 +410,16 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
   gn_price_format(t.price_uper_hour, price, sizeof price);
   gn_log(GN_LOG_INFO, "lease %s: %u x %s to %s at %s %s/GPU-hour for at most %llus", l->id, got, t.gpu_model, pid,
          price, t.currency, (unsigned long long)t.max_s);
+  if (l->uid_slot >= 0)
+    gn_log(GN_LOG_INFO, "lease %s: its jobs run as host uids and gids %u-%u", l->id,
+           GN_USERNS_BASE + (uint32_t)l->uid_slot * GN_USERNS_SIZE,
+           GN_USERNS_BASE + (uint32_t)l->uid_slot * GN_USERNS_SIZE + GN_USERNS_SIZE - 1);
   gn_transport_send(n->tp, peer, l->agreement_env.data, l->agreement_env.len);
   n->offers_dirty = true;
 }
 
 static void send_invoice(gn_node *n, gn_lease *l) {
-  if (!l->invoice_env.len || !gn_transport_is_up(n->tp, l->peer))
+  if (!l->invoice_env.len || !peer_is_up(n, l->peer))
     return;
   gn_transport_send(n->tp, l->peer, l->invoice_env.data, l->invoice_env.len);
 }
@@ -248,7 +448,8 @@ void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
   gn_price_format(gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, l->seconds), price, sizeof price);
   gn_log(GN_LOG_INFO, "lease %s ended (%s): %llu seconds, %s %s", l->id, reason, (unsigned long long)l->seconds, price,
          l->ag.terms.currency);
-  if (gn_transport_is_up(n->tp, l->peer))
+  lease_release_slot_if_idle(n, l);
+  if (peer_is_up(n, l->peer))
     send_simple(n, l->peer, GN_MSG_LEASE_END, l->id, reason, l->end_s);
   send_invoice(n, l);
   n->offers_dirty = true;
@@ -347,24 +548,169 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
   return 0;
 }
 
+/* --- the thread pool --------------------------------------------------------*/
+
+/* Everything that blocks (pulls, unpacks, the runtime's kill and delete, the
+ * recursive removal of a bundle) runs here, off the loop, so metering and
+ * the transport never wait for it. A job is kept (never freed, and its
+ * fields stable) while j->tasks > 0. */
+enum { TASK_PREPARE = 1, TASK_KILL, TASK_FINISH };
+
+typedef struct gn_task {
+  struct gn_task *next;
+  uv_work_t w;
+  gn_node *n;
+  gn_job *j;
+  int kind;
+  char **argv; /* KILL, FINISH: the runtime command, or NULL */
+} gn_task;
+
+static void job_prepare_work(gn_job *j);
+static void job_prepare_done(gn_node *n, gn_job *j, int status);
+static void job_cleanup_done(gn_node *n, gn_job *j);
+
+static void task_work(uv_work_t *w) {
+  gn_task *t = w->data;
+  gn_job *j = t->j;
+  int status;
+  switch (t->kind) {
+  case TASK_PREPARE:
+    job_prepare_work(j);
+    break;
+  case TASK_KILL:
+    gn_runtime_exec(t->argv, &status);
+    break;
+  case TASK_FINISH:
+    if (t->argv)
+      gn_runtime_exec(t->argv, &status);
+    if (j->bundle[0])
+      nftw(j->bundle, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (j->rootfs[0])
+      gn_store_rootfs_release(j->node->store, j->rootfs);
+    break;
+  }
+}
+
+static void tasks_dispatch(gn_node *n);
+
+static void task_after(uv_work_t *w, int status) {
+  gn_task *t = w->data;
+  gn_node *n = t->n;
+  gn_job *j = t->j;
+  if (t->kind == TASK_PREPARE)
+    n->pulls_running--;
+  else
+    n->cleanups_running--;
+  j->tasks--;
+  switch (t->kind) {
+  case TASK_PREPARE:
+    job_prepare_done(n, j, status);
+    break;
+  case TASK_KILL:
+    j->kill_busy = false;
+    /* If the runtime could not signal the container, end the runtime itself. */
+    if (j->proc_running)
+      uv_process_kill(&j->proc, SIGTERM);
+    break;
+  case TASK_FINISH:
+    job_cleanup_done(n, j);
+    break;
+  }
+  gn_argv_free(t->argv);
+  free(t);
+  tasks_dispatch(n);
+}
+
+/* Starts queued tasks, oldest first, while their kind has a free slot. */
+static void tasks_dispatch(gn_node *n) {
+  gn_task **pp = &n->tasks_head, *prev = NULL;
+  while (*pp) {
+    gn_task *t = *pp;
+    unsigned *running = t->kind == TASK_PREPARE ? &n->pulls_running : &n->cleanups_running;
+    unsigned limit = t->kind == TASK_PREPARE ? GN_POOL_PULLS : GN_POOL_CLEANUPS;
+    if (*running >= limit) {
+      prev = t;
+      pp = &t->next;
+      continue;
+    }
+    *pp = t->next;
+    if (n->tasks_tail == t)
+      n->tasks_tail = prev;
+    t->next = NULL;
+    (*running)++;
+    t->w.data = t;
+    uv_queue_work(n->loop, &t->w, task_work, task_after); /* fails only for a NULL work function */
+  }
+}
+
+/* Queues kind for j, taking argv. GN_ENOMEM: nothing queued, argv freed. */
+static int task_submit(gn_node *n, gn_job *j, int kind, char **argv) {
+  gn_task *t = calloc(1, sizeof *t);
+  if (!t) {
+    gn_argv_free(argv);
+    return GN_ENOMEM;
+  }
+  t->n = n;
+  t->j = j;
+  t->kind = kind;
+  t->argv = argv;
+  j->tasks++;
+  if (n->tasks_tail)
+    n->tasks_tail->next = t;
+  else
+    n->tasks_head = t;
+  n->tasks_tail = t;
+  tasks_dispatch(n);
+  return 0;
+}
+
+bool gn__provider_busy(const gn_node *n) {
+  if (n->tasks_head || n->pulls_running || n->cleanups_running)
+    return true;
+  for (const gn_job *j = n->jobs; j; j = j->next)
+    if (j->role == GN_ROLE_PROVIDER && (j->tasks || j->handles_open))
+      return true;
+  return false;
+}
+
+/* --- running jobs -------------------------------------------------------------*/
+
+/* The job is over: tell the lease holder at once, then delete the container
+ * and the bundle on the thread pool; its budget and the lease's uid range
+ * are released only once they are gone. */
 static void job_finish(gn_node *n, gn_job *j) {
+  if (j->finished)
+    return;
+  j->finished = true;
   j->ended_s = gn_unix_s();
   gn__node_persist_job(n, j);
   gn_lease *l = job_lease(n, j);
-  if (l)
+  if (l && n->tp)
     send_job_status(n, j, l);
   gn_log(GN_LOG_INFO, "job %s %s%s%s (exit code %d)", j->id, gn__job_state_name(j->state), j->error[0] ? ": " : "",
          j->error, j->exit_code);
-  if (n->have_runtime && j->container_id[0]) {
-    char **argv = NULL;
-    int status;
-    if (gn_runtime_argv_delete(&n->rt, n->run_dir, j->container_id, &argv) == 0) {
-      gn_runtime_exec(argv, &status);
-      gn_argv_free(argv);
-    }
+  char **argv = NULL;
+  if (n->have_runtime && j->container_id[0] && gn_runtime_argv_delete(&n->rt, n->run_dir, j->container_id, &argv) < 0)
+    argv = NULL;
+  if (task_submit(n, j, TASK_FINISH, argv) < 0) {
+    gn_log(GN_LOG_ERROR, "job %s: out of memory queueing its cleanup; its bundle %s stays", j->id, j->bundle);
+    if (j->rootfs[0])
+      gn_store_rootfs_release(n->store, j->rootfs);
+    job_cleanup_done(n, j);
   }
-  if (j->bundle[0])
-    nftw(j->bundle, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The container, its bundle and its hold on the image root are gone. */
+static void job_cleanup_done(gn_node *n, gn_job *j) {
+  j->rootfs[0] = 0;
+  if (j->budget_held) {
+    n->mem_used_mib -= j->memory_mib;
+    n->pids_used -= j->pids_max;
+    j->budget_held = false;
+  }
+  gn_lease *l = job_lease(n, j);
+  if (l)
+    lease_release_slot_if_idle(n, l);
 }
 
 static void on_job_handle_closed(uv_handle_t *h) {
@@ -392,17 +738,20 @@ static void on_job_output(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   /* A job that prints without end must not fill the provider's disk, nor
    * the requester's: past GN_JOB_LOG_MAX its output is dropped, once said. */
   static const char cut[] = "\n[gpunet: output beyond 64 MiB dropped]\n";
+  static const char full[] = "\n[gpunet: the provider's disk is down to its reserve; output dropped]\n";
   if (j->log_cut)
     return;
-  if (j->log_len + (uint64_t)nread > GN_JOB_LOG_MAX) {
-    memcpy(buf->base, cut, sizeof cut - 1);
-    nread = (ssize_t)(sizeof cut - 1);
+  if (j->log_len + (uint64_t)nread > GN_JOB_LOG_MAX || n->disk_low) {
+    const char *why = n->disk_low ? full : cut;
+    size_t len = n->disk_low ? sizeof full - 1 : sizeof cut - 1;
+    memcpy(buf->base, why, len);
+    nread = (ssize_t)len;
     j->log_cut = true;
   }
   uint64_t offset = j->log_len;
   gn__job_append_log(j, (const uint8_t *)buf->base, (size_t)nread);
   gn_lease *l = job_lease(n, j);
-  if (!l || !gn_transport_is_up(n->tp, l->peer))
+  if (!l || !peer_is_up(n, l->peer))
     return;
   gn_wire_writer w;
   gn_wire_writer_init(&w);
@@ -427,74 +776,150 @@ static void on_job_exit(uv_process_t *p, int64_t status, int term_signal) {
   uv_close((uv_handle_t *)p, on_job_handle_closed);
 }
 
-/* Pull, unpack and write the bundle: blocking, on the thread pool. */
-static void job_prepare_work(uv_work_t *w) {
-  gn_job *j = w->data;
+/* The job's environment: the image's, replaced and extended by the job's,
+ * then the GPUs this lease holds (NVIDIA_VISIBLE_DEVICES comes from the
+ * bundle); a job cannot name other GPUs than its own. */
+static int job_env(const gn_job *j, const gn_image *img, char ***ret) {
+  const char *mine[GN_JOB_MAX_ARGS + 1];
+  size_t k = 0;
+  for (size_t i = 0; i < json_array_size(j->env) && k < GN_JOB_MAX_ARGS; i++) {
+    const char *e = json_string_value(json_array_get(j->env, i));
+    if (e && strncmp(e, "CUDA_VISIBLE_DEVICES=", 21) != 0 && strncmp(e, "NVIDIA_VISIBLE_DEVICES=", 23) != 0)
+      mine[k++] = e;
+  }
+  mine[k] = NULL;
+  char **env = NULL;
+  int r = gn_image_env(img, mine, &env);
+  if (r < 0 || !j->visible[0]) {
+    if (r == 0)
+      *ret = env;
+    return r;
+  }
+  size_t n = 0, w = 0;
+  while (env[n])
+    n++;
+  char **more = realloc(env, (n + 2) * sizeof *more);
+  if (!more) {
+    gn_argv_free(env);
+    return GN_ENOMEM;
+  }
+  env = more;
+  for (size_t i = 0; i < n; i++) { /* the image's own, if any, is replaced */
+    if (strncmp(env[i], "CUDA_VISIBLE_DEVICES=", 21) == 0 || strncmp(env[i], "NVIDIA_VISIBLE_DEVICES=", 23) == 0)
+      free(env[i]);
+    else
+      env[w++] = env[i];
+  }
+  size_t len = strlen(j->visible) + 32;
+  if (!(env[w] = malloc(len))) {
+    env[w] = NULL;
+    gn_argv_free(env);
+    return GN_ENOMEM;
+  }
+  snprintf(env[w++], len, "CUDA_VISIBLE_DEVICES=%s", j->visible);
+  env[w] = NULL;
+  *ret = env;
+  return 0;
+}
+
+/* Pull, unpack and write the bundle: blocking, on the thread pool. The job's
+ * fields read here were set on the loop before the task was queued and do
+ * not change until it is done; what it writes (work_rc, work_err,
+ * work_log, rootfs) the loop reads only in job_prepare_done. */
+static void job_prepare_work(gn_job *j) {
   gn_node *n = j->node;
   gn_imageref ref;
   gn_image img;
-  char rootfs[PATH_MAX];
+  char **env = NULL;
+  gn_nvidia_pass *pass = NULL;
   memset(&img, 0, sizeof img);
+  if (j->cancel) {
+    j->work_rc = GN_ECANCELED;
+    return;
+  }
   j->work_rc = gn_imageref_parse(j->image, &ref);
   if (j->work_rc < 0) {
     gn__strf(j->work_err, sizeof j->work_err, "bad image reference %s", j->image);
     return;
   }
-  j->work_rc = gn_store_pull(n->store, &ref, NULL, NULL, &img, j->work_err, sizeof j->work_err);
-  if (j->work_rc < 0)
-    return;
-  gn__pathf(rootfs, sizeof rootfs, "%s/rootfs", j->bundle);
-  mkdir(j->bundle, 0700);
-  j->work_rc = gn_store_unpack(n->store, &img, rootfs, j->work_err, sizeof j->work_err);
+  gn_pull_opts po = {.cancel = &j->cancel};
+  j->work_rc =
+      gn_store_pull_ex(n->store, &ref, &po, &img, j->work_err, sizeof j->work_err, j->work_log, sizeof j->work_log);
   if (j->work_rc < 0)
     goto out;
+  gn_unpack_opts uo = {.cancel = &j->cancel, .uid_base = j->uid_base, .gid_base = j->uid_base, .id_count = j->id_count};
+  j->work_rc = gn_store_rootfs(n->store, &img, &uo, j->rootfs, j->work_err, sizeof j->work_err);
+  if (j->work_rc < 0) {
+    j->rootfs[0] = 0;
+    goto out;
+  }
+  if (j->nminors) {
+    if (!(pass = calloc(1, sizeof *pass))) {
+      j->work_rc = GN_ENOMEM;
+      goto out;
+    }
+    char why[256] = "";
+    j->work_rc = gn_nvidia_passthrough("/", j->minors, j->nminors, pass, why, sizeof why);
+    if (j->work_rc < 0) {
+      gn__strf(j->work_err, sizeof j->work_err, "cannot pass the leased GPUs to the job: %s",
+               why[0] ? why : gn_strerror(j->work_rc));
+      goto out;
+    }
+  }
+  if ((j->work_rc = job_env(j, &img, &env)) < 0) {
+    gn__strf(j->work_err, sizeof j->work_err, "bad job environment: %s", gn_strerror(j->work_rc));
+    goto out;
+  }
 
   /* The manifest's command runs as given; the image's entrypoint is not
    * prepended, so what the requester signed is exactly what runs. */
   const char *argv[GN_JOB_MAX_ARGS + 1];
-  const char *env[GN_JOB_MAX_ARGS + 16];
-  size_t ac = 0, ec = 0;
+  size_t ac = 0;
   for (size_t i = 0; i < json_array_size(j->cmd) && ac < GN_JOB_MAX_ARGS; i++)
     argv[ac++] = json_string_value(json_array_get(j->cmd, i));
   argv[ac] = NULL;
-  for (size_t i = 0; img.env && img.env[i] && ec < 8; i++)
-    env[ec++] = img.env[i];
-  for (size_t i = 0; i < json_array_size(j->env) && ec < GN_JOB_MAX_ARGS + 8; i++)
-    env[ec++] = json_string_value(json_array_get(j->env, i));
-  const char *devices[GN_LEASE_MAX_GPUS + 1];
-  for (size_t i = 0; i < j->ndev; i++)
-    devices[i] = j->devices[i];
-  devices[j->ndev] = NULL;
-  env[ec] = NULL;
   gn_bundle_spec spec = {
-      .rootfs = "rootfs",
+      .rootfs = j->rootfs,
       .argv = argv,
-      .env = env,
+      .env = (const char *const *)env,
       .cwd = img.workdir[0] ? img.workdir : "/",
       .hostname = j->id,
       .network = false,
       .memory_bytes = j->memory_mib << 20,
       .pids_max = j->pids_max,
       .nofile = 1024,
-      .devices = devices,
       .visible_devices = j->visible[0] ? j->visible : NULL,
       .cgroup_limits = j->cgroup_limits,
+      .uid_base = j->uid_base,
+      .gid_base = j->uid_base,
+      .id_count = j->id_count,
+      .cpu_quota_us = j->cpu_quota_us,
+      .cpu_period_us = j->cpu_quota_us ? GN_CPU_PERIOD_US : 0,
+      .dev_nodes = pass ? pass->nodes : NULL,
+      .n_dev_nodes = pass ? pass->n_nodes : 0,
+      .ro_binds = pass ? pass->binds : NULL,
+      .n_ro_binds = pass ? pass->n_binds : 0,
   };
   j->work_rc = gn_bundle_write(j->bundle, &spec);
   if (j->work_rc < 0)
     gn__strf(j->work_err, sizeof j->work_err, "cannot write the OCI bundle: %s", gn_strerror(j->work_rc));
 out:
+  if (j->work_rc < 0 && j->cancel)
+    j->work_rc = GN_ECANCELED;
+  gn_argv_free(env);
+  free(pass);
   gn_image_done(&img);
 }
 
-static void job_prepare_done(uv_work_t *w, int status) {
-  gn_job *j = w->data;
-  gn_node *n = j->node;
+static void job_prepare_done(gn_node *n, gn_job *j, int status) {
   gn_lease *l = job_lease(n, j);
+  if (j->work_log[0])
+    gn_log(GN_LOG_WARN, "job %s: %s", j->id, j->work_log);
   if (status < 0 || j->work_rc < 0 || j->stop_requested || !l || l->state != GN_LEASE_ACTIVE) {
     j->state = j->stop_requested || (l && l->state != GN_LEASE_ACTIVE) ? GN_JOB_STOPPED : GN_JOB_FAILED;
     if (j->state == GN_JOB_FAILED)
-      gn__strf(j->error, sizeof j->error, "%s", j->work_err[0] ? j->work_err : gn_strerror(j->work_rc));
+      gn__strf(j->error, sizeof j->error, "%s",
+               j->work_err[0] ? j->work_err : gn_strerror(status < 0 ? GN_EIO : j->work_rc));
     job_finish(n, j);
     return;
   }
@@ -517,14 +942,16 @@ static void job_prepare_done(uv_work_t *w, int status) {
     opt.stdio = stdio;
     opt.stdio_count = 3;
     r = uv_spawn(n->loop, &j->proc, &opt);
-    j->handles_open = 2;
+    j->handles_open = 3;
     if (r < 0) {
-      uv_close((uv_handle_t *)&j->out_pipe, on_job_handle_closed);
-      uv_close((uv_handle_t *)&j->err_pipe, on_job_handle_closed);
+      /* A process handle that failed to spawn is still a handle: it is
+       * closed like the pipes, and the last close finishes the job. */
       j->state = GN_JOB_FAILED;
       gn__strf(j->error, sizeof j->error, "cannot start %s: %s", argv[0], uv_strerror(r));
+      uv_close((uv_handle_t *)&j->proc, on_job_handle_closed);
+      uv_close((uv_handle_t *)&j->out_pipe, on_job_handle_closed);
+      uv_close((uv_handle_t *)&j->err_pipe, on_job_handle_closed);
     } else {
-      j->handles_open = 3;
       j->proc_running = true;
       j->state = GN_JOB_RUNNING;
       uv_read_start((uv_stream_t *)&j->out_pipe, on_job_alloc, on_job_output);
@@ -589,6 +1016,40 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
     gn__strf(reason, sizeof reason, "image %s is not a reference pinned to a digest", m.image);
     goto reject;
   }
+  if (!n->limits_enforced && !n->cfg.allow_unenforced_limits) {
+    gn__strf(reason, sizeof reason,
+             "this provider cannot enforce a job's memory and pids limits (its cgroups lack the memory or pids "
+             "controller), so it runs no jobs");
+    goto reject;
+  }
+  if (n->userns_ok && l->uid_slot < 0) {
+    gn__strf(reason, sizeof reason, "lease %s has no user namespace of its own on this provider", m.lease_id);
+    goto reject;
+  }
+  if (n->disk_low) {
+    gn__strf(reason, sizeof reason, "this provider's disk is down to its free-space reserve; try again later");
+    goto reject;
+  }
+  /* The manifest's limits, within what one job may have here, must fit in
+   * what all running jobs of all leases leave of the provider's budgets. */
+  uint64_t mem_mib = m.memory_mib < 16 ? 16 : m.memory_mib;
+  uint32_t pids = m.pids < 8 ? 8 : m.pids > 4096 ? 4096 : m.pids;
+  uint64_t mem_left = n->mem_budget_mib - n->mem_used_mib;
+  uint32_t pids_left = n->pids_budget - n->pids_used;
+  if (mem_mib > mem_left) {
+    gn__strf(reason, sizeof reason,
+             "job asks for %llu MiB of memory but only %llu MiB of this provider's %llu MiB job memory budget is "
+             "free; ask for less or wait for a job to end",
+             (unsigned long long)mem_mib, (unsigned long long)mem_left, (unsigned long long)n->mem_budget_mib);
+    goto reject;
+  }
+  if (pids > pids_left) {
+    gn__strf(reason, sizeof reason,
+             "job asks for %u processes but only %u of this provider's %u job process budget are free; ask for "
+             "fewer or wait for a job to end",
+             pids, pids_left, n->pids_budget);
+    goto reject;
+  }
   /* The nonce is remembered (durably) until long after the manifest's
    * expiry, so a replay is refused even across restarts. */
   sqlite3_stmt *st = NULL;
@@ -622,9 +1083,11 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   j->state = GN_JOB_PULLING;
   j->exit_code = -1;
   j->created_s = now_s;
-  /* The manifest's limits apply within this provider's policy bounds. */
-  j->memory_mib = m.memory_mib < 16 ? 16 : m.memory_mib > 65536 ? 65536 : m.memory_mib;
-  j->pids_max = m.pids < 8 ? 8 : m.pids > 4096 ? 4096 : m.pids;
+  j->memory_mib = mem_mib;
+  j->pids_max = pids;
+  j->budget_held = true;
+  n->mem_used_mib += mem_mib;
+  n->pids_used += pids;
   char jobs_dir[sizeof n->run_dir + 8]; /* paths from the job id: one checked component each */
   gn__pathf(jobs_dir, sizeof jobs_dir, "%s/jobs", n->run_dir);
   gn_path_join(j->log_path, sizeof j->log_path, jobs_dir, NULL, j->id, ".log");
@@ -643,12 +1106,21 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
     const gn_gpu *g = &n->gpus.items[l->gpu_index[i]];
     size_t used = strlen(j->visible);
     gn__strf(j->visible + used, sizeof j->visible - used, "%s%s", used ? "," : "", g->uuid);
-    if (!g->simulated && g->dev_path[0])
-      gn__strf(j->devices[j->ndev++], sizeof j->devices[0], "%s", g->dev_path);
+    /* Simulated GPUs have no device to pass. */
+    if (!g->simulated && g->minor >= 0)
+      j->minors[j->nminors++] = (unsigned)g->minor;
   }
-  j->cgroup_limits = gn_cgroup_limits_supported();
-  j->work.data = j;
-  uv_queue_work(n->loop, &j->work, job_prepare_work, job_prepare_done);
+  j->cgroup_limits = n->limits_enforced;
+  if (l->uid_slot >= 0) {
+    j->uid_base = GN_USERNS_BASE + (uint32_t)l->uid_slot * GN_USERNS_SIZE;
+    j->id_count = GN_USERNS_SIZE;
+  }
+  j->cpu_quota_us = lease_cpu_quota_us(n, l);
+  if (task_submit(n, j, TASK_PREPARE, NULL) < 0) {
+    j->state = GN_JOB_FAILED;
+    gn__strf(j->error, sizeof j->error, "provider out of memory");
+    job_finish(n, j);
+  }
   return;
 reject:
   reject_job(n, peer, m.job_id, m.lease_id, reason);
@@ -659,15 +1131,15 @@ void gn__provider_stop_job(gn_node *n, gn_job *j) {
   if (j->state != GN_JOB_PULLING && j->state != GN_JOB_RUNNING)
     return;
   j->stop_requested = true;
-  if (!j->proc_running)
+  j->cancel = 1; /* a pull or unpack in progress stops within a second */
+  if (!j->proc_running || j->kill_busy)
     return;
   char **argv = NULL;
-  int status;
-  if (gn_runtime_argv_kill(&n->rt, n->run_dir, j->container_id, "KILL", &argv) == 0) {
-    gn_runtime_exec(argv, &status);
-    gn_argv_free(argv);
+  if (gn_runtime_argv_kill(&n->rt, n->run_dir, j->container_id, "KILL", &argv) == 0 &&
+      task_submit(n, j, TASK_KILL, argv) == 0) {
+    j->kill_busy = true;
+    return;
   }
-  /* If the runtime could not signal the container, end the runtime itself. */
   uv_process_kill(&j->proc, SIGTERM);
 }
 
@@ -750,7 +1222,37 @@ static void meter_commit(gn_node *n, gn_lease *l, const gn_tick_append *ticks, s
   n->ticks_total += cnt;
 }
 
+static void on_disk_statfs(uv_fs_t *req) {
+  gn_node *n = req->data;
+  n->disk_req_busy = false;
+  if (req->result == 0 && req->ptr) {
+    const uv_statfs_t *st = req->ptr;
+    uint64_t free_bytes = st->f_bavail * st->f_bsize;
+    bool low = free_bytes < n->cfg.disk_reserve_bytes;
+    if (low != n->disk_low)
+      gn_log(low ? GN_LOG_WARN : GN_LOG_INFO, "data dir %s has %llu MiB free: %s", n->cfg.data_dir,
+             (unsigned long long)(free_bytes >> 20),
+             low ? "below the disk reserve, new jobs are refused and job output is dropped"
+                 : "above the disk reserve again, jobs are accepted");
+    n->disk_low = low;
+  }
+  uv_fs_req_cleanup(req);
+}
+
+/* Free space is watched every few seconds (statfs on the thread pool: a
+ * network file system may block) rather than before each write. */
+static void disk_check(gn_node *n, int64_t now_s) {
+  if (n->disk_req_busy || now_s - n->disk_checked_s < 5 || n->stopping)
+    return;
+  n->disk_checked_s = now_s;
+  n->disk_req.data = n;
+  if (uv_fs_statfs(n->loop, &n->disk_req, n->cfg.data_dir, on_disk_statfs) == 0)
+    n->disk_req_busy = true;
+}
+
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
+  if (n->cfg.provide)
+    disk_check(n, now_s);
   /* All leases' due seconds go to the ledger in one transaction: one fsync
    * per timer however many leases run, and still committed before they
    * count anywhere, so a crash loses at most the second being written. */

@@ -98,8 +98,8 @@ typedef struct gn_config {
   uint32_t job_pids_max;       /* processes of all jobs together, default 16384 */
   uint64_t store_max_bytes;    /* images: blobs and unpacked roots, default 64 GiB */
   uint64_t disk_reserve_bytes; /* free space kept on the data dir's disk (the ledger's room), default 1 GiB */
-  char *
-      registry_allow[GN_CONFIG_MAX_REGISTRY_ALLOW]; /* loopback/private registries allowed: "127.0.0.1", "10.0.0.0/8" */
+  /* Loopback or private registries jobs may pull from ("127.0.0.1", "10.0.0.0/8"), NULL-terminated. */
+  char *registry_allow[GN_CONFIG_MAX_REGISTRY_ALLOW + 1];
   size_t registry_allow_count;
   bool allow_unenforced_limits; /* run jobs where cgroups cannot enforce their limits (said in status) */
   bool allow_no_userns;         /* provide on a host without user namespaces (jobs' root is host root) */

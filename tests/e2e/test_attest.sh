@@ -9,6 +9,7 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/nodes.sh"
 
 work=$(mktemp -d /tmp/gn-e2e-attest-XXXXXX)
+chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
 nodes=$work/nodes
 R=$nodes/requester
 P=$nodes/provider
@@ -38,7 +39,7 @@ p_prov=$(gn_free_port)
 p_req=$(gn_free_port)
 gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
 gn_node_start "$P" provider --listen "127.0.0.1:$p_prov" --bootstrap "127.0.0.1:$p_boot" --provide --price 0.50 \
-  --simulate-gpu "RTX 4090"
+  --simulate-gpu "RTX 4090" --registry-allow 127.0.0.1
 gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_boot"
 
 has_offer() { [ "$(gn_cli "$R" --json offers | jq '.offers | length')" -gt 0 ]; }

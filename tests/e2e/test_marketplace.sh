@@ -14,6 +14,7 @@ if [ "$(id -u)" -ne 0 ] || ! command -v runc >/dev/null; then
 fi
 
 work=$(mktemp -d /tmp/gn-e2e-XXXXXX)
+chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
 nodes=$work/nodes
 R=$nodes/requester
 P=$nodes/provider
@@ -59,8 +60,9 @@ image=127.0.0.1:$reg_port/e2e/busybox:1
 p_boot=$(gn_free_port)
 p_prov=$(gn_free_port)
 p_req=$(gn_free_port)
+# The registry is on loopback: the provider must allow it by name.
 prov_args=(--listen "127.0.0.1:$p_prov" --bootstrap "127.0.0.1:$p_boot" --provide --price 0.50
-  --simulate-gpu "RTX 4090" --simulate-gpu "RTX 4090")
+  --simulate-gpu "RTX 4090" --simulate-gpu "RTX 4090" --registry-allow 127.0.0.1)
 gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
 gn_node_start "$P" provider "${prov_args[@]}"
 gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_boot"
