@@ -65,17 +65,10 @@ void gn__tickrec_put(uint8_t *p, const gn__tickrec *r) {
   put_be(p + 10, r->tag, 2);
 }
 
+/* The ledger keys rows and exported file names by lease id: the project's
+ * one id grammar (gn_id_valid), never '.' or '..'. */
 bool gn__lease_id_ok(const char *s) {
-  size_t n = s ? strnlen(s, GN_LEASE_ID_STRLEN) : 0;
-  if (n == 0 || n >= GN_LEASE_ID_STRLEN)
-    return false;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-          c == '.'))
-      return false;
-  }
-  return true;
+  return s && strnlen(s, GN_LEASE_ID_STRLEN) < GN_LEASE_ID_STRLEN && gn_id_valid(s);
 }
 
 int gn__fail(char *reason, size_t cap, const char *fmt, ...) {

@@ -186,6 +186,8 @@ typedef struct lease_row {
 
 static int lease_get(gn_ledger *l, const char *lease_id, lease_row *ret) {
   int r = GN_ENOTFOUND;
+  if (!gn__lease_id_ok(lease_id))
+    return GN_EINVAL; /* every reader passes here: no id off-grammar reaches SQL */
   sqlite3_bind_text(l->lease, 1, lease_id, -1, SQLITE_STATIC);
   int rc = sqlite3_step(l->lease);
   if (rc == SQLITE_ROW) {

@@ -269,6 +269,12 @@ static void test_ledger_enforces_lease_limits(void **state) {
   assert_int_equal(gn_ledger_tick_count(f->ledger, t.lease_id, &n), 0);
   assert_int_equal(n, 3);
   assert_int_equal(gn_ledger_tick_count(f->ledger, "l-none", &n), GN_ENOTFOUND);
+  /* Ids outside the one grammar never reach SQL or a file name. */
+  static const char *const bad_ids[] = {"..", ".", "a/b", "l-1.2", "", "-x", "a b"};
+  for (size_t i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
+    assert_int_equal(gn_ledger_tick_count(f->ledger, bad_ids[i], &n), GN_EINVAL);
+    assert_int_equal(gn_ledger_append_tick(f->ledger, bad_ids[i], FX_START_S + 5, 1, 0, NULL), GN_EINVAL);
+  }
   /* A forged agreement never starts a chain. */
   ag.data[ag.len - 1] ^= 1;
   assert_int_equal(gn_ledger_begin_lease(f->ledger, t.lease_id, ag.data, ag.len), GN_ESIG);
