@@ -3,7 +3,8 @@
  * Built by CMake (target gn_pull_bench) and run by scripts/bench/pull, which
  * sets it side by side with skopeo copy and umoci from the same registry.
  *   gn_pull_bench STORE_DIR REF@sha256:... ROOTFS_DIR
- * prints: pull_ms=P unpack_ms=U fetched=BYTES pull=FN unpack=FN */
+ * prints: pull_ms=P unpack_ms=U again_ms=A fetched=BYTES pull=FN unpack=FN
+ * (again: the root for a second job of the same image). */
 #include <gpunet/sandbox.h>
 
 #include <stdio.h>
@@ -71,21 +72,28 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gn_pull_bench: pull of %s failed: %s (%s)\n", argv[2], err, gn_strerror(r));
     goto out;
   }
-  if (have((void (*)(void))gn_store_rootfs)) {
-    how = "gn_store_rootfs";
-    r = gn_store_rootfs(s, &img, NULL, path, err, sizeof err);
-  } else {
-    r = gn_store_unpack(s, &img, argv[3], err, sizeof err);
+  /* The root a job gets, twice: the first job of an image, then the next
+   * one (which the old store unpacked again, into a bundle of its own). */
+  double t[3] = {now_ms(), 0, 0};
+  for (int k = 0; k < 2; k++) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s%s", argv[3], k ? ".again" : "");
+    if (have((void (*)(void))gn_store_rootfs)) {
+      how = "gn_store_rootfs";
+      r = gn_store_rootfs(s, &img, NULL, path, err, sizeof err);
+      if (r == 0 && have((void (*)(void))gn_store_rootfs_release))
+        gn_store_rootfs_release(s, path);
+    } else {
+      r = gn_store_unpack(s, &img, dir, err, sizeof err);
+    }
+    t[k + 1] = now_ms();
+    if (r < 0) {
+      fprintf(stderr, "gn_pull_bench: %s of %s failed: %s (%s)\n", how, argv[2], err, gn_strerror(r));
+      goto out;
+    }
   }
-  double t2 = now_ms();
-  if (r < 0) {
-    fprintf(stderr, "gn_pull_bench: %s of %s failed: %s (%s)\n", how, argv[2], err, gn_strerror(r));
-    goto out;
-  }
-  if (path[0] && have((void (*)(void))gn_store_rootfs_release))
-    gn_store_rootfs_release(s, path);
-  printf("pull_ms=%.1f unpack_ms=%.1f fetched=%llu pull=%s unpack=%s\n", t1 - t0, t2 - t1,
-         (unsigned long long)img.bytes_fetched, pull, how);
+  printf("pull_ms=%.1f unpack_ms=%.1f again_ms=%.1f fetched=%llu pull=%s unpack=%s\n", t1 - t0, t[1] - t[0],
+         t[2] - t[1], (unsigned long long)img.bytes_fetched, pull, how);
   rc = 0;
 out:
   gn_image_done(&img);
