@@ -1051,13 +1051,6 @@ out:
   return r;
 }
 
-/* TEMPORARY until store.c defines it: no limits set means the defaults. */
-__attribute__((weak)) const gn_store_limits *gn__store_limits(const gn_store *s) {
-  static const gn_store_limits none;
-  (void)s;
-  return &none;
-}
-
 int gn_store_unpack_ex(gn_store *s, const gn_image *img, const char *rootfs, const gn_unpack_opts *opts, char *err,
                        size_t err_cap) {
   if (!s || !img || !rootfs)
@@ -1078,7 +1071,10 @@ int gn_store_unpack_ex(gn_store *s, const gn_image *img, const char *rootfs, con
     paths[i] = bufs[i];
     digests[i] = img->layers[i];
   }
-  r = gn__unpack_layer_files(paths, digests, img->layer_count, rootfs, gn__store_limits(s), opts, err, err_cap);
+  /* A copy: the daemon sets the limits once, before any unpack. */
+  gn_store_limits lim = *gn__store_limits(s);
+  lim.registry_allow = NULL;
+  r = gn__unpack_layer_files(paths, digests, img->layer_count, rootfs, &lim, opts, err, err_cap);
 out:
   free(bufs);
   return r;
