@@ -145,7 +145,7 @@ case_keyrings() {
   jrun "$leaseA" "gn_hostile key-get u gn-hostile-secret-$tag; gn_hostile key-get p gn-hostile-secret-$tag;
     gn_hostile key-put u gn-hostile-w-$tag from-job; gn_hostile key-put p gn-hostile-w-$tag from-job;
     gn_hostile key-put n:gn-hostile-chan gn-hostile-c-$tag chan-$tag; gn_hostile key-put s gn-hostile-c-$tag chan-$tag;
-    $(probe_script keyctl-read add-key keyctl-join request-key)"
+    $(probe_script keyctl-read keyctl-persistent add-key keyctl-join request-key)"
   ran || return
   grep -q "$secret" <<<"$out" && miss "a job read the host root's keyring: $(grep -m1 "$secret" <<<"$out")"
   local r
@@ -154,7 +154,7 @@ case_keyrings() {
       miss "a job wrote into the host root's $([ $r = u ] && echo user || echo persistent) keyring"
     fi
   done
-  expect_blocked keyctl-read add-key keyctl-join request-key
+  expect_blocked keyctl-read keyctl-persistent add-key keyctl-join request-key
   # A second lease's job looks for what the first one left.
   jrun "$leaseB" "gn_hostile key-get u gn-hostile-w-$tag; gn_hostile key-get p gn-hostile-w-$tag;
     gn_hostile key-get n:gn-hostile-chan gn-hostile-c-$tag; gn_hostile key-get s gn-hostile-c-$tag"
@@ -340,27 +340,48 @@ case_memory_budget() {
 }
 jended_or_running() { [ "$(jstate "$1")" != pulling ]; }
 
-case_bomb_capped() {
-  # A layer of $bomb1_mib MiB of zeros in a 1 MB gzip, on a provider whose
-  # image limits are far below that: the job fails saying why, and the
-  # provider's disk use stays within the limit meanwhile.
-  local job base du peak=0 j
-  base=$(du -sxm "$P1" | cut -f1)
-  job=$(gn_cli "$R" --json run "$leaseA" --image "$bomb1" -- /bomb 2>&1 | jq -r '.job.id // empty')
+# bomb_run NAME DIR LEASE IMAGE BOMB_MIB CAP_MIB: runs a bomb image on the
+# provider in DIR whose image limit is CAP_MIB: the job fails saying a limit
+# was hit, and the provider's disk use (sampled while it unpacks) grows by
+# no more than the limit.
+bomb_run() {
+  local name=$1 dir=$2 lease=$3 image=$4 mib=$5 cap=$6 job base du peak=0 j t0
+  base=$(du -sxm "$dir" | cut -f1)
+  t0=$(date +%s)
+  job=$(gn_cli "$R" --json run "$lease" --image "$image" -- /bomb 2>&1 | jq -r '.job.id // empty')
   [ -n "$job" ] || { miss "could not submit the bomb job"; return; }
-  for _ in $(seq 300); do
-    du=$(($(du -sxm "$P1" 2>/dev/null | cut -f1) - base))
+  for _ in $(seq 900); do
+    du=$(($(du -sxm "$dir" 2>/dev/null | cut -f1) - base))
     [ "$du" -gt "$peak" ] && peak=$du
     jended "$job" && break
+    if [ "$peak" -gt $((cap + 256)) ]; then # the limit did not hold: stop filling the disk
+      gn_cli "$R" stop "$job" >/dev/null
+      gn_wait_until 20 "the bomb to stop" jended "$job"
+      break
+    fi
     sleep 0.2
   done
   j=$(jjson "$job")
-  echo "   bomb-capped: ${bomb1_mib} MiB bomb, cap ${bomb_cap_mib:-none} MiB, provider disk grew at most $peak MiB; $(jq -r '.state + ": " + (.error // "")' <<<"$j")"
-  jended "$job" || miss "bomb job still $(jstate "$job") after 60 s"
+  echo "   $name: ${mib} MiB bomb, cap $cap MiB, disk grew at most $peak MiB, $(($(date +%s) - t0)) s; $(jq -r '.state + ": " + (.error // "")' <<<"$j")"
+  jended "$job" || miss "bomb job still $(jstate "$job") after 3 minutes"
   [ "$(jstate "$job")" = failed ] || miss "bomb job ended $(jstate "$job"), not failed"
-  jq -r '.error // ""' <<<"$j" | grep -qiE "limit|too (big|large)|exceed|larger|cap|budget|space" ||
+  jq -r '.error // ""' <<<"$j" | grep -qiE "limit|too (big|large)|exceed|larger|more than|cap|budget|space" ||
     miss "the reason does not say a limit was hit: $(jq -r '.error // "none"' <<<"$j")"
-  [ "$peak" -le $((${bomb_cap_mib:-256} + 64)) ] || miss "the provider's disk grew by $peak MiB during the bomb"
+  [ "$peak" -le $((cap + 64)) ] || miss "the provider's disk grew by $peak MiB during the bomb (limit $cap MiB)"
+}
+
+case_bomb_capped() {
+  # A layer of 1 GiB of zeros in a 1 MB gzip, on a provider whose image
+  # limit (a config key) is 256 MiB.
+  [ -n "$bomb_cap_mib" ] || { miss "gpunetd has no config key for an image limit (layer_max, image_max or store_max)"; return; }
+  bomb_run bomb-capped "$P1" "$leaseA" "$bomb1" "$bomb1_mib" "$bomb_cap_mib"
+}
+
+case_bomb_default_cap() {
+  # 9 GiB of zeros in a 9 MB gzip against the default 8 GiB layer limit.
+  # The tar header declares the size, so an unpacker refuses it before
+  # inflating; one that counts while writing would write up to 8 GiB here.
+  bomb_run bomb-default-cap "$P3" "$leaseP3" "$bomb3" 9216 8192
 }
 
 # cpu_s PID: CPU seconds (user+system) PID has used, all threads.
@@ -441,7 +462,7 @@ case_traversal_id() {
   # those to a provider. Here only the entry points a renter reaches through
   # the CLI and the control API: each refuses the id before a path is built.
   local id
-  echo "   traversal-id: NOTE only the CLI's entry points here; manifests with traversal ids are refused by the decoder (tests/node/test_ids.c)"
+  echo "   traversal-id: NOTE only the CLI's entry points here; a hostile requester sending manifests with traversal ids to a real provider is tests/node/test_ids_provider.c"
   for id in '../..' '..' '../../etc' 'a/../../b'; do
     out=$(gn_cli "$R" stop "$id" 2>&1) && miss "stop '$id' succeeded"
     out=$(gn_cli "$R" logs "$id" 2>&1) && miss "logs '$id' succeeded: $(one "$out")"
@@ -526,6 +547,8 @@ d=$(gn_hostile_bomb_image "$work/bomb1" e2e/bomb:1 "$reg_port" "$bomb1_mib") || 
 bomb1=127.0.0.1:$reg_port/e2e/bomb@$d
 d=$(gn_hostile_bomb_image "$work/bomb2" e2e/bomb:2 "$reg_port" "$bomb2_mib") || die "cannot build the slow bomb image"
 bomb2=127.0.0.1:$reg_port/e2e/bomb@$d
+d=$(gn_hostile_bomb_image "$work/bomb3" e2e/bomb:3 "$reg_port" 9216) || die "cannot build the 9 GiB bomb image"
+bomb3=127.0.0.1:$reg_port/e2e/bomb@$d
 allow=()
 has_flag registry-allow && allow=(--registry-allow 127.0.0.1)
 
@@ -583,6 +606,7 @@ run_case memory-budget case_memory_budget
 run_case registry-allow case_registry_allow
 run_case traversal-id case_traversal_id
 run_case bomb-capped case_bomb_capped
+run_case bomb-default-cap case_bomb_default_cap
 run_case bomb-stop case_bomb_stop
 
 echo "   total: $(($(date +%s) - t_start)) s"
