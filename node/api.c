@@ -19,12 +19,15 @@ static void api_status(gn_ctl_req *req, void *ud) {
     gn__strf(runtime, sizeof runtime, "%s %s", n->rt.kind == GN_RUNTIME_CRUN ? "crun" : "runc", n->rt.version);
   else
     gn__strf(runtime, sizeof runtime, "none (%s)", n->runtime_err);
-  gn_ctl_reply_json(
-      req, 200,
+  json_t *o =
       json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:I, s:I, s:I, s:I}", "node_id", n->node_id, "version", GN_VERSION,
                 "listen", gn_transport_listen_addr(n->tp), "data_dir", n->cfg.data_dir, "provider", n->cfg.provide,
                 "runtime", runtime, "peers", (json_int_t)gn_transport_peer_count(n->tp), "offers",
-                (json_int_t)gn_offer_table_count(n->offers), "leases", (json_int_t)leases, "jobs", (json_int_t)jobs));
+                (json_int_t)gn_offer_table_count(n->offers), "leases", (json_int_t)leases, "jobs", (json_int_t)jobs);
+  /* How jobs are isolated here: budgets, limits enforced, user namespaces. */
+  if (o && n->cfg.provide)
+    json_object_set_new(o, "isolation", gn__provider_status_json(n));
+  gn_ctl_reply_json(req, 200, o);
 }
 
 static void api_gpus(gn_ctl_req *req, void *ud) {

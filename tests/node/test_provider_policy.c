@@ -12,14 +12,19 @@
 /* cmocka needs the above first. */
 #include <cmocka.h>
 
+#include <curl/curl.h>
+#include <jansson.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <sodium.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -42,6 +47,12 @@ typedef struct world {
   int up_req, up_other;
   msg inbox[64];
   size_t inbox_n;
+  /* Set before setup by the tests that need them. */
+  const char *extra[16]; /* more gpunetd flags */
+  bool hide_cgroups;     /* the daemon sees an empty /sys/fs/cgroup (a host without controllers) */
+  bool hide_failed;      /* ...which this kernel would not allow */
+  int hang_fd;           /* a registry that accepts and never answers */
+  int hang_port;
 } world;
 
 static world W;
@@ -150,15 +161,46 @@ static void start_daemon(void) {
     snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
     if (!freopen(log, "w", stderr))
       _exit(127);
-    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu", "RTX 4090",
-          "--simulate-gpu", "RTX 4090", "--price", "0.40", "--max-hours", "2", (char *)NULL);
+    /* A host whose cgroups have no controllers: a private mount namespace
+     * with an empty tmpfs on /sys/fs/cgroup (real, not a fake answer). */
+    if (W.hide_cgroups && (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+                           mount("tmpfs", "/sys/fs/cgroup", "tmpfs", 0, "size=1m") < 0))
+      _exit(99);
+    const char *args[48] = {bin,
+                            "--data-dir",
+                            W.dir,
+                            "--listen",
+                            W.addr,
+                            "--provide",
+                            "--simulate-gpu",
+                            "RTX 4090",
+                            "--simulate-gpu",
+                            "RTX 4090",
+                            "--price",
+                            "0.40",
+                            "--max-hours",
+                            "2",
+                            "--allow-no-userns"};
+    size_t n = 15;
+    for (size_t i = 0; i < GN_ARRAY_SIZE(W.extra) && W.extra[i]; i++)
+      args[n++] = W.extra[i];
+    args[n] = NULL;
+    execv(bin, (char *const *)args);
     _exit(127);
   }
 }
 
 static int setup(void **state) {
   (void)state;
+  const char *extra[GN_ARRAY_SIZE(W.extra)];
+  memcpy(extra, W.extra, sizeof extra);
+  bool hide = W.hide_cgroups;
+  int hang_fd = W.hang_fd, hang_port = W.hang_port;
   memset(&W, 0, sizeof W);
+  memcpy(W.extra, extra, sizeof extra);
+  W.hide_cgroups = hide;
+  W.hang_fd = hang_fd;
+  W.hang_port = hang_port;
   snprintf(W.dir, sizeof W.dir, "/tmp/gn-policy-XXXXXX");
   assert_non_null(mkdtemp(W.dir));
   start_daemon();
@@ -171,6 +213,12 @@ static int setup(void **state) {
   /* The daemon needs a moment to listen; retry the connection. */
   for (int i = 0; i < 50 && !(W.up_req && W.up_other); i++) {
     usleep(100000);
+    int status;
+    if (W.hide_cgroups && waitpid(W.daemon, &status, WNOHANG) == W.daemon) {
+      W.daemon = 0;
+      W.hide_failed = WIFEXITED(status) && WEXITSTATUS(status) == 99;
+      return 0; /* the test skips, saying why */
+    }
     if (!W.up_req)
       gn_transport_connect(W.req_tp, W.addr);
     if (!W.up_other)
@@ -193,9 +241,16 @@ static int teardown(void **state) {
   gn_transport_close(W.other_tp, closed, NULL);
   uv_run(&W.loop, UV_RUN_DEFAULT);
   uv_loop_close(&W.loop);
-  kill(W.daemon, SIGTERM);
   int status = 0;
-  waitpid(W.daemon, &status, 0);
+  if (W.daemon > 0) {
+    kill(W.daemon, SIGTERM);
+    waitpid(W.daemon, &status, 0);
+  }
+  memset(W.extra, 0, sizeof W.extra);
+  W.hide_cgroups = false;
+  if (W.hang_fd > 0)
+    close(W.hang_fd);
+  W.hang_fd = 0;
   for (size_t i = 0; i < W.inbox_n; i++)
     gn_buf_done(&W.inbox[i].raw);
   W.prov_id = gn_identity_free(W.prov_id);
@@ -265,14 +320,18 @@ static void rent(gn_agreement *ret_ag, gn_buf *ret_env) {
   gn_buf_done(&m.raw);
 }
 
-static void manifest_env(const gn_identity *signer, const char *lease_id, const char *image, int64_t expires_delta,
-                         gn_buf *ret) {
+/* A manifest asking for memory_mib and pids; the job id goes to ret_job
+ * (32 bytes) when not NULL. */
+static void manifest_env_ex(const gn_identity *signer, const char *lease_id, const char *image, int64_t expires_delta,
+                            uint64_t memory_mib, uint64_t pids, char *ret_job, gn_buf *ret) {
   uint8_t nonce[16], rnd[6];
   char job[32], hex[13];
   randombytes_buf(nonce, sizeof nonce);
   randombytes_buf(rnd, sizeof rnd);
   sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
   snprintf(job, sizeof job, "j-%s", hex);
+  if (ret_job)
+    snprintf(ret_job, 32, "%s", job);
   gn_wire_writer w;
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 12);
@@ -288,9 +347,9 @@ static void manifest_env(const gn_identity *signer, const char *lease_id, const 
   gn_wire_put_str(&w, "env");
   gn_wire_put_array(&w, 0);
   gn_wire_put_str(&w, "memory_mib");
-  gn_wire_put_u64(&w, 64);
+  gn_wire_put_u64(&w, memory_mib);
   gn_wire_put_str(&w, "pids");
-  gn_wire_put_u64(&w, 16);
+  gn_wire_put_u64(&w, pids);
   gn_wire_put_str(&w, "network");
   gn_wire_put_bool(&w, false);
   gn_wire_put_str(&w, "nonce");
@@ -308,12 +367,163 @@ static void manifest_env(const gn_identity *signer, const char *lease_id, const 
   gn_buf_done(&body);
 }
 
+static void manifest_env(const gn_identity *signer, const char *lease_id, const char *image, int64_t expires_delta,
+                         gn_buf *ret) {
+  manifest_env_ex(signer, lease_id, image, expires_delta, 64, 16, NULL, ret);
+}
+
 #define PINNED "127.0.0.1:9/none/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+#define ZERO_DIGEST "@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+/* Sends a manifest and waits for the provider's first answer: "pulling"
+ * when accepted, "rejected" (its reason in ret_reason) when not. */
+static void send_job(const char *lease_id, const char *image, uint64_t memory_mib, uint64_t pids, char *ret_job,
+                     char *ret_state, char *ret_reason) {
+  gn_buf env = {0};
+  msg m;
+  manifest_env_ex(W.req_id, lease_id, image, 120, memory_mib, pids, ret_job, &env);
+  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+  assert_true(wait_msg(GN_MSG_JOB_STATUS, 5000, &m));
+  snprintf(ret_state, 32, "%s", state_of(&m));
+  if (ret_reason)
+    snprintf(ret_reason, 256, "%s", reason_of(&m));
+  gn_buf_done(&m.raw);
+}
+
+static void send_stop(const char *lease_id, const char *job_id) {
+  gn_wire_writer w;
+  gn_buf body = {0}, env = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, job_id);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease_id);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_STOP, body.data, body.len, &env), 0);
+  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+}
+
+static void send_release(const char *lease_id) {
+  gn_wire_writer w;
+  gn_buf body = {0}, env = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease_id);
+  gn_wire_put_str(&w, "reason");
+  gn_wire_put_str(&w, "test");
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_LEASE_RELEASE, body.data, body.len, &env), 0);
+  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+}
+
+/* Waits for the job's status to become state (other statuses are skipped). */
+static bool wait_job_state(const char *state, uint64_t timeout_ms) {
+  uint64_t end = gn_mono_ms() + timeout_ms;
+  msg m;
+  while (gn_mono_ms() < end) {
+    if (!wait_msg(GN_MSG_JOB_STATUS, end - gn_mono_ms(), &m))
+      return false;
+    bool hit = strcmp(state_of(&m), state) == 0;
+    gn_buf_done(&m.raw);
+    if (hit)
+      return true;
+  }
+  return false;
+}
+
+/* A registry on loopback that takes connections and never answers: a pull
+ * from it stays in progress until cancelled. */
+static void hanging_registry(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  assert_true(fd >= 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(fd, 64), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  W.hang_fd = fd;
+  W.hang_port = ntohs(a.sin_port);
+}
+
+static void hanging_image(char *buf, size_t cap) {
+  snprintf(buf, cap, "127.0.0.1:%d/slow/image%s", W.hang_port, ZERO_DIGEST);
+}
+
+/* The host's RAM as gpunetd counts it, in MiB. */
+static uint64_t host_ram_mib(void) {
+  return ((uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE)) >> 20;
+}
+
+static size_t curl_sink(char *p, size_t size, size_t n, void *ud) {
+  gn_buf_append(ud, (const uint8_t *)p, size * n);
+  return size * n;
+}
+
+/* GET path on the daemon's control socket, parsed. */
+static json_t *api_get(const char *path) {
+  char sock[PATH_MAX + 32], url[256];
+  gn_buf body = {0};
+  snprintf(sock, sizeof sock, "%s/gpunetd.sock", W.dir);
+  snprintf(url, sizeof url, "http://gpunetd%s", path);
+  CURL *c = curl_easy_init();
+  assert_non_null(c);
+  curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+  CURLcode rc = curl_easy_perform(c);
+  curl_easy_cleanup(c);
+  if (rc != CURLE_OK)
+    fail_msg("GET %s: %s", path, curl_easy_strerror(rc));
+  json_t *j = json_loadb((const char *)body.data, body.len, 0, NULL);
+  gn_buf_done(&body);
+  assert_non_null(j);
+  return j;
+}
+
+/* The host uid range the provider's log gives lease_id ("lease L: its jobs
+ * run as host uids and gids A-B"). */
+static bool lease_uid_range(const char *lease_id, unsigned long *ret_lo, unsigned long *ret_hi) {
+  char path[PATH_MAX + 32], line[1024], pat[128];
+  snprintf(path, sizeof path, "%s/gpunetd.log", W.dir);
+  snprintf(pat, sizeof pat, "lease %s: its jobs run as host uids and gids ", lease_id);
+  for (int tries = 0; tries < 50; tries++) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+      char *p = strstr(line, pat);
+      found = p && sscanf(p + strlen(pat), "%lu-%lu", ret_lo, ret_hi) == 2;
+    }
+    fclose(f);
+    if (found)
+      return true;
+    usleep(100000);
+  }
+  return false;
+}
 
 static void expect_job_rejected(gn_transport *tp, const gn_buf *env, const char *reason_part) {
   msg m;
   assert_int_equal(gn_transport_send(tp, W.prov_id->pk, env->data, env->len), 0);
-  assert_true(wait_msg(GN_MSG_JOB_STATUS, 5000, &m));
+  /* An earlier job of the test may report its end (its pull fails at once)
+   * before the answer to this one. */
+  do {
+    assert_true(wait_msg(GN_MSG_JOB_STATUS, 5000, &m));
+    if (strcmp(state_of(&m), "failed") != 0)
+      break;
+    gn_buf_done(&m.raw);
+  } while (true);
   assert_string_equal(state_of(&m), "rejected");
   if (!strstr(reason_of(&m), reason_part))
     fail_msg("reason '%s' does not mention '%s'", reason_of(&m), reason_part);
@@ -455,6 +665,317 @@ static void test_provider_never_leases_a_gpu_twice(void **state) {
   gn_buf_done(&env);
 }
 
+/* --- budgets, isolation and the loop ----------------------------------------*/
+
+static int setup_budget(void **state) {
+  hanging_registry();
+  const char *extra[] = {"--registry-allow", "127.0.0.1", "--job-memory-share",        "0.01",
+                         "--job-pids-max",   "100",       "--allow-unenforced-limits", NULL};
+  memcpy(W.extra, extra, sizeof extra);
+  return setup(state);
+}
+
+static uint64_t status_u64(const char *key) {
+  json_t *st = api_get("/v1/status");
+  json_t *iso = json_object_get(st, "isolation");
+  if (!iso)
+    fail_msg("status has no isolation object");
+  uint64_t v = (uint64_t)json_integer_value(json_object_get(iso, key));
+  json_decref(st);
+  return v;
+}
+
+/* Jobs of two leases whose memory adds past the provider's budget: the
+ * second is refused, saying so; once the first is stopped, its memory is
+ * free again. */
+static void test_provider_refuses_a_job_past_the_memory_budget(void **state) {
+  (void)state;
+  gn_agreement a, b;
+  char image[256], job1[32], job3[32], st[32], reason[256];
+  hanging_image(image, sizeof image);
+  rent(&a, NULL);
+  rent(&b, NULL);
+  uint64_t budget = status_u64("memory_budget_mib");
+  assert_int_equal(budget, (uint64_t)((double)host_ram_mib() * 0.01));
+  uint64_t ask = budget * 6 / 10 + 1;
+  send_job(a.terms.lease_id, image, ask, 16, job1, st, NULL);
+  assert_string_equal(st, "pulling");
+  assert_int_equal(status_u64("memory_used_mib"), ask);
+  send_job(b.terms.lease_id, image, ask, 16, NULL, st, reason);
+  assert_string_equal(st, "rejected");
+  if (!strstr(reason, "MiB of memory") || !strstr(reason, "budget"))
+    fail_msg("reason '%s' does not name the memory budget", reason);
+  /* Stopping the first cancels its pull (the registry never answers) and
+   * gives its memory back. */
+  uint64_t t0 = gn_mono_ms();
+  send_stop(a.terms.lease_id, job1);
+  assert_true(wait_job_state("stopped", 5000));
+  assert_true(gn_mono_ms() - t0 < 3000);
+  for (int i = 0; i < 50 && status_u64("memory_used_mib") != 0; i++)
+    run_until(&(int){0}, 100);
+  assert_int_equal(status_u64("memory_used_mib"), 0);
+  send_job(b.terms.lease_id, image, ask, 16, job3, st, NULL);
+  assert_string_equal(st, "pulling");
+}
+
+static void test_provider_refuses_a_job_past_the_pids_budget(void **state) {
+  (void)state;
+  gn_agreement a, b;
+  char image[256], st[32], reason[256];
+  hanging_image(image, sizeof image);
+  rent(&a, NULL);
+  rent(&b, NULL);
+  send_job(a.terms.lease_id, image, 16, 64, NULL, st, NULL);
+  assert_string_equal(st, "pulling");
+  send_job(b.terms.lease_id, image, 16, 64, NULL, st, reason);
+  assert_string_equal(st, "rejected");
+  if (!strstr(reason, "64 processes") || !strstr(reason, "36 of this provider's 100"))
+    fail_msg("reason '%s' does not name the process budget", reason);
+}
+
+/* SIGTERM ends the daemon within seconds even while a pull runs that would
+ * otherwise wait on the registry for minutes. */
+static void test_sigterm_ends_the_daemon_during_a_pull(void **state) {
+  (void)state;
+  gn_agreement a;
+  char image[256], st[32];
+  hanging_image(image, sizeof image);
+  rent(&a, NULL);
+  send_job(a.terms.lease_id, image, 16, 16, NULL, st, NULL);
+  assert_string_equal(st, "pulling");
+  sleep(1); /* well into the pull */
+  uint64_t t0 = gn_mono_ms();
+  kill(W.daemon, SIGTERM);
+  int status = 0;
+  pid_t r = 0;
+  while ((r = waitpid(W.daemon, &status, WNOHANG)) == 0 && gn_mono_ms() - t0 < 15000)
+    usleep(50000);
+  uint64_t took = gn_mono_ms() - t0;
+  if (r == W.daemon)
+    W.daemon = 0;
+  if (r != 0 && took < 5000 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    return;
+  fail_msg("gpunetd took %llu ms to end after SIGTERM during a pull (status %d)", (unsigned long long)took, status);
+}
+
+/* Two leases at once never share a host uid; a released lease's range can
+ * go to a later lease. */
+static void test_provider_gives_each_lease_its_own_uid_range(void **state) {
+  (void)state;
+  json_t *st = api_get("/v1/status");
+  bool userns = json_is_true(json_object_get(json_object_get(st, "isolation"), "user_namespaces"));
+  json_decref(st);
+  if (!userns)
+    skip(); /* this host cannot run user-namespaced containers; the daemon says why in its status */
+  gn_agreement a, b, c;
+  unsigned long alo, ahi, blo, bhi, clo, chi;
+  rent(&a, NULL);
+  rent(&b, NULL);
+  assert_true(lease_uid_range(a.terms.lease_id, &alo, &ahi));
+  assert_true(lease_uid_range(b.terms.lease_id, &blo, &bhi));
+  assert_true(alo >= (1ul << 20) && blo >= (1ul << 20));
+  assert_int_equal(ahi - alo + 1, 65536);
+  assert_int_equal(bhi - blo + 1, 65536);
+  assert_true(ahi < blo || bhi < alo);
+  send_release(a.terms.lease_id);
+  msg m;
+  assert_true(wait_msg(GN_MSG_INVOICE, 5000, &m));
+  gn_buf_done(&m.raw);
+  rent(&c, NULL);
+  assert_true(lease_uid_range(c.terms.lease_id, &clo, &chi));
+  assert_true(chi < blo || bhi < clo);
+}
+
+/* A stand-in for runc (the real one cannot be made slow on demand): it
+ * answers --version like runc and takes 5 s over kill and delete, noting
+ * each call, as a runtime on a loaded host may. Labelled TEST FAKE. */
+static char slow_dir[64];
+
+static int setup_slow_runtime(void **state) {
+  snprintf(slow_dir, sizeof slow_dir, "/tmp/gn-slowrt-XXXXXX");
+  assert_non_null(mkdtemp(slow_dir));
+  char path[128];
+  snprintf(path, sizeof path, "%s/runc", slow_dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f,
+          "#!/bin/sh\n"
+          "# TEST FAKE of runc: slow kill and delete.\n"
+          "for a in \"$@\"; do\n"
+          "  case \"$a\" in\n"
+          "  --version) echo 'runc version 1.1.5-slow-test-fake'; exit 0 ;;\n"
+          "  kill|delete) sleep 5; echo \"$a\" >>'%s/calls'; exit 0 ;;\n"
+          "  run) exit 1 ;;\n"
+          "  esac\n"
+          "done\n"
+          "exit 1\n",
+          slow_dir);
+  fclose(f);
+  chmod(path, 0755);
+  static char runtime_arg[128];
+  snprintf(runtime_arg, sizeof runtime_arg, "%s", path);
+  const char *extra[] = {"--runtime", runtime_arg, NULL};
+  memcpy(W.extra, extra, sizeof extra);
+  return setup(state);
+}
+
+static int teardown_slow_runtime(void **state) {
+  int r = teardown(state);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", slow_dir);
+  if (system(cmd) != 0)
+    return -1;
+  return r;
+}
+
+static size_t slow_calls(void) {
+  char path[128], line[64];
+  size_t n = 0;
+  snprintf(path, sizeof path, "%s/calls", slow_dir);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  while (fgets(line, sizeof line, f))
+    n++;
+  fclose(f);
+  return n;
+}
+
+/* The seconds metered for lease_id, as the ledger has them. */
+static size_t ledger_ticks(const char *lease_id, int64_t *t_s, size_t cap) {
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/gpunet.db", W.dir);
+  sqlite3 *db = NULL;
+  sqlite3_stmt *st = NULL;
+  size_t n = 0;
+  assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_busy_timeout(db, 2000);
+  assert_int_equal(sqlite3_prepare_v2(db, "SELECT t_s FROM ticks WHERE lease_id = ? ORDER BY idx", -1, &st, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  while (sqlite3_step(st) == SQLITE_ROW && n < cap)
+    t_s[n++] = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return n;
+}
+
+/* While three jobs' containers take 5 s each to delete, the lease keeps
+ * metering every second and a new lease is answered at once: the runtime
+ * runs on the thread pool, not on the loop. */
+static void test_loop_meters_while_the_runtime_is_slow(void **state) {
+  (void)state;
+  gn_agreement a, b;
+  char st[32];
+  rent(&a, NULL);
+  uint64_t t0 = gn_mono_ms();
+  for (int i = 0; i < 3; i++) {
+    send_job(a.terms.lease_id, PINNED, 16, 16, NULL, st, NULL); /* refused registry: fails at once */
+    assert_string_equal(st, "pulling");
+  }
+  for (int i = 0; i < 3; i++)
+    assert_true(wait_job_state("failed", 5000));
+  /* Now three `delete` calls sleep on the pool. */
+  uint64_t t1 = gn_mono_ms();
+  rent(&b, NULL);
+  uint64_t answered_ms = gn_mono_ms() - t1;
+  assert_int_equal(slow_calls(), 0);
+  while (gn_mono_ms() - t0 < 8000)
+    run_until(&(int){0}, 200);
+  assert_int_equal(slow_calls(), 3);
+  if (answered_ms > 1000)
+    fail_msg("a lease request took %llu ms to be answered while the runtime was slow", (unsigned long long)answered_ms);
+  int64_t t_s[64];
+  size_t n = ledger_ticks(a.terms.lease_id, t_s, GN_ARRAY_SIZE(t_s));
+  if (n < 6)
+    fail_msg("only %zu seconds metered in 8 s", n);
+  for (size_t i = 1; i < n; i++)
+    if (t_s[i] - t_s[i - 1] > 2)
+      fail_msg("metering stalled: no tick between %lld and %lld", (long long)t_s[i - 1], (long long)t_s[i]);
+}
+
+/* A released lease keeps its uid range until its last container is
+ * deleted: a lease rented meanwhile gets another one. */
+static void test_uid_range_held_until_the_jobs_are_gone(void **state) {
+  (void)state;
+  json_t *stj = api_get("/v1/status");
+  bool userns = json_is_true(json_object_get(json_object_get(stj, "isolation"), "user_namespaces"));
+  json_decref(stj);
+  if (!userns)
+    skip(); /* no user namespaces on this host */
+  gn_agreement a, c, d;
+  char st[32];
+  unsigned long alo, ahi, clo, chi, dlo, dhi;
+  rent(&a, NULL);
+  assert_true(lease_uid_range(a.terms.lease_id, &alo, &ahi));
+  send_job(a.terms.lease_id, PINNED, 16, 16, NULL, st, NULL);
+  assert_true(wait_job_state("failed", 5000)); /* its delete now takes 5 s */
+  send_release(a.terms.lease_id);
+  msg m;
+  assert_true(wait_msg(GN_MSG_INVOICE, 5000, &m));
+  gn_buf_done(&m.raw);
+  rent(&c, NULL);
+  assert_true(lease_uid_range(c.terms.lease_id, &clo, &chi));
+  assert_true(chi < alo || ahi < clo);
+  while (slow_calls() < 1)
+    run_until(&(int){0}, 200);
+  run_until(&(int){0}, 500);
+  rent(&d, NULL); /* a's range is free again: the lowest free one */
+  assert_true(lease_uid_range(d.terms.lease_id, &dlo, &dhi));
+  assert_int_equal(dlo, alo);
+}
+
+/* A host whose cgroups cannot apply memory and pids limits: jobs are
+ * refused, unless the provider allows it, and then its status says so. */
+static int setup_no_cgroups(void **state) {
+  hanging_registry();
+  W.hide_cgroups = true;
+  const char *extra[] = {"--registry-allow", "127.0.0.1", NULL};
+  memcpy(W.extra, extra, sizeof extra);
+  return setup(state);
+}
+
+static int setup_no_cgroups_allowed(void **state) {
+  hanging_registry();
+  W.hide_cgroups = true;
+  const char *extra[] = {"--registry-allow", "127.0.0.1", "--allow-unenforced-limits", NULL};
+  memcpy(W.extra, extra, sizeof extra);
+  return setup(state);
+}
+
+static void test_provider_refuses_jobs_it_cannot_limit(void **state) {
+  (void)state;
+  if (W.hide_failed)
+    skip(); /* no private mount namespace here (needs root): cannot make a host without cgroup controllers */
+  assert_true(W.up_req);
+  gn_agreement a;
+  char image[256], st[32], reason[256];
+  hanging_image(image, sizeof image);
+  rent(&a, NULL);
+  send_job(a.terms.lease_id, image, 64, 16, NULL, st, reason);
+  assert_string_equal(st, "rejected");
+  if (!strstr(reason, "cannot enforce"))
+    fail_msg("reason '%s' does not say the limits cannot be enforced", reason);
+}
+
+static void test_provider_runs_unlimited_jobs_when_allowed_and_says_so(void **state) {
+  (void)state;
+  if (W.hide_failed)
+    skip(); /* as above */
+  assert_true(W.up_req);
+  gn_agreement a;
+  char image[256], st[32];
+  hanging_image(image, sizeof image);
+  rent(&a, NULL);
+  send_job(a.terms.lease_id, image, 64, 16, NULL, st, NULL);
+  assert_string_equal(st, "pulling");
+  json_t *j = api_get("/v1/status");
+  json_t *iso = json_object_get(j, "isolation");
+  assert_true(json_is_false(json_object_get(iso, "limits_enforced")));
+  assert_true(json_is_true(json_object_get(iso, "unenforced_limits_allowed")));
+  json_decref(j);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_provider_accepts_a_manifest_once_and_refuses_its_replay, setup, teardown),
@@ -465,6 +986,17 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_provider_rejects_job_on_released_lease_and_invoices_it, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provider_refuses_simulated_gpu_to_unknowing_requester, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provider_never_leases_a_gpu_twice, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_provider_refuses_a_job_past_the_memory_budget, setup_budget, teardown),
+      cmocka_unit_test_setup_teardown(test_provider_refuses_a_job_past_the_pids_budget, setup_budget, teardown),
+      cmocka_unit_test_setup_teardown(test_sigterm_ends_the_daemon_during_a_pull, setup_budget, teardown),
+      cmocka_unit_test_setup_teardown(test_provider_gives_each_lease_its_own_uid_range, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_loop_meters_while_the_runtime_is_slow, setup_slow_runtime,
+                                      teardown_slow_runtime),
+      cmocka_unit_test_setup_teardown(test_uid_range_held_until_the_jobs_are_gone, setup_slow_runtime,
+                                      teardown_slow_runtime),
+      cmocka_unit_test_setup_teardown(test_provider_refuses_jobs_it_cannot_limit, setup_no_cgroups, teardown),
+      cmocka_unit_test_setup_teardown(test_provider_runs_unlimited_jobs_when_allowed_and_says_so,
+                                      setup_no_cgroups_allowed, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
