@@ -154,6 +154,19 @@ static int err_canceled(unpack_ctx *c) {
   return gn__err(c->err, c->err_cap, GN_ECANCELED, "unpacking layer %s was canceled", c->layer);
 }
 
+/* An entry name as messages show it: control bytes become '?' (a name must
+ * not forge lines in the provider's log), and at most about 160 bytes. */
+static const char *shown(const char *in, char out[200]) {
+  size_t n = 0;
+  for (; in && *in && n < 160; in++)
+    out[n++] = (unsigned char)*in < 0x20 || *in == 0x7f ? '?' : *in;
+  if (in && *in)
+    memcpy(out + n, "...", 4);
+  else
+    out[n] = '\0';
+  return out;
+}
+
 static const char *fmt_size(uint64_t n, char buf[32]) {
   if (n && n % (1ull << 30) == 0)
     snprintf(buf, 32, "%llu GiB", (unsigned long long)(n >> 30));
@@ -236,9 +249,12 @@ static uint64_t path_hash(const unpack_ctx *c, const char *path) {
   return h;
 }
 
-/* Removes name under dirfd, recursively, never following a symlink. */
-static int rm_rf_at(int dirfd, const char *name, int depth) {
+/* Removes name under dirfd, recursively, never following a symlink.
+ * GN_ECANCELED once *cancel is set (cancel may be NULL). */
+static int rm_rf_at(int dirfd, const char *name, int depth, const volatile int *cancel) {
   struct stat st;
+  if (cancel && *cancel)
+    return GN_ECANCELED;
   if (depth > RM_DEPTH_MAX)
     return GN_ETOOBIG;
   if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -258,7 +274,7 @@ static int rm_rf_at(int dirfd, const char *name, int depth) {
   while (r == 0 && (e = readdir(d))) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
       continue;
-    r = rm_rf_at(fd, e->d_name, depth + 1);
+    r = rm_rf_at(fd, e->d_name, depth + 1, cancel);
   }
   closedir(d);
   if (r == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
@@ -309,7 +325,7 @@ static int remove_lower(unpack_ctx *c, int dirfd, const char *name, uint64_t hpa
     return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
   }
   if (!mine && c->created.n == 0)
-    return rm_rf_at(dirfd, name, depth); /* nothing of ours anywhere yet */
+    return rm_rf_at(dirfd, name, depth, c->cancel); /* nothing of ours anywhere yet */
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return -errno;
@@ -425,7 +441,7 @@ static void pcache_drop(unpack_ctx *c) {
  * mode 0755, counted as entries) and refusing to pass through a symlink or
  * a non-directory. The fd is borrowed: it stays cached for the next entry. */
 static int parent_for(unpack_ctx *c, const char *dir, const char *entry_name, int *ret_fd, uint64_t *ret_h) {
-  char buf[PATH_MAX];
+  char buf[PATH_MAX], show[200];
   int r;
   if (c->pcache_fd >= 0 && strcmp(c->pcache, dir) == 0) {
     *ret_fd = c->pcache_fd;
@@ -462,12 +478,12 @@ static int parent_for(unpack_ctx *c, const char *dir, const char *entry_name, in
     } else if (S_ISLNK(st.st_mode)) {
       r = gn__err(c->err, c->err_cap, GN_EPERM,
                   "layer %s: entry \"%s\" would be written through the symlink \"%s\"; refusing the image", c->layer,
-                  entry_name, buf);
+                  entry_name, shown(buf, show));
       goto fail;
     } else if (!S_ISDIR(st.st_mode)) {
       r = gn__err(c->err, c->err_cap, GN_EPERM,
                   "layer %s: entry \"%s\" would be written under \"%s\", which is not a directory; refusing the image",
-                  c->layer, entry_name, buf);
+                  c->layer, entry_name, shown(buf, show));
       goto fail;
     }
     int next = openat(fd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -665,7 +681,8 @@ static int fixup_cmp(const void *a, const void *b) {
 
 static int fixups_apply(unpack_ctx *c) {
   char bad[PATH_MAX];
-  qsort(c->fix, c->nfix, sizeof(*c->fix), fixup_cmp);
+  if (c->nfix)
+    qsort(c->fix, c->nfix, sizeof(*c->fix), fixup_cmp);
   for (size_t i = 0; i < c->nfix; i++) {
     const fixup *f = &c->fix[i];
     if (i && strcmp(f->path, c->fix[i - 1].path) == 0)
@@ -736,7 +753,7 @@ static int extract_entry(unpack_ctx *c, struct archive *a, struct archive_entry 
   mode_t type = archive_entry_filetype(e);
   const char *link = archive_entry_hardlink(e);
   const char *last = base_name(clean);
-  char dir[PATH_MAX], target[PATH_MAX], bad[PATH_MAX];
+  char dir[PATH_MAX], target[PATH_MAX], bad[PATH_MAX], show[200];
   int dfd, fd = -1, r;
   uint64_t hdir, end = 0;
   la_int64_t size = archive_entry_size(e);
@@ -773,7 +790,9 @@ static int extract_entry(unpack_ctx *c, struct archive *a, struct archive_entry 
   struct stat st;
   bool exists = fstatat(dfd, last, &st, AT_SYMLINK_NOFOLLOW) == 0;
   if (exists && !(S_ISDIR(st.st_mode) && type == AE_IFDIR && !link)) {
-    if ((r = rm_rf_at(dfd, last, 0)) < 0)
+    if ((r = rm_rf_at(dfd, last, 0, c->cancel)) == GN_ECANCELED)
+      return err_canceled(c);
+    if (r < 0)
       return gn__err(c->err, c->err_cap, r, "layer %s: cannot replace \"%s\": %s", c->layer, name, gn_strerror(r));
     exists = false;
   }
@@ -792,7 +811,7 @@ static int extract_entry(unpack_ctx *c, struct archive *a, struct archive_entry 
         close(tfd);
       return gn__err(c->err, c->err_cap, GN_EPERM,
                      "layer %s: hardlink \"%s\" -> \"%s\" does not name a file inside the root; refusing the image",
-                     c->layer, name, link);
+                     c->layer, name, shown(link, show));
     }
     r = linkat(tfd, tlast, dfd, last, 0) < 0 ? -errno : 0;
     close(tfd);
@@ -876,7 +895,7 @@ static int layer_unpack(unpack_ctx *c, const char *path, const char *digest) {
   layer_reader *lr = malloc(sizeof(*lr));
   struct archive *a = NULL;
   struct archive_entry *e;
-  char clean[PATH_MAX], got[GN_DIGEST_STRLEN];
+  char clean[PATH_MAX], got[GN_DIGEST_STRLEN], name[200];
   int r;
   if (!lr)
     return GN_ENOMEM;
@@ -907,12 +926,13 @@ static int layer_unpack(unpack_ctx *c, const char *path, const char *digest) {
     }
     if ((r = charge_entry(c)) < 0)
       goto out;
-    const char *name = archive_entry_pathname(e);
-    if (!name) {
+    const char *raw = archive_entry_pathname(e);
+    if (!raw) {
       r = gn__err(c->err, c->err_cap, GN_EINVAL, "layer %s: entry without a name", c->layer);
       goto out;
     }
-    if ((r = clean_path(name, clean, sizeof(clean))) < 0) {
+    shown(raw, name); /* for messages only */
+    if ((r = clean_path(raw, clean, sizeof(clean))) < 0) {
       gn__err(c->err, c->err_cap, r, "layer %s: entry \"%s\" %s; refusing the image", c->layer, name,
               r == GN_ETOOBIG ? "has a name that is too long or too deep" : "points outside the root");
       goto out;
@@ -974,7 +994,7 @@ static void remove_rootfs(const char *root, const char *rootfs) {
   *slash = '\0';
   int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (pfd >= 0) {
-    rm_rf_at(pfd, slash + 1, 0);
+    rm_rf_at(pfd, slash + 1, 0, NULL);
     close(pfd);
   }
 }

@@ -421,6 +421,14 @@ static const hostile hostiles[] = {
      "dev/null",
      NULL},
     {"block device", {{0}}, 0, {{'b', "dev/sda", NULL, 0, 0, 0}}, 1, GN_EPERM, "dev/sda", NULL},
+    {"control bytes in a name are not echoed",
+     {{0}},
+     0,
+     {{'b', "dev/evil\nforged log line", NULL, 0, 0, 0}},
+     1,
+     GN_EPERM,
+     "dev/evil?forged log line",
+     NULL},
 };
 
 static void subst(char *out, size_t cap, const char *in, const char *outside) {
