@@ -34,15 +34,11 @@ gn_hostile_probe_image() {
 # zeros (a multiple of 64), gzip-compressed about 1000:1. The layer is made
 # of concatenated gzip members (valid gzip, as `zcat` and libarchive read
 # it): one compressed 64 MiB chunk of zeros repeated, so making a 9 GiB bomb
-# takes a second. The config's diff_id is not the real one (hashing the
-# uncompressed bytes would take longer than the test); a hostile image can
-# say anything there, and an unpacker must stop before it could check.
-# Pushes it and prints its digest.
+# takes a second. Pushes it and prints its digest.
 gn_hostile_bomb_image() {
-  local dir=$1 ref=$2 port=$3 mib=$4
-  local name=${ref%%:*} tag=${ref#*:} oci=$dir/oci k
+  local dir=$1 ref=$2 port=$3 mib=$4 k
   [ $((mib % 64)) -eq 0 ] || gn_die "bomb size $mib MiB is not a multiple of 64"
-  mkdir -p "$oci/blobs/sha256" "$dir/src"
+  mkdir -p "$dir/src"
   # The tar header of a SIZE_MIB file, taken from GNU tar run on a sparse
   # file of that size (it stops at the header: head closes the pipe).
   truncate -s "${mib}M" "$dir/src/bomb"
@@ -56,11 +52,24 @@ gn_hostile_bomb_image() {
     for ((k = 0; k < mib / 64; k++)); do cat "$dir/chunk.gz"; done
     head -c 1024 /dev/zero | gzip -1 -n # the end-of-archive blocks
   } >"$dir/layer.gz"
+  gn_hostile_layer_image "$dir" "$ref" "$port" "$dir/layer.gz"
+}
+
+# gn_hostile_layer_image DIR NAME:TAG PORT LAYER.GZ: an image of that one
+# gzip layer (moved into DIR/oci), config command /bomb, pushed; prints its
+# digest. The config's diff_id is not the layer's real one (hashing the
+# uncompressed bytes of a bomb would take longer than the test): a hostile
+# image can say anything there, and an unpacker must stop before it could
+# check.
+gn_hostile_layer_image() {
+  local dir=$1 ref=$2 port=$3 layer=$4
+  local name=${ref%%:*} tag=${ref#*:} oci=$dir/oci
   local ldig lsize cdig csize mdig msize fake
-  ldig=$(sha256sum "$dir/layer.gz" | cut -c1-64)
-  lsize=$(stat -c %s "$dir/layer.gz")
-  mv "$dir/layer.gz" "$oci/blobs/sha256/$ldig"
-  fake=$(printf 'gpunet hostile bomb %s' "$mib" | sha256sum | cut -c1-64)
+  mkdir -p "$oci/blobs/sha256"
+  ldig=$(sha256sum "$layer" | cut -c1-64)
+  lsize=$(stat -c %s "$layer")
+  mv "$layer" "$oci/blobs/sha256/$ldig"
+  fake=$(printf 'gpunet hostile layer %s' "$ldig" | sha256sum | cut -c1-64)
   printf '{"architecture":"amd64","os":"linux","config":{"Cmd":["/bomb"],"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
     "$fake" >"$dir/config.json"
   cdig=$(sha256sum "$dir/config.json" | cut -c1-64)

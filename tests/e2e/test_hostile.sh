@@ -8,6 +8,9 @@
 # here). Prints one line per case ("ok NAME" or "FAIL NAME: what got
 # through") and ends with "N passed, M failed".
 #   GN_HOSTILE_CASES="keyrings fork-bomb"   run only these cases
+#   GN_HOSTILE_ENTRY_BOMB=1   also 600,000 empty files against the default
+#                 500,000-entry layer limit (no config key makes it smaller,
+#                 and creating 500,000 files takes the provider over a minute)
 set -uo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
@@ -362,7 +365,8 @@ bomb_run() {
     sleep 0.2
   done
   j=$(jjson "$job")
-  echo "   $name: ${mib} MiB bomb, cap $cap MiB, disk grew at most $peak MiB, $(($(date +%s) - t0)) s; $(jq -r '.state + ": " + (.error // "")' <<<"$j")"
+  bomb_json=$j
+  echo "   $name: ${mib} MiB of zeros, disk cap $cap MiB, disk grew at most $peak MiB, $(($(date +%s) - t0)) s; $(jq -r '.state + ": " + (.error // "")' <<<"$j")"
   jended "$job" || miss "bomb job still $(jstate "$job") after 3 minutes"
   [ "$(jstate "$job")" = failed ] || miss "bomb job ended $(jstate "$job"), not failed"
   jq -r '.error // ""' <<<"$j" | grep -qiE "limit|too (big|large)|exceed|larger|more than|cap|budget|space" ||
@@ -382,6 +386,13 @@ case_bomb_default_cap() {
   # The tar header declares the size, so an unpacker refuses it before
   # inflating; one that counts while writing would write up to 8 GiB here.
   bomb_run bomb-default-cap "$P3" "$leaseP3" "$bomb3" 9216 8192
+}
+
+case_bomb_entries() {
+  # 600,000 empty files in a 6 MB gzip against the default limit of 500,000
+  # entries per layer: refused, naming the entries.
+  bomb_run bomb-entries "$P3" "$leaseP3" "$bomb4" 0 64
+  jq -r '.error // ""' <<<"$bomb_json" | grep -qi "entr" || miss "the reason does not name the entry count"
 }
 
 # cpu_s PID: CPU seconds (user+system) PID has used, all threads.
@@ -549,6 +560,12 @@ d=$(gn_hostile_bomb_image "$work/bomb2" e2e/bomb:2 "$reg_port" "$bomb2_mib") || 
 bomb2=127.0.0.1:$reg_port/e2e/bomb@$d
 d=$(gn_hostile_bomb_image "$work/bomb3" e2e/bomb:3 "$reg_port" 9216) || die "cannot build the 9 GiB bomb image"
 bomb3=127.0.0.1:$reg_port/e2e/bomb@$d
+if [ "${GN_HOSTILE_ENTRY_BOMB:-0}" = 1 ]; then
+  mkdir -p "$work/bomb4"
+  "$work/gn_hostile" tar-entries 600000 | gzip -1 -n >"$work/bomb4/layer.gz" || die "cannot make the entry bomb"
+  d=$(gn_hostile_layer_image "$work/bomb4" e2e/bomb:4 "$reg_port" "$work/bomb4/layer.gz") || die "cannot build the entry bomb image"
+  bomb4=127.0.0.1:$reg_port/e2e/bomb@$d
+fi
 allow=()
 has_flag registry-allow && allow=(--registry-allow 127.0.0.1)
 
@@ -607,6 +624,7 @@ run_case registry-allow case_registry_allow
 run_case traversal-id case_traversal_id
 run_case bomb-capped case_bomb_capped
 run_case bomb-default-cap case_bomb_default_cap
+[ "${GN_HOSTILE_ENTRY_BOMB:-0}" = 1 ] && run_case bomb-entries case_bomb_entries
 run_case bomb-stop case_bomb_stop
 
 echo "   total: $(($(date +%s) - t_start)) s"

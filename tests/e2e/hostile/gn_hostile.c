@@ -8,6 +8,8 @@
  *   gn_hostile key-put RING DESC VALUE   OK <serial>        | BLOCKED <errno>
  *   gn_hostile key-get RING DESC         FOUND <value>      | NOTFOUND | BLOCKED <errno>
  *   gn_hostile key-del RING DESC         OK                 | NOTFOUND | BLOCKED <errno>
+ *   gn_hostile tar-entries N             a tar stream of N empty files on stdout
+ *                                        (an entry-count bomb, gzipped by the suite)
  *
  * RING: "u" the user keyring, "p" the persistent keyring, "s" the session
  * keyring, "n:NAME" a named session keyring joined (or created) by NAME.
@@ -54,9 +56,44 @@ static long ring_id(const char *ring) {
   return -1;
 }
 
+/* A ustar stream of the directory e/ and n empty regular files e/0000000,
+ * e/0000001, ... */
+static int tar_entries(unsigned long n) {
+  static char blk[512];
+  for (unsigned long i = 0; i <= n; i++) {
+    memset(blk, 0, sizeof blk);
+    if (i == 0)
+      snprintf(blk, 100, "e/");
+    else
+      snprintf(blk, 100, "e/%07lu", i - 1);
+    memcpy(blk + 100, i == 0 ? "0000755" : "0000644", 8);
+    memcpy(blk + 108, "0000000", 8);
+    memcpy(blk + 116, "0000000", 8);
+    memcpy(blk + 124, "00000000000", 12);
+    memcpy(blk + 136, "00000000000", 12);
+    memset(blk + 148, ' ', 8);
+    blk[156] = i == 0 ? '5' : '0';
+    memcpy(blk + 257, "ustar", 6);
+    memcpy(blk + 263, "00", 2);
+    unsigned sum = 0;
+    for (size_t k = 0; k < sizeof blk; k++)
+      sum += (unsigned char)blk[k];
+    snprintf(blk + 148, 8, "%06o", sum);
+    if (fwrite(blk, sizeof blk, 1, stdout) != 1)
+      return 1;
+  }
+  memset(blk, 0, sizeof blk);
+  for (int k = 0; k < 2; k++)
+    if (fwrite(blk, sizeof blk, 1, stdout) != 1)
+      return 1;
+  return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "tar-entries") == 0)
+    return tar_entries(strtoul(argv[2], NULL, 10));
   if (argc < 4 || (strcmp(argv[1], "key-put") == 0) != (argc == 5)) {
-    fprintf(stderr, "usage: gn_hostile key-put|key-get|key-del RING DESC [VALUE]\n");
+    fprintf(stderr, "usage: gn_hostile key-put|key-get|key-del RING DESC [VALUE] | tar-entries N\n");
     return 3;
   }
   const char *op = argv[1], *desc = argv[3];
