@@ -395,6 +395,10 @@ case_bomb_entries() {
   jq -r '.error // ""' <<<"$bomb_json" | grep -qi "entr" || miss "the reason does not name the entry count"
 }
 
+# ticks DIR: the metered seconds the node in DIR has written since it started.
+ticks() {
+  curl -s --max-time 5 --unix-socket "$1/gpunetd.sock" http://gpunetd/metrics | awk '/^gpunet_ticks_total/ {print $2}'
+}
 # cpu_s PID: CPU seconds (user+system) PID has used, all threads.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null; }
 case_bomb_stop() {
@@ -406,10 +410,18 @@ case_bomb_stop() {
   local job ppid t0 t1 ms c0 c1 hz state
   hz=$(getconf CLK_TCK)
   ppid=$(cat "$P3/gpunetd.pid")
+  local k0 k1
   job=$(gn_cli "$R" --json run "$leaseP3" --image "$bomb2" -- /bomb 2>&1 | jq -r '.job.id // empty')
   [ -n "$job" ] || { miss "could not submit the bomb job"; return; }
+  sleep 0.5
+  k0=$(ticks "$P3")
   sleep 2
+  k1=$(ticks "$P3")
   state=$(jstate "$job")
+  # The lease goes on being metered every second while its bomb unpacks.
+  if [ "$state" = pulling ] && ! [ "$((${k1:-0} - ${k0:-0}))" -ge 1 ]; then
+    miss "metering stalled while the bomb unpacked: ticks ${k0:-?} -> ${k1:-?} in 2 s"
+  fi
   if [ "$state" != pulling ]; then
     miss "the ${bomb2_mib} MiB bomb was not still unpacking after 2 s ($state: $(jjson "$job")); cannot time the stop"
   else
@@ -422,7 +434,7 @@ case_bomb_stop() {
     c0=$(cpu_ticks "$ppid")
     sleep 1
     c1=$(cpu_ticks "$ppid")
-    echo "   bomb-stop: job $(jstate "$job") ${ms} ms after gpunet stop; provider CPU afterwards $(((c1 - c0) * 1000 / hz)) ms/s"
+    echo "   bomb-stop: metered $((k1 - k0)) s in 2 s of unpacking; job $(jstate "$job") ${ms} ms after gpunet stop; provider CPU afterwards $(((c1 - c0) * 1000 / hz)) ms/s"
     [ "$ms" -le 2500 ] || miss "gpunet stop took ${ms} ms to end the unpacking job ($(jstate "$job"))"
     [ $((c1 - c0)) -le $((hz / 5)) ] || miss "the provider still burns $(((c1 - c0) * 1000 / hz)) ms/s of CPU after the stop: the unpack goes on"
   fi
