@@ -539,6 +539,21 @@ case_host_paths() {
   grep "^cgroup=" <<<"$out" | grep -qE "gn-|gpunet|/[0-9a-f]{16,}" && miss "the job sees its host cgroup path: $(grep ^cgroup= <<<"$out")"
 }
 
+case_clean_exit() {
+  # Every daemon stops on SIGTERM within 10 s, and under the sanitizer build
+  # reports no leak or undefined behaviour after all the above.
+  local n t0
+  for n in "$nodes"/*/; do
+    [ -f "$n/gpunetd.pid" ] || continue
+    t0=$(date +%s)
+    gn_node_stop "$n"
+    [ $(($(date +%s) - t0)) -lt 10 ] || miss "$(basename "$n") needed SIGKILL"
+  done
+  if grep -l -E "Sanitizer|runtime error:" "$nodes"/*/gpunetd.log >/dev/null 2>&1; then
+    miss "sanitizer report: $(grep -h -m3 -E "Sanitizer|runtime error:" "$nodes"/*/gpunetd.log | tr '\n' ' ' | cut -c1-300)"
+  fi
+}
+
 # --- setup ---------------------------------------------------------------------
 
 t_start=$(date +%s)
@@ -638,6 +653,7 @@ run_case bomb-capped case_bomb_capped
 run_case bomb-default-cap case_bomb_default_cap
 [ "${GN_HOSTILE_ENTRY_BOMB:-0}" = 1 ] && run_case bomb-entries case_bomb_entries
 run_case bomb-stop case_bomb_stop
+run_case clean-exit case_clean_exit
 
 echo "   total: $(($(date +%s) - t_start)) s"
 echo "$pass passed, $failed failed"
