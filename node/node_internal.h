@@ -139,15 +139,12 @@ struct gn_job {
   uv_process_t proc;
   uv_pipe_t out_pipe;
   uv_pipe_t err_pipe;
-  uv_work_t work;
   char work_err[512];
   int work_rc;
   bool proc_running;
   int handles_open;
   char bundle[4096];
-  char visible[1024];                  /* NVIDIA_VISIBLE_DEVICES: the leased GPUs */
-  char devices[GN_LEASE_MAX_GPUS][32]; /* their device nodes */
-  size_t ndev;
+  char visible[1024]; /* NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES: the leased GPUs */
   bool cgroup_limits;
   uint64_t memory_mib; /* limits the manifest asked for, clamped by policy */
   uint32_t pids_max;

@@ -304,6 +304,43 @@ static char *state_of(const msg *m) {
   return state;
 }
 
+static char *job_of(const msg *m) {
+  static char job[64];
+  gn_envelope env;
+  gn_wire_doc doc;
+  job[0] = 0;
+  if (gn_envelope_open(m->raw.data, m->raw.len, &env) == 0 && gn_wire_decode(env.body, env.body_len, &doc) == 0) {
+    gn_wire_get_str(doc.root, "job_id", job, sizeof job);
+    gn_wire_doc_done(&doc);
+  }
+  return job;
+}
+
+/* Runs the loop until the provider reports job in state (any state when
+ * NULL); that status leaves the inbox, others stay. Its reason goes to
+ * ret_reason (256 bytes) and its state to ret_state (32) when not NULL. */
+static bool wait_status(const char *job, const char *state, uint64_t timeout_ms, char *ret_state, char *ret_reason) {
+  uint64_t end = gn_mono_ms() + timeout_ms;
+  for (;;) {
+    for (size_t i = 0; i < W.inbox_n; i++) {
+      msg *m = &W.inbox[i];
+      if (m->type != GN_MSG_JOB_STATUS || strcmp(job_of(m), job) != 0 || (state && strcmp(state_of(m), state) != 0))
+        continue;
+      if (ret_state)
+        snprintf(ret_state, 32, "%s", state_of(m));
+      if (ret_reason)
+        snprintf(ret_reason, 256, "%s", reason_of(m));
+      gn_buf_done(&m->raw);
+      memmove(&W.inbox[i], &W.inbox[i + 1], (W.inbox_n - i - 1) * sizeof W.inbox[0]);
+      W.inbox_n--;
+      return true;
+    }
+    if (gn_mono_ms() >= end)
+      return false;
+    run_until(&(int){0}, 50);
+  }
+}
+
 static void rent(gn_agreement *ret_ag, gn_buf *ret_env) {
   gn_lease_terms t;
   gn_buf env = {0};
@@ -375,20 +412,18 @@ static void manifest_env(const gn_identity *signer, const char *lease_id, const 
 #define PINNED "127.0.0.1:9/none/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"
 #define ZERO_DIGEST "@sha256:0000000000000000000000000000000000000000000000000000000000000000"
 
-/* Sends a manifest and waits for the provider's first answer: "pulling"
- * when accepted, "rejected" (its reason in ret_reason) when not. */
+/* Sends a manifest and waits for the provider's first answer about it:
+ * "pulling" when accepted, "rejected" (its reason in ret_reason) when not. */
 static void send_job(const char *lease_id, const char *image, uint64_t memory_mib, uint64_t pids, char *ret_job,
                      char *ret_state, char *ret_reason) {
   gn_buf env = {0};
-  msg m;
-  manifest_env_ex(W.req_id, lease_id, image, 120, memory_mib, pids, ret_job, &env);
+  char job[32];
+  manifest_env_ex(W.req_id, lease_id, image, 120, memory_mib, pids, job, &env);
   assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
   gn_buf_done(&env);
-  assert_true(wait_msg(GN_MSG_JOB_STATUS, 5000, &m));
-  snprintf(ret_state, 32, "%s", state_of(&m));
-  if (ret_reason)
-    snprintf(ret_reason, 256, "%s", reason_of(&m));
-  gn_buf_done(&m.raw);
+  assert_true(wait_status(job, NULL, 5000, ret_state, ret_reason));
+  if (ret_job)
+    snprintf(ret_job, 32, "%s", job);
 }
 
 static void send_stop(const char *lease_id, const char *job_id) {
@@ -423,21 +458,6 @@ static void send_release(const char *lease_id) {
   assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
   gn_buf_done(&body);
   gn_buf_done(&env);
-}
-
-/* Waits for the job's status to become state (other statuses are skipped). */
-static bool wait_job_state(const char *state, uint64_t timeout_ms) {
-  uint64_t end = gn_mono_ms() + timeout_ms;
-  msg m;
-  while (gn_mono_ms() < end) {
-    if (!wait_msg(GN_MSG_JOB_STATUS, end - gn_mono_ms(), &m))
-      return false;
-    bool hit = strcmp(state_of(&m), state) == 0;
-    gn_buf_done(&m.raw);
-    if (hit)
-      return true;
-  }
-  return false;
 }
 
 /* A registry on loopback that takes connections and never answers: a pull
@@ -675,6 +695,17 @@ static int setup_budget(void **state) {
   return setup(state);
 }
 
+/* Whether the provider's status says it gives jobs user namespaces. */
+static bool status_userns(void) {
+  json_t *st = api_get("/v1/status");
+  json_t *iso = json_object_get(st, "isolation");
+  if (!iso)
+    fail_msg("status has no isolation object");
+  bool v = json_is_true(json_object_get(iso, "user_namespaces"));
+  json_decref(st);
+  return v;
+}
+
 static uint64_t status_u64(const char *key) {
   json_t *st = api_get("/v1/status");
   json_t *iso = json_object_get(st, "isolation");
@@ -709,7 +740,7 @@ static void test_provider_refuses_a_job_past_the_memory_budget(void **state) {
    * gives its memory back. */
   uint64_t t0 = gn_mono_ms();
   send_stop(a.terms.lease_id, job1);
-  assert_true(wait_job_state("stopped", 5000));
+  assert_true(wait_status(job1, "stopped", 5000, NULL, NULL));
   assert_true(gn_mono_ms() - t0 < 3000);
   for (int i = 0; i < 50 && status_u64("memory_used_mib") != 0; i++)
     run_until(&(int){0}, 100);
@@ -738,12 +769,12 @@ static void test_provider_refuses_a_job_past_the_pids_budget(void **state) {
 static void test_sigterm_ends_the_daemon_during_a_pull(void **state) {
   (void)state;
   gn_agreement a;
-  char image[256], st[32];
+  char image[256], st[32], job[32];
   hanging_image(image, sizeof image);
   rent(&a, NULL);
-  send_job(a.terms.lease_id, image, 16, 16, NULL, st, NULL);
+  send_job(a.terms.lease_id, image, 16, 16, job, st, NULL);
   assert_string_equal(st, "pulling");
-  sleep(1); /* well into the pull */
+  assert_false(wait_status(job, NULL, 1000, NULL, NULL)); /* still pulling a second later */
   uint64_t t0 = gn_mono_ms();
   kill(W.daemon, SIGTERM);
   int status = 0;
@@ -762,10 +793,7 @@ static void test_sigterm_ends_the_daemon_during_a_pull(void **state) {
  * go to a later lease. */
 static void test_provider_gives_each_lease_its_own_uid_range(void **state) {
   (void)state;
-  json_t *st = api_get("/v1/status");
-  bool userns = json_is_true(json_object_get(json_object_get(st, "isolation"), "user_namespaces"));
-  json_decref(st);
-  if (!userns)
+  if (!status_userns())
     skip(); /* this host cannot run user-namespaced containers; the daemon says why in its status */
   gn_agreement a, b, c;
   unsigned long alo, ahi, blo, bhi, clo, chi;
@@ -869,12 +897,13 @@ static void test_loop_meters_while_the_runtime_is_slow(void **state) {
   char st[32];
   rent(&a, NULL);
   uint64_t t0 = gn_mono_ms();
+  char jobs[3][32];
   for (int i = 0; i < 3; i++) {
-    send_job(a.terms.lease_id, PINNED, 16, 16, NULL, st, NULL); /* refused registry: fails at once */
+    send_job(a.terms.lease_id, PINNED, 16, 16, jobs[i], st, NULL); /* refused registry: fails at once */
     assert_string_equal(st, "pulling");
   }
   for (int i = 0; i < 3; i++)
-    assert_true(wait_job_state("failed", 5000));
+    assert_true(wait_status(jobs[i], "failed", 5000, NULL, NULL));
   /* Now three `delete` calls sleep on the pool. */
   uint64_t t1 = gn_mono_ms();
   rent(&b, NULL);
@@ -898,18 +927,16 @@ static void test_loop_meters_while_the_runtime_is_slow(void **state) {
  * deleted: a lease rented meanwhile gets another one. */
 static void test_uid_range_held_until_the_jobs_are_gone(void **state) {
   (void)state;
-  json_t *stj = api_get("/v1/status");
-  bool userns = json_is_true(json_object_get(json_object_get(stj, "isolation"), "user_namespaces"));
-  json_decref(stj);
-  if (!userns)
+  if (!status_userns())
     skip(); /* no user namespaces on this host */
   gn_agreement a, c, d;
   char st[32];
   unsigned long alo, ahi, clo, chi, dlo, dhi;
   rent(&a, NULL);
   assert_true(lease_uid_range(a.terms.lease_id, &alo, &ahi));
-  send_job(a.terms.lease_id, PINNED, 16, 16, NULL, st, NULL);
-  assert_true(wait_job_state("failed", 5000)); /* its delete now takes 5 s */
+  char job[32];
+  send_job(a.terms.lease_id, PINNED, 16, 16, job, st, NULL);
+  assert_true(wait_status(job, "failed", 5000, NULL, NULL)); /* its delete now takes 5 s */
   send_release(a.terms.lease_id);
   msg m;
   assert_true(wait_msg(GN_MSG_INVOICE, 5000, &m));
