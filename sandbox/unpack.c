@@ -773,8 +773,8 @@ static int extract_entry(unpack_ctx *c, struct archive *a, struct archive_entry 
   const char *link = archive_entry_hardlink(e);
   const char *last = base_name(clean);
   char dir[PATH_MAX], target[PATH_MAX], bad[PATH_MAX], show[200];
-  int dfd, fd = -1, r;
-  uint64_t hdir, end = 0;
+  int dfd = -1, fd = -1, r;
+  uint64_t hdir = 0, end = 0;
   la_int64_t size = archive_entry_size(e);
   la_int64_t uid = archive_entry_uid(e), gid = archive_entry_gid(e);
   uint64_t charged = size > 0 ? (uint64_t)size : 0;
