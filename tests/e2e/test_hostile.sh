@@ -4,8 +4,8 @@
 # simulated GPUs and a real requester, real runc containers), one case per
 # attack of issue 6, each asserting that it is blocked. The attack binaries
 # run inside the jobs: gn_probe (tests/probe/gn_probe.c, built by CMake) and
-# gn_hostile (tests/e2e/hostile/gn_hostile.c, keyring puts and gets, built
-# here). Prints one line per case ("ok NAME" or "FAIL NAME: what got
+# gn_hostile (tests/e2e/hostile/gn_hostile.c: keyring puts and gets, and a
+# tar of many entries; built here). Prints one line per case ("ok NAME" or "FAIL NAME: what got
 # through") and ends with "N passed, M failed".
 #   GN_HOSTILE_CASES="keyrings fork-bomb"   run only these cases
 #   GN_HOSTILE_ENTRY_BOMB=1   also 600,000 empty files against the default
@@ -33,7 +33,7 @@ nodes=$work/nodes
 R=$nodes/requester
 P1=$nodes/p1 # RTX 4090 x3: most cases, two leases (A and B)
 P2=$nodes/p2 # RTX 3090: does not allowlist the loopback registry
-P3=$nodes/p3 # A100: default image limits, for a bomb that unpacks long enough to stop
+P3=$nodes/p3 # A100: default image limits: bombs against them, one to stop, SIGTERM
 P4=$nodes/p4 # H100: a small memory budget
 tag=$$-$RANDOM
 pass=0
@@ -99,8 +99,9 @@ run_case() {
   fi
 }
 
-# jrun LEASE SCRIPT: runs `sh -c SCRIPT` on LEASE in the probe image and
-# waits for it; its output in out, the CLI's exit status in rc.
+# jrun LEASE SCRIPT [IMAGE]: runs `sh -c SCRIPT` on LEASE in IMAGE (default:
+# the probe image) and waits for it; its output in out, the CLI's exit
+# status in rc.
 jrun() {
   out=$(timeout 120 "$GN_BIN/gpunet" --data-dir "$R" run "$1" --image "${3:-$img}" -f -- sh -c "echo gn-job-ran; $2" 2>&1)
   rc=$?
