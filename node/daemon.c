@@ -681,6 +681,12 @@ int gn__node_main(int argc, char **argv) {
   ensure_dir(path);
   gn__pathf(path, sizeof path, "%s/images", n->cfg.data_dir);
   ensure_dir(path);
+  /* Before anything starts a thread (NVML may): it may unshare a mount
+   * namespace, which a threaded process cannot. */
+  if ((r = gn__provider_init(n, err, sizeof err)) < 0) {
+    fprintf(stderr, "gpunetd: %s\n", err);
+    return 1;
+  }
 
   if ((r = gn_gpu_discover((const char *const *)n->cfg.simulate_gpu, n->cfg.simulate_count, &n->gpus)) < 0) {
     fprintf(stderr, "gpunetd: GPU discovery failed: %s\n", gn_strerror(r));
@@ -698,10 +704,6 @@ int gn__node_main(int argc, char **argv) {
     n->have_runtime = true;
   else if (n->cfg.provide) {
     fprintf(stderr, "gpunetd: a provider needs an OCI runtime: %s\n", n->runtime_err);
-    return 1;
-  }
-  if ((r = gn__provider_init(n, err, sizeof err)) < 0) {
-    fprintf(stderr, "gpunetd: %s\n", err);
     return 1;
   }
   if (n->cfg.provide && n->userns_ok) {

@@ -215,6 +215,10 @@ struct gn_node {
   double cpu_budget;    /* CPUs, for all jobs together */
   bool limits_enforced; /* cgroups can apply memory and pids limits here */
   bool userns_ok;       /* jobs get their own user namespace */
+  /* Where the runtime reaches the data dir when a directory above it is
+   * not searchable by the jobs' uids: a bind mount in gpunetd's private
+   * mount namespace. "" when the data dir's own path serves. */
+  char data_alias[64];
   char userns_why[200]; /* why not, when !userns_ok */
   bool disk_low;        /* the data dir's disk is into the reserve */
   int64_t disk_checked_s;

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -125,6 +126,44 @@ static bool ancestors_searchable(const char *data_dir, char *err, size_t cap) {
   return true;
 }
 
+/* When a directory above the data dir is not searchable by others (root's
+ * default, ~/.local/share under a 0700 /root), the jobs' uids could not
+ * reach their roots. Rather than open up /root, gpunetd moves into a
+ * private mount namespace (host mounts still reach it; its own stay its
+ * own and vanish with it) and bind-mounts the data dir at a searchable
+ * path; the runtime is then given paths through that mount. */
+#define GN_DATA_ALIAS_DIR "/run/gpunet"
+
+static int data_alias_setup(gn_node *n, char *err, size_t cap) {
+  char why[sizeof n->userns_why + 400];
+  if (ancestors_searchable(n->cfg.data_dir, why, sizeof why))
+    return 0;
+  char alias[64];
+  gn__strf(alias, sizeof alias, "%s/data", GN_DATA_ALIAS_DIR);
+  if ((mkdir(GN_DATA_ALIAS_DIR, 0711) < 0 && errno != EEXIST) || unshare(CLONE_NEWNS) < 0 ||
+      mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
+      mount("tmpfs", GN_DATA_ALIAS_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=64k") < 0 ||
+      mkdir(alias, 0711) < 0 || mount(n->cfg.data_dir, alias, NULL, MS_BIND, NULL) < 0) {
+    gn__strf(err, cap, "%s (gpunetd could not bind-mount it at %s instead: %s)", why, alias, strerror(errno));
+    return GN_EPERM;
+  }
+  gn__strf(n->data_alias, sizeof n->data_alias, "%s", alias);
+  gn_log(GN_LOG_INFO,
+         "a directory above %s is not searchable by the jobs' uids: jobs reach it through a private bind "
+         "mount at %s",
+         n->cfg.data_dir, alias);
+  return 0;
+}
+
+/* path (under the data dir) as the runtime and the job's uid reach it. */
+static void job_visible_path(const gn_node *n, const char *path, char *buf, size_t cap) {
+  size_t k = strlen(n->cfg.data_dir);
+  if (n->data_alias[0] && strncmp(path, n->cfg.data_dir, k) == 0 && path[k] == '/')
+    gn__strf(buf, cap, "%s%s", n->data_alias, path + k);
+  else
+    gn__strf(buf, cap, "%s", path);
+}
+
 int gn__provider_init(gn_node *n, char *err, size_t cap) {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint64_t ram_mib = pages > 0 && page > 0 ? ((uint64_t)pages * (uint64_t)page) >> 20 : 0;
@@ -143,8 +182,11 @@ int gn__provider_init(gn_node *n, char *err, size_t cap) {
              n->userns_why);
     return GN_EUNSUPPORTED;
   }
-  if (n->userns_ok && !ancestors_searchable(n->cfg.data_dir, err, cap))
-    return GN_EPERM;
+  if (n->userns_ok) {
+    int r = data_alias_setup(n, err, cap);
+    if (r < 0)
+      return r;
+  }
   if (!n->userns_ok)
     gn_log(GN_LOG_WARN,
            "no user namespaces here (%s): jobs run as the host's root without capabilities, as "
@@ -878,8 +920,10 @@ static void job_prepare_work(gn_job *j) {
   for (size_t i = 0; i < json_array_size(j->cmd) && ac < GN_JOB_MAX_ARGS; i++)
     argv[ac++] = json_string_value(json_array_get(j->cmd, i));
   argv[ac] = NULL;
+  char rootfs[4096];
+  job_visible_path(n, j->rootfs, rootfs, sizeof rootfs);
   gn_bundle_spec spec = {
-      .rootfs = j->rootfs,
+      .rootfs = rootfs,
       .argv = argv,
       .env = (const char *const *)env,
       .cwd = img.workdir[0] ? img.workdir : "/",

@@ -9,7 +9,6 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/nodes.sh"
 
 work=$(mktemp -d /tmp/gn-e2e-attest-XXXXXX)
-chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
 nodes=$work/nodes
 R=$nodes/requester
 P=$nodes/provider

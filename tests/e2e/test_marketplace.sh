@@ -14,7 +14,6 @@ if [ "$(id -u)" -ne 0 ] || ! command -v runc >/dev/null; then
 fi
 
 work=$(mktemp -d /tmp/gn-e2e-XXXXXX)
-chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
 nodes=$work/nodes
 R=$nodes/requester
 P=$nodes/provider

@@ -190,6 +190,8 @@ static void start_daemon(void) {
   }
 }
 
+static char private_parent[PATH_MAX]; /* set non-empty before setup: see setup_private_parent */
+
 static int setup(void **state) {
   (void)state;
   const char *extra[GN_ARRAY_SIZE(W.extra)];
@@ -203,6 +205,11 @@ static int setup(void **state) {
   W.hang_port = hang_port;
   snprintf(W.dir, sizeof W.dir, "/tmp/gn-policy-XXXXXX");
   assert_non_null(mkdtemp(W.dir));
+  if (private_parent[0]) { /* the data dir one level down, under a 0700 directory */
+    snprintf(private_parent, sizeof private_parent, "%s", W.dir);
+    strcat(W.dir, "/data");
+    assert_int_equal(mkdir(W.dir, 0700), 0);
+  }
   start_daemon();
   uv_loop_init(&W.loop);
   gn_transport_cbs cbs = {on_up, on_down, on_msg};
@@ -1003,6 +1010,49 @@ static void test_provider_runs_unlimited_jobs_when_allowed_and_says_so(void **st
   json_decref(j);
 }
 
+/* Root's default data dir is under /root (0700), which the jobs' uids
+ * cannot search: the provider still runs, reaching the data dir through a
+ * bind mount in its own mount namespace, which nobody else sees. */
+static int setup_private_parent(void **state) {
+  snprintf(private_parent, sizeof private_parent, "x");
+  return setup(state);
+}
+
+static int teardown_private_parent(void **state) {
+  int r = teardown(state);
+  if (rmdir(private_parent) < 0)
+    r = -1;
+  private_parent[0] = 0;
+  return r;
+}
+
+static bool mountinfo_has(pid_t pid, const char *what) {
+  char path[64], line[4096];
+  snprintf(path, sizeof path, "/proc/%d/mountinfo", (int)pid);
+  FILE *f = fopen(path, "r");
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, what) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+static void test_provider_reaches_a_data_dir_under_a_private_parent(void **state) {
+  (void)state;
+  struct stat st;
+  assert_int_equal(stat(private_parent, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  if (!status_userns())
+    skip(); /* without user namespaces jobs run as root, who needs no path opened */
+  assert_true(mountinfo_has(W.daemon, " /run/gpunet/data "));
+  assert_false(mountinfo_has(getpid(), " /run/gpunet/data "));
+  assert_int_equal(stat(private_parent, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700); /* left as it was */
+  gn_agreement a;
+  rent(&a, NULL); /* and it provides */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_provider_accepts_a_manifest_once_and_refuses_its_replay, setup, teardown),
@@ -1024,6 +1074,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_provider_refuses_jobs_it_cannot_limit, setup_no_cgroups, teardown),
       cmocka_unit_test_setup_teardown(test_provider_runs_unlimited_jobs_when_allowed_and_says_so,
                                       setup_no_cgroups_allowed, teardown),
+      cmocka_unit_test_setup_teardown(test_provider_reaches_a_data_dir_under_a_private_parent, setup_private_parent,
+                                      teardown_private_parent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
