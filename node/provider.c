@@ -170,10 +170,10 @@ int gn__provider_init(gn_node *n, char *err, size_t cap) {
   n->mem_budget_mib = (uint64_t)((double)ram_mib * n->cfg.job_memory_share);
   n->pids_budget = n->cfg.job_pids_max;
   n->cpu_budget = (double)(cpus > 0 ? cpus : 1) * n->cfg.job_cpu_share;
-  n->limits_enforced = gn_cgroup_limits_supported();
-  n->userns_ok = gn__userns_probe(n->userns_why, sizeof n->userns_why);
   if (!n->cfg.provide)
     return 0;
+  n->limits_enforced = gn_cgroup_limits_supported();
+  n->userns_ok = gn__userns_probe(n->userns_why, sizeof n->userns_why);
   if (!n->userns_ok && !n->cfg.allow_no_userns) {
     gn__strf(err, cap,
              "this host cannot run jobs in their own user namespace (%s), so a job's root would be the host's "

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <sched.h>
@@ -796,6 +797,60 @@ static void test_sigterm_ends_the_daemon_during_a_pull(void **state) {
   fail_msg("gpunetd took %llu ms to end after SIGTERM during a pull (status %d)", (unsigned long long)took, status);
 }
 
+/* Counts the connections the hanging registry has taken so far (it
+ * accepts them and never answers). */
+static int accepted[64];
+static size_t accepted_n;
+
+static size_t hanging_accept(void) {
+  for (;;) {
+    int fd = accept4(W.hang_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      break;
+    if (accepted_n < GN_ARRAY_SIZE(accepted))
+      accepted[accepted_n++] = fd;
+    else
+      close(fd);
+  }
+  return accepted_n;
+}
+
+/* Six jobs pulling from a registry that never answers: four pulls run, two
+ * wait, so the thread pool keeps threads for everything else; stopping one
+ * lets the next start. */
+static void test_provider_runs_at_most_four_pulls_at_once(void **state) {
+  (void)state;
+  gn_agreement a, b;
+  char image[256], st[32], jobs[6][32];
+  hanging_image(image, sizeof image);
+  int fl = fcntl(W.hang_fd, F_GETFL);
+  fcntl(W.hang_fd, F_SETFL, fl | O_NONBLOCK);
+  accepted_n = 0;
+  rent(&a, NULL);
+  rent(&b, NULL);
+  for (int i = 0; i < 6; i++) {
+    send_job(i < 3 ? a.terms.lease_id : b.terms.lease_id, image, 16, 8, jobs[i], st, NULL);
+    assert_string_equal(st, "pulling");
+  }
+  for (int i = 0; i < 30; i++) {
+    hanging_accept();
+    run_until(&(int){0}, 100);
+  }
+  size_t first = hanging_accept();
+  send_stop(a.terms.lease_id, jobs[0]);
+  assert_true(wait_status(jobs[0], "stopped", 5000, NULL, NULL));
+  for (int i = 0; i < 20; i++) {
+    hanging_accept();
+    run_until(&(int){0}, 100);
+  }
+  size_t then = hanging_accept();
+  for (size_t i = 0; i < accepted_n; i++)
+    close(accepted[i]);
+  accepted_n = 0;
+  if (first != 4 || then != 5)
+    fail_msg("%zu pulls ran at once (want 4), %zu after one stopped (want 5)", first, then);
+}
+
 /* Two leases at once never share a host uid; a released lease's range can
  * go to a later lease. */
 static void test_provider_gives_each_lease_its_own_uid_range(void **state) {
@@ -1066,6 +1121,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_provider_refuses_a_job_past_the_memory_budget, setup_budget, teardown),
       cmocka_unit_test_setup_teardown(test_provider_refuses_a_job_past_the_pids_budget, setup_budget, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_ends_the_daemon_during_a_pull, setup_budget, teardown),
+      cmocka_unit_test_setup_teardown(test_provider_runs_at_most_four_pulls_at_once, setup_budget, teardown),
       cmocka_unit_test_setup_teardown(test_provider_gives_each_lease_its_own_uid_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_loop_meters_while_the_runtime_is_slow, setup_slow_runtime,
                                       teardown_slow_runtime),
