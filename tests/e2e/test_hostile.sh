@@ -28,7 +28,6 @@ if ! command -v runc >/dev/null; then
 fi
 
 work=$(mktemp -d /tmp/gn-e2e-hostile-XXXXXX)
-chmod 711 "$work" # jobs run as unprivileged host uids and must reach their roots beneath it
 nodes=$work/nodes
 R=$nodes/requester
 P1=$nodes/p1 # RTX 4090 x3: most cases, two leases (A and B)
