@@ -718,9 +718,13 @@ int gn__node_main(int argc, char **argv) {
     fprintf(stderr, "gpunetd: cannot open image store %s: %s\n", path, gn_strerror(r));
     return 1;
   }
+  /* No layer or image can be larger than the whole store may be. */
+  uint64_t store_max = n->cfg.store_max_bytes;
   const gn_store_limits limits = {
+      .layer_max_bytes = GN_STORE_DEFAULT_LAYER_MAX_BYTES < store_max ? GN_STORE_DEFAULT_LAYER_MAX_BYTES : store_max,
+      .image_max_bytes = GN_STORE_DEFAULT_IMAGE_MAX_BYTES < store_max ? GN_STORE_DEFAULT_IMAGE_MAX_BYTES : store_max,
       .reserve_bytes = n->cfg.disk_reserve_bytes,
-      .store_max_bytes = n->cfg.store_max_bytes,
+      .store_max_bytes = store_max,
       .registry_allow = (const char *const *)n->cfg.registry_allow,
   };
   if ((r = gn_store_set_limits(n->store, &limits)) < 0) {

@@ -159,6 +159,7 @@ struct gn_job {
   bool budget_held;                   /* memory_mib and pids_max are counted in the node's budgets */
   bool finished;                      /* job_finish ran */
   char rootfs[4096];                  /* the shared read-only root in use, "" when none */
+  char overlay[128];                  /* its read-only overlay mount, "" when none */
   char work_log[1024];                /* detail for the provider's log only (registry error bodies) */
   uint32_t uid_base;                  /* user namespace: host ids of the job's 0.. */
   uint32_t id_count;                  /* 0: no user namespace */

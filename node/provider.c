@@ -20,6 +20,15 @@ static bool peer_is_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   return n->tp && gn_transport_is_up(n->tp, peer);
 }
 
+/* nftw callback of the recursive deletes (bundles, overlays): on the pool. */
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
 /* --- the host, its budgets and its isolation ----------------------------------*/
 
 bool gn__userns_probe(char *why, size_t cap) {
@@ -126,32 +135,45 @@ static bool ancestors_searchable(const char *data_dir, char *err, size_t cap) {
   return true;
 }
 
-/* When a directory above the data dir is not searchable by others (root's
- * default, ~/.local/share under a 0700 /root), the jobs' uids could not
- * reach their roots. Rather than open up /root, gpunetd moves into a
- * private mount namespace (host mounts still reach it; its own stay its
- * own and vanish with it) and bind-mounts the data dir at a searchable
- * path; the runtime is then given paths through that mount. */
+/* The job's view of its root. gpunetd moves into a private mount namespace
+ * (host mounts still reach it; its own stay its own and vanish with it),
+ * with a small tmpfs at GN_DATA_ALIAS_DIR holding:
+ *  - data: a bind mount of the data dir. When a directory above the data
+ *    dir is not searchable by others (root's default, under a 0700 /root),
+ *    the jobs' uids reach their roots through it rather than /root being
+ *    opened up.
+ *  - jobs/<container>: each job's root, a read-only overlay over the shared
+ *    image root. A bind mount would show the host path of the image root in
+ *    the job's /proc/self/mountinfo; an overlay's own root is "/", and its
+ *    options name only the path through "data".
+ * Without a mount namespace (no CAP_SYS_ADMIN) jobs get the image root
+ * itself, unless the data dir is out of their reach: then this refuses. */
 #define GN_DATA_ALIAS_DIR "/run/gpunet"
 
 static int data_alias_setup(gn_node *n, char *err, size_t cap) {
   char why[sizeof n->userns_why + 400];
-  if (ancestors_searchable(n->cfg.data_dir, why, sizeof why))
-    return 0;
+  bool reachable = !n->userns_ok || ancestors_searchable(n->cfg.data_dir, why, sizeof why);
   char alias[64];
   gn__strf(alias, sizeof alias, "%s/data", GN_DATA_ALIAS_DIR);
   if ((mkdir(GN_DATA_ALIAS_DIR, 0711) < 0 && errno != EEXIST) || unshare(CLONE_NEWNS) < 0 ||
       mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
-      mount("tmpfs", GN_DATA_ALIAS_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=64k") < 0 ||
-      mkdir(alias, 0711) < 0 || mount(n->cfg.data_dir, alias, NULL, MS_BIND, NULL) < 0) {
-    gn__strf(err, cap, "%s (gpunetd could not bind-mount it at %s instead: %s)", why, alias, strerror(errno));
-    return GN_EPERM;
+      mount("tmpfs", GN_DATA_ALIAS_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=16m") < 0 ||
+      mkdir(alias, 0711) < 0 || mkdir(GN_DATA_ALIAS_DIR "/jobs", 0711) < 0 ||
+      mkdir(GN_DATA_ALIAS_DIR "/empty", 0755) < 0 || mount(n->cfg.data_dir, alias, NULL, MS_BIND, NULL) < 0) {
+    if (!reachable) {
+      gn__strf(err, cap, "%s (gpunetd could not bind-mount it at %s instead: %s)", why, alias, strerror(errno));
+      return GN_EPERM;
+    }
+    gn_log(GN_LOG_WARN,
+           "no private mount namespace for jobs' roots (%s): a job can read the data dir's path in its "
+           "mountinfo",
+           strerror(errno));
+    return 0;
   }
   gn__strf(n->data_alias, sizeof n->data_alias, "%s", alias);
-  gn_log(GN_LOG_INFO,
-         "a directory above %s is not searchable by the jobs' uids: jobs reach it through a private bind "
-         "mount at %s",
-         n->cfg.data_dir, alias);
+  if (!reachable)
+    gn_log(GN_LOG_INFO, "a directory above %s is not searchable by the jobs' uids: they reach it through %s",
+           n->cfg.data_dir, alias);
   return 0;
 }
 
@@ -162,6 +184,37 @@ static void job_visible_path(const gn_node *n, const char *path, char *buf, size
     gn__strf(buf, cap, "%s%s", n->data_alias, path + k);
   else
     gn__strf(buf, cap, "%s", path);
+}
+
+/* The job's own overlay over its image root (see above): its upper layer,
+ * on gpunetd's tmpfs, takes only the mount points the runtime creates
+ * before it makes the root read-only, so the shared image root is never
+ * written. ret (4096 bytes) gets the root's path; false when it cannot be
+ * made (the image root is then used as it is). Blocking: on the pool. */
+static bool job_overlay_mount(const gn_node *n, gn_job *j, const char *lower, char *ret) {
+  char base[128], up[160], work[160], opts[4600];
+  if (!n->data_alias[0] || strpbrk(lower, ",:\\") ||
+      gn__pathf(base, sizeof base, "%s/jobs/%s", GN_DATA_ALIAS_DIR, j->container_id) < 0)
+    return false;
+  gn__strf(up, sizeof up, "%s/u", base);
+  gn__strf(work, sizeof work, "%s/w", base);
+  gn__strf(ret, 4096, "%s/root", base);
+  gn__strf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s", lower, up, work);
+  /* The upper layer's top is the root's top: it must be owned like the
+   * image root (the job's mapped root), or the runtime in the job's user
+   * namespace could not create its mount points. */
+  struct stat st;
+  if (stat(lower, &st) < 0 || (mkdir(base, 0711) < 0 && errno != EEXIST) || (mkdir(up, 0700) < 0 && errno != EEXIST) ||
+      chown(up, st.st_uid, st.st_gid) < 0 || chmod(up, st.st_mode & 07777) < 0 ||
+      (mkdir(work, 0700) < 0 && errno != EEXIST) || (mkdir(ret, 0711) < 0 && errno != EEXIST) ||
+      mount("overlay", ret, "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+    gn__strf(j->work_log, sizeof j->work_log, "no overlay for the job's root (%s): its mountinfo shows the image path",
+             strerror(errno));
+    nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return false;
+  }
+  gn__strf(j->overlay, sizeof j->overlay, "%s", base);
+  return true;
 }
 
 int gn__provider_init(gn_node *n, char *err, size_t cap) {
@@ -182,11 +235,9 @@ int gn__provider_init(gn_node *n, char *err, size_t cap) {
              n->userns_why);
     return GN_EUNSUPPORTED;
   }
-  if (n->userns_ok) {
-    int r = data_alias_setup(n, err, cap);
-    if (r < 0)
-      return r;
-  }
+  int r = data_alias_setup(n, err, cap);
+  if (r < 0)
+    return r;
   if (!n->userns_ok)
     gn_log(GN_LOG_WARN,
            "no user namespaces here (%s): jobs run as the host's root without capabilities, as "
@@ -582,14 +633,6 @@ static gn_lease *job_lease(gn_node *n, gn_job *j) {
   return gn__lease_find(n, j->lease_id);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
 /* --- the thread pool --------------------------------------------------------*/
 
 /* Everything that blocks (pulls, unpacks, the runtime's kill and delete, the
@@ -627,6 +670,12 @@ static void task_work(uv_work_t *w) {
       gn_runtime_exec(t->argv, &status);
     if (j->bundle[0])
       nftw(j->bundle, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (j->overlay[0]) {
+      char root[160];
+      gn__strf(root, sizeof root, "%s/root", j->overlay);
+      if (umount2(root, MNT_DETACH) == 0)
+        nftw(j->overlay, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
     if (j->rootfs[0])
       gn_store_rootfs_release(j->node->store, j->rootfs);
     break;
@@ -745,6 +794,7 @@ static void job_finish(gn_node *n, gn_job *j) {
 /* The container, its bundle and its hold on the image root are gone. */
 static void job_cleanup_done(gn_node *n, gn_job *j) {
   j->rootfs[0] = 0;
+  j->overlay[0] = 0;
   if (j->budget_held) {
     n->mem_used_mib -= j->memory_mib;
     n->pids_used -= j->pids_max;
@@ -920,8 +970,10 @@ static void job_prepare_work(gn_job *j) {
   for (size_t i = 0; i < json_array_size(j->cmd) && ac < GN_JOB_MAX_ARGS; i++)
     argv[ac++] = json_string_value(json_array_get(j->cmd, i));
   argv[ac] = NULL;
-  char rootfs[4096];
-  job_visible_path(n, j->rootfs, rootfs, sizeof rootfs);
+  char lower[4096], rootfs[4096];
+  job_visible_path(n, j->rootfs, lower, sizeof lower);
+  if (!job_overlay_mount(n, j, lower, rootfs))
+    memcpy(rootfs, lower, sizeof rootfs);
   gn_bundle_spec spec = {
       .rootfs = rootfs,
       .argv = argv,
