@@ -324,7 +324,7 @@ static int add_registry_allow(gn_config *cfg, const char *v, char *err, size_t c
       memcpy(item, p, len);
       item[len] = '\0';
       if (!valid_registry_allow(item)) {
-        snprintf(err, cap, "bad registry_allow entry '%.200s': want HOST, HOST:PORT or a CIDR block like 10.0.0.0/8",
+        snprintf(err, cap, "bad registry_allow entry '%.120s': want HOST, HOST:PORT or a CIDR block like 10.0.0.0/8",
                  item);
         return GN_EINVAL;
       }
