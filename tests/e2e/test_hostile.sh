@@ -481,17 +481,25 @@ case_registry_allow() {
 
 case_traversal_id() {
   # The CLI makes job ids itself, so a manifest naming its job '../..' needs
-  # a hostile requester: tests/e2e/test_ids.sh and the ids unit tests send
-  # those to a provider. Here only the entry points a renter reaches through
-  # the CLI and the control API: each refuses the id before a path is built.
-  local id
-  echo "   traversal-id: NOTE only the CLI's entry points here; a hostile requester sending manifests with traversal ids to a real provider is tests/node/test_ids_provider.c"
+  # a hostile requester: tests/node/test_ids_provider.c sends those to a
+  # real provider. Here the entry points a renter reaches through the CLI:
+  # each must refuse the id as one that breaks the id grammar (a usage
+  # error, before any request), not merely find no such job.
+  local id what
+  echo "   traversal-id: NOTE the CLI's entry points only; hostile manifests: tests/node/test_ids_provider.c"
   for id in '../..' '..' '../../etc' 'a/../../b'; do
-    out=$(gn_cli "$R" stop "$id" 2>&1) && miss "stop '$id' succeeded"
-    out=$(gn_cli "$R" logs "$id" 2>&1) && miss "logs '$id' succeeded: $(one "$out")"
-    out=$(gn_cli "$R" run "$id" --image "$img" -- true 2>&1) && miss "run on lease '$id' succeeded"
+    for what in stop logs run; do
+      case $what in
+      run) out=$(gn_cli "$R" run "$id" --image "$img" -- true 2>&1) ;;
+      *) out=$(gn_cli "$R" "$what" "$id" 2>&1) ;;
+      esac
+      rc=$?
+      if [ "$rc" -ne 2 ] || ! grep -q "is not a .*id" <<<"$out"; then
+        miss "$what '$id' was not refused as a bad id (exit $rc): $(one "$out")"
+      fi
+    done
   done
-  [ -d "$R" ] && [ -d "$P1" ] && [ -f "$R/identity.key" ] || miss "a data dir was damaged"
+  [ -f "$R/identity.key" ] && [ -f "$P1/identity.key" ] || miss "a data dir was damaged"
 }
 
 case_signals() {
