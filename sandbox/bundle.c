@@ -189,6 +189,28 @@ static int validate_binds(const gn_bundle_spec *s) {
   return 0;
 }
 
+/* linux.cgroupsPath: absolute, 1..4 components each in the id grammar, so
+ * it can name no parent ("..") nor a path the runtime would resolve
+ * relative to its own cgroup. */
+static bool cgroups_path_valid(const char *p) {
+  char comp[GN_ID_MAX + 1];
+  size_t n = 0;
+  if (p[0] != '/')
+    return false;
+  while (*p == '/') {
+    const char *end = strchr(p + 1, '/');
+    size_t len = end ? (size_t)(end - p - 1) : strlen(p + 1);
+    if (len == 0 || len > GN_ID_MAX || ++n > 4)
+      return false;
+    memcpy(comp, p + 1, len);
+    comp[len] = 0;
+    if (!gn_id_valid(comp))
+      return false;
+    p += 1 + len;
+  }
+  return *p == 0;
+}
+
 static int validate(const gn_bundle_spec *s) {
   if (!s->argv || !s->argv[0] || !s->argv[0][0])
     return GN_EINVAL;
@@ -227,6 +249,8 @@ static int validate(const gn_bundle_spec *s) {
   } else if (s->cpu_period_us) {
     return GN_EINVAL; /* a period without a quota limits nothing: a caller's mistake */
   }
+  if (s->cgroups_path && !cgroups_path_valid(s->cgroups_path))
+    return GN_EINVAL;
   return validate_binds(s);
 }
 
@@ -347,6 +371,8 @@ static json_t *build(const gn_bundle_spec *s, int *ret_code) {
                  strv_json(readonly_paths));
   linux_devices = resources = NULL;
   if (!lx)
+    goto fail;
+  if (s->cgroups_path && json_object_set_new(lx, "cgroupsPath", json_string(s->cgroups_path)) < 0)
     goto fail;
   if (s->id_count) {
     json_t *ns = json_object_get(lx, "namespaces");

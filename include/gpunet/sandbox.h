@@ -186,6 +186,10 @@ typedef struct gn_bundle_spec {
   const gn_bundle_bind *ro_binds; /* read-only bind mounts (driver libraries, nvidia-smi) */
   size_t n_ro_binds;
   bool no_seccomp; /* tests only: the default seccomp profile is always on otherwise */
+  /* linux.cgroupsPath, NULL for the runtime's default: absolute, each
+   * component in the id grammar (gn_id_valid), at most 4 of them, e.g.
+   * "/gpunet/<lease>/<job>" from gn_cgroup_lease_path. */
+  const char *cgroups_path;
 } gn_bundle_spec;
 
 /* Writes bundle_dir/config.json: new namespaces, read-only root with a
@@ -198,6 +202,44 @@ int gn_bundle_write(const char *bundle_dir, const gn_bundle_spec *spec);
  * hybrid) with memory and pids hierarchies mounted. Set
  * gn_bundle_spec.cgroup_limits from it. */
 bool gn_cgroup_limits_supported(void);
+
+/* --- the lease's cgroup (owner: sandbox/cgroup.c) --------------------------*/
+
+/* All jobs of a lease nest under one cgroup, gpunet/<lease> at the root of
+ * each hierarchy, that holds the lease's CPU quota and its memory and pids
+ * ceilings: v1 (and hybrid) cpu/, memory/ and pids/ hierarchies, or the v2
+ * unified one with the controllers enabled down to it. Blocking (cgroupfs
+ * writes): off the event loop. */
+typedef enum gn_cgroup_layout { GN_CGROUP_NONE = 0, GN_CGROUP_V1 = 1, GN_CGROUP_V2 = 2 } gn_cgroup_layout;
+
+typedef struct gn_cgroup_limits {
+  uint64_t cpu_quota_us;  /* CPU time per cpu_period_us; 0: no CPU limit */
+  uint64_t cpu_period_us; /* 0: 100000 */
+  uint64_t memory_bytes;  /* 0: no limit */
+  uint32_t pids_max;      /* 0: no limit */
+} gn_cgroup_limits;
+
+/* The layout under the cgroup root in use (the host's, or the override). */
+gn_cgroup_layout gn_cgroup_layout_get(void);
+/* Tests: root instead of /sys/fs/cgroup, with the layout to assume there (a
+ * fake tree, a plain directory with the control files made beforehand, has
+ * no cgroup file system to tell it). NULL: the host's again. */
+void gn_cgroup_set_root(const char *root, gn_cgroup_layout layout);
+/* The runtime's cgroupsPath of a job of the lease, "/gpunet/<lease>/<job>"
+ * (job_id NULL: the lease's own, "/gpunet/<lease>"). GN_EINVAL unless both
+ * ids pass gn_id_valid. */
+int gn_cgroup_lease_path(const char *lease_id, const char *job_id, char *buf, size_t cap);
+/* Creates the lease's cgroup (existing is fine: a second call rewrites the
+ * same limits) and writes the non-zero limits. GN_EUNSUPPORTED without a
+ * usable layout; -errno naming the file in err when a write is refused. */
+int gn_cgroup_lease_create(const char *lease_id, const gn_cgroup_limits *limits, char *err, size_t err_cap);
+/* Removes the lease's cgroup and the (empty) job cgroups left below it, in
+ * every hierarchy. 0 when none is there; -EBUSY while a process is in it. */
+int gn_cgroup_lease_remove(const char *lease_id);
+/* Removes every lease's cgroup under gpunet/ (daemon start: what a crash
+ * left). Cgroups still holding a process stay and make it fail; ret_removed
+ * counts directories removed (one per hierarchy on v1). */
+int gn_cgroup_remove_stale(unsigned *ret_removed);
 
 /* --- GPU passthrough (owner: sandbox/nvidia.c) ---------------------------*/
 

@@ -624,6 +624,56 @@ static void test_cgroup_limits_supported_matches_layout(void **state) {
   assert_int_equal(gn_cgroup_limits_supported(), v1 || v2);
 }
 
+static void test_bundle_writes_cgroups_path(void **state) {
+  (void)state;
+  char *dir;
+  gn_bundle_spec spec = {.argv = argv_echo, .cgroups_path = "/gpunet/l-ab12/j-cd_34"};
+  json_t *j = write_and_load(&spec, &dir);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(j, "linux"), "cgroupsPath")),
+                      "/gpunet/l-ab12/j-cd_34");
+  done(j, dir);
+
+  spec.cgroups_path = NULL; /* the runtime's default: no key at all */
+  j = write_and_load(&spec, &dir);
+  assert_null(json_object_get(json_object_get(j, "linux"), "cgroupsPath"));
+  done(j, dir);
+}
+
+static void test_bundle_refuses_bad_cgroups_paths(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "",
+      "gpunet/l-1/j-1", /* relative: the runtime would put it under its own cgroup */
+      "/",
+      "//gpunet",
+      "/gpunet/",
+      "/gpunet//j-1",
+      "/gpunet/../..",
+      "/gpunet/./j-1",
+      "/gpunet/l-1/..",
+      "/gpunet/-l/j-1",
+      "/gpunet/l 1/j-1",
+      "/gpunet/l\n1/j-1",
+      "/gpunet/l.1/j-1",
+      "/a/b/c/d/e", /* deeper than any lease's job */
+      "/gpunet/l-1234567890123456789012345678901234567890123456789012345678901234567890/j-1",
+  };
+  char *dir = th_mkdtemp("bundle");
+  assert_non_null(dir);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gn_bundle_spec spec = {.argv = argv_echo, .cgroups_path = bad[i]};
+    if (gn_bundle_write(dir, &spec) != GN_EINVAL)
+      fail_msg("cgroupsPath \"%s\" was not refused", bad[i]);
+  }
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  assert_int_not_equal(access(path, F_OK), 0); /* nothing written */
+  gn_bundle_spec ok = {.argv = argv_echo, .cgroups_path = "/a/b/c/d"};
+  assert_int_equal(gn_bundle_write(dir, &ok), 0);
+  th_rm_rf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bundle_process_is_unprivileged),
@@ -639,6 +689,8 @@ int main(void) {
       cmocka_unit_test(test_bundle_ro_binds_are_read_only_binds),
       cmocka_unit_test(test_bundle_refuses_bad_isolation_specs),
       cmocka_unit_test(test_cgroup_limits_supported_matches_layout),
+      cmocka_unit_test(test_bundle_writes_cgroups_path),
+      cmocka_unit_test(test_bundle_refuses_bad_cgroups_paths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
