@@ -2,13 +2,84 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 #define CLI_MAX_ENV 256
+/* What gpunetd accepts for a job's limits (it refuses anything else too);
+ * checked here as well so a typo is a usage error before any request. */
+#define CLI_MEMORY_MIB_MIN 16u
+#define CLI_MEMORY_MIB_MAX (1u << 20) /* 1 TiB */
+#define CLI_PIDS_MIN 8u
+#define CLI_PIDS_MAX 4096u
+
+/* A memory size for --memory: digits and an optional K, M, G or T (powers of
+ * 1024, optionally followed by "iB" or "B"); plain digits are MiB. It must be
+ * a whole number of MiB. Returns false on anything else. A huge number is not
+ * an error here: it saturates, and the range check names it. */
+static bool parse_memory_mib(const char *v, uint64_t *ret) {
+  uint64_t n = 0;
+  const char *p = v;
+  for (; *p >= '0' && *p <= '9'; p++)
+    n = n > UINT32_MAX ? n : n * 10 + (uint64_t)(*p - '0');
+  if (p == v)
+    return false;
+  unsigned shift = 20;
+  switch (*p) {
+  case 'k':
+  case 'K':
+    shift = 10;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    break;
+  case 't':
+  case 'T':
+    shift = 40;
+    break;
+  case '\0':
+    break;
+  default:
+    return false;
+  }
+  if (*p) {
+    p++;
+    if (strcasecmp(p, "iB") == 0 || strcasecmp(p, "B") == 0)
+      p += strlen(p);
+  }
+  if (*p)
+    return false;
+  /* n is at most about 2^34 and the shift at most 20: no overflow. */
+  if (shift < 20 && n % (1u << (20 - shift)))
+    return false;
+  *ret = shift < 20 ? n >> (20 - shift) : n << (shift - 20);
+  return true;
+}
+
+/* A whole decimal number for --pids, without sign or spaces. */
+static bool parse_count(const char *v, uint64_t *ret) {
+  uint64_t n = 0;
+  const char *p = v;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (n > UINT32_MAX)
+      return false;
+    n = n * 10 + (uint64_t)(*p - '0');
+  }
+  if (p == v || *p)
+    return false;
+  *ret = n;
+  return true;
+}
 
 /* Exit like the job did: 0..255 as is, a signal (negative) as a shell would
  * report it, anything else as a plain failure. */
@@ -117,6 +188,8 @@ int cmd_run(cli *c, int argc, char **argv) {
   static const struct option opts[] = {{"image", required_argument, NULL, 'i'},
                                        {"env", required_argument, NULL, 'e'},
                                        {"follow", no_argument, NULL, 'f'},
+                                       {"memory", required_argument, NULL, 'm'},
+                                       {"pids", required_argument, NULL, 'p'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   /* Options end at "--": what follows is the job's command, untouched. */
@@ -128,6 +201,7 @@ int cmd_run(cli *c, int argc, char **argv) {
     }
   const char *image = NULL;
   bool follow = false;
+  uint64_t memory_mib = 0, pids = 0; /* 0: not given, gpunetd's default */
   json_t *env = json_array();
   json_t *cmd = json_array();
   json_t *body = NULL;
@@ -145,6 +219,24 @@ int cmd_run(cli *c, int argc, char **argv) {
       break;
     case 'f':
       follow = true;
+      break;
+    case 'm':
+      if (!parse_memory_mib(optarg, &memory_mib)) {
+        rc = cli_usage_error("run", "--memory '%s' is not a size such as 512M or 2G (whole MiB)", optarg);
+        goto out;
+      }
+      if (memory_mib < CLI_MEMORY_MIB_MIN || memory_mib > CLI_MEMORY_MIB_MAX) {
+        rc = cli_usage_error("run", "--memory '%s' is outside %uM..%uG", optarg, CLI_MEMORY_MIB_MIN,
+                             CLI_MEMORY_MIB_MAX >> 10);
+        goto out;
+      }
+      break;
+    case 'p':
+      if (!parse_count(optarg, &pids) || pids < CLI_PIDS_MIN || pids > CLI_PIDS_MAX) {
+        rc = cli_usage_error("run", "--pids '%s' is not a number of processes from %u to %u", optarg, CLI_PIDS_MIN,
+                             CLI_PIDS_MAX);
+        goto out;
+      }
       break;
     case 'e':
       if (cli_check_env("run", optarg) >= 0) {
@@ -197,6 +289,11 @@ int cmd_run(cli *c, int argc, char **argv) {
     goto out;
   }
   body = json_pack("{s:s, s:s, s:O, s:O}", "lease", lease, "image", image, "env", env, "cmd", cmd);
+  if (body && ((memory_mib && json_object_set_new(body, "memory_mib", json_integer((json_int_t)memory_mib)) < 0) ||
+               (pids && json_object_set_new(body, "pids", json_integer((json_int_t)pids)) < 0))) {
+    json_decref(body);
+    body = NULL;
+  }
   if (!body) {
     rc = cli_fail("out of memory (or an argument is not valid UTF-8)");
     goto out;

@@ -53,10 +53,15 @@ static const cli_cmd commands[] = {
      "Usage: gpunet release LEASE\n"
      "Ends the lease now and prints the final bill.\n"},
     {"run", cmd_run, "run a container job on a lease",
-     "Usage: gpunet run LEASE --image REF [--env K=V]... [-f|--follow] -- CMD [ARGS...]\n"
+     "Usage: gpunet run LEASE --image REF [--env K=V]... [--memory SIZE] [--pids N]\n"
+     "                  [-f|--follow] -- CMD [ARGS...]\n"
      "Sends a signed job manifest to the lease's provider, which pulls REF and\n"
      "runs CMD with the leased GPUs. Prints the job id; with -f streams the\n"
-     "job's output and exits with its exit code.\n"},
+     "job's output and exits with its exit code.\n"
+     "  --memory SIZE  the job's memory limit, e.g. 512M or 2G (K, M, G, T; plain\n"
+     "                 numbers are MiB; 16M..1024G; default 1024M). The provider\n"
+     "                 refuses a job its memory budget cannot hold.\n"
+     "  --pids N       the most processes the job may have (8..4096, default 1024)\n"},
     {"jobs", cmd_jobs, "list jobs",
      "Usage: gpunet jobs\n"
      "Lists jobs and their states.\n"},

@@ -379,9 +379,36 @@ typedef struct run_work {
   char lease_id[GN_LEASE_ID_STRLEN];
   gn_imageref ref;
   json_t *cmd, *env;
+  uint64_t memory_mib;
+  uint32_t pids;
   char err[512];
   int rc;
 } run_work;
+
+/* A job's limits when the run body names none. The provider's budgets are
+ * shared by all its jobs (half its RAM by default), so a modest default
+ * lets several jobs run side by side; a job that needs more asks for it. */
+#define RUN_MEMORY_MIB_DEFAULT 1024
+#define RUN_PIDS_DEFAULT 1024
+/* What a run body may ask for. The provider clamps to at least 16 MiB and
+ * to 8..4096 processes; asking outside that is refused here, by name, rather
+ * than quietly changed there. */
+#define RUN_MEMORY_MIB_MIN 16u
+#define RUN_MEMORY_MIB_MAX (1u << 20) /* 1 TiB */
+#define RUN_PIDS_MIN 8u
+#define RUN_PIDS_MAX 4096u
+
+/* An optional whole number in [min, max] under key; *ret keeps its default
+ * when the key is absent or null. False when it is there but not such a number. */
+static bool body_limit(const json_t *b, const char *key, json_int_t min, json_int_t max, json_int_t *ret) {
+  const json_t *v = json_object_get(b, key);
+  if (!v || json_is_null(v))
+    return true;
+  if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+    return false;
+  *ret = json_integer_value(v);
+  return true;
+}
 
 static void run_resolve_work(uv_work_t *w) {
   run_work *rw = w->data;
@@ -416,8 +443,8 @@ static void run_send(run_work *rw) {
   m.envc = (uint32_t)json_array_size(rw->env);
   for (uint32_t i = 0; i < m.envc; i++)
     m.env[i] = (char *)json_string_value(json_array_get(rw->env, i));
-  m.memory_mib = 4096;
-  m.pids = 512;
+  m.memory_mib = rw->memory_mib;
+  m.pids = rw->pids;
   randombytes_buf(m.nonce, sizeof m.nonce);
   m.issued_s = gn_unix_s();
   m.expires_s = m.issued_s + 300;
@@ -507,6 +534,13 @@ void gn__api_run(gn_ctl_req *req, void *ud) {
     if (!s || !strchr(s, '=') || s[0] == '=' || strlen(s) > GN_JOB_MAX_ARG_LEN)
       return gn_ctl_reply_error(req, 400, "--env value %zu is not of the form KEY=VALUE", i);
   }
+  json_int_t memory_mib = RUN_MEMORY_MIB_DEFAULT, pids = RUN_PIDS_DEFAULT;
+  if (!body_limit(b, "memory_mib", RUN_MEMORY_MIB_MIN, RUN_MEMORY_MIB_MAX, &memory_mib))
+    return gn_ctl_reply_error(req, 400, "memory_mib (--memory) must be a whole number of MiB from %u to %u",
+                              RUN_MEMORY_MIB_MIN, RUN_MEMORY_MIB_MAX);
+  if (!body_limit(b, "pids", RUN_PIDS_MIN, RUN_PIDS_MAX, &pids))
+    return gn_ctl_reply_error(req, 400, "pids (--pids) must be a whole number of processes from %u to %u", RUN_PIDS_MIN,
+                              RUN_PIDS_MAX);
   run_work *rw = calloc(1, sizeof *rw);
   if (!rw)
     return gn_ctl_reply_error(req, 500, "out of memory");
@@ -516,6 +550,8 @@ void gn__api_run(gn_ctl_req *req, void *ud) {
   }
   rw->n = n;
   rw->req = req;
+  rw->memory_mib = (uint64_t)memory_mib;
+  rw->pids = (uint32_t)pids;
   gn__strf(rw->lease_id, sizeof rw->lease_id, "%s", lease_id);
   rw->cmd = json_deep_copy(cmd);
   rw->env = env ? json_deep_copy(env) : json_array();

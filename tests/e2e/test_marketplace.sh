@@ -129,9 +129,33 @@ grep -q "ifaces=1" <<<"$out" || fail "job sees network interfaces beyond lo: $ou
 grep -q "CapEff:.*0000000000000000" <<<"$out" || fail "job has capabilities: $out"
 ok "sandbox: read-only root, writable /tmp, no network but lo, no capabilities"
 
+# A job's limits, as its cgroup on the provider's host holds them (the job
+# itself has no cgroup filesystem): cg_value JOB FILE... prints the first
+# FILE found in the cgroup directory named for the job's container.
+cg_value() {
+  local d f
+  for d in $(find /sys/fs/cgroup -type d -name "*gn-$1*" 2>/dev/null); do
+    for f in "${@:2}"; do
+      if [ -r "$d/$f" ]; then
+        cat "$d/$f"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+limits_enforced=$(gn_cli "$P" --json status | jq -r .isolation.limits_enforced)
+
 job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sleep 300 | jq -r .job.id)
 running() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state')" = running ]; }
 gn_wait_until 20 "job $job to run" running || fail "job $job never ran"
+if [ "$limits_enforced" = true ]; then
+  mem=$(cg_value "$job" memory.limit_in_bytes memory.max) || fail "no memory cgroup found for job $job"
+  pids=$(cg_value "$job" pids.max) || fail "no pids cgroup found for job $job"
+  [ "$mem" = $((1024 << 20)) ] && [ "$pids" = 1024 ] ||
+    fail "job $job run without --memory/--pids has memory limit $mem and pids limit $pids, want 1 GiB and 1024"
+  ok "a job's default limits are 1 GiB of memory and 1024 processes"
+fi
 gn_cli "$R" stop "$job" >/dev/null
 stopped() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state')" = stopped ]; }
 gn_wait_until 20 "job $job to stop" stopped || fail "job $job did not stop"
@@ -144,9 +168,58 @@ size=$(stat -c %s "$R/run/jobs/$big.log")
 [ "$size" -le $((64 * 1024 * 1024 + 4096)) ] || fail "requester kept $size bytes of output"
 ok "a job's output is capped at 64 MiB on both sides, and says so"
 
-for _ in $(seq 8); do gn_cli "$R" run "$lease" --image "$image" -- sleep 60 >/dev/null; done
+# --memory and --pids travel in the signed manifest to the job's cgroup.
+job=$(gn_cli "$R" --json run "$lease" --image "$image" --memory 64M --pids 32 -- sleep 300 | jq -r .job.id)
+gn_wait_until 20 "job $job to run" running || fail "job $job (--memory 64M --pids 32) never ran"
+if [ "$limits_enforced" = true ]; then
+  mem=$(cg_value "$job" memory.limit_in_bytes memory.max) || fail "no memory cgroup found for job $job"
+  pids=$(cg_value "$job" pids.max) || fail "no pids cgroup found for job $job"
+  [ "$mem" = $((64 << 20)) ] || fail "job run with --memory 64M has memory limit $mem"
+  [ "$pids" = 32 ] || fail "job run with --pids 32 has pids limit $pids"
+  ok "run --memory 64M --pids 32: the job's cgroup limits are 64 MiB and 32 processes"
+else
+  echo "note: the provider's cgroups cannot enforce limits here; cgroup values not checked"
+fi
+gn_cli "$R" stop "$job" >/dev/null
+gn_wait_until 20 "job $job to stop" stopped || fail "job $job did not stop"
+# Without swap, a job that outgrows --memory is killed (with swap it may
+# only be slowed down, so this is checked only where there is none).
+if [ "$limits_enforced" = true ] && [ "$(awk 'NR > 1' /proc/swaps | wc -l)" = 0 ]; then
+  grow='x=$(head -c 100000000 /dev/zero | tr "\0" a); echo "held ${#x} bytes"'
+  set +e
+  out=$(gn_cli "$R" run "$lease" --image "$image" --memory 512M -f -- sh -c "$grow" 2>&1)
+  rc=$?
+  set -e
+  [ $rc = 0 ] && grep -q "held 100000000 bytes" <<<"$out" || fail "a 100 MB job under --memory 512M: rc $rc: $out"
+  set +e
+  out=$(gn_cli "$R" run "$lease" --image "$image" --memory 64M -f -- sh -c "$grow" 2>&1)
+  rc=$?
+  set -e
+  [ $rc != 0 ] && ! grep -q "held" <<<"$out" || fail "a 100 MB job under --memory 64M was not stopped: rc $rc: $out"
+  ok "a job growing to 100 MB runs under --memory 512M and is killed under --memory 64M (exit $rc)"
+fi
+expect_fail "gpunet run refuses a bad --memory before asking gpunetd" "is not a size" \
+  gn_cli "$R" run "$lease" --image "$image" --memory 12Q -- true
+body=$(jq -nc --arg l "$lease" --arg i "$image" '{lease: $l, image: $i, cmd: ["true"], memory_mib: 1}')
+out=$(curl -s --unix-socket "$R/gpunetd.sock" -X POST -H 'Content-Type: application/json' -d "$body" \
+  http://gpunetd/v1/jobs)
+grep -q "memory_mib (--memory) must be a whole number of MiB from 16" <<<"$out" ||
+  fail "gpunetd took memory_mib 1: $out"
+body=$(jq -nc --arg l "$lease" --arg i "$image" '{lease: $l, image: $i, cmd: ["true"], pids: "64"}')
+out=$(curl -s --unix-socket "$R/gpunetd.sock" -X POST -H 'Content-Type: application/json' -d "$body" \
+  http://gpunetd/v1/jobs)
+grep -q "pids (--pids) must be a whole number" <<<"$out" || fail "gpunetd took pids \"64\": $out"
+ok "gpunetd's run refuses memory_mib and pids out of range or not numbers"
+# A job bigger than the provider's whole memory budget is refused by the
+# provider, with the numbers: the size reached it in the signed manifest.
+budget=$(gn_cli "$P" --json status | jq -r .isolation.memory_budget_mib)
+expect_fail "a job larger than the provider's memory budget" "job memory budget" \
+  gn_cli "$R" run "$lease" --image "$image" --memory $((budget + 1)) -f -- true
+
+# Small jobs, so eight fit any provider's memory budget.
+for _ in $(seq 8); do gn_cli "$R" run "$lease" --image "$image" --memory 64M -- sleep 60 >/dev/null; done
 expect_fail "a ninth concurrent job on one lease" "already has 8 jobs running" \
-  gn_cli "$R" run "$lease" --image "$image" -- true
+  gn_cli "$R" run "$lease" --image "$image" --memory 64M -- true
 
 metrics_ticks() {
   curl -s --unix-socket "$P/gpunetd.sock" http://gpunetd/metrics | awk '/^gpunet_ticks_total/ {print $2}'

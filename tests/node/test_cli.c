@@ -389,6 +389,72 @@ static void test_cli_run_follow_streams_and_exits_with_job_code(void **state) {
   assert_true(f->log_calls >= 4);
 }
 
+static void test_cli_run_sends_memory_and_pids(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  /* Without the options the body names no limits: gpunetd's defaults apply. */
+  run_result *r = run(f, "run l-00112233445566778 --image busybox -- true");
+  assert_int_equal(r->code, 0);
+  assert_null(json_object_get(f->last_body, "memory_mib"));
+  assert_null(json_object_get(f->last_body, "pids"));
+  static const struct {
+    const char *args;
+    json_int_t memory_mib, pids;
+  } good[] = {
+      {"--memory 512M --pids 64", 512, 64}, {"--memory 2G", 2048, 0},       {"--memory 2GiB", 2048, 0},
+      {"--memory=1536", 1536, 0},           {"--memory 1048576K", 1024, 0}, {"--memory 1T", 1048576, 0},
+      {"--memory 16m --pids 8", 16, 8},     {"--pids 4096", 0, 4096},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(good); i++) {
+    char args[256];
+    snprintf(args, sizeof(args), "run l-00112233445566778 --image busybox %s -- true", good[i].args);
+    r = run(f, args);
+    if (r->code != 0)
+      fail_msg("'gpunet %s' exited %d: %s", args, r->code, r->err);
+    const json_t *m = json_object_get(f->last_body, "memory_mib"), *p = json_object_get(f->last_body, "pids");
+    if (good[i].memory_mib ? json_integer_value(m) != good[i].memory_mib : m != NULL)
+      fail_msg("'%s' sent memory_mib %lld, want %lld", good[i].args, (long long)json_integer_value(m),
+               (long long)good[i].memory_mib);
+    if (good[i].pids ? json_integer_value(p) != good[i].pids : p != NULL)
+      fail_msg("'%s' sent pids %lld, want %lld", good[i].args, (long long)json_integer_value(p),
+               (long long)good[i].pids);
+  }
+  /* Bad values: a usage error that names the value, and no request. */
+  static const struct {
+    const char *args, *says;
+  } bad[] = {
+      {"--memory 0", "--memory '0' is outside 16M..1024G"},
+      {"--memory 8M", "--memory '8M' is outside"},
+      {"--memory 2T", "--memory '2T' is outside"},
+      {"--memory 99999999999999999999999G", "is outside"},
+      {"--memory 1.5G", "--memory '1.5G' is not a size"},
+      {"--memory 1000K", "--memory '1000K' is not a size"},
+      {"--memory 512X", "is not a size"},
+      {"--memory ''", "is not a size"},
+      {"--memory -1G", "is not a size"},
+      {"--memory", "option '--memory' needs a value"},
+      {"--pids 7", "--pids '7' is not a number of processes from 8 to 4096"},
+      {"--pids 4097", "--pids '4097'"},
+      {"--pids -5", "--pids '-5'"},
+      {"--pids 12abc", "--pids '12abc'"},
+      {"--pids 99999999999999999999", "--pids '99999999999999999999'"},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
+    pthread_mutex_lock(&f->lock);
+    json_decref(f->last_body);
+    f->last_body = NULL;
+    pthread_mutex_unlock(&f->lock);
+    char args[256];
+    snprintf(args, sizeof(args), "run l-00112233445566778 --image busybox %s -- true", bad[i].args);
+    if (strcmp(bad[i].args, "--memory") == 0)
+      snprintf(args, sizeof(args), "run l-00112233445566778 --image busybox --memory");
+    r = run(f, args);
+    if (r->code != 2 || !strstr(r->err, bad[i].says))
+      fail_msg("'gpunet %s' exited %d, want 2 and '%s': %s", args, r->code, bad[i].says, r->err);
+    assert_null(f->last_body);
+  }
+}
+
 static void test_cli_logs_without_follow_prints_once(void **state) {
   SKIP_IF_NO_BINARY();
   fixture *f = *state;
@@ -535,6 +601,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cli_daemon_error_is_one_line_exit_1, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_release_prints_bill, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_run_follow_streams_and_exits_with_job_code, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_run_sends_memory_and_pids, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_logs_without_follow_prints_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_follow_of_failed_job_says_why, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_stop, setup, teardown),
