@@ -315,21 +315,27 @@ int gn_cgroup_lease_remove(const char *lease_id) {
   return each_top(remove_one, (void *)lease_id);
 }
 
+typedef struct stale_ctx {
+  bool (*mine)(const char *lease_id, void *ud);
+  void *ud;
+  unsigned count;
+} stale_ctx;
+
 static int remove_all(const char *top, void *ud) {
-  unsigned *count = ud;
+  stale_ctx *c = ud;
   int r = 0, k;
   DIR *d = opendir(top);
   if (!d)
     return errno == ENOENT ? 0 : -errno;
   struct dirent *e;
   while ((e = readdir(d))) {
-    /* Only what a lease id could have made: anything else under gpunet/
-     * is not this daemon's to remove. */
-    if (e->d_type != DT_DIR || !gn_id_valid(e->d_name))
+    /* Only what a lease id could have made, and only the caller's leases:
+     * another daemon on this host keeps its own. */
+    if (e->d_type != DT_DIR || !gn_id_valid(e->d_name) || (c->mine && !c->mine(e->d_name, c->ud)))
       continue;
     char dir[4096];
     if ((k = pathf(dir, sizeof dir, "%s/%s", top, e->d_name)) == 0 && (k = rmdir_tree(dir, 0)) == 0)
-      (*count)++;
+      c->count++;
     if (k < 0 && r == 0)
       r = k;
   }
@@ -337,10 +343,10 @@ static int remove_all(const char *top, void *ud) {
   return r;
 }
 
-int gn_cgroup_remove_stale(unsigned *ret_removed) {
-  unsigned count = 0;
-  int r = each_top(remove_all, &count);
+int gn_cgroup_remove_stale(bool (*mine)(const char *lease_id, void *ud), void *ud, unsigned *ret_removed) {
+  stale_ctx c = {mine, ud, 0};
+  int r = each_top(remove_all, &c);
   if (r == 0 && ret_removed)
-    *ret_removed = count;
+    *ret_removed = c.count;
   return r;
 }

@@ -236,10 +236,11 @@ int gn_cgroup_lease_create(const char *lease_id, const gn_cgroup_limits *limits,
 /* Removes the lease's cgroup and the (empty) job cgroups left below it, in
  * every hierarchy. 0 when none is there; -EBUSY while a process is in it. */
 int gn_cgroup_lease_remove(const char *lease_id);
-/* Removes every lease's cgroup under gpunet/ (daemon start: what a crash
- * left). Cgroups still holding a process stay and make it fail; ret_removed
- * counts directories removed (one per hierarchy on v1). */
-int gn_cgroup_remove_stale(unsigned *ret_removed);
+/* Removes the lease cgroups under gpunet/ that mine (NULL: all) claims,
+ * with what is below them (daemon start: what a crash left). Cgroups still
+ * holding a process stay and make it fail; ret_removed counts directories
+ * removed (one per hierarchy on v1). */
+int gn_cgroup_remove_stale(bool (*mine)(const char *lease_id, void *ud), void *ud, unsigned *ret_removed);
 
 /* --- GPU passthrough (owner: sandbox/nvidia.c) ---------------------------*/
 

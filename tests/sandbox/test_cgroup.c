@@ -151,6 +151,11 @@ static void test_cgroup_v1_fake_tree_gets_limits(void **state) {
   free(root);
 }
 
+static bool only_l_other(const char *lease_id, void *ud) {
+  (void)ud;
+  return strcmp(lease_id, "l-other") == 0;
+}
+
 /* FAKE v1 tree of directories only (cgroup directories can be rmdir'ed with
  * their files; plain ones only empty): the lease's and its jobs' cgroups go
  * in every hierarchy, other leases' stay, and the stale sweep takes them
@@ -181,9 +186,19 @@ static void test_cgroup_remove_takes_lease_in_every_hierarchy(void **state) {
   }
   assert_int_equal(gn_cgroup_lease_remove("l-gone"), 0); /* gone already: fine */
   assert_int_equal(gn_cgroup_lease_remove(".."), GN_EINVAL);
+  for (size_t i = 0; i < 5; i++) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/gpunet/l-other-daemon", ctrl[i]);
+    mkdirs(root, rel);
+  }
   unsigned removed = 0;
-  assert_int_equal(gn_cgroup_remove_stale(&removed), 0);
+  assert_int_equal(gn_cgroup_remove_stale(only_l_other, NULL, &removed), 0);
   assert_int_equal(removed, 5);
+  snprintf(path, sizeof path, "%s/pids/gpunet/l-other-daemon", root);
+  assert_true(th_exists(path)); /* not claimed: stays */
+  assert_int_equal(gn_cgroup_remove_stale(NULL, NULL, &removed), 0);
+  assert_int_equal(removed, 5);
+  assert_false(th_exists(path));
   for (size_t i = 0; i < 5; i++) {
     snprintf(path, sizeof path, "%s/%s/gpunet/l-other", root, ctrl[i]);
     assert_false(th_exists(path));
