@@ -164,6 +164,26 @@ static void remove_leftovers(gn_node *n) {
   closedir(d);
 }
 
+static bool own_provider_lease(const char *lease_id, void *ud) {
+  const gn_lease *l = gn__lease_find(ud, lease_id);
+  return l && l->role == GN_ROLE_PROVIDER;
+}
+
+/* The lease cgroups an earlier run left (killed before a lease's last
+ * cleanup), once their containers are deleted: only this node's leases',
+ * since another gpunetd on the host may have a lease's cgroup ready for
+ * its next job. Blocking, at start only. */
+static void remove_stale_cgroups(gn_node *n) {
+  unsigned removed = 0;
+  if (!n->cfg.provide || !n->limits_enforced)
+    return;
+  int r = gn_cgroup_remove_stale(own_provider_lease, n, &removed);
+  if (r < 0)
+    gn_log(GN_LOG_WARN, "cannot remove every lease cgroup an earlier run left under gpunet/: %s", gn_strerror(r));
+  else if (removed)
+    gn_log(GN_LOG_INFO, "removed %u lease cgroups an earlier run left", removed);
+}
+
 /* Loads leases and jobs kept by an earlier run. A lease or job that was
  * active when the daemon stopped cannot be resumed (its container died with
  * the runtime's parent), so restart reconciles: provider leases end now and
@@ -265,6 +285,7 @@ static void load_state(gn_node *n) {
       gn__node_persist_job(n, j);
     }
   }
+  remove_stale_cgroups(n);
   for (gn_lease *l = n->leases; l; l = l->next) {
     if (l->state != GN_LEASE_ACTIVE)
       continue;

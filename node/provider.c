@@ -289,6 +289,8 @@ static void lease_release_slot_if_idle(gn_node *n, gn_lease *l) {
   l->uid_slot = -1;
 }
 
+static void lease_cgroup_remove_if_idle(gn_node *n, gn_lease *l);
+
 /* The lease's part of the CPU budget: its share of the host's GPUs. */
 static uint64_t lease_cpu_quota_us(const gn_node *n, const gn_lease *l) {
   uint32_t mine = 0;
@@ -542,6 +544,7 @@ void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
   gn_log(GN_LOG_INFO, "lease %s ended (%s): %llu seconds, %s %s", l->id, reason, (unsigned long long)l->seconds, price,
          l->ag.terms.currency);
   lease_release_slot_if_idle(n, l);
+  lease_cgroup_remove_if_idle(n, l);
   if (peer_is_up(n, l->peer))
     send_simple(n, l->peer, GN_MSG_LEASE_END, l->id, reason, l->end_s);
   send_invoice(n, l);
@@ -639,15 +642,17 @@ static gn_lease *job_lease(gn_node *n, gn_job *j) {
  * recursive removal of a bundle) runs here, off the loop, so metering and
  * the transport never wait for it. A job is kept (never freed, and its
  * fields stable) while j->tasks > 0. */
-enum { TASK_PREPARE = 1, TASK_KILL, TASK_FINISH };
+enum { TASK_PREPARE = 1, TASK_KILL, TASK_FINISH, TASK_LEASE_CGROUP_RM };
 
 typedef struct gn_task {
   struct gn_task *next;
   uv_work_t w;
   gn_node *n;
-  gn_job *j;
+  gn_job *j; /* NULL for TASK_LEASE_CGROUP_RM */
   int kind;
-  char **argv; /* KILL, FINISH: the runtime command, or NULL */
+  char **argv;                       /* KILL, FINISH: the runtime command, or NULL */
+  char lease_id[GN_LEASE_ID_STRLEN]; /* LEASE_CGROUP_RM */
+  int rc;                            /* LEASE_CGROUP_RM */
 } gn_task;
 
 static void job_prepare_work(gn_job *j);
@@ -679,6 +684,9 @@ static void task_work(uv_work_t *w) {
     if (j->rootfs[0])
       gn_store_rootfs_release(j->node->store, j->rootfs);
     break;
+  case TASK_LEASE_CGROUP_RM:
+    t->rc = gn_cgroup_lease_remove(t->lease_id);
+    break;
   }
 }
 
@@ -692,7 +700,8 @@ static void task_after(uv_work_t *w, int status) {
     n->pulls_running--;
   else
     n->cleanups_running--;
-  j->tasks--;
+  if (j)
+    j->tasks--;
   switch (t->kind) {
   case TASK_PREPARE:
     job_prepare_done(n, j, status);
@@ -705,6 +714,11 @@ static void task_after(uv_work_t *w, int status) {
     break;
   case TASK_FINISH:
     job_cleanup_done(n, j);
+    break;
+  case TASK_LEASE_CGROUP_RM:
+    if (t->rc < 0)
+      gn_log(GN_LOG_WARN, "lease %s: cannot remove its cgroup: %s (gpunetd removes it at its next start)", t->lease_id,
+             gn_strerror(t->rc));
     break;
   }
   gn_argv_free(t->argv);
@@ -735,7 +749,7 @@ static void tasks_dispatch(gn_node *n) {
 }
 
 /* Queues kind for j, taking argv. GN_ENOMEM: nothing queued, argv freed. */
-static int task_submit(gn_node *n, gn_job *j, int kind, char **argv) {
+static int task_submit_ex(gn_node *n, gn_job *j, int kind, char **argv, const char *lease_id) {
   gn_task *t = calloc(1, sizeof *t);
   if (!t) {
     gn_argv_free(argv);
@@ -745,7 +759,10 @@ static int task_submit(gn_node *n, gn_job *j, int kind, char **argv) {
   t->j = j;
   t->kind = kind;
   t->argv = argv;
-  j->tasks++;
+  if (lease_id)
+    gn__strf(t->lease_id, sizeof t->lease_id, "%s", lease_id);
+  if (j)
+    j->tasks++;
   if (n->tasks_tail)
     n->tasks_tail->next = t;
   else
@@ -753,6 +770,23 @@ static int task_submit(gn_node *n, gn_job *j, int kind, char **argv) {
   n->tasks_tail = t;
   tasks_dispatch(n);
   return 0;
+}
+
+static int task_submit(gn_node *n, gn_job *j, int kind, char **argv) {
+  return task_submit_ex(n, j, kind, argv, NULL);
+}
+
+/* The lease's cgroup (made by its first job's preparation) goes once the
+ * lease has ended and the runtime has deleted its last container: on the
+ * pool, like the containers' own cleanup, counted by gn__provider_busy. */
+static void lease_cgroup_remove_if_idle(gn_node *n, gn_lease *l) {
+  if (!n->limits_enforced || l->role != GN_ROLE_PROVIDER || l->state == GN_LEASE_ACTIVE)
+    return;
+  for (const gn_job *j = n->jobs; j; j = j->next)
+    if (j->role == GN_ROLE_PROVIDER && strcmp(j->lease_id, l->id) == 0 && (j->tasks || j->handles_open))
+      return;
+  if (task_submit_ex(n, NULL, TASK_LEASE_CGROUP_RM, NULL, l->id) < 0)
+    gn_log(GN_LOG_WARN, "lease %s: out of memory queueing the removal of its cgroup", l->id);
 }
 
 bool gn__provider_busy(const gn_node *n) {
@@ -801,8 +835,10 @@ static void job_cleanup_done(gn_node *n, gn_job *j) {
     j->budget_held = false;
   }
   gn_lease *l = job_lease(n, j);
-  if (l)
+  if (l) {
     lease_release_slot_if_idle(n, l);
+    lease_cgroup_remove_if_idle(n, l);
+  }
 }
 
 static void on_job_handle_closed(uv_handle_t *h) {
@@ -970,6 +1006,24 @@ static void job_prepare_work(gn_job *j) {
   for (size_t i = 0; i < json_array_size(j->cmd) && ac < GN_JOB_MAX_ARGS; i++)
     argv[ac++] = json_string_value(json_array_get(j->cmd, i));
   argv[ac] = NULL;
+  /* The lease's cgroup, above all its jobs' (made by whichever job gets
+   * here first; the others write the same limits again): the lease's CPU
+   * quota once for all its jobs, and the provider's memory and pids
+   * budgets as its ceilings. n's budgets are set once, before any task. */
+  char cgpath[160] = "";
+  if (j->cgroup_limits) {
+    gn_cgroup_limits lim = {.cpu_quota_us = j->cpu_quota_us,
+                            .cpu_period_us = j->cpu_quota_us ? GN_CPU_PERIOD_US : 0,
+                            .memory_bytes = n->mem_budget_mib << 20,
+                            .pids_max = n->pids_budget};
+    char why[256] = "";
+    if ((j->work_rc = gn_cgroup_lease_path(j->lease_id, j->id, cgpath, sizeof cgpath)) < 0 ||
+        (j->work_rc = gn_cgroup_lease_create(j->lease_id, &lim, why, sizeof why)) < 0) {
+      gn__strf(j->work_err, sizeof j->work_err, "cannot make the lease's cgroup: %s",
+               why[0] ? why : gn_strerror(j->work_rc));
+      goto out;
+    }
+  }
   char lower[4096], rootfs[4096];
   job_visible_path(n, j->rootfs, lower, sizeof lower);
   if (!job_overlay_mount(n, j, lower, rootfs))
@@ -995,6 +1049,7 @@ static void job_prepare_work(gn_job *j) {
       .n_dev_nodes = pass ? pass->n_nodes : 0,
       .ro_binds = pass ? pass->binds : NULL,
       .n_ro_binds = pass ? pass->n_binds : 0,
+      .cgroups_path = cgpath[0] ? cgpath : NULL,
   };
   j->work_rc = gn_bundle_write(j->bundle, &spec);
   if (j->work_rc < 0)

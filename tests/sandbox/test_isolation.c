@@ -395,6 +395,164 @@ static void test_isolation_cpu_quota_reaches_the_cgroup(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* The lease's cgroup holds all its jobs to the lease's CPU quota. */
+static long long lease_cg_read(const char *lease, const char *const *fmts, size_t n, const char *key) {
+  for (size_t i = 0; i < n; i++) {
+    char path[512];
+    snprintf(path, sizeof(path), fmts[i], lease);
+    char *v = th_read_file(path, NULL);
+    if (!v)
+      continue;
+    long long x = -1;
+    if (!key) {
+      x = atoll(v);
+    } else {
+      size_t k = strlen(key);
+      for (char *line = v; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, key, k) == 0 && line[k] == ' ')
+          x = atoll(line + k + 1);
+    }
+    free(v);
+    return x;
+  }
+  return -1;
+}
+
+/* CPU time used by the lease's cgroup, in microseconds (v1 cpuacct, v2
+ * cpu.stat), -1 when there is no such cgroup. */
+static long long lease_cpu_used_us(const char *lease) {
+  static const char *const v1[] = {"/sys/fs/cgroup/cpuacct/gpunet/%s/cpuacct.usage",
+                                   "/sys/fs/cgroup/cpu,cpuacct/gpunet/%s/cpuacct.usage"};
+  static const char *const v2[] = {"/sys/fs/cgroup/gpunet/%s/cpu.stat"};
+  long long ns = lease_cg_read(lease, v1, 2, NULL);
+  return ns >= 0 ? ns / 1000 : lease_cg_read(lease, v2, 1, "usage_usec");
+}
+
+static long long lease_nr_throttled(const char *lease) {
+  static const char *const f[] = {"/sys/fs/cgroup/cpu/gpunet/%s/cpu.stat",
+                                  "/sys/fs/cgroup/cpu,cpuacct/gpunet/%s/cpu.stat", "/sys/fs/cgroup/gpunet/%s/cpu.stat"};
+  return lease_cg_read(lease, f, 3, "nr_throttled");
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Two jobs of one lease, each a CPU burner with the lease's quota as its
+ * own (as the provider gives every job), under the lease's cgroup: together
+ * they stay within one quota, where alone each could use it (twice the
+ * lease's share). The lease level must be what throttles them. */
+static void test_isolation_lease_cgroup_holds_two_burners_to_one_quota(void **state) {
+  (void)state;
+  NEED_CONTAINERS();
+  if (!gn_cgroup_limits_supported() || gn_cgroup_layout_get() == GN_CGROUP_NONE) {
+    fprintf(stderr, "skipped: this host's cgroup layout cannot apply limits\n");
+    skip();
+  }
+  enum { QUOTA_US = 50000, PERIOD_US = 100000, JOBS = 2 };
+  char lease[64], err[256] = "";
+  snprintf(lease, sizeof(lease), "l-isol-%d", (int)getpid());
+  gn_cgroup_limits lim = {
+      .cpu_quota_us = QUOTA_US, .cpu_period_us = PERIOD_US, .memory_bytes = 512ull << 20, .pids_max = 256};
+  int rc = gn_cgroup_lease_create(lease, &lim, err, sizeof(err));
+  if (rc)
+    fail_msg("lease cgroup: %s", err);
+
+  const char *const argv[] = {"/bin/sh", "-c", "while :; do :; done", NULL};
+  char state_dir[512], ids[JOBS][64], cgpaths[JOBS][160], procs[JOBS][512];
+  pid_t pids[JOBS];
+  snprintf(state_dir, sizeof(state_dir), "%s/state", work);
+  for (int k = 0; k < JOBS; k++) {
+    gn_bundle_spec spec = userns_spec(argv);
+    spec.cgroup_limits = true;
+    spec.cpu_quota_us = QUOTA_US;
+    spec.cpu_period_us = PERIOD_US;
+    char job[32], bundle[512], rootfs[600], errp[600];
+    int n = ++job_counter;
+    snprintf(job, sizeof(job), "j-burn-%d", k);
+    assert_int_equal(gn_cgroup_lease_path(lease, job, cgpaths[k], sizeof(cgpaths[k])), 0);
+    spec.cgroups_path = cgpaths[k];
+    snprintf(bundle, sizeof(bundle), "%s/bundle%d", work, n);
+    snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
+    snprintf(errp, sizeof(errp), "%s/stderr", bundle);
+    snprintf(ids[k], sizeof(ids[k]), "gn-isol-%d-%d", (int)getpid(), n);
+    snprintf(procs[k], sizeof(procs[k]), "/sys/fs/cgroup/cpu/gpunet/%s/%s/cgroup.procs", lease, job);
+    if (gn_cgroup_layout_get() == GN_CGROUP_V2)
+      snprintf(procs[k], sizeof(procs[k]), "/sys/fs/cgroup/gpunet/%s/%s/cgroup.procs", lease, job);
+    assert_int_equal(mkdir(bundle, 0700), 0);
+    make_rootfs(rootfs, ID_BASE);
+    spec.rootfs = "rootfs";
+    assert_int_equal(gn_bundle_write(bundle, &spec), 0);
+    char **rargv = NULL;
+    assert_int_equal(gn_runtime_argv_run(&rt, state_dir, bundle, ids[k], &rargv), 0);
+    pids[k] = fork();
+    assert_true(pids[k] >= 0);
+    if (pids[k] == 0) {
+      int in = open("/dev/null", O_RDONLY), e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int st;
+      _exit(gn_runtime_exec_io(rargv, in, in, e, &st) == 0 ? st : 99);
+    }
+    gn_argv_free(rargv);
+  }
+  /* Both burners running in their job cgroups below the lease's. */
+  bool running = false;
+  for (int i = 0; i < 200 && !running; i++) {
+    running = true;
+    for (int k = 0; k < JOBS; k++) {
+      char *p = th_read_file(procs[k], NULL);
+      running = running && p && p[0];
+      free(p);
+    }
+    if (!running)
+      usleep(50 * 1000);
+  }
+  long long u0 = -1, u1 = -1, thr0 = -1, thr1 = -1;
+  double t0 = 0, t1 = 0;
+  if (running) {
+    usleep(300 * 1000);
+    thr0 = lease_nr_throttled(lease);
+    u0 = lease_cpu_used_us(lease);
+    t0 = now_s();
+    usleep(2000 * 1000);
+    u1 = lease_cpu_used_us(lease);
+    t1 = now_s();
+    thr1 = lease_nr_throttled(lease);
+  }
+  for (int k = 0; k < JOBS; k++) {
+    char **a = NULL;
+    int st;
+    if (gn_runtime_argv_kill(&rt, state_dir, ids[k], "KILL", &a) == 0)
+      gn_runtime_exec_io(a, -1, open("/dev/null", O_WRONLY), open("/dev/null", O_WRONLY), &st);
+    a = gn_argv_free(a);
+    waitpid(pids[k], &st, 0);
+    if (gn_runtime_argv_delete(&rt, state_dir, ids[k], &a) == 0)
+      gn_runtime_exec_io(a, -1, -1, -1, &st);
+    gn_argv_free(a);
+  }
+  int removed = gn_cgroup_lease_remove(lease);
+  if (!running)
+    fail_msg("the two burners never ran in %s and %s (see %s/bundle*/stderr)", cgpaths[0], cgpaths[1], work);
+  double secs = t1 - t0, used = (double)(u1 - u0) / 1e6, allowed = (double)QUOTA_US / PERIOD_US * secs;
+  fprintf(stderr,
+          "  two burners of one lease: %.2f CPU-s in %.2f s (lease quota %.2f CPU-s; the jobs' own quotas would "
+          "allow %.2f), lease throttled %lld times\n",
+          used, secs, allowed, JOBS * allowed, thr1 - thr0);
+  assert_true(u0 >= 0 && u1 > u0);
+  /* Within the lease's quota (30% for a noisy machine's accounting edges),
+   * where the two jobs' own quotas would allow twice it. */
+  if (used > allowed * 1.3)
+    fail_msg("the lease's jobs used %.2f CPU-s in %.2f s, over its quota of %.2f", used, secs, allowed);
+  /* The lease's own quota did the limiting: it was throttled while each
+   * job stayed within its own. */
+  assert_true(thr1 > thr0);
+  assert_int_equal(removed, 0);
+  char path[512];
+  snprintf(path, sizeof(path), "/sys/fs/cgroup/cpu/gpunet/%s", lease);
+  assert_false(th_exists(path));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_isolation_every_attack_is_blocked),
@@ -405,6 +563,7 @@ int main(void) {
       cmocka_unit_test(test_isolation_masks_host_details),
       cmocka_unit_test(test_isolation_ro_bind_is_read_only),
       cmocka_unit_test(test_isolation_cpu_quota_reaches_the_cgroup),
+      cmocka_unit_test(test_isolation_lease_cgroup_holds_two_burners_to_one_quota),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
