@@ -26,6 +26,12 @@ static void offer_row(cli_table *t, const json_t *of, size_t i) {
   } else {
     snprintf(exp, sizeof(exp), "expired");
   }
+  /* What the provider's signed offer says its jobs go without. */
+  bool no_userns = cli_bool(of, "no_userns"), no_limits = cli_bool(of, "unenforced_limits");
+  const char *isolation = no_userns && no_limits ? "NO-USERNS,NO-LIMITS"
+                          : no_userns            ? "NO-USERNS"
+                          : no_limits            ? "NO-LIMITS"
+                                                 : "full";
   const char *row[] = {cli_str(of, "id"),
                        prov,
                        cli_str(of, "gpu_model"),
@@ -34,6 +40,7 @@ static void offer_row(cli_table *t, const json_t *of, size_t i) {
                        price,
                        maxh,
                        cli_bool(of, "simulated") ? "SIMULATED" : "real",
+                       isolation,
                        exp};
   cli_table_row(t, row);
 }
@@ -82,8 +89,9 @@ int cmd_offers(cli *c, int argc, char **argv) {
     snprintf(empty, sizeof(empty), "no offers match '%s'", filter);
   else
     snprintf(empty, sizeof(empty), "no offers known yet (is this node connected? see gpunet peers)");
-  static const char *const hdr[] = {"OFFER", "PROVIDER", "GPU", "VRAM", "FREE", "PRICE", "MAX", "KIND", "EXPIRES"};
-  const cli_list_spec spec = {"offers", empty, 9, hdr, offer_row};
+  static const char *const hdr[] = {"OFFER", "PROVIDER", "GPU",  "VRAM",      "FREE",
+                                    "PRICE", "MAX",      "KIND", "ISOLATION", "EXPIRES"};
+  const cli_list_spec spec = {"offers", empty, GN_ARRAY_SIZE(hdr), hdr, offer_row};
   return cli_list(c, path, &spec);
 }
 

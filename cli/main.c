@@ -37,6 +37,9 @@ static const cli_cmd commands[] = {
      "  price<=0.50            currency units per GPU-hour\n"
      "  count>=2               GPUs free\n"
      "  simulated=false        hide simulated GPUs\n"
+     "  confined=true          hide providers whose offers say they run jobs\n"
+     "                         without a user namespace or without enforced\n"
+     "                         memory and pids limits (ISOLATION column)\n"
      "Operators: = != < <= > >=. Example:\n"
      "  gpunet offers 'gpu=rtx4090 vram>=24 price<=0.50' --sort price\n"},
     {"rent", cmd_rent, "lease GPUs from a provider",

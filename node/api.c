@@ -107,8 +107,11 @@ static void api_offers(gn_ctl_req *req, void *ud) {
                        "expires_s", (json_int_t)o->expires_s, "own", memcmp(o->provider, n->id->pk, GN_PK_LEN) == 0));
     char verdict[GN_ATTEST_VERDICT_STRLEN + 48];
     gn__offer_attest_verdict(o, verdict, sizeof verdict);
-    json_object_set_new(json_array_get(arr, json_array_size(arr) - 1), "attestation",
-                        verdict[0] ? json_string(verdict) : json_null());
+    json_t *x = json_array_get(arr, json_array_size(arr) - 1);
+    json_object_set_new(x, "attestation", verdict[0] ? json_string(verdict) : json_null());
+    /* What the provider's own signed offer says it does not confine. */
+    json_object_set_new(x, "no_userns", json_boolean(o->no_userns));
+    json_object_set_new(x, "unenforced_limits", json_boolean(o->unenforced_limits));
   }
   free(v);
   gn_ctl_reply_json(req, 200, json_pack("{s:o}", "offers", arr));

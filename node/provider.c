@@ -352,6 +352,8 @@ void gn__provider_publish_offers(gn_node *n, int64_t now_s) {
     gn__strf(o.currency, sizeof o.currency, "%s", n->cfg.currency);
     o.max_hours = n->cfg.max_hours;
     o.simulated = g->simulated;
+    o.no_userns = !n->userns_ok;               /* allow_no_userns: said in the offer, signed */
+    o.unenforced_limits = !n->limits_enforced; /* allow_unenforced_limits: likewise */
     const gn_attest_local *a = gn__attest_local_find(n, g->name);
     if (a && a->report_env.len && a->report_env.len <= sizeof o.attest) {
       memcpy(o.attest, a->report_env.data, a->report_env.len);

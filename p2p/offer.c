@@ -23,7 +23,7 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
     return GN_ETOOBIG;
   gn_wire_writer w;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, OFFER_KEYS + (o->attest_len ? 1 : 0));
+  gn_wire_put_map(&w, OFFER_KEYS + (o->attest_len ? 1 : 0) + (o->no_userns ? 1 : 0) + (o->unenforced_limits ? 1 : 0));
   gn_wire_put_str(&w, "provider");
   gn_wire_put_bin(&w, o->provider, GN_PK_LEN);
   gn_wire_put_str(&w, "seq");
@@ -53,6 +53,16 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
   if (o->attest_len) {
     gn_wire_put_str(&w, "attest");
     gn_wire_put_bin(&w, o->attest, o->attest_len);
+  }
+  /* Written only when true: an offer of a fully confining provider is
+   * byte for byte what providers sent before these keys existed. */
+  if (o->no_userns) {
+    gn_wire_put_str(&w, "no_userns");
+    gn_wire_put_bool(&w, true);
+  }
+  if (o->unenforced_limits) {
+    gn_wire_put_str(&w, "unenforced_limits");
+    gn_wire_put_bool(&w, true);
   }
   int r = gn_wire_writer_take(&w, ret);
   gn_wire_writer_done(&w);
@@ -90,6 +100,11 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
     memcpy(o.attest, p, n);
     o.attest_len = (uint32_t)n;
   }
+  /* Optional, but a boolean when present: anything else is a malformed offer,
+   * not one that quietly reads as confined. */
+  if ((gn_wire_get(m, "no_userns") && (r = gn_wire_get_bool(m, "no_userns", &o.no_userns)) < 0) ||
+      (gn_wire_get(m, "unenforced_limits") && (r = gn_wire_get_bool(m, "unenforced_limits", &o.unenforced_limits)) < 0))
+    goto out;
   /* Consistency a provider cannot get wrong honestly. */
   if (!o.gpu_model[0] || !o.currency[0] || o.gpus_free > o.gpus_total || o.expires_s <= o.issued_s || o.issued_s < 0) {
     r = GN_EINVAL;

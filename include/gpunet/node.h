@@ -195,7 +195,14 @@ void gn_gpu_shutdown(void);
 #define GN_FILTER_MAX_TERMS 16
 #define GN_FILTER_MAX_LEN 1024
 
-enum gn_filter_key { GN_FILTER_GPU, GN_FILTER_VRAM, GN_FILTER_PRICE, GN_FILTER_COUNT, GN_FILTER_SIMULATED };
+enum gn_filter_key {
+  GN_FILTER_GPU,
+  GN_FILTER_VRAM,
+  GN_FILTER_PRICE,
+  GN_FILTER_COUNT,
+  GN_FILTER_SIMULATED,
+  GN_FILTER_CONFINED /* the offer says neither no_userns nor unenforced_limits */
+};
 enum gn_filter_op { GN_FILTER_EQ, GN_FILTER_NE, GN_FILTER_LT, GN_FILTER_LE, GN_FILTER_GT, GN_FILTER_GE };
 
 typedef struct gn_filter_term {

@@ -25,6 +25,13 @@ typedef struct gn_offer {
   char currency[8];         /* "EUR" */
   uint32_t max_hours;
   bool simulated; /* the GPU is simulated: no real hardware */
+  /* Optional, signed, and sent only when true (so offers without them still
+   * verify): the provider runs jobs without a user namespace of their own
+   * (a job's root is the host's root, without capabilities: key
+   * "no_userns"), or without enforced memory and pids limits (key
+   * "unenforced_limits"). Both are what its operator opted into. */
+  bool no_userns;
+  bool unenforced_limits;
   /* Optional: the provider's signed attestation report for this GPU model
    * (key "attest", absent when attest_len is 0). Readers verify it with
    * gn_attest_report_open and check its signer is the provider. */

@@ -20,7 +20,7 @@ P=$nodes/provider
 pass=0
 cleanup() {
   set +e
-  for n in requester provider bootstrap; do gn_node_stop "$nodes/$n"; done
+  for n in requester provider provider2 bootstrap; do gn_node_stop "$nodes/$n"; done
   "$src/scripts/registry" stop "$work/registry"
   if [ "${keep:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
 }
@@ -28,7 +28,7 @@ trap cleanup EXIT
 fail() {
   keep=1
   echo "FAIL: $*" >&2
-  for n in bootstrap provider requester; do
+  for n in bootstrap provider provider2 requester; do
     echo "--- $n log" >&2
     tail -n 30 "$nodes/$n/gpunetd.log" >&2 || true
   done
@@ -83,6 +83,11 @@ ok "offer from the provider reached the requester through the bootstrap node, ma
 ok "offer filter excludes by price"
 gn_cli "$R" offers | grep -q SIMULATED || fail "human offer table does not say SIMULATED"
 ok "offer table shows SIMULATED"
+[ "$(jq -r '.offers[0] | "\(.no_userns) \(.unenforced_limits)"' <<<"$offers")" = "false false" ] ||
+  fail "a confining provider's offer says otherwise: $offers"
+gn_cli "$R" offers | grep -q " full " || fail "human offer table does not say the isolation is full"
+[ "$(gn_cli "$R" --json offers confined=true | jq '.offers | length')" = 1 ] || fail "confined=true hides a confining provider"
+ok "a provider with user namespaces and enforced limits offers full isolation"
 
 # Attestation: the provider's self-check rides on its offer; a requester's
 # challenge over the network yields a verdict, which the provider then
@@ -131,10 +136,11 @@ ok "sandbox: read-only root, writable /tmp, no network but lo, no capabilities"
 
 # A job's limits, as its cgroup on the provider's host holds them (the job
 # itself has no cgroup filesystem): cg_value JOB FILE... prints the first
-# FILE found in the cgroup directory named for the job's container.
+# FILE found in the cgroup directory named for the job or its container
+# (runc's default /gn-<job>, or a cgroupsPath ending in the job's id).
 cg_value() {
   local d f
-  for d in $(find /sys/fs/cgroup -type d -name "*gn-$1*" 2>/dev/null); do
+  for d in $(find /sys/fs/cgroup -type d -name "*$1" 2>/dev/null); do
     for f in "${@:2}"; do
       if [ -r "$d/$f" ]; then
         cat "$d/$f"
@@ -144,17 +150,28 @@ cg_value() {
   done
   return 1
 }
+# cg_is JOB WANT FILE...: the job's cgroup holds WANT. "running" may come
+# a moment before the runtime has made the cgroup and written its limits,
+# so callers wait for it (gn_wait_until) and then name what it held.
+cg_is() { [ "$(cg_value "$1" "${@:3}")" = "$2" ]; }
+# cg_check JOB MEMORY_BYTES PIDS: both limits, or fail saying what is there.
+cg_check() {
+  gn_wait_until 10 "job $1's memory limit" cg_is "$1" "$2" memory.limit_in_bytes memory.max &&
+    gn_wait_until 10 "job $1's pids limit" cg_is "$1" "$3" pids.max && return 0
+  fail "job $1: cgroup memory limit '$(cg_value "$1" memory.limit_in_bytes memory.max)', pids limit" \
+    "'$(cg_value "$1" pids.max)', want $2 and $3; gpunet cgroups here:" \
+    "$(find /sys/fs/cgroup -type d \( -name gpunet -o -path '*/gpunet/*' -o -name 'gn-*' \) 2>/dev/null | head -20)"
+}
 limits_enforced=$(gn_cli "$P" --json status | jq -r .isolation.limits_enforced)
 
 job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sleep 300 | jq -r .job.id)
 running() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state')" = running ]; }
 gn_wait_until 20 "job $job to run" running || fail "job $job never ran"
 if [ "$limits_enforced" = true ]; then
-  mem=$(cg_value "$job" memory.limit_in_bytes memory.max) || fail "no memory cgroup found for job $job"
-  pids=$(cg_value "$job" pids.max) || fail "no pids cgroup found for job $job"
-  [ "$mem" = $((1024 << 20)) ] && [ "$pids" = 1024 ] ||
-    fail "job $job run without --memory/--pids has memory limit $mem and pids limit $pids, want 1 GiB and 1024"
+  cg_check "$job" $((1024 << 20)) 1024
   ok "a job's default limits are 1 GiB of memory and 1024 processes"
+else
+  echo "note: the provider's cgroups cannot enforce limits here; the job's cgroup is not checked"
 fi
 gn_cli "$R" stop "$job" >/dev/null
 stopped() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state')" = stopped ]; }
@@ -172,10 +189,7 @@ ok "a job's output is capped at 64 MiB on both sides, and says so"
 job=$(gn_cli "$R" --json run "$lease" --image "$image" --memory 64M --pids 32 -- sleep 300 | jq -r .job.id)
 gn_wait_until 20 "job $job to run" running || fail "job $job (--memory 64M --pids 32) never ran"
 if [ "$limits_enforced" = true ]; then
-  mem=$(cg_value "$job" memory.limit_in_bytes memory.max) || fail "no memory cgroup found for job $job"
-  pids=$(cg_value "$job" pids.max) || fail "no pids cgroup found for job $job"
-  [ "$mem" = $((64 << 20)) ] || fail "job run with --memory 64M has memory limit $mem"
-  [ "$pids" = 32 ] || fail "job run with --pids 32 has pids limit $pids"
+  cg_check "$job" $((64 << 20)) 32
   ok "run --memory 64M --pids 32: the job's cgroup limits are 64 MiB and 32 processes"
 else
   echo "note: the provider's cgroups cannot enforce limits here; cgroup values not checked"
@@ -306,6 +320,36 @@ inv4=$(gn_cli "$R" --json invoices | jq -r --arg l "$lease4" '.invoices[] | sele
 [ "$(jq -r .status <<<"$inv4")" = accepted ] || fail "invoice after requester restart: $inv4"
 [ "$(jq -r .seconds <<<"$inv4")" -ge 4 ] || fail "seconds billed across the requester's restart: $inv4"
 ok "requester crash: the lease survives, is released after restart and settled for $(jq -r .seconds <<<"$inv4") s"
+
+# A provider whose cgroups cannot limit jobs (here: an empty tmpfs over
+# /sys/fs/cgroup in its own mount namespace, the real kernel refusing
+# nothing) provides only with allow_unenforced_limits, and its offers say so.
+P2=$nodes/provider2
+wrap=$work/wrap
+mkdir -p "$wrap"
+ln -sf "$GN_BIN/gpunet" "$wrap/gpunet"
+cat >"$wrap/gpunetd" <<EOF
+#!/bin/sh
+exec unshare -m --propagation private \\
+  sh -c 'mount -t tmpfs gn-no-cgroups /sys/fs/cgroup && exec "\$0" "\$@"' "$GN_BIN/gpunetd" "\$@"
+EOF
+chmod +x "$wrap/gpunetd"
+p_prov2=$(gn_free_port)
+GN_BIN=$wrap gn_node_start "$P2" provider2 --listen "127.0.0.1:$p_prov2" --bootstrap "127.0.0.1:$p_boot" --provide \
+  --simulate-gpu "H200" --allow-unenforced-limits
+[ "$(gn_cli "$P2" --json status | jq -r .isolation.limits_enforced)" = false ] ||
+  fail "provider2 sees cgroups it can limit jobs with: $(gn_cli "$P2" --json status)"
+h200() { gn_cli "$R" --json offers gpu=h200 | jq -e '.offers | length == 1' >/dev/null; }
+gn_wait_until 30 "provider2's offer" h200 || fail "provider2's offer did not reach the requester"
+o2=$(gn_cli "$R" --json offers gpu=h200)
+[ "$(jq -r '.offers[0].unenforced_limits' <<<"$o2")" = true ] || fail "offer does not say its limits are unenforced: $o2"
+[ "$(jq -r '.offers[0].no_userns' <<<"$o2")" = false ] || fail "offer says no user namespace: $o2"
+gn_cli "$R" offers gpu=h200 | grep -q "NO-LIMITS" || fail "human offer table does not say NO-LIMITS"
+[ "$(gn_cli "$R" --json offers gpu=h200 confined=true | jq '.offers | length')" = 0 ] ||
+  fail "confined=true shows a provider without enforced limits"
+[ "$(gn_cli "$R" --json offers gpu=h200 confined=false | jq '.offers | length')" = 1 ] || fail "confined=false"
+ok "a provider without enforced limits says so in its signed offer (unenforced_limits, NO-LIMITS); confined=true hides it"
+gn_node_stop "$P2"
 
 # Under the sanitizer build the daemons report leaks and undefined
 # behaviour in their logs when they exit: there must be none.

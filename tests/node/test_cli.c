@@ -81,6 +81,10 @@ static void on_offers(gn_ctl_req *r, void *ud) {
                 PROVIDER, "addr", "10.0.0.2:7946", "gpu_model", "NVIDIA H100 80GB HBM3", "vram_mib", 81559, "gpus_free",
                 1, "gpus_total", 8, "price_uper_hour", 2450000, "price", "2.450000", "currency", "EUR", "max_hours", 8,
                 "simulated", 0, "expires_s", (json_int_t)gn_unix_s() + 300);
+  json_object_set_new(o1, "no_userns", json_false());
+  json_object_set_new(o1, "unenforced_limits", json_false());
+  json_object_set_new(o2, "no_userns", json_true());
+  json_object_set_new(o2, "unenforced_limits", json_true());
   gn_ctl_reply_json(r, 200, json_pack("{s:[o,o]}", "offers", o1, o2));
 }
 
@@ -312,6 +316,15 @@ static void test_cli_offers_sends_filter_and_marks_simulated(void **state) {
   assert_contains(r->out, "24 GiB");
   assert_contains(r->out, "80 GiB");
   assert_contains(r->out, "1/8");
+  /* What each provider's offer says it does not confine. */
+  assert_contains(r->out, "ISOLATION");
+  assert_contains(r->out, "NO-USERNS,NO-LIMITS");
+  const char *line1 = strstr(r->out, "o-aaaaaaaaaaaa");
+  assert_non_null(line1);
+  const char *eol = strchr(line1, '\n');
+  assert_non_null(eol);
+  const char *full = strstr(line1, " full ");
+  assert_true(full && full < eol);
   /* Columns line up: every line has the PRICE column at the same place. */
   const char *hdr = strstr(r->out, "PRICE");
   const char *row = strstr(r->out, "0.40 EUR/h");
@@ -321,6 +334,11 @@ static void test_cli_offers_sends_filter_and_marks_simulated(void **state) {
     row_start--;
   /* Byte offsets differ by the UTF-8 ellipsis in the provider column. */
   assert_int_equal(hdr - line0, row - row_start - 2);
+  /* --json passes the offer's fields through. */
+  r = run(f, "--json offers");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "\"no_userns\": true");
+  assert_contains(r->out, "\"unenforced_limits\": true");
 }
 
 static void test_cli_rent_body_matches_contract(void **state) {

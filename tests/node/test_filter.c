@@ -26,6 +26,8 @@ static void test_filter_matches_table(void **state) {
   gn_offer o4090 = offer("NVIDIA GeForce RTX 4090", 24564, 400000, 2, false);
   gn_offer o3090 = offer("NVIDIA GeForce RTX 3090", 24576, 250000, 1, false);
   gn_offer oh100 = offer("NVIDIA H100 80GB HBM3", 81559, 2500000, 8, true);
+  o3090.unenforced_limits = true; /* what its signed offer says */
+  oh100.no_userns = true;
   static const struct {
     const char *filter;
     bool m4090, m3090, mh100;
@@ -61,6 +63,11 @@ static void test_filter_matches_table(void **state) {
       {"simulated!=true", true, true, false},
       {"gpu=rtx4090 vram>=24 price<=0.50 count>=2 simulated=false", true, false, false},
       {"gpu=rtx,price<=0.30", false, true, false},
+      {"confined=true", true, false, false},
+      {"confined=false", false, true, true},
+      {"confined!=false", true, false, false},
+      {"Confined=yes gpu=rtx", true, false, false},
+      {"confined=0 simulated=false", false, true, false},
       {"GPU=4090", true, false, false},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
@@ -84,7 +91,7 @@ static void test_filter_rejects_bad_input_table(void **state) {
     int code;
     const char *msg; /* must appear in the error */
   } cases[] = {
-      {"vrm>=24", GN_EINVAL, "unknown filter key 'vrm' (known: gpu, vram, price, count, simulated)"},
+      {"vrm>=24", GN_EINVAL, "unknown filter key 'vrm' (known: gpu, vram, price, count, simulated, confined)"},
       {"vram24", GN_EINVAL, "bad filter term 'vram24'"},
       {"count>=1 4090", GN_EINVAL, "bad filter term '4090'"},
       {">=24", GN_EINVAL, "bad filter term"},
@@ -99,6 +106,8 @@ static void test_filter_rejects_bad_input_table(void **state) {
       {"gpu>4090", GN_EINVAL, "operator '>' does not apply to gpu"},
       {"simulated<=true", GN_EINVAL, "does not apply to simulated"},
       {"simulated=maybe", GN_EINVAL, "simulated must be true or false"},
+      {"confined>=1", GN_EINVAL, "operator '>=' does not apply to confined"},
+      {"confined=sandboxed", GN_EINVAL, "confined must be true or false, not 'sandboxed'"},
       {"gpu=nvidia", GN_EINVAL, "names no model"},
       {"gpu=rtx4090aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", GN_ETOOBIG, "too long"},
       {"count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 "

@@ -97,10 +97,16 @@ static void test_offer_decode_rejects_bad_fields(void **state) {
       {"provider short", "provider", 2, 31, 0, GN_EINVAL},
       {"seq as str", "seq", 0, 3, 0, GN_EINVAL},
       {"simulated as int", "simulated", 1, 0, 1, GN_EINVAL},
+      {"no_userns as int", "no_userns", 1, 0, 1, GN_EINVAL},
+      {"no_userns as str", "no_userns", 0, 4, 0, GN_EINVAL},
+      {"unenforced_limits as int", "unenforced_limits", 1, 0, 0, GN_EINVAL},
+      {"unenforced_limits as bin", "unenforced_limits", 2, 1, 0, GN_EINVAL},
   };
   for (size_t k = 0; k < GN_ARRAY_SIZE(bad); k++) {
-    /* encode a good offer, then re-encode with one field replaced */
+    /* encode a good offer (with the optional flags, so they can be
+     * replaced too), then re-encode with one field replaced */
     o = sample(1, "m");
+    o.no_userns = o.unenforced_limits = true;
     gn_wire_writer w;
     gn_wire_writer_init(&w);
     gn_buf good = {0};
@@ -136,6 +142,87 @@ static void test_offer_decode_rejects_bad_fields(void **state) {
       fail_msg("case '%s': got %d want %d", bad[k].what, r, bad[k].want);
   }
   assert_int_equal(gn_offer_decode((const uint8_t *)"\x90", 1, &d), GN_EINVAL);
+  gn_buf_done(&b);
+}
+
+/* The confinement flags: absent when false (an offer of a confining
+ * provider is what it was before the keys existed), signed, and carried
+ * through the table. */
+static void test_offer_confinement_flags(void **state) {
+  (void)state;
+  gn_buf b = {0};
+  gn_offer o = sample(3, "NVIDIA GeForce RTX 4090"), d;
+  assert_int_equal(gn_offer_encode(&o, &b), 0);
+  gn_wire_doc doc;
+  assert_int_equal(gn_wire_decode(b.data, b.len, &doc), 0);
+  assert_int_equal(doc.root->via.map.size, 13);
+  assert_null(gn_wire_get(doc.root, "no_userns"));
+  assert_null(gn_wire_get(doc.root, "unenforced_limits"));
+  gn_wire_doc_done(&doc);
+  assert_int_equal(gn_offer_decode(b.data, b.len, &d), 0);
+  assert_false(d.no_userns);
+  assert_false(d.unenforced_limits);
+
+  for (int k = 1; k < 4; k++) {
+    o = sample(3, "NVIDIA GeForce RTX 4090");
+    o.no_userns = (k & 1) != 0;
+    o.unenforced_limits = (k & 2) != 0;
+    b.len = 0;
+    assert_int_equal(gn_offer_encode(&o, &b), 0);
+    assert_int_equal(gn_wire_decode(b.data, b.len, &doc), 0);
+    assert_int_equal(doc.root->via.map.size, 13 + (k & 1) + (k >> 1));
+    bool v = false;
+    assert_int_equal(gn_wire_get_bool(doc.root, "no_userns", &v) == 0, o.no_userns);
+    assert_int_equal(gn_wire_get_bool(doc.root, "unenforced_limits", &v) == 0, o.unenforced_limits);
+    gn_wire_doc_done(&doc);
+    memset(&d, 0xa5, sizeof(d));
+    assert_int_equal(gn_offer_decode(b.data, b.len, &d), 0);
+    assert_memory_equal(&o, &d, sizeof(o));
+  }
+
+  /* Another implementation may write false: it reads as false. */
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  assert_int_equal(gn_wire_decode(b.data, b.len, &doc), 0);
+  const msgpack_object_map *m = &doc.root->via.map;
+  gn_wire_put_map(&w, m->size);
+  for (uint32_t i = 0; i < m->size; i++) {
+    msgpack_pack_object(&w.pk, m->ptr[i].key);
+    if (m->ptr[i].key.via.str.size == strlen("no_userns") &&
+        memcmp(m->ptr[i].key.via.str.ptr, "no_userns", strlen("no_userns")) == 0)
+      gn_wire_put_bool(&w, false);
+    else
+      msgpack_pack_object(&w.pk, m->ptr[i].val);
+  }
+  gn_wire_doc_done(&doc);
+  gn_buf f = {0};
+  assert_int_equal(gn_wire_writer_take(&w, &f), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_offer_decode(f.data, f.len, &d), 0);
+  assert_false(d.no_userns);
+  assert_true(d.unenforced_limits);
+  gn_buf_done(&f);
+
+  /* Sealed and put in a table, the flags are what the provider signed; the
+   * same offer without them is a different body, so a relay cannot drop
+   * them without breaking the signature. */
+  o = sample(4, "NVIDIA GeForce RTX 4090");
+  o.no_userns = o.unenforced_limits = true;
+  gn_buf env = {0};
+  seal(prov, &o, &env);
+  gn_offer_table *t = gn_offer_table_new(8);
+  assert_int_equal(gn_offer_table_put(t, env.data, env.len, NOW), 1);
+  assert_true(gn_offer_table_at(t, 0)->offer.no_userns);
+  assert_true(gn_offer_table_at(t, 0)->offer.unenforced_limits);
+  gn_envelope e;
+  assert_int_equal(gn_envelope_open(env.data, env.len, &e), 0);
+  gn_offer plain = o;
+  plain.no_userns = plain.unenforced_limits = false;
+  b.len = 0;
+  assert_int_equal(gn_offer_encode(&plain, &b), 0);
+  assert_true(b.len != e.body_len || memcmp(b.data, e.body, b.len) != 0);
+  gn_offer_table_free(t);
+  gn_buf_done(&env);
   gn_buf_done(&b);
 }
 
@@ -337,6 +424,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_offer_encode_decode_roundtrip),
       cmocka_unit_test(test_offer_decode_rejects_bad_fields),
+      cmocka_unit_test(test_offer_confinement_flags),
       cmocka_unit_test(test_offer_id_depends_on_provider_and_model_only),
       cmocka_unit_test(test_offer_table_newer_seq_replaces),
       cmocka_unit_test(test_offer_table_rejects_wrong_signer_and_bad_sig),
