@@ -31,6 +31,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sandbox/helpers.h"
+
 typedef struct msg {
   uint32_t type;
   uint8_t peer[GN_PK_LEN];
@@ -365,6 +367,10 @@ static void rent(gn_agreement *ret_ag, gn_buf *ret_env) {
   gn_buf_done(&m.raw);
 }
 
+/* The command of the manifests sent next ("true" when manifest_cmd[0] is
+ * NULL). */
+static const char *manifest_cmd[8];
+
 /* A manifest asking for memory_mib and pids; the job id goes to ret_job
  * (32 bytes) when not NULL. */
 static void manifest_env_ex(const gn_identity *signer, const char *lease_id, const char *image, int64_t expires_delta,
@@ -387,8 +393,17 @@ static void manifest_env_ex(const gn_identity *signer, const char *lease_id, con
   gn_wire_put_str(&w, "image");
   gn_wire_put_str(&w, image);
   gn_wire_put_str(&w, "cmd");
-  gn_wire_put_array(&w, 1);
-  gn_wire_put_str(&w, "true");
+  if (manifest_cmd[0]) {
+    uint32_t argc = 0;
+    while (argc < GN_ARRAY_SIZE(manifest_cmd) && manifest_cmd[argc])
+      argc++;
+    gn_wire_put_array(&w, argc);
+    for (uint32_t i = 0; i < argc; i++)
+      gn_wire_put_str(&w, manifest_cmd[i]);
+  } else {
+    gn_wire_put_array(&w, 1);
+    gn_wire_put_str(&w, "true");
+  }
   gn_wire_put_str(&w, "env");
   gn_wire_put_array(&w, 0);
   gn_wire_put_str(&w, "memory_mib");
@@ -1108,6 +1123,137 @@ static void test_provider_reaches_a_data_dir_under_a_private_parent(void **state
   rent(&a, NULL); /* and it provides */
 }
 
+/* --- the lease's cgroup, with real jobs ---------------------------------------*/
+
+static th_registry lease_reg;
+static const char *lease_cg_skip;
+
+/* A registry with busybox, and a job CPU budget of half the host's CPUs,
+ * of which a lease of one of the two GPUs gets half. */
+static int setup_lease_cgroup(void **state) {
+  struct stat st;
+  lease_cg_skip = NULL;
+  if (geteuid() != 0)
+    lease_cg_skip = "needs root (the provider's jobs under real runc)";
+  else if (stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", &st) != 0 ||
+           stat("/sys/fs/cgroup/cpuacct/cpuacct.usage", &st) != 0)
+    lease_cg_skip = "needs cgroup v1 cpu and cpuacct hierarchies at /sys/fs/cgroup/{cpu,cpuacct} (this check reads "
+                    "them; the v2 path is covered by test_cgroup's fake tree only)";
+  else if (th_registry_start(&lease_reg) < 0)
+    lease_cg_skip = "cannot start the test registry (scripts/registry: docker-registry, umoci)";
+  if (lease_cg_skip)
+    return 0;
+  const char *extra[] = {"--registry-allow", "127.0.0.1", "--job-cpu-share", "0.5", NULL};
+  memcpy(W.extra, extra, sizeof extra);
+  return setup(state);
+}
+
+static int teardown_lease_cgroup(void **state) {
+  manifest_cmd[0] = NULL;
+  th_registry_stop(&lease_reg);
+  if (lease_cg_skip) {
+    lease_cg_skip = NULL;
+    return 0;
+  }
+  return teardown(state);
+}
+
+static long long cg_value(const char *fmt, const char *lease, const char *key) {
+  char path[512];
+  snprintf(path, sizeof path, fmt, lease);
+  char *v = th_read_file(path, NULL);
+  if (!v)
+    return -1;
+  long long x = -1;
+  if (!key) {
+    x = atoll(v);
+  } else {
+    size_t k = strlen(key);
+    for (char *line = v; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+      if (strncmp(line, key, k) == 0 && line[k] == ' ')
+        x = atoll(line + k + 1);
+  }
+  free(v);
+  return x;
+}
+
+/* Two CPU burners of one lease, each a job with the lease's quota as its
+ * own, run together within one quota: the provider nests them under the
+ * lease's cgroup, and removes it once the lease is released and both
+ * containers are gone. */
+static void test_provider_holds_a_leases_jobs_to_its_cpu_share(void **state) {
+  (void)state;
+  if (lease_cg_skip) {
+    print_message("skipped: %s\n", lease_cg_skip);
+    skip();
+  }
+  static const char *const burn[] = {"sh", "-c", "while :; do :; done", NULL};
+  memcpy(manifest_cmd, burn, sizeof burn);
+  char image[256], jobs[2][32], st[32], reason[256];
+  snprintf(image, sizeof image, "%s/bb@%s", lease_reg.host, lease_reg.digest);
+  gn_agreement a;
+  rent(&a, NULL);
+  const char *lease = a.terms.lease_id;
+  for (int k = 0; k < 2; k++) {
+    send_job(lease, image, 64, 64, jobs[k], st, reason);
+    if (strcmp(st, "pulling") != 0)
+      fail_msg("job %d: %s (%s)", k, st, reason);
+  }
+  for (int k = 0; k < 2; k++)
+    if (!wait_status(jobs[k], "running", 60000, st, reason))
+      fail_msg("job %s never ran (see %s/gpunetd.log)", jobs[k], W.dir);
+  /* The lease's quota is its share of the CPU budget: half of 0.5 of the
+   * host's CPUs. */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  long long quota = cg_value("/sys/fs/cgroup/cpu/gpunet/%s/cpu.cfs_quota_us", lease, NULL);
+  long long period = cg_value("/sys/fs/cgroup/cpu/gpunet/%s/cpu.cfs_period_us", lease, NULL);
+  assert_true(period > 0);
+  double want = (double)cpus * 0.5 / 2;
+  if (quota <= 0 || (double)quota / (double)period < want * 0.99 || (double)quota / (double)period > want * 1.01)
+    fail_msg("lease cgroup quota %lld/%lld, expected %.2f CPUs", quota, period, want);
+  char path[512];
+  for (int k = 0; k < 2; k++) { /* each job in its own cgroup below the lease's */
+    snprintf(path, sizeof path, "/sys/fs/cgroup/cpu/gpunet/%s/%s/cgroup.procs", lease, jobs[k]);
+    char *procs = th_read_file(path, NULL);
+    if (!procs || !procs[0])
+      fail_msg("job %s has no processes in %s", jobs[k], path);
+    free(procs);
+  }
+  run_until(&(int){0}, 300);
+  long long thr0 = cg_value("/sys/fs/cgroup/cpu/gpunet/%s/cpu.stat", lease, "nr_throttled");
+  long long u0 = cg_value("/sys/fs/cgroup/cpuacct/gpunet/%s/cpuacct.usage", lease, NULL);
+  uint64_t t0 = gn_mono_ms();
+  run_until(&(int){0}, 2000); /* the loop keeps the sessions up meanwhile */
+  long long u1 = cg_value("/sys/fs/cgroup/cpuacct/gpunet/%s/cpuacct.usage", lease, NULL);
+  uint64_t t1 = gn_mono_ms();
+  long long thr1 = cg_value("/sys/fs/cgroup/cpu/gpunet/%s/cpu.stat", lease, "nr_throttled");
+  double secs = (double)(t1 - t0) / 1000, used = (double)(u1 - u0) / 1e9, allowed = (double)quota / period * secs;
+  print_message("  two burners of lease %s: %.2f CPU-s in %.2f s (its quota: %.2f; each job's own quota would allow "
+                "%.2f together), lease throttled %lld times\n",
+                lease, used, secs, allowed, 2 * allowed, thr1 - thr0);
+  assert_true(u0 >= 0 && u1 > u0);
+  if (used > allowed * 1.3)
+    fail_msg("the lease's jobs used %.2f CPU-s in %.2f s, over its quota of %.2f", used, secs, allowed);
+  assert_true(thr1 > thr0); /* the lease's own quota did the limiting */
+
+  /* Released: both containers deleted, then the lease's cgroup, in every
+   * hierarchy (runc made the cpuacct one). */
+  send_release(lease);
+  static const char *const gone[] = {"cpu", "cpuacct", "memory", "pids", "devices"};
+  bool all_gone = false;
+  for (int i = 0; i < 300 && !all_gone; i++) {
+    all_gone = true;
+    for (size_t h = 0; h < GN_ARRAY_SIZE(gone); h++) {
+      snprintf(path, sizeof path, "/sys/fs/cgroup/%s/gpunet/%s", gone[h], lease);
+      all_gone = all_gone && !th_exists(path);
+    }
+    if (!all_gone)
+      run_until(&(int){0}, 50);
+  }
+  if (!all_gone)
+    fail_msg("the lease's cgroup %s is still there 15 s after its release", path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_provider_accepts_a_manifest_once_and_refuses_its_replay, setup, teardown),
@@ -1132,6 +1278,8 @@ int main(void) {
                                       setup_no_cgroups_allowed, teardown),
       cmocka_unit_test_setup_teardown(test_provider_reaches_a_data_dir_under_a_private_parent, setup_private_parent,
                                       teardown_private_parent),
+      cmocka_unit_test_setup_teardown(test_provider_holds_a_leases_jobs_to_its_cpu_share, setup_lease_cgroup,
+                                      teardown_lease_cgroup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
