@@ -130,6 +130,31 @@ static int set_value(const char *dir, const char *file, const char *value, char 
   return r;
 }
 
+/* Enables cpu, memory and pids for dir's children unless they already are:
+ * a cgroup that holds processes itself (the root of a container's cgroup
+ * namespace, say) refuses the write even when it would change nothing. */
+static int enable_controllers(const char *dir, char *err, size_t cap) {
+  char path[1400], buf[512];
+  int r = pathf(path, sizeof path, "%s/cgroup.subtree_control", dir);
+  if (r < 0)
+    return r;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    bool cpu = false, mem = false, pids = false;
+    buf[n > 0 ? n : 0] = 0;
+    for (char *save = NULL, *t = strtok_r(buf, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+      cpu = cpu || strcmp(t, "cpu") == 0;
+      mem = mem || strcmp(t, "memory") == 0;
+      pids = pids || strcmp(t, "pids") == 0;
+    }
+    if (cpu && mem && pids)
+      return 0;
+  }
+  return set_value(dir, "cgroup.subtree_control", "+cpu +memory +pids", err, cap);
+}
+
 static int create_v2(const char *root, const char *lease_id, const gn_cgroup_limits *lim, char *err, size_t cap) {
   char top[1100], dir[1200], v[64];
   int r;
@@ -137,19 +162,18 @@ static int create_v2(const char *root, const char *lease_id, const gn_cgroup_lim
    * the lease's cgroup (and its jobs, below it) to have their files. The
    * runtime would enable them for the job's own cgroup; these two levels
    * are ours. */
-  static const char enable[] = "+cpu +memory +pids";
   if ((r = pathf(top, sizeof top, "%s/%s", root, CG_DIR)) < 0 ||
       (r = pathf(dir, sizeof dir, "%s/%s", top, lease_id)) < 0) {
     errf(err, cap, "cgroup path under %s too long", root);
     return r;
   }
-  if ((r = set_value(root, "cgroup.subtree_control", enable, err, cap)) < 0)
+  if ((r = enable_controllers(root, err, cap)) < 0)
     return r;
   if ((r = mkdir_ok(top)) < 0) {
     errf(err, cap, "cannot create the cgroup %s: %s", top, gn_strerror(r));
     return r;
   }
-  if ((r = set_value(top, "cgroup.subtree_control", enable, err, cap)) < 0)
+  if ((r = enable_controllers(top, err, cap)) < 0)
     return r;
   if ((r = mkdir_ok(dir)) < 0) {
     errf(err, cap, "cannot create the cgroup %s: %s", dir, gn_strerror(r));
@@ -171,7 +195,7 @@ static int create_v2(const char *root, const char *lease_id, const gn_cgroup_lim
     if ((r = set_value(dir, "pids.max", v, err, cap)) < 0)
       return r;
   }
-  return set_value(dir, "cgroup.subtree_control", enable, err, cap);
+  return enable_controllers(dir, err, cap);
 }
 
 /* mkdir root/ctrl/gpunet/lease_id; dir gets the lease's path there. */

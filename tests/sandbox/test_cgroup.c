@@ -93,6 +93,20 @@ static void test_cgroup_v2_fake_tree_gets_limits(void **state) {
   expect_file(root, "gpunet/l-v2/memory.max", "3221225472");
   expect_file(root, "gpunet/l-v2/pids.max", "512");
 
+  /* Controllers already enabled (as systemd leaves the root): not written
+   * again, since a cgroup holding processes would refuse even that. */
+  char path[1024];
+  snprintf(path, sizeof path, "%s/cgroup.subtree_control", root);
+  assert_int_equal(th_write_file(path, "cpuset cpu io memory pids\n", 26), 0);
+  assert_int_equal(chmod(path, 0444), 0); /* a write would fail (but root ignores modes: the content tells) */
+  assert_int_equal(gn_cgroup_lease_create("l-v2", &lim, err, sizeof err), 0);
+  expect_file(root, "cgroup.subtree_control", "cpuset cpu io memory pids\n");
+  /* One missing: enabled. */
+  assert_int_equal(chmod(path, 0644), 0);
+  assert_int_equal(th_write_file(path, "cpu memory\n", 11), 0);
+  assert_int_equal(gn_cgroup_lease_create("l-v2", &lim, err, sizeof err), 0);
+  expect_file(root, "cgroup.subtree_control", "+cpu +memory +pids");
+
   /* The default period; and a missing controller file is an error naming it. */
   lim.cpu_period_us = 0;
   assert_int_equal(gn_cgroup_lease_create("l-v2", &lim, err, sizeof err), 0);
