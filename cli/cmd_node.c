@@ -148,6 +148,23 @@ static void show_status(const json_t *j, const void *ctx) {
       text = buf;
     printf("%-10s %s\n", rows[i].label, text);
   }
+  /* A provider's isolation in one line each: what a renter's job gets, and
+   * how much of the provider's budgets its jobs hold now. */
+  const json_t *iso = json_object_get(j, "isolation");
+  if (!json_is_object(iso))
+    return;
+  bool userns = json_is_true(json_object_get(iso, "user_namespaces"));
+  bool limits = json_is_true(json_object_get(iso, "limits_enforced"));
+  const char *why = json_string_value(json_object_get(iso, "user_namespaces_why"));
+  printf("%-10s %s, %s%s%s\n", "isolation", userns ? "user namespaces" : "NO USER NAMESPACES (jobs' root is host root)",
+         limits ? "limits enforced" : "LIMITS NOT ENFORCED", !userns && why ? ": " : "", !userns && why ? why : "");
+  printf("%-10s memory %lld/%lld MiB, pids %lld/%lld, cpu %.2f%s\n", "budgets",
+         (long long)json_integer_value(json_object_get(iso, "memory_used_mib")),
+         (long long)json_integer_value(json_object_get(iso, "memory_budget_mib")),
+         (long long)json_integer_value(json_object_get(iso, "pids_used")),
+         (long long)json_integer_value(json_object_get(iso, "pids_budget")),
+         json_number_value(json_object_get(iso, "cpu_budget")),
+         json_is_true(json_object_get(iso, "disk_low")) ? ", DISK BELOW RESERVE: new jobs refused" : "");
 }
 
 int cmd_status(cli *c, int argc, char **argv) {

@@ -244,7 +244,7 @@ int gn__provider_init(gn_node *n, char *err, size_t cap) {
            "allow_no_userns permits",
            n->userns_why);
   if (!n->limits_enforced)
-    gn_log(GN_LOG_WARN, "cgroups here cannot enforce a job's memory and pids limits: %s",
+    gn_log(GN_LOG_WARN, "cgroups here cannot enforce a job's memory, pids and CPU limits: %s",
            n->cfg.allow_unenforced_limits ? "jobs run without them, as allow_unenforced_limits permits"
                                           : "jobs are refused (allow_unenforced_limits = true runs them anyway)");
   gn_log(GN_LOG_INFO, "job budgets: %llu MiB of memory (%.2f of %llu MiB), %.2f CPUs (%.2f of %ld), %u processes",
@@ -1171,8 +1171,8 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   }
   if (!n->limits_enforced && !n->cfg.allow_unenforced_limits) {
     gn__strf(reason, sizeof reason,
-             "this provider cannot enforce a job's memory and pids limits (its cgroups lack the memory or pids "
-             "controller), so it runs no jobs");
+             "this provider cannot enforce a job's memory, pids and CPU limits (its cgroups lack the memory, "
+             "pids or cpu controller), so it runs no jobs");
     goto reject;
   }
   if (n->userns_ok && l->uid_slot < 0) {

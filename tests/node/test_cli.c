@@ -58,10 +58,14 @@ static json_t *lease_json(const char *state) {
 
 static void on_status(gn_ctl_req *r, void *ud) {
   (void)ud;
+  json_t *iso =
+      json_pack("{s:b, s:b, s:s, s:i, s:i, s:i, s:i, s:f, s:b}", "limits_enforced", 0, "user_namespaces", 0,
+                "user_namespaces_why", "max_user_namespaces is 0", "memory_used_mib", 1024, "memory_budget_mib", 12052,
+                "pids_used", 64, "pids_budget", 16384, "cpu_budget", 1.5, "disk_low", 1);
   gn_ctl_reply_json(r, 200,
-                    json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:i, s:i, s:i, s:i}", "node_id", PROVIDER, "version",
+                    json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:i, s:i, s:i, s:i, s:o}", "node_id", PROVIDER, "version",
                               "0.1.0", "listen", "127.0.0.1:7946", "data_dir", "/x", "provider", 1, "runtime", "runc",
-                              "peers", 2, "offers", 3, "leases", 1, "jobs", 0));
+                              "peers", 2, "offers", 3, "leases", 1, "jobs", 0, "isolation", iso));
 }
 
 static void on_offers(gn_ctl_req *r, void *ud) {
@@ -294,6 +298,10 @@ static void test_cli_status_table_and_json(void **state) {
   assert_contains(r->out, "node id    " PROVIDER);
   assert_contains(r->out, "provider   yes");
   assert_contains(r->out, "offers     3");
+  /* A provider that runs jobs unconfined says so in plain words. */
+  assert_contains(r->out, "isolation  NO USER NAMESPACES (jobs' root is host root), LIMITS NOT ENFORCED: "
+                          "max_user_namespaces is 0");
+  assert_contains(r->out, "budgets    memory 1024/12052 MiB, pids 64/16384, cpu 1.50, DISK BELOW RESERVE");
   r = run(f, "--json status");
   assert_int_equal(r->code, 0);
   json_t *j = json_loads(r->out, 0, NULL);
