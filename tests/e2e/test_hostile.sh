@@ -341,6 +341,20 @@ case_memory_budget() {
   gn_cli "$R" stop "$job" >/dev/null
   gn_wait_until 20 "job to stop" jended "$job"
 }
+case_memory_bomb() {
+  # A job that touches more memory than its limit (the requester asks for
+  # 4096 MiB; busybox dd fills a buffer of bs bytes; one read() stops at
+  # 2 GiB, hence fullblock) is killed by the kernel
+  # instead of taking the host's RAM. First 1000 MiB, well under the limit,
+  # which must work (else this case proves nothing), then 5000 MiB.
+  jrun "$leaseA" "dd if=/dev/zero of=/dev/null bs=1000M count=1 iflag=fullblock 2>/dev/null && echo small=ok;
+    dd if=/dev/zero of=/dev/null bs=5000M count=1 iflag=fullblock 2>/dev/null && echo big=ok; echo big-rc=\$?"
+  ran || return
+  echo "   memory-bomb: $(grep -E '^(small|big)' <<<"$out" | tr '\n' ' ')"
+  grep -q "^small=ok" <<<"$out" || miss "the 1000 MiB control did not work: $(one "$out")"
+  grep -q "^big=ok" <<<"$out" && miss "a job filled 5000 MiB, over its memory limit"
+}
+
 jended_or_running() { [ "$(jstate "$1")" != pulling ]; }
 
 # bomb_run NAME DIR LEASE IMAGE BOMB_MIB CAP_MIB: runs a bomb image on the
@@ -655,6 +669,7 @@ run_case host-paths case_host_paths
 run_case fork-bomb case_forkbomb
 run_case memory-sum case_memory_sum
 run_case memory-budget case_memory_budget
+run_case memory-bomb case_memory_bomb
 run_case registry-allow case_registry_allow
 run_case traversal-id case_traversal_id
 run_case bomb-capped case_bomb_capped
