@@ -341,12 +341,13 @@ case_memory_budget() {
   gn_cli "$R" stop "$job" >/dev/null
   gn_wait_until 20 "job to stop" jended "$job"
 }
+
 case_memory_bomb() {
   # A job that touches more memory than its limit (the requester asks for
-  # 4096 MiB; busybox dd fills a buffer of bs bytes; one read() stops at
-  # 2 GiB, hence fullblock) is killed by the kernel
-  # instead of taking the host's RAM. First 1000 MiB, well under the limit,
-  # which must work (else this case proves nothing), then 5000 MiB.
+  # 4096 MiB) is killed by the kernel instead of taking the host's RAM.
+  # busybox dd fills a buffer of bs bytes (fullblock: one read() stops at
+  # 2 GiB). First 1000 MiB, well under the limit, which must work (else this
+  # case proves nothing), then 5000 MiB.
   jrun "$leaseA" "dd if=/dev/zero of=/dev/null bs=1000M count=1 iflag=fullblock 2>/dev/null && echo small=ok;
     dd if=/dev/zero of=/dev/null bs=5000M count=1 iflag=fullblock 2>/dev/null && echo big=ok; echo big-rc=\$?"
   ran || return
