@@ -383,7 +383,69 @@ typedef struct run_work {
   uint32_t pids;
   char err[512];
   int rc;
+  uint64_t asked_ms; /* loop time when the tag's lookup was asked for */
 } run_work;
+
+/* Tags this node resolved in the last RUN_TAG_TTL_MS: a burst of jobs on one
+ * image asks the registry once, not once per job (a round trip of 2-5 ms on
+ * every job's start). The digest still comes only from this node's own
+ * lookup at the registry, a few seconds old at most, and is what the
+ * manifest pins and the requester signs; the provider checks the image
+ * against it as before. A tag moved in those seconds runs the image it named
+ * when it was looked up, as if the job had been sent that much earlier. On
+ * the loop only. */
+#define RUN_TAG_CACHE 8
+#define RUN_TAG_TTL_MS 3000
+#define RUN_TAG_REF_MAX 768 /* registry, name and tag (gn_imageref's fields) */
+typedef struct run_tag {
+  const gn_node *n;
+  char ref[RUN_TAG_REF_MAX];
+  char digest[GN_DIGEST_STRLEN];
+  uint64_t asked_ms;
+} run_tag;
+static run_tag run_tags[RUN_TAG_CACHE];
+
+/* The cache's key: the reference without digest (registry, name, tag). */
+static bool run_tag_key(const gn_imageref *ref, char key[RUN_TAG_REF_MAX]) {
+  gn_imageref r = *ref;
+  r.digest[0] = 0;
+  return gn_imageref_format(&r, key, RUN_TAG_REF_MAX) == 0;
+}
+
+static bool run_tag_get(gn_node *n, gn_imageref *ref) {
+  char key[RUN_TAG_REF_MAX];
+  uint64_t now = uv_now(n->loop);
+  if (!run_tag_key(ref, key))
+    return false;
+  for (size_t i = 0; i < RUN_TAG_CACHE; i++) {
+    const run_tag *t = &run_tags[i];
+    if (t->n == n && now - t->asked_ms < RUN_TAG_TTL_MS && strcmp(t->ref, key) == 0) {
+      memcpy(ref->digest, t->digest, sizeof ref->digest);
+      return true;
+    }
+  }
+  return false;
+}
+
+static void run_tag_put(gn_node *n, const gn_imageref *ref, uint64_t asked_ms) {
+  char key[RUN_TAG_REF_MAX];
+  if (!run_tag_key(ref, key))
+    return;
+  run_tag *slot = &run_tags[0];
+  for (size_t i = 0; i < RUN_TAG_CACHE; i++) { /* the same tag's entry, or the oldest */
+    run_tag *t = &run_tags[i];
+    if (t->n == n && strcmp(t->ref, key) == 0) {
+      slot = t;
+      break;
+    }
+    if (t->asked_ms < slot->asked_ms)
+      slot = t;
+  }
+  slot->n = n;
+  memcpy(slot->ref, key, sizeof key);
+  memcpy(slot->digest, ref->digest, sizeof slot->digest);
+  slot->asked_ms = asked_ms;
+}
 
 /* A job's limits when the run body names none. The provider's budgets are
  * shared by all its jobs (half its RAM by default), so a modest default
@@ -497,8 +559,10 @@ static void run_resolve_done(uv_work_t *w, int status) {
   if (status < 0 || rw->rc < 0)
     gn_ctl_reply_error(rw->req, 502, "cannot resolve image %s: %s", rw->ref.repository,
                        rw->err[0] ? rw->err : gn_strerror(rw->rc));
-  else
+  else {
+    run_tag_put(rw->n, &rw->ref, rw->asked_ms);
     run_send(rw);
+  }
   json_decref(rw->cmd);
   json_decref(rw->env);
   free(rw);
@@ -555,7 +619,7 @@ void gn__api_run(gn_ctl_req *req, void *ud) {
   gn__strf(rw->lease_id, sizeof rw->lease_id, "%s", lease_id);
   rw->cmd = json_deep_copy(cmd);
   rw->env = env ? json_deep_copy(env) : json_array();
-  if (rw->ref.digest[0]) {
+  if (rw->ref.digest[0] || run_tag_get(n, &rw->ref)) {
     run_send(rw);
     json_decref(rw->cmd);
     json_decref(rw->env);
@@ -565,6 +629,7 @@ void gn__api_run(gn_ctl_req *req, void *ud) {
   /* The tag is resolved here, by the requester, so the manifest it signs
    * pins the exact image that will run. */
   rw->work.data = rw;
+  rw->asked_ms = uv_now(n->loop);
   uv_queue_work(n->loop, &rw->work, run_resolve_work, run_resolve_done);
 }
 
