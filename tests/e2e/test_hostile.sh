@@ -102,7 +102,8 @@ run_case() {
 # the probe image) and waits for it; its output in out, the CLI's exit
 # status in rc.
 jrun() {
-  out=$(timeout 120 "$GN_BIN/gpunet" --data-dir "$R" run "$1" --image "${3:-$img}" -f -- sh -c "echo gn-job-ran; $2" 2>&1)
+  out=$(timeout 120 "$GN_BIN/gpunet" --data-dir "$R" run "$1" --image "${3:-$img}" "${run_args[@]}" -f -- \
+    sh -c "echo gn-job-ran; $2" 2>&1)
   rc=$?
 }
 # ran: the last jrun's job ran at all (else says why, for the case to stop:
@@ -116,8 +117,13 @@ ran() {
 jstart() {
   local lease=$1
   shift
-  gn_cli "$R" --json run "$lease" --image "$img" -- "$@" 2>&1 | jq -r '.job.id // empty' 2>/dev/null
+  gn_cli "$R" --json run "$lease" --image "$img" "${run_args[@]}" -- "$@" 2>&1 | jq -r '.job.id // empty' 2>/dev/null
 }
+# Extra `gpunet run` options for the next jobs (--memory where the CLI has it).
+run_args=()
+# mem4g: the options that make a job ask for 4096 MiB (the requester's
+# default before `gpunet run --memory` existed).
+mem4g=()
 jjson() { gn_cli "$R" --json jobs | jq -c --arg j "$1" '.jobs[] | select(.id==$j)'; }
 jstate() { gn_cli "$R" --json jobs | jq -r --arg j "$1" '.jobs[] | select(.id==$j) | .state'; }
 jended() { case $(jstate "$1") in running | pulling | "") return 1 ;; *) return 0 ;; esac }
@@ -266,13 +272,13 @@ case_forkbomb() {
 }
 
 case_memory_sum() {
-  # Eight concurrent jobs of one lease each ask for the requester's default
-  # memory limit; what runs must fit in the host's RAM (the provider's
-  # budget is a share of it); what does not fit is refused, saying why.
+  # Eight concurrent jobs of one lease each ask for 4096 MiB, 32 GiB in all;
+  # what runs must fit in the host's RAM (the provider's budget is a share
+  # of it); what does not fit is refused, saying why.
   local jobs=() j k o pid lim sum=0 running=0 refused=0 total
   total=$(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) * 1024))
   for k in 1 2 3 4 5 6 7 8; do
-    o=$(gn_cli "$R" --json run "$leaseA" --image "$img" -- sleep "31$k" 2>&1)
+    o=$(gn_cli "$R" --json run "$leaseA" --image "$img" "${mem4g[@]}" -- sleep "31$k" 2>&1)
     j=$(jq -r '.job.id // empty' <<<"$o" 2>/dev/null)
     if [ -n "$j" ]; then
       jobs+=("$j")
@@ -313,12 +319,11 @@ case_memory_sum() {
 
 case_memory_budget() {
   # A provider whose jobs' memory budget (10% of RAM) is below what the job
-  # asks for (the requester's default, 4096 MiB): refused or clamped, and
-  # said so.
+  # asks for (4096 MiB): refused or clamped, and said so.
   local budget job pid lim j
   budget=$(awk '/^MemTotal:/ {printf "%d", $2 * 1024 * 0.1}' /proc/meminfo)
   [ -n "$leaseP4" ] || { miss "no lease on the provider with a small memory budget (${p4_note:-})"; return; }
-  out=$(gn_cli "$R" --json run "$leaseP4" --image "$img" -- sleep 321 2>&1)
+  out=$(gn_cli "$R" --json run "$leaseP4" --image "$img" "${mem4g[@]}" -- sleep 321 2>&1)
   job=$(jq -r '.job.id // empty' <<<"$out" 2>/dev/null)
   if [ -z "$job" ]; then
     grep -qi memory <<<"$out" || miss "refused without naming memory: $(one "$out")"
@@ -343,13 +348,17 @@ case_memory_budget() {
 }
 
 case_memory_bomb() {
-  # A job that touches more memory than its limit (the requester asks for
-  # 4096 MiB) is killed by the kernel instead of taking the host's RAM.
+  # A job that touches more memory than its limit (2 GiB, or the requester's
+  # old fixed 4096 MiB) is killed by the kernel instead of taking the host's
+  # RAM.
   # busybox dd fills a buffer of bs bytes (fullblock: one read() stops at
   # 2 GiB). First 1000 MiB, well under the limit, which must work (else this
   # case proves nothing), then 5000 MiB.
+  local saved=("${run_args[@]}")
+  [ ${#mem4g[@]} -gt 0 ] && run_args=(--memory 2G)
   jrun "$leaseA" "dd if=/dev/zero of=/dev/null bs=1000M count=1 iflag=fullblock 2>/dev/null && echo small=ok;
     dd if=/dev/zero of=/dev/null bs=5000M count=1 iflag=fullblock 2>/dev/null && echo big=ok; echo big-rc=\$?"
+  run_args=("${saved[@]}")
   ran || return
   echo "   memory-bomb: $(grep -E '^(small|big)' <<<"$out" | tr '\n' ' ')"
   grep -q "^small=ok" <<<"$out" || miss "the 1000 MiB control did not work: $(one "$out")"
@@ -618,6 +627,7 @@ if [ "${GN_HOSTILE_ENTRY_BOMB:-0}" = 1 ]; then
 fi
 allow=()
 has_flag registry-allow && allow=(--registry-allow 127.0.0.1)
+"$GN_BIN/gpunet" run --help 2>&1 | grep -q -- --memory && mem4g=(--memory 4G)
 
 p_boot=$(gn_free_port)
 gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
