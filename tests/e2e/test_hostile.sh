@@ -627,7 +627,10 @@ if [ "${GN_HOSTILE_ENTRY_BOMB:-0}" = 1 ]; then
 fi
 allow=()
 has_flag registry-allow && allow=(--registry-allow 127.0.0.1)
-"$GN_BIN/gpunet" run --help 2>&1 | grep -q -- --memory && mem4g=(--memory 4G)
+# (Captured first: with pipefail, grep -q closing the pipe early would make
+# gpunet die of SIGPIPE and the test think --memory is missing.)
+help_run=$("$GN_BIN/gpunet" run --help 2>&1 || true)
+grep -q -- --memory <<<"$help_run" && mem4g=(--memory 4G)
 
 p_boot=$(gn_free_port)
 gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
