@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The requester looks a tag up at the registry once for a burst of jobs:
+# a tag it resolved less than 3 s ago is not asked again (node/requester.c,
+# RUN_TAG_TTL_MS), and after that it is. Either way the job runs the digest
+# the requester signed, and the provider runs that digest. A real registry
+# whose tag is moved between two images (a manifest PUT, milliseconds), a
+# provider (simulated GPU) and a requester over real sockets, real runc.
+set -euo pipefail
+src=${GN_SOURCE_DIR:?}
+export GN_BIN=${GN_BUILD_DIR:?}
+. "$src/scripts/lib/common.sh"
+. "$src/scripts/lib/nodes.sh"
+
+if [ "$(id -u)" -ne 0 ] || ! command -v runc >/dev/null; then
+  echo "SKIP: needs root and runc"
+  exit 77
+fi
+
+work=$(mktemp -d /tmp/gn-e2e-XXXXXX)
+chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
+nodes=$work/nodes
+R=$nodes/requester
+P=$nodes/provider
+pass=0
+cleanup() {
+  set +e
+  for n in requester provider; do gn_node_stop "$nodes/$n"; done
+  "$src/scripts/registry" stop "$work/registry"
+  if [ "${keep:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+fail() {
+  keep=1
+  echo "FAIL: $*" >&2
+  for n in provider requester; do
+    echo "--- $n log" >&2
+    tail -n 30 "$nodes/$n/gpunetd.log" >&2 || true
+  done
+  exit 1
+}
+ok() {
+  pass=$((pass + 1))
+  echo "ok $pass - $*"
+}
+now_ms() { date +%s%3N; }
+
+reg_port=$(gn_free_port)
+reg=http://127.0.0.1:$reg_port
+"$src/scripts/registry" start "$work/registry" "$reg_port" >/dev/null
+# Two different images pushed under one tag: the second push moves it.
+d1=$("$src/scripts/registry" build-busybox "$work/image1" e2e/busybox:1 "$reg_port")
+sleep 1 # a later creation time, so a different config and digest
+d2=$("$src/scripts/registry" build-busybox "$work/image2" e2e/busybox:1 "$reg_port")
+[[ $d1 == sha256:* && $d2 == sha256:* && $d1 != "$d2" ]] || fail "setup: two distinct digests expected ($d1, $d2)"
+image=127.0.0.1:$reg_port/e2e/busybox:1
+mt=application/vnd.oci.image.manifest.v1+json
+curl -sSf -H "Accept: $mt" "$reg/v2/e2e/busybox/manifests/$d1" -o "$work/m1.json" || fail "cannot fetch manifest $d1"
+curl -sSf -H "Accept: $mt" "$reg/v2/e2e/busybox/manifests/$d2" -o "$work/m2.json" || fail "cannot fetch manifest $d2"
+# move_tag FILE: points the tag at that manifest (already in the registry).
+move_tag() {
+  curl -sSf -X PUT -H "Content-Type: $mt" --data-binary "@$1" "$reg/v2/e2e/busybox/manifests/1" >/dev/null
+}
+tag_digest() {
+  curl -sSfI -H "Accept: $mt" "$reg/v2/e2e/busybox/manifests/1" | tr -d '\r' |
+    awk 'tolower($1) == "docker-content-digest:" {print $2}'
+}
+[ "$(tag_digest)" = "$d2" ] || fail "setup: the tag should name $d2 after the second push"
+
+p_prov=$(gn_free_port)
+p_req=$(gn_free_port)
+prov_args=(--listen "127.0.0.1:$p_prov" --provide --price 0.50 --simulate-gpu "RTX 4090")
+help=$("$GN_BIN/gpunetd" --help)
+if grep -q -- --registry-allow <<<"$help"; then prov_args+=(--registry-allow 127.0.0.1); fi
+if grep -q -- --allow-no-userns <<<"$help"; then prov_args+=(--allow-no-userns); fi
+gn_node_start "$P" provider "${prov_args[@]}"
+gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_prov"
+has_offer() { [ "$(gn_cli "$R" --json offers | jq '.offers | length')" -gt 0 ]; }
+gn_wait_until 30 "offer relayed to the requester" has_offer || fail "no offer reached the requester"
+lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated --no-attest | jq -r .lease.id)
+[[ $lease == l-* ]] || fail "rent gave no lease id: $lease"
+
+# run_job REF: runs `true` on REF to its end; prints the job id.
+run_job() {
+  local out
+  out=$(gn_cli "$R" --json run "$lease" --image "$1" -- true) || fail "job on $1: $out"
+  local id
+  id=$(jq -r .job.id <<<"$out")
+  job_state() { gn_cli "$R" --json jobs | jq -r --arg j "$id" '.jobs[] | select(.id==$j) | .state'; }
+  ended() { [[ $(job_state) =~ ^(exited|failed|rejected|stopped)$ ]]; }
+  gn_wait_until 60 "job $id to end" ended || fail "job $id on $1 did not end"
+  [ "$(job_state)" = exited ] || fail "job $id on $1 ended $(job_state)"
+  echo "$id"
+}
+# digest_of NODE JOB: the digest that node's record of the job names.
+digest_of() { gn_cli "$1" --json jobs | jq -r --arg j "$2" '.jobs[] | select(.id==$j) | .digest'; }
+
+# Both images into the provider's store, the pinned way (no tag lookup).
+run_job "$image@$d1" >/dev/null
+run_job "$image@$d2" >/dev/null
+sleep 3.2 # nothing of the setup is cached by now
+
+t0=$(now_ms)
+a=$(run_job "$image")
+[ "$(digest_of "$R" "$a")" = "$d2" ] || fail "job $a: the tag names $d2, the job has $(digest_of "$R" "$a")"
+[ "$(digest_of "$P" "$a")" = "$d2" ] || fail "job $a: the provider ran $(digest_of "$P" "$a"), not $d2"
+ok "a tag is looked up at the registry: the job pins its digest, and the provider runs that one"
+
+move_tag "$work/m1.json" || fail "cannot move the tag to $d1"
+[ "$(tag_digest)" = "$d1" ] || fail "the tag did not move to $d1"
+b=$(run_job "$image")
+t1=$(now_ms)
+if [ $((t1 - t0)) -lt 2500 ]; then
+  [ "$(digest_of "$R" "$b")" = "$d2" ] ||
+    fail "job $b, $((t1 - t0)) ms after the first lookup, has $(digest_of "$R" "$b"): the tag was looked up again"
+  [ "$(digest_of "$P" "$b")" = "$d2" ] || fail "job $b: the provider ran $(digest_of "$P" "$b"), not the signed $d2"
+  ok "a tag resolved less than 3 s ago is not looked up again (job $b ran $d2, $((t1 - t0)) ms later)"
+else
+  echo "# the second job came $((t1 - t0)) ms after the first lookup (a loaded host): the cache check needs < 2500 ms"
+fi
+
+sleep 3.2
+c=$(run_job "$image")
+[ "$(digest_of "$R" "$c")" = "$d1" ] ||
+  fail "job $c, over 3 s after the last lookup, has $(digest_of "$R" "$c"), not $d1 the tag names now"
+[ "$(digest_of "$P" "$c")" = "$d1" ] || fail "job $c: the provider ran $(digest_of "$P" "$c"), not $d1"
+ok "after 3 s the tag is looked up again: a moved tag runs its new image"
+
+d=$(run_job "$image@$d2")
+[ "$(digest_of "$R" "$d")" = "$d2" ] && [ "$(digest_of "$P" "$d")" = "$d2" ] ||
+  fail "pinned job $d ran $(digest_of "$P" "$d"), not $d2"
+ok "a digest-pinned reference runs its digest whatever the tag's cache holds"
+
+echo "PASS: $pass checks"
