@@ -71,3 +71,8 @@ gn_wait_until() {
   gn_note "timed out after ${limit}s waiting for $what"
   return 1
 }
+
+# gn_has_offer DIR: the node in DIR knows at least one offer.
+gn_has_offer() {
+  [ "$(gn_cli "$1" --json offers | jq '.offers | length')" -gt 0 ]
+}

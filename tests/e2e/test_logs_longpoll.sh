@@ -8,62 +8,21 @@ src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/common.sh"
 . "$src/scripts/lib/nodes.sh"
+. "$src/scripts/lib/e2e.sh"
 
-if [ "$(id -u)" -ne 0 ] || ! command -v runc >/dev/null; then
-  echo "SKIP: needs root and runc"
-  exit 77
-fi
-
-work=$(mktemp -d /tmp/gn-e2e-XXXXXX)
+gn_e2e_need_root_runc
+gn_e2e_setup logs requester provider
 chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
-nodes=$work/nodes
-R=$nodes/requester
-P=$nodes/provider
-pass=0
-cleanup() {
-  set +e
-  for n in requester provider; do gn_node_stop "$nodes/$n"; done
-  "$src/scripts/registry" stop "$work/registry"
-  if [ "${keep:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() {
-  keep=1
-  echo "FAIL: $*" >&2
-  for n in provider requester; do
-    echo "--- $n log" >&2
-    tail -n 30 "$nodes/$n/gpunetd.log" >&2 || true
-  done
-  exit 1
-}
-ok() {
-  pass=$((pass + 1))
-  echo "ok $pass - $*"
-}
 now_ms() { date +%s%3N; }
 # api PATH: GET on the requester's control socket, the JSON answer on stdout.
 api() { curl -sS --max-time 60 --unix-socket "$R/gpunetd.sock" "http://gpunetd$1"; }
 
-reg_port=$(gn_free_port)
-"$src/scripts/registry" start "$work/registry" "$reg_port" >/dev/null
-"$src/scripts/registry" build-busybox "$work/image" e2e/busybox:1 "$reg_port" >/dev/null
-image=127.0.0.1:$reg_port/e2e/busybox:1
-
-p_prov=$(gn_free_port)
-p_req=$(gn_free_port)
-prov_args=(--listen "127.0.0.1:$p_prov" --provide --price 0.50 --simulate-gpu "RTX 4090")
-# (Options of newer builds, passed where the build has them.) Registries on
-# loopback are refused unless the provider allowlists them; a host without
-# working user namespaces provides only when told to.
-help=$("$GN_BIN/gpunetd" --help)
-if grep -q -- --registry-allow <<<"$help"; then prov_args+=(--registry-allow 127.0.0.1); fi
-if grep -q -- --allow-no-userns <<<"$help"; then prov_args+=(--allow-no-userns); fi
-gn_node_start "$P" provider "${prov_args[@]}"
-gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_prov"
-has_offer() { [ "$(gn_cli "$R" --json offers | jq '.offers | length')" -gt 0 ]; }
-gn_wait_until 30 "offer relayed to the requester" has_offer || fail "no offer reached the requester"
-lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated --no-attest | jq -r .lease.id)
-[[ $lease == l-* ]] || fail "rent gave no lease id: $lease"
+gn_e2e_registry e2e/busybox:1
+gn_e2e_compat_flags
+gn_e2e_start_provider "${gn_e2e_compat[@]}"
+gn_e2e_start_requester
+gn_e2e_wait_offer 30
+gn_e2e_rent --no-attest
 # Pull the image once, so the jobs below start from the cache.
 gn_cli "$R" run "$lease" --image "$image" -f -- true >/dev/null || fail "first job on $image"
 
