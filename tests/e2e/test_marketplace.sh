@@ -7,37 +7,10 @@ src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/common.sh"
 . "$src/scripts/lib/nodes.sh"
+. "$src/scripts/lib/e2e.sh"
 
-if [ "$(id -u)" -ne 0 ] || ! command -v runc >/dev/null; then
-  echo "SKIP: needs root and runc"
-  exit 77
-fi
-
-work=$(mktemp -d /tmp/gn-e2e-XXXXXX)
-nodes=$work/nodes
-R=$nodes/requester
-P=$nodes/provider
-pass=0
-cleanup() {
-  set +e
-  for n in requester provider provider2 bootstrap; do gn_node_stop "$nodes/$n"; done
-  "$src/scripts/registry" stop "$work/registry"
-  if [ "${keep:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() {
-  keep=1
-  echo "FAIL: $*" >&2
-  for n in bootstrap provider provider2 requester; do
-    echo "--- $n log" >&2
-    tail -n 30 "$nodes/$n/gpunetd.log" >&2 || true
-  done
-  exit 1
-}
-ok() {
-  pass=$((pass + 1))
-  echo "ok $pass - $*"
-}
+gn_e2e_need_root_runc
+gn_e2e_setup market requester provider provider2 bootstrap
 # expect_fail WHAT PATTERN CMD...: CMD must exit non-zero and print PATTERN.
 expect_fail() {
   local what=$1 pat=$2 out rc
@@ -51,20 +24,11 @@ expect_fail() {
   ok "$what"
 }
 
-reg_port=$(gn_free_port)
-"$src/scripts/registry" start "$work/registry" "$reg_port" >/dev/null
-"$src/scripts/registry" build-busybox "$work/image" e2e/busybox:1 "$reg_port" >/dev/null
-image=127.0.0.1:$reg_port/e2e/busybox:1
-
-p_boot=$(gn_free_port)
-p_prov=$(gn_free_port)
-p_req=$(gn_free_port)
+gn_e2e_registry e2e/busybox:1
+gn_e2e_start_bootstrap
 # The registry is on loopback: the provider must allow it by name.
-prov_args=(--listen "127.0.0.1:$p_prov" --bootstrap "127.0.0.1:$p_boot" --provide --price 0.50
-  --simulate-gpu "RTX 4090" --simulate-gpu "RTX 4090" --registry-allow 127.0.0.1)
-gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
-gn_node_start "$P" provider "${prov_args[@]}"
-gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_boot"
+gn_e2e_start_provider --simulate-gpu "RTX 4090" --registry-allow 127.0.0.1
+gn_e2e_start_requester
 
 mode=$(stat -c %a "$R/gpunetd.sock")
 [ "$mode" = 600 ] || fail "control socket mode is $mode"
@@ -72,8 +36,7 @@ mode=$(stat -c %a "$R/identity.key")
 [ "$mode" = 600 ] || fail "identity.key mode is $mode"
 ok "control socket and identity are owner-only"
 
-has_offer() { [ "$(gn_cli "$R" --json offers | jq '.offers | length')" -gt 0 ]; }
-gn_wait_until 30 "offer relayed to the requester" has_offer || fail "no offer reached the requester"
+gn_e2e_wait_offer 30
 offers=$(gn_cli "$R" --json offers 'gpu=rtx4090 vram>=24 price<=0.50')
 [ "$(jq -r '.offers[0].simulated' <<<"$offers")" = true ] || fail "offer not marked simulated: $offers"
 [ "$(jq -r '.offers[0].gpus_free' <<<"$offers")" = 2 ] || fail "offer free count: $offers"
@@ -106,8 +69,7 @@ expect_fail "attesting an unknown offer" "no offer" gn_cli "$R" attest o-0000000
 
 expect_fail "renting a simulated GPU needs --allow-simulated" "allow-simulated" \
   gn_cli "$R" rent --gpu "RTX 4090" --hours 1
-lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated | jq -r .lease.id)
-[[ $lease == l-* ]] || fail "rent gave no lease id: $lease"
+gn_e2e_rent
 [ "$(gn_cli "$P" --json leases | jq -r --arg l "$lease" '.leases[] | select(.id==$l) | .state')" = active ] ||
   fail "provider does not show lease $lease active"
 ok "rented lease $lease; both sides see it active"
