@@ -7,42 +7,13 @@ src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/common.sh"
 . "$src/scripts/lib/nodes.sh"
+. "$src/scripts/lib/e2e.sh"
 
-work=$(mktemp -d /tmp/gn-e2e-attest-XXXXXX)
-nodes=$work/nodes
-R=$nodes/requester
-P=$nodes/provider
-pass=0
-cleanup() {
-  set +e
-  for n in requester provider bootstrap; do gn_node_stop "$nodes/$n"; done
-  if [ "${keep:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() {
-  keep=1
-  echo "FAIL: $*" >&2
-  for n in bootstrap provider requester; do
-    echo "--- $n log" >&2
-    tail -n 30 "$nodes/$n/gpunetd.log" >&2 || true
-  done
-  exit 1
-}
-ok() {
-  pass=$((pass + 1))
-  echo "ok $pass - $*"
-}
-
-p_boot=$(gn_free_port)
-p_prov=$(gn_free_port)
-p_req=$(gn_free_port)
-gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
-gn_node_start "$P" provider --listen "127.0.0.1:$p_prov" --bootstrap "127.0.0.1:$p_boot" --provide --price 0.50 \
-  --simulate-gpu "RTX 4090" --registry-allow 127.0.0.1
-gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_boot"
-
-has_offer() { [ "$(gn_cli "$R" --json offers | jq '.offers | length')" -gt 0 ]; }
-gn_wait_until 20 "offer relayed to the requester" has_offer || fail "no offer reached the requester"
+gn_e2e_setup attest requester provider bootstrap
+gn_e2e_start_bootstrap
+gn_e2e_start_provider --registry-allow 127.0.0.1
+gn_e2e_start_requester
+gn_e2e_wait_offer 20
 offer=$(gn_cli "$R" --json offers | jq -r '.offers[0].id')
 
 t0=$(date +%s%N)

@@ -9,31 +9,18 @@ src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/common.sh"
 . "$src/scripts/lib/nodes.sh"
+. "$src/scripts/lib/e2e.sh"
 
 if ! curl --help all 2>/dev/null | grep -q -- --unix-socket; then
   echo "SKIP: this curl has no --unix-socket"
   exit 77
 fi
 
-tmp=$(mktemp -d /tmp/gn-e2e-ids-XXXXXX)
-d=$tmp/data
-pass=0
-cleanup() {
-  set +e
-  gn_node_stop "$d"
-  if [ "${keep:-0}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-fail() {
-  keep=1
-  echo "FAIL: $*" >&2
-  tail -n 30 "$d/gpunetd.log" >&2 || true
-  exit 1
-}
-ok() {
-  pass=$((pass + 1))
-  echo "ok $pass - $*"
-}
+# tmp holds the data dir, a canary and a victim beside it, nothing else.
+gn_e2e_setup ids data
+tmp=$nodes
+d=$nodes/data
+mkdir -p "$tmp"
 
 # Beside the data dir: what a traversal would reach first.
 echo "canary $$" >"$tmp/canary"
