@@ -10,43 +10,15 @@ src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/common.sh"
 . "$src/scripts/lib/nodes.sh"
+. "$src/scripts/lib/e2e.sh"
 
-if [ "$(id -u)" -ne 0 ] || ! command -v runc >/dev/null; then
-  echo "SKIP: needs root and runc"
-  exit 77
-fi
-
-work=$(mktemp -d /tmp/gn-e2e-XXXXXX)
+gn_e2e_need_root_runc
+gn_e2e_setup tags requester provider
 chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
-nodes=$work/nodes
-R=$nodes/requester
-P=$nodes/provider
-pass=0
-cleanup() {
-  set +e
-  for n in requester provider; do gn_node_stop "$nodes/$n"; done
-  "$src/scripts/registry" stop "$work/registry"
-  if [ "${keep:-0}" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-fail() {
-  keep=1
-  echo "FAIL: $*" >&2
-  for n in provider requester; do
-    echo "--- $n log" >&2
-    tail -n 30 "$nodes/$n/gpunetd.log" >&2 || true
-  done
-  exit 1
-}
-ok() {
-  pass=$((pass + 1))
-  echo "ok $pass - $*"
-}
 now_ms() { date +%s%3N; }
 
-reg_port=$(gn_free_port)
+gn_e2e_registry_start || fail "the registry did not start"
 reg=http://127.0.0.1:$reg_port
-"$src/scripts/registry" start "$work/registry" "$reg_port" >/dev/null
 # Two different images pushed under one tag: the second push moves it.
 d1=$("$src/scripts/registry" build-busybox "$work/image1" e2e/busybox:1 "$reg_port")
 sleep 1 # a later creation time, so a different config and digest
@@ -66,18 +38,11 @@ tag_digest() {
 }
 [ "$(tag_digest)" = "$d2" ] || fail "setup: the tag should name $d2 after the second push"
 
-p_prov=$(gn_free_port)
-p_req=$(gn_free_port)
-prov_args=(--listen "127.0.0.1:$p_prov" --provide --price 0.50 --simulate-gpu "RTX 4090")
-help=$("$GN_BIN/gpunetd" --help)
-if grep -q -- --registry-allow <<<"$help"; then prov_args+=(--registry-allow 127.0.0.1); fi
-if grep -q -- --allow-no-userns <<<"$help"; then prov_args+=(--allow-no-userns); fi
-gn_node_start "$P" provider "${prov_args[@]}"
-gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_prov"
-has_offer() { [ "$(gn_cli "$R" --json offers | jq '.offers | length')" -gt 0 ]; }
-gn_wait_until 30 "offer relayed to the requester" has_offer || fail "no offer reached the requester"
-lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated --no-attest | jq -r .lease.id)
-[[ $lease == l-* ]] || fail "rent gave no lease id: $lease"
+gn_e2e_compat_flags
+gn_e2e_start_provider "${gn_e2e_compat[@]}"
+gn_e2e_start_requester
+gn_e2e_wait_offer 30
+gn_e2e_rent --no-attest
 
 # run_job REF: runs `true` on REF to its end; prints the job id.
 run_job() {
