@@ -16,16 +16,10 @@ src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/common.sh"
 . "$src/scripts/lib/nodes.sh"
+. "$src/scripts/lib/e2e.sh"
 . "$src/scripts/lib/hostile.sh"
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIP: needs root (the provider runs jobs with runc)"
-  exit 77
-fi
-if ! command -v runc >/dev/null; then
-  echo "SKIP: needs runc"
-  exit 77
-fi
+gn_e2e_need_root_runc
 
 work=$(mktemp -d /tmp/gn-e2e-hostile-XXXXXX)
 nodes=$work/nodes
@@ -593,8 +587,7 @@ probe=$GN_BIN/tests/gn_probe
 [ -x "$probe" ] || die "gn_probe is not built ($probe): cmake --build ... --target gn_probe"
 ${CC:-cc} -static -O1 -o "$work/gn_hostile" "$src/tests/e2e/hostile/gn_hostile.c" || die "cannot build gn_hostile (static)"
 
-reg_port=$(gn_free_port)
-"$src/scripts/registry" start "$work/registry" "$reg_port" >/dev/null || die "registry did not start"
+gn_e2e_registry_start || die "registry did not start"
 d=$(gn_hostile_probe_image "$work/probe" e2e/probe:1 "$reg_port" "$probe" "$work/gn_hostile") || die "cannot build the probe image"
 img=127.0.0.1:$reg_port/e2e/probe@$d
 
@@ -632,8 +625,7 @@ has_flag registry-allow && allow=(--registry-allow 127.0.0.1)
 help_run=$("$GN_BIN/gpunet" run --help 2>&1 || true)
 grep -q -- --memory <<<"$help_run" && mem4g=(--memory 4G)
 
-p_boot=$(gn_free_port)
-gn_node_start "$nodes/bootstrap" bootstrap --listen "127.0.0.1:$p_boot"
+gn_e2e_start_bootstrap
 prov() { # prov DIR MODEL ARGS...
   local dir=$1 model=$2
   shift 2
@@ -649,7 +641,7 @@ if has_flag job-memory-share; then
 else
   p4_note="gpunetd has no --job-memory-share"
 fi
-gn_node_start "$R" requester --listen "127.0.0.1:$(gn_free_port)" --bootstrap "127.0.0.1:$p_boot"
+gn_e2e_start_requester
 
 want_models=3
 [ -z "$p4_note" ] && want_models=4
