@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "node/helpers.h"
+
 #define VALID_ID "j-0123456789ab"
 
 static char long_id[GN_ID_MAX + 2]; /* 65 letters: one over the limit */
@@ -121,40 +123,18 @@ static void test_path_join_one_component_only(void **state) {
 /* A manifest body as a requester would send it, with any job id, lease id
  * and one env entry (NULL for none). */
 static void manifest_body(const char *job_id, const char *lease_id, const char *env, gn_buf *ret) {
-  gn_wire_writer w;
-  uint8_t nonce[16] = {1};
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 12);
-  gn_wire_put_str(&w, "job_id");
-  gn_wire_put_str(&w, job_id);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, lease_id);
-  gn_wire_put_str(&w, "image");
-  gn_wire_put_str(&w, "127.0.0.1:5000/busybox@sha256:"
-                      "0000000000000000000000000000000000000000000000000000000000000000");
-  gn_wire_put_str(&w, "cmd");
-  gn_wire_put_array(&w, 1);
-  gn_wire_put_str(&w, "true");
-  gn_wire_put_str(&w, "env");
-  gn_wire_put_array(&w, env ? 1 : 0);
-  if (env)
-    gn_wire_put_str(&w, env);
-  gn_wire_put_str(&w, "memory_mib");
-  gn_wire_put_u64(&w, 64);
-  gn_wire_put_str(&w, "pids");
-  gn_wire_put_u64(&w, 64);
-  gn_wire_put_str(&w, "network");
-  gn_wire_put_bool(&w, false);
-  gn_wire_put_str(&w, "nonce");
-  gn_wire_put_bin(&w, nonce, sizeof nonce);
-  gn_wire_put_str(&w, "issued_s");
-  gn_wire_put_i64(&w, 1000);
-  gn_wire_put_str(&w, "expires_s");
-  gn_wire_put_i64(&w, 2000);
-  gn_wire_put_str(&w, "v");
-  gn_wire_put_u64(&w, GN_PROTO_VERSION);
-  assert_int_equal(gn_wire_writer_take(&w, ret), 0);
-  gn_wire_writer_done(&w);
+  static const uint8_t nonce[16] = {1};
+  tn_manifest m = {.job_id = job_id,
+                   .lease_id = lease_id,
+                   .image = "127.0.0.1:5000/busybox@sha256:"
+                            "0000000000000000000000000000000000000000000000000000000000000000",
+                   .env = env,
+                   .memory_mib = 64,
+                   .pids = 64,
+                   .nonce = nonce,
+                   .issued_s = 1000,
+                   .expires_s = 2000};
+  tn_manifest_body(&m, ret);
 }
 
 static int decode_manifest(const char *job_id, const char *lease_id, const char *env) {

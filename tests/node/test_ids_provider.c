@@ -16,25 +16,18 @@
 /* cmocka needs the above first. */
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
+
+#include "node/helpers.h"
 
 #define PINNED "127.0.0.1:9/none/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"
 
-typedef struct msg {
-  uint32_t type;
-  gn_buf raw;
-} msg;
+typedef tn_msg msg;
 
 static struct world {
   char top[64];  /* holds data/ and the canary beside it */
@@ -45,8 +38,7 @@ static struct world {
   gn_identity *prov_id, *req_id;
   gn_transport *tp;
   int up;
-  msg inbox[64];
-  size_t inbox_n;
+  tn_inbox in;
 } W;
 
 static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
@@ -61,53 +53,14 @@ static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
 
 static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
                    size_t len, void *ud) {
-  (void)t, (void)peer, (void)ud;
-  if (env->type < 10 || W.inbox_n >= GN_ARRAY_SIZE(W.inbox))
-    return; /* discovery traffic */
-  msg *m = &W.inbox[W.inbox_n++];
-  memset(m, 0, sizeof *m);
-  m->type = env->type;
-  gn_buf_append(&m->raw, raw, len);
-}
-
-static void on_timer(uv_timer_t *t) {
-  (void)t;
+  (void)t, (void)ud;
+  tn_inbox_add(&W.in, peer, env, raw, len);
 }
 
 /* Runs the loop until a message of type arrives (returned, the caller frees
  * raw) or timeout_ms passes (0). */
 static int wait_msg(uint32_t type, uint64_t timeout_ms, msg *ret) {
-  uv_timer_t t;
-  uv_timer_init(&W.loop, &t);
-  uv_timer_start(&t, on_timer, 20, 20);
-  uint64_t end = gn_mono_ms() + timeout_ms;
-  int found = 0;
-  while (!found && gn_mono_ms() < end) {
-    uv_run(&W.loop, UV_RUN_ONCE);
-    for (size_t i = 0; i < W.inbox_n && !found; i++) {
-      if (W.inbox[i].type != type)
-        continue;
-      *ret = W.inbox[i];
-      memmove(&W.inbox[i], &W.inbox[i + 1], (W.inbox_n - i - 1) * sizeof W.inbox[0]);
-      W.inbox_n--;
-      found = 1;
-    }
-  }
-  uv_timer_stop(&t);
-  uv_close((uv_handle_t *)&t, NULL);
-  uv_run(&W.loop, UV_RUN_NOWAIT);
-  return found;
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  assert_true(fd >= 0);
-  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
+  return tn_wait_msg(&W.loop, &W.in, type, NULL, NULL, timeout_ms, ret);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -132,19 +85,15 @@ static int setup(void **state) {
   (void)state;
   char path[PATH_MAX + 64], bin[PATH_MAX];
   memset(&W, 0, sizeof W);
-  const char *bd = getenv("GN_BUILD_DIR");
-  assert_non_null(bd);
-  snprintf(bin, sizeof bin, "%s/gpunetd", bd);
+  tn_gpunetd_path(bin, sizeof bin);
   snprintf(W.top, sizeof W.top, "/tmp/gn-ids-prov-XXXXXX");
   assert_non_null(mkdtemp(W.top));
   snprintf(W.dir, sizeof W.dir, "%s/data", W.top);
   assert_int_equal(mkdir(W.dir, 0700), 0);
   snprintf(path, sizeof path, "%s/canary", W.top);
   write_file(path, "canary\n");
-  snprintf(path, sizeof path, "%s/identity.key", W.dir);
-  assert_int_equal(gn_identity_generate(&W.prov_id), 0);
-  assert_int_equal(gn_identity_save(W.prov_id, path), 0);
-  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", free_port());
+  tn_identity_for(W.dir, &W.prov_id);
+  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
   W.daemon = fork();
   assert_true(W.daemon >= 0);
   if (W.daemon == 0) {
@@ -164,15 +113,7 @@ static int setup(void **state) {
   for (int i = 0; i < 50 && !W.up; i++) {
     usleep(100000);
     gn_transport_connect(W.tp, W.addr);
-    uint64_t end = gn_mono_ms() + 300;
-    uv_timer_t t;
-    uv_timer_init(&W.loop, &t);
-    uv_timer_start(&t, on_timer, 20, 20);
-    while (!W.up && gn_mono_ms() < end)
-      uv_run(&W.loop, UV_RUN_ONCE);
-    uv_timer_stop(&t);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&W.loop, UV_RUN_NOWAIT);
+    tn_run_until_flag(&W.loop, &W.up, 300);
   }
   if (!W.up) {
     snprintf(path, sizeof path, "tail -n 20 %s/gpunetd.log >&2", W.top);
@@ -196,44 +137,18 @@ static int teardown(void **state) {
   gn_transport_close(W.tp, closed, NULL);
   uv_run(&W.loop, UV_RUN_DEFAULT);
   uv_loop_close(&W.loop);
-  kill(W.daemon, SIGTERM);
-  int status = 0;
-  waitpid(W.daemon, &status, 0);
-  for (size_t i = 0; i < W.inbox_n; i++)
-    gn_buf_done(&W.inbox[i].raw);
+  tn_daemon_stop(W.daemon);
+  tn_inbox_done(&W.in);
   W.prov_id = gn_identity_free(W.prov_id);
   W.req_id = gn_identity_free(W.req_id);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", W.top);
-  return system(cmd) == 0 ? 0 : -1;
-}
-
-static void field_of(const msg *m, const char *key, char *out, size_t cap) {
-  gn_envelope env;
-  gn_wire_doc doc;
-  out[0] = 0;
-  if (gn_envelope_open(m->raw.data, m->raw.len, &env) == 0 && gn_wire_decode(env.body, env.body_len, &doc) == 0) {
-    gn_wire_get_str(doc.root, key, out, cap);
-    gn_wire_doc_done(&doc);
-  }
+  return tn_rm_rf(W.top);
 }
 
 static void rent(gn_agreement *ret_ag) {
   gn_lease_terms t;
   gn_buf env = {0};
   msg m;
-  gn_lease_terms_init(&t);
-  memcpy(t.provider, W.prov_id->pk, GN_PK_LEN);
-  memcpy(t.requester, W.req_id->pk, GN_PK_LEN);
-  snprintf(t.offer_id, sizeof t.offer_id, "o-test");
-  snprintf(t.gpu_model, sizeof t.gpu_model, "NVIDIA GeForce RTX 4090");
-  t.count = 1;
-  t.price_uper_hour = 400000;
-  snprintf(t.currency, sizeof t.currency, "EUR");
-  t.max_s = 3600;
-  t.interval_s = 60;
-  t.requested_s = gn_unix_s();
-  t.simulated = true;
+  tn_lease_terms(&t, W.prov_id, W.req_id, 1, true);
   assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
   assert_int_equal(gn_transport_send(W.tp, W.prov_id->pk, env.data, env.len), 0);
   gn_buf_done(&env);
@@ -244,39 +159,15 @@ static void rent(gn_agreement *ret_ag) {
 
 /* A signed manifest naming any job id (what a hostile requester can send). */
 static void manifest_env(const char *job_id, const char *lease_id, gn_buf *ret) {
-  uint8_t nonce[16];
-  randombytes_buf(nonce, sizeof nonce);
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 12);
-  gn_wire_put_str(&w, "job_id");
-  gn_wire_put_str(&w, job_id);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, lease_id);
-  gn_wire_put_str(&w, "image");
-  gn_wire_put_str(&w, PINNED);
-  gn_wire_put_str(&w, "cmd");
-  gn_wire_put_array(&w, 1);
-  gn_wire_put_str(&w, "true");
-  gn_wire_put_str(&w, "env");
-  gn_wire_put_array(&w, 0);
-  gn_wire_put_str(&w, "memory_mib");
-  gn_wire_put_u64(&w, 64);
-  gn_wire_put_str(&w, "pids");
-  gn_wire_put_u64(&w, 16);
-  gn_wire_put_str(&w, "network");
-  gn_wire_put_bool(&w, false);
-  gn_wire_put_str(&w, "nonce");
-  gn_wire_put_bin(&w, nonce, sizeof nonce);
-  gn_wire_put_str(&w, "issued_s");
-  gn_wire_put_i64(&w, gn_unix_s());
-  gn_wire_put_str(&w, "expires_s");
-  gn_wire_put_i64(&w, gn_unix_s() + 120);
-  gn_wire_put_str(&w, "v");
-  gn_wire_put_u64(&w, GN_PROTO_VERSION);
+  tn_manifest m = {.job_id = job_id,
+                   .lease_id = lease_id,
+                   .image = PINNED,
+                   .memory_mib = 64,
+                   .pids = 16,
+                   .issued_s = gn_unix_s(),
+                   .expires_s = gn_unix_s() + 120};
   gn_buf body = {0};
-  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
-  gn_wire_writer_done(&w);
+  tn_manifest_body(&m, &body);
   assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_MANIFEST, body.data, body.len, ret), 0);
   gn_buf_done(&body);
 }
@@ -292,7 +183,7 @@ static void send_job(const char *job_id, const char *lease_id, char *state, size
   gn_buf_done(&env);
   if (!wait_msg(GN_MSG_JOB_STATUS, 5000, &m))
     fail_msg("no answer to a manifest for job '%s'", job_id);
-  field_of(&m, "state", state, cap);
+  tn_msg_str(&m, "state", state, cap);
   gn_buf_done(&m.raw);
   if (strcmp(state, "rejected") == 0)
     return;
@@ -301,7 +192,7 @@ static void send_job(const char *job_id, const char *lease_id, char *state, size
   while (gn_mono_ms() < end && strcmp(last, "failed") && strcmp(last, "exited") && strcmp(last, "rejected")) {
     if (!wait_msg(GN_MSG_JOB_STATUS, end - gn_mono_ms(), &m))
       break;
-    field_of(&m, "state", last, sizeof last);
+    tn_msg_str(&m, "state", last, sizeof last);
     gn_buf_done(&m.raw);
   }
 }
