@@ -31,13 +31,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "node/helpers.h"
 #include "sandbox/helpers.h"
 
-typedef struct msg {
-  uint32_t type;
-  uint8_t peer[GN_PK_LEN];
-  gn_buf raw;
-} msg;
+typedef tn_msg msg;
 
 typedef struct world {
   char dir[PATH_MAX];
@@ -48,8 +45,7 @@ typedef struct world {
   gn_identity *req_id, *other_id;
   gn_transport *req_tp, *other_tp;
   int up_req, up_other;
-  msg inbox[64];
-  size_t inbox_n;
+  tn_inbox in;
   /* Set before setup by the tests that need them. */
   const char *extra[16]; /* more gpunetd flags */
   bool hide_cgroups;     /* the daemon sees an empty /sys/fs/cgroup (a host without controllers) */
@@ -83,80 +79,24 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
                    size_t len, void *ud) {
   (void)t;
   (void)ud;
-  /* Discovery traffic (peers, offers) is not what these tests look at. */
-  if (env->type < 10 || W.inbox_n >= GN_ARRAY_SIZE(W.inbox))
-    return;
-  msg *m = &W.inbox[W.inbox_n++];
-  memset(m, 0, sizeof *m);
-  m->type = env->type;
-  memcpy(m->peer, peer, GN_PK_LEN);
-  gn_buf_append(&m->raw, raw, len);
-}
-
-static void on_timer(uv_timer_t *t) {
-  (void)t;
+  tn_inbox_add(&W.in, peer, env, raw, len);
 }
 
 /* Runs the loop until a message of `type` arrives (returns it, removed from
  * the inbox; the caller frees raw) or timeout_ms passes (returns 0). */
 static int wait_msg(uint32_t type, uint64_t timeout_ms, msg *ret) {
-  uv_timer_t t;
-  uv_timer_init(&W.loop, &t);
-  uv_timer_start(&t, on_timer, 20, 20);
-  uint64_t end = gn_mono_ms() + timeout_ms;
-  int found = 0;
-  while (!found && gn_mono_ms() < end) {
-    uv_run(&W.loop, UV_RUN_ONCE);
-    for (size_t i = 0; i < W.inbox_n; i++) {
-      if (W.inbox[i].type == type) {
-        *ret = W.inbox[i];
-        memmove(&W.inbox[i], &W.inbox[i + 1], (W.inbox_n - i - 1) * sizeof W.inbox[0]);
-        W.inbox_n--;
-        found = 1;
-        break;
-      }
-    }
-  }
-  uv_timer_stop(&t);
-  uv_close((uv_handle_t *)&t, NULL);
-  uv_run(&W.loop, UV_RUN_NOWAIT);
-  return found;
+  return tn_wait_msg(&W.loop, &W.in, type, NULL, NULL, timeout_ms, ret);
 }
 
 static void run_until(int *flag, uint64_t timeout_ms) {
-  uv_timer_t t;
-  uv_timer_init(&W.loop, &t);
-  uv_timer_start(&t, on_timer, 20, 20);
-  uint64_t end = gn_mono_ms() + timeout_ms;
-  while (!*flag && gn_mono_ms() < end)
-    uv_run(&W.loop, UV_RUN_ONCE);
-  uv_timer_stop(&t);
-  uv_close((uv_handle_t *)&t, NULL);
-  uv_run(&W.loop, UV_RUN_NOWAIT);
-}
-
-/* A port the kernel just handed out on 127.0.0.1, so tests running side by
- * side do not pick the same one. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  assert_true(fd >= 0);
-  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
+  tn_run_until_flag(&W.loop, flag, timeout_ms);
 }
 
 static void start_daemon(void) {
-  char bin[PATH_MAX], key[PATH_MAX + 32];
-  const char *bd = getenv("GN_BUILD_DIR");
-  assert_non_null(bd);
-  snprintf(bin, sizeof bin, "%s/gpunetd", bd);
-  snprintf(key, sizeof key, "%s/identity.key", W.dir);
-  assert_int_equal(gn_identity_generate(&W.prov_id), 0);
-  assert_int_equal(gn_identity_save(W.prov_id, key), 0);
-  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", free_port());
+  char bin[PATH_MAX];
+  tn_gpunetd_path(bin, sizeof bin);
+  tn_identity_for(W.dir, &W.prov_id);
+  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
   W.daemon = fork();
   assert_true(W.daemon >= 0);
   if (W.daemon == 0) {
@@ -251,78 +191,40 @@ static int teardown(void **state) {
   gn_transport_close(W.other_tp, closed, NULL);
   uv_run(&W.loop, UV_RUN_DEFAULT);
   uv_loop_close(&W.loop);
-  int status = 0;
-  if (W.daemon > 0) {
-    kill(W.daemon, SIGTERM);
-    waitpid(W.daemon, &status, 0);
-  }
+  tn_daemon_stop(W.daemon);
   memset(W.extra, 0, sizeof W.extra);
   W.hide_cgroups = false;
   if (W.hang_fd > 0)
     close(W.hang_fd);
   W.hang_fd = 0;
-  for (size_t i = 0; i < W.inbox_n; i++)
-    gn_buf_done(&W.inbox[i].raw);
+  tn_inbox_done(&W.in);
   W.prov_id = gn_identity_free(W.prov_id);
   W.req_id = gn_identity_free(W.req_id);
   W.other_id = gn_identity_free(W.other_id);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", W.dir);
-  if (system(cmd) != 0)
-    return -1;
-  return 0;
+  return tn_rm_rf(W.dir);
 }
 
 /* --- helpers speaking the protocol -----------------------------------------*/
 
 static void terms_for(gn_lease_terms *t, uint32_t count, bool simulated) {
-  gn_lease_terms_init(t);
-  memcpy(t->provider, W.prov_id->pk, GN_PK_LEN);
-  memcpy(t->requester, W.req_id->pk, GN_PK_LEN);
-  snprintf(t->offer_id, sizeof t->offer_id, "o-test");
-  snprintf(t->gpu_model, sizeof t->gpu_model, "NVIDIA GeForce RTX 4090");
-  t->count = count;
-  t->price_uper_hour = 400000;
-  snprintf(t->currency, sizeof t->currency, "EUR");
-  t->max_s = 3600;
-  t->interval_s = 60;
-  t->requested_s = gn_unix_s();
-  t->simulated = simulated;
+  tn_lease_terms(t, W.prov_id, W.req_id, count, simulated);
 }
 
 static char *reason_of(const msg *m) {
   static char reason[256];
-  gn_envelope env;
-  gn_wire_doc doc;
-  reason[0] = 0;
-  if (gn_envelope_open(m->raw.data, m->raw.len, &env) == 0 && gn_wire_decode(env.body, env.body_len, &doc) == 0) {
-    gn_wire_get_str(doc.root, "reason", reason, sizeof reason);
-    gn_wire_doc_done(&doc);
-  }
+  tn_msg_str(m, "reason", reason, sizeof reason);
   return reason;
 }
 
 static char *state_of(const msg *m) {
   static char state[32];
-  gn_envelope env;
-  gn_wire_doc doc;
-  state[0] = 0;
-  if (gn_envelope_open(m->raw.data, m->raw.len, &env) == 0 && gn_wire_decode(env.body, env.body_len, &doc) == 0) {
-    gn_wire_get_str(doc.root, "state", state, sizeof state);
-    gn_wire_doc_done(&doc);
-  }
+  tn_msg_str(m, "state", state, sizeof state);
   return state;
 }
 
 static char *job_of(const msg *m) {
   static char job[64];
-  gn_envelope env;
-  gn_wire_doc doc;
-  job[0] = 0;
-  if (gn_envelope_open(m->raw.data, m->raw.len, &env) == 0 && gn_wire_decode(env.body, env.body_len, &doc) == 0) {
-    gn_wire_get_str(doc.root, "job_id", job, sizeof job);
-    gn_wire_doc_done(&doc);
-  }
+  tn_msg_str(m, "job_id", job, sizeof job);
   return job;
 }
 
@@ -332,17 +234,17 @@ static char *job_of(const msg *m) {
 static bool wait_status(const char *job, const char *state, uint64_t timeout_ms, char *ret_state, char *ret_reason) {
   uint64_t end = gn_mono_ms() + timeout_ms;
   for (;;) {
-    for (size_t i = 0; i < W.inbox_n; i++) {
-      msg *m = &W.inbox[i];
+    for (size_t i = 0; i < W.in.n; i++) {
+      msg *m = &W.in.m[i];
       if (m->type != GN_MSG_JOB_STATUS || strcmp(job_of(m), job) != 0 || (state && strcmp(state_of(m), state) != 0))
         continue;
       if (ret_state)
         snprintf(ret_state, 32, "%s", state_of(m));
       if (ret_reason)
         snprintf(ret_reason, 256, "%s", reason_of(m));
-      gn_buf_done(&m->raw);
-      memmove(&W.inbox[i], &W.inbox[i + 1], (W.inbox_n - i - 1) * sizeof W.inbox[0]);
-      W.inbox_n--;
+      msg taken;
+      tn_inbox_remove(&W.in, i, &taken);
+      gn_buf_done(&taken.raw);
       return true;
     }
     if (gn_mono_ms() >= end)
@@ -368,61 +270,30 @@ static void rent(gn_agreement *ret_ag, gn_buf *ret_env) {
 }
 
 /* The command of the manifests sent next ("true" when manifest_cmd[0] is
- * NULL). */
-static const char *manifest_cmd[8];
+ * NULL); NULL-terminated (the ninth is always NULL). */
+static const char *manifest_cmd[9];
 
 /* A manifest asking for memory_mib and pids; the job id goes to ret_job
  * (32 bytes) when not NULL. */
 static void manifest_env_ex(const gn_identity *signer, const char *lease_id, const char *image, int64_t expires_delta,
                             uint64_t memory_mib, uint64_t pids, char *ret_job, gn_buf *ret) {
-  uint8_t nonce[16], rnd[6];
+  uint8_t rnd[6];
   char job[32], hex[13];
-  randombytes_buf(nonce, sizeof nonce);
   randombytes_buf(rnd, sizeof rnd);
   sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
   snprintf(job, sizeof job, "j-%s", hex);
   if (ret_job)
     snprintf(ret_job, 32, "%s", job);
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 12);
-  gn_wire_put_str(&w, "job_id");
-  gn_wire_put_str(&w, job);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, lease_id);
-  gn_wire_put_str(&w, "image");
-  gn_wire_put_str(&w, image);
-  gn_wire_put_str(&w, "cmd");
-  if (manifest_cmd[0]) {
-    uint32_t argc = 0;
-    while (argc < GN_ARRAY_SIZE(manifest_cmd) && manifest_cmd[argc])
-      argc++;
-    gn_wire_put_array(&w, argc);
-    for (uint32_t i = 0; i < argc; i++)
-      gn_wire_put_str(&w, manifest_cmd[i]);
-  } else {
-    gn_wire_put_array(&w, 1);
-    gn_wire_put_str(&w, "true");
-  }
-  gn_wire_put_str(&w, "env");
-  gn_wire_put_array(&w, 0);
-  gn_wire_put_str(&w, "memory_mib");
-  gn_wire_put_u64(&w, memory_mib);
-  gn_wire_put_str(&w, "pids");
-  gn_wire_put_u64(&w, pids);
-  gn_wire_put_str(&w, "network");
-  gn_wire_put_bool(&w, false);
-  gn_wire_put_str(&w, "nonce");
-  gn_wire_put_bin(&w, nonce, sizeof nonce);
-  gn_wire_put_str(&w, "issued_s");
-  gn_wire_put_i64(&w, gn_unix_s());
-  gn_wire_put_str(&w, "expires_s");
-  gn_wire_put_i64(&w, gn_unix_s() + expires_delta);
-  gn_wire_put_str(&w, "v");
-  gn_wire_put_u64(&w, GN_PROTO_VERSION);
+  tn_manifest m = {.job_id = job,
+                   .lease_id = lease_id,
+                   .image = image,
+                   .cmd = manifest_cmd[0] ? manifest_cmd : NULL,
+                   .memory_mib = memory_mib,
+                   .pids = pids,
+                   .issued_s = gn_unix_s(),
+                   .expires_s = gn_unix_s() + expires_delta};
   gn_buf body = {0};
-  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
-  gn_wire_writer_done(&w);
+  tn_manifest_body(&m, &body);
   assert_int_equal(gn_envelope_seal(signer, GN_MSG_JOB_MANIFEST, body.data, body.len, ret), 0);
   gn_buf_done(&body);
 }
