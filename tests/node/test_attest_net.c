@@ -18,24 +18,17 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
+
+#include "node/helpers.h"
 
 #define TIMEOUT_MS 3000 /* the requester's GN_ATTEST_TIMEOUT_MS */
 
-typedef struct msg {
-  uint32_t type;
-  gn_buf raw;
-} msg;
+typedef tn_msg msg;
 
 /* One control API call, run on its own thread: curl blocks. */
 typedef struct call {
@@ -57,24 +50,10 @@ typedef struct world {
   gn_transport *tp;
   int up;
   char offer_id[GN_OFFER_ID_STRLEN];
-  msg inbox[64];
-  size_t inbox_n;
+  tn_inbox in;
 } world;
 
 static world W;
-
-/* A port the kernel just handed out on 127.0.0.1, so tests running side by
- * side do not pick the same one. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  assert_true(fd >= 0);
-  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
   (void)t, (void)addr, (void)ud;
@@ -90,51 +69,24 @@ static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
 
 static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
                    size_t len, void *ud) {
-  (void)t, (void)peer, (void)ud;
-  /* Discovery traffic (peers, offers) is not what these tests look at. */
-  if (env->type < 10 || W.inbox_n >= GN_ARRAY_SIZE(W.inbox))
-    return;
-  msg *m = &W.inbox[W.inbox_n++];
-  memset(m, 0, sizeof *m);
-  m->type = env->type;
-  gn_buf_append(&m->raw, raw, len);
+  (void)t, (void)ud;
+  tn_inbox_add(&W.in, peer, env, raw, len);
 }
 
-static void on_timer(uv_timer_t *t) {
-  (void)t;
+static bool call_done(void *ud) {
+  const call *c = ud;
+  return c && atomic_load(&c->done);
 }
 
 /* Runs the loop until a message of `type` arrives (returned, removed from
  * the inbox; the caller frees raw), the call c is done (when c is not NULL),
  * or timeout_ms passes. Returns 1 when the message came. */
 static int wait_msg(uint32_t type, const call *c, uint64_t timeout_ms, msg *ret) {
-  uv_timer_t t;
-  uv_timer_init(&W.loop, &t);
-  uv_timer_start(&t, on_timer, 20, 20);
-  uint64_t end = gn_mono_ms() + timeout_ms;
-  int found = 0;
-  while (!found && gn_mono_ms() < end && !(c && atomic_load(&c->done))) {
-    uv_run(&W.loop, UV_RUN_ONCE);
-    for (size_t i = 0; i < W.inbox_n && !found; i++) {
-      if (W.inbox[i].type == type) {
-        *ret = W.inbox[i];
-        memmove(&W.inbox[i], &W.inbox[i + 1], (W.inbox_n - i - 1) * sizeof W.inbox[0]);
-        W.inbox_n--;
-        found = 1;
-      }
-    }
-  }
-  uv_timer_stop(&t);
-  uv_close((uv_handle_t *)&t, NULL);
-  uv_run(&W.loop, UV_RUN_NOWAIT);
-  return found;
+  return tn_wait_msg(&W.loop, &W.in, type, call_done, (void *)c, timeout_ms, ret);
 }
 
 static bool inbox_has(uint32_t type) {
-  for (size_t i = 0; i < W.inbox_n; i++)
-    if (W.inbox[i].type == type)
-      return true;
-  return false;
+  return tn_inbox_has(&W.in, type);
 }
 
 /* --- the control API --------------------------------------------------------*/
@@ -270,14 +222,10 @@ static void publish_offer(bool simulated) {
 /* --- setup ------------------------------------------------------------------*/
 
 static void start_daemon(void) {
-  char bin[PATH_MAX], key[PATH_MAX + 32];
-  const char *bd = getenv("GN_BUILD_DIR");
-  assert_non_null(bd);
-  snprintf(bin, sizeof bin, "%s/gpunetd", bd);
-  snprintf(key, sizeof key, "%s/identity.key", W.dir);
-  assert_int_equal(gn_identity_generate(&W.req_id), 0);
-  assert_int_equal(gn_identity_save(W.req_id, key), 0);
-  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", free_port());
+  char bin[PATH_MAX];
+  tn_gpunetd_path(bin, sizeof bin);
+  tn_identity_for(W.dir, &W.req_id);
+  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
   snprintf(W.sock, sizeof W.sock, "%s/gpunetd.sock", W.dir);
   W.daemon = fork();
   assert_true(W.daemon >= 0);
@@ -338,16 +286,11 @@ static int teardown(void **state) {
   gn_transport_close(W.tp, closed, NULL);
   uv_run(&W.loop, UV_RUN_DEFAULT);
   uv_loop_close(&W.loop);
-  kill(W.daemon, SIGTERM);
-  int status = 0;
-  waitpid(W.daemon, &status, 0);
-  for (size_t i = 0; i < W.inbox_n; i++)
-    gn_buf_done(&W.inbox[i].raw);
+  tn_daemon_stop(W.daemon);
+  tn_inbox_done(&W.in);
   W.req_id = gn_identity_free(W.req_id);
   W.prov_id = gn_identity_free(W.prov_id);
-  char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", W.dir);
-  return system(cmd) == 0 ? 0 : -1;
+  return tn_rm_rf(W.dir);
 }
 
 /* --- tests ------------------------------------------------------------------*/
