@@ -182,6 +182,24 @@ static inline int tn_rm_rf(const char *dir) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
+static void tn__closed(void *ud) {
+  (void)ud;
+}
+
+/* Ends a test's world: closes its transports, runs the loop until they are
+ * gone and closes it, stops the daemon, frees what the inbox holds and
+ * removes dir. Returns 0, or -1 when dir could not be removed. */
+static inline int tn_world_end(uv_loop_t *loop, gn_transport *const *tps, size_t n_tps, pid_t daemon, tn_inbox *in,
+                               const char *dir) {
+  for (size_t i = 0; i < n_tps; i++)
+    gn_transport_close(tps[i], tn__closed, NULL);
+  uv_run(loop, UV_RUN_DEFAULT);
+  uv_loop_close(loop);
+  tn_daemon_stop(daemon);
+  tn_inbox_done(in);
+  return tn_rm_rf(dir);
+}
+
 /* The string `key` of a message's body ("" when it has none). */
 static inline void tn_msg_str(const tn_msg *m, const char *key, char *out, size_t cap) {
   gn_envelope env;

@@ -128,20 +128,12 @@ static int setup(void **state) {
   return 0;
 }
 
-static void closed(void *ud) {
-  (void)ud;
-}
-
 static int teardown(void **state) {
   (void)state;
-  gn_transport_close(W.tp, closed, NULL);
-  uv_run(&W.loop, UV_RUN_DEFAULT);
-  uv_loop_close(&W.loop);
-  tn_daemon_stop(W.daemon);
-  tn_inbox_done(&W.in);
+  int rc = tn_world_end(&W.loop, &W.tp, 1, W.daemon, &W.in, W.top);
   W.prov_id = gn_identity_free(W.prov_id);
   W.req_id = gn_identity_free(W.req_id);
-  return tn_rm_rf(W.top);
+  return rc;
 }
 
 static void rent(gn_agreement *ret_ag) {

@@ -181,27 +181,19 @@ static int setup(void **state) {
   return 0;
 }
 
-static void closed(void *ud) {
-  (void)ud;
-}
-
 static int teardown(void **state) {
   (void)state;
-  gn_transport_close(W.req_tp, closed, NULL);
-  gn_transport_close(W.other_tp, closed, NULL);
-  uv_run(&W.loop, UV_RUN_DEFAULT);
-  uv_loop_close(&W.loop);
-  tn_daemon_stop(W.daemon);
+  gn_transport *tps[] = {W.req_tp, W.other_tp};
+  int rc = tn_world_end(&W.loop, tps, GN_ARRAY_SIZE(tps), W.daemon, &W.in, W.dir);
   memset(W.extra, 0, sizeof W.extra);
   W.hide_cgroups = false;
   if (W.hang_fd > 0)
     close(W.hang_fd);
   W.hang_fd = 0;
-  tn_inbox_done(&W.in);
   W.prov_id = gn_identity_free(W.prov_id);
   W.req_id = gn_identity_free(W.req_id);
   W.other_id = gn_identity_free(W.other_id);
-  return tn_rm_rf(W.dir);
+  return rc;
 }
 
 /* --- helpers speaking the protocol -----------------------------------------*/
