@@ -24,7 +24,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   gn_offer o;
   memset(&o, 0, sizeof(o));
   memcpy(&o, data, size < sizeof(o) ? size : sizeof(o));
+  /* A decoded offer's bools are 0 or 1 (the decoder reads msgpack bools);
+   * raw bytes in them would be the harness's undefined behaviour, not the
+   * filter's. */
   o.simulated = size & 1;
+  o.no_userns = (size >> 1) & 1;
+  o.unenforced_limits = (size >> 2) & 1;
   (void)gn_filter_match(&f, &o);
   return 0;
 }
