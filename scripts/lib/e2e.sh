@@ -1,10 +1,13 @@
 # Shell helpers shared by the e2e tests (tests/e2e/test_*.sh): the skip
 # check, the work folder and its cleanup, ok/fail reporting, a registry on
 # loopback with a busybox image, the bootstrap/provider/requester daemons,
-# waiting for an offer and renting. Source it after common.sh and nodes.sh;
-# it defines functions only. The variables they set are the tests' own
-# vocabulary: work, nodes, R, P, pass, keep, reg_port, image, p_boot,
-# p_prov, p_req, prov_args, lease.
+# waiting for an offer and renting. Source it (it sources common.sh and
+# nodes.sh beside it); it defines functions only. The variables they set are
+# the tests' own vocabulary: work, nodes, R, P, pass, keep, reg_port, image,
+# p_boot, p_prov, p_req, prov_args, lease.
+
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/nodes.sh"
 
 # The registry script, found beside this file (scripts/lib/../registry).
 gn_e2e_registry_cmd() {
@@ -21,7 +24,8 @@ gn_e2e_need_root_runc() {
 }
 
 # gn_e2e_setup TAG NODE...: makes the work folder $work
-# (/tmp/gn-e2e-TAG-XXXXXX), the nodes' data dirs go under $nodes (R and P
+# (/tmp/gn-e2e-TAG-XXXXXX, mode 711: jobs run as unprivileged uids and must
+# reach their roots below), the nodes' data dirs go under $nodes (R and P
 # name the requester's and the provider's), pass=0. On exit it stops each
 # NODE (in that order) and the registry if one was started, and removes
 # $work unless keep=1 (fail sets it). fail prints the NODEs' logs.
@@ -30,6 +34,7 @@ gn_e2e_setup() {
   shift
   gn_e2e_nodes=("$@")
   work=$(mktemp -d "/tmp/gn-e2e-$tag-XXXXXX")
+  chmod 711 "$work"
   nodes=$work/nodes
   R=$nodes/requester
   P=$nodes/provider
@@ -63,6 +68,9 @@ ok() {
   pass=$((pass + 1))
   echo "ok $pass - $*"
 }
+
+# now_ms: the wall clock in milliseconds.
+now_ms() { date +%s%3N; }
 
 # gn_e2e_registry_start: a registry on a free loopback port, its data in
 # $work/registry; sets reg_port. Returns non-zero when it did not start.

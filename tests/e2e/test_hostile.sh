@@ -14,8 +14,6 @@
 set -uo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
-. "$src/scripts/lib/common.sh"
-. "$src/scripts/lib/nodes.sh"
 . "$src/scripts/lib/e2e.sh"
 . "$src/scripts/lib/hostile.sh"
 

@@ -7,8 +7,6 @@
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
-. "$src/scripts/lib/common.sh"
-. "$src/scripts/lib/nodes.sh"
 . "$src/scripts/lib/e2e.sh"
 
 if ! curl --help all 2>/dev/null | grep -q -- --unix-socket; then

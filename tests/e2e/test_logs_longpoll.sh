@@ -6,14 +6,10 @@
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
-. "$src/scripts/lib/common.sh"
-. "$src/scripts/lib/nodes.sh"
 . "$src/scripts/lib/e2e.sh"
 
 gn_e2e_need_root_runc
 gn_e2e_setup logs requester provider
-chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
-now_ms() { date +%s%3N; }
 # api PATH: GET on the requester's control socket, the JSON answer on stdout.
 api() { curl -sS --max-time 60 --unix-socket "$R/gpunetd.sock" "http://gpunetd$1"; }
 

@@ -5,8 +5,6 @@
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
-. "$src/scripts/lib/common.sh"
-. "$src/scripts/lib/nodes.sh"
 . "$src/scripts/lib/e2e.sh"
 
 gn_e2e_need_root_runc

@@ -8,14 +8,10 @@
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
-. "$src/scripts/lib/common.sh"
-. "$src/scripts/lib/nodes.sh"
 . "$src/scripts/lib/e2e.sh"
 
 gn_e2e_need_root_runc
 gn_e2e_setup tags requester provider
-chmod 711 "$work" # jobs run as unprivileged uids and must reach their roots below
-now_ms() { date +%s%3N; }
 
 gn_e2e_registry_start || fail "the registry did not start"
 reg=http://127.0.0.1:$reg_port
