@@ -178,9 +178,117 @@ static inline void th_registry_stop(th_registry *r) {
   r->dir = NULL;
 }
 
+/* Starts r for a test program's group setup: 0, or -1 (said on stderr,
+ * whatever had started stopped again). */
+static inline int th_registry_setup(th_registry *r) {
+  if (th_registry_start(r) < 0) {
+    fprintf(stderr, "cannot start a test registry with scripts/registry\n");
+    th_registry_stop(r);
+    return -1;
+  }
+  return 0;
+}
+
 /* Where docker-registry keeps a blob's bytes. */
 static inline void th_registry_blob_path(const th_registry *r, const char *digest, char *out, size_t cap) {
   snprintf(out, cap, "%s/data/docker/registry/v2/blobs/sha256/%.2s/%s/data", r->dir, digest + 7, digest + 7);
 }
+
+#ifdef GPUNET_SANDBOX_H
+/* The provider's store as the tests run it: the test registries listen on
+ * 127.0.0.1, which only an allow list admits. */
+static inline int th_store_open_loopback(const char *dir, gn_store **ret) {
+  static const char *const allow[] = {"127.0.0.1", NULL};
+  gn_store_limits lim = {.registry_allow = allow};
+  int rc = gn_store_open(dir, ret);
+  if (rc == 0 && (rc = gn_store_set_limits(*ret, &lim)) < 0)
+    *ret = gn_store_free(*ret);
+  return rc;
+}
+#endif
+
+#if defined(GPUNET_SANDBOX_H) && defined(CMOCKA_H_)
+/* Why the container tests cannot run here, or NULL when they can: they
+ * need root (need_root says what for) and an OCI runtime (runtime names
+ * one, NULL takes what is there), which goes to rt. */
+static inline const char *th_containers_skip(const char *need_root, const char *runtime, gn_runtime *rt) {
+  char err[512] = "";
+  if (geteuid() != 0)
+    return need_root;
+  if (gn_runtime_detect(runtime, rt, err, sizeof(err)) < 0)
+    return "no OCI runtime (runc or crun) here";
+  return NULL;
+}
+
+/* Skips the running test when reason is not NULL, saying why. */
+#define TH_SKIP_IF(reason)                                                                                             \
+  do {                                                                                                                 \
+    if (reason) {                                                                                                      \
+      fprintf(stderr, "skipped: %s\n", reason);                                                                        \
+      skip();                                                                                                          \
+    }                                                                                                                  \
+  } while (0)
+
+/* What a container run to its end left: exit status, output, run time. */
+typedef struct th_job_result {
+  int status;
+  char out[4096];
+  char errout[4096];
+  uint64_t ms;
+} th_job_result;
+
+/* Runs the bundle in `bundle` (already written) as container id with rt,
+ * its state under state_dir, stdin /dev/null, stdout and stderr kept in
+ * bundle/stdout and bundle/stderr and copied into res. */
+static inline void th_run_bundle(const gn_runtime *rt, const char *state_dir, const char *bundle, const char *id,
+                                 th_job_result *res) {
+  char outp[600], errp[600];
+  char **argv = NULL;
+  assert_int_equal(gn_runtime_argv_run(rt, state_dir, bundle, id, &argv), 0);
+  snprintf(outp, sizeof(outp), "%s/stdout", bundle);
+  snprintf(errp, sizeof(errp), "%s/stderr", bundle);
+  int in = open("/dev/null", O_RDONLY);
+  int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  int errfd = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  assert_true(in >= 0 && out >= 0 && errfd >= 0);
+  uint64_t t0 = gn_mono_ms();
+  assert_int_equal(gn_runtime_exec_io(argv, in, out, errfd, &res->status), 0);
+  res->ms = gn_mono_ms() - t0;
+  close(in);
+  close(out);
+  close(errfd);
+  gn_argv_free(argv);
+  char *o = th_read_file(outp, NULL), *e = th_read_file(errp, NULL);
+  snprintf(res->out, sizeof(res->out), "%s", o ? o : "");
+  snprintf(res->errout, sizeof(res->errout), "%s", e ? e : "");
+  free(o);
+  free(e);
+}
+#endif
+
+#ifdef JANSSON_H
+/* The first object of array a whose string `key` is value, or NULL. */
+static inline json_t *th_json_find_by(json_t *a, const char *key, const char *value) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(a, i, v) {
+    json_t *k = json_object_get(v, key);
+    if (json_is_string(k) && strcmp(json_string_value(k), value) == 0)
+      return v;
+  }
+  return NULL;
+}
+
+/* Whether array a holds the string s. */
+static inline bool th_json_has_string(json_t *a, const char *s) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(a, i, v) {
+    if (json_is_string(v) && strcmp(json_string_value(v), s) == 0)
+      return true;
+  }
+  return false;
+}
+#endif
 
 #endif

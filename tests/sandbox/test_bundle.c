@@ -38,27 +38,6 @@ static void done(json_t *j, char *dir) {
   free(dir);
 }
 
-static bool array_has_string(json_t *a, const char *s) {
-  size_t i;
-  json_t *v;
-  json_array_foreach(a, i, v) {
-    if (json_is_string(v) && strcmp(json_string_value(v), s) == 0)
-      return true;
-  }
-  return false;
-}
-
-static json_t *find_by(json_t *a, const char *key, const char *value) {
-  size_t i;
-  json_t *v;
-  json_array_foreach(a, i, v) {
-    json_t *k = json_object_get(v, key);
-    if (json_is_string(k) && strcmp(json_string_value(k), value) == 0)
-      return v;
-  }
-  return NULL;
-}
-
 static void test_bundle_process_is_unprivileged(void **state) {
   (void)state;
   char *dir;
@@ -75,7 +54,7 @@ static void test_bundle_process_is_unprivileged(void **state) {
   assert_int_equal(json_array_size(json_object_get(p, "args")), 2);
   assert_string_equal(json_string_value(json_object_get(p, "cwd")), "/work");
   json_t *env = json_object_get(p, "env");
-  assert_true(array_has_string(env, "FOO=bar"));
+  assert_true(th_json_has_string(env, "FOO=bar"));
   assert_true(json_string_length(json_array_get(env, 0)) > 5); /* a default PATH was added */
   assert_true(strncmp(json_string_value(json_array_get(env, 0)), "PATH=", 5) == 0);
   json_t *caps = json_object_get(p, "capabilities");
@@ -86,8 +65,8 @@ static void test_bundle_process_is_unprivileged(void **state) {
     assert_int_equal(json_array_size(set), 0);
   }
   json_t *rl = json_object_get(p, "rlimits");
-  json_t *nofile = find_by(rl, "type", "RLIMIT_NOFILE");
-  json_t *core = find_by(rl, "type", "RLIMIT_CORE");
+  json_t *nofile = th_json_find_by(rl, "type", "RLIMIT_NOFILE");
+  json_t *core = th_json_find_by(rl, "type", "RLIMIT_CORE");
   assert_non_null(nofile);
   assert_non_null(core);
   assert_int_equal(json_integer_value(json_object_get(nofile, "soft")), 4096);
@@ -111,18 +90,18 @@ static void test_bundle_root_is_readonly_with_tmpfs_tmp(void **state) {
                                         {"/dev/shm", "tmpfs"}, {"/dev/mqueue", "mqueue"}, {"/sys", "sysfs"},
                                         {"/tmp", "tmpfs"}};
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-    json_t *m = find_by(mounts, "destination", want[i][0]);
+    json_t *m = th_json_find_by(mounts, "destination", want[i][0]);
     if (!m)
       fail_msg("no mount at %s", want[i][0]);
     assert_string_equal(json_string_value(json_object_get(m, "type")), want[i][1]);
   }
-  json_t *sys = json_object_get(find_by(mounts, "destination", "/sys"), "options");
-  assert_true(array_has_string(sys, "ro"));
-  json_t *tmp = json_object_get(find_by(mounts, "destination", "/tmp"), "options");
-  assert_true(array_has_string(tmp, "nosuid"));
-  assert_true(array_has_string(tmp, "nodev"));
-  assert_true(array_has_string(tmp, "size=64m"));
-  assert_false(array_has_string(tmp, "ro"));
+  json_t *sys = json_object_get(th_json_find_by(mounts, "destination", "/sys"), "options");
+  assert_true(th_json_has_string(sys, "ro"));
+  json_t *tmp = json_object_get(th_json_find_by(mounts, "destination", "/tmp"), "options");
+  assert_true(th_json_has_string(tmp, "nosuid"));
+  assert_true(th_json_has_string(tmp, "nodev"));
+  assert_true(th_json_has_string(tmp, "size=64m"));
+  assert_false(th_json_has_string(tmp, "ro"));
   done(j, dir);
 }
 
@@ -137,18 +116,18 @@ static void test_bundle_has_new_namespaces_and_masks(void **state) {
     json_t *ns = json_object_get(lx, "namespaces");
     const char *want[] = {"pid", "ipc", "uts", "mount", "network", "cgroup"};
     for (size_t i = 0; i < 6; i++) {
-      json_t *n = find_by(ns, "type", want[i]);
+      json_t *n = th_json_find_by(ns, "type", want[i]);
       if (!n)
         fail_msg("no %s namespace (network=%d)", want[i], network);
       assert_null(json_object_get(n, "path")); /* new, never joined */
     }
-    assert_true(array_has_string(json_object_get(lx, "maskedPaths"), "/proc/kcore"));
-    assert_true(array_has_string(json_object_get(lx, "maskedPaths"), "/sys/firmware"));
-    assert_true(array_has_string(json_object_get(lx, "readonlyPaths"), "/proc/sys"));
-    assert_true(array_has_string(json_object_get(lx, "readonlyPaths"), "/proc/sysrq-trigger"));
-    assert_true(array_has_string(json_object_get(lx, "maskedPaths"), "/proc/driver/nvidia"));
-    assert_true(array_has_string(json_object_get(lx, "maskedPaths"), "/sys/devices/virtual/powercap"));
-    assert_null(find_by(ns, "type", "user")); /* only with spec.id_count */
+    assert_true(th_json_has_string(json_object_get(lx, "maskedPaths"), "/proc/kcore"));
+    assert_true(th_json_has_string(json_object_get(lx, "maskedPaths"), "/sys/firmware"));
+    assert_true(th_json_has_string(json_object_get(lx, "readonlyPaths"), "/proc/sys"));
+    assert_true(th_json_has_string(json_object_get(lx, "readonlyPaths"), "/proc/sysrq-trigger"));
+    assert_true(th_json_has_string(json_object_get(lx, "maskedPaths"), "/proc/driver/nvidia"));
+    assert_true(th_json_has_string(json_object_get(lx, "maskedPaths"), "/sys/devices/virtual/powercap"));
+    assert_null(th_json_find_by(ns, "type", "user")); /* only with spec.id_count */
     assert_null(json_object_get(lx, "uidMappings"));
     done(j, dir);
   }
@@ -194,8 +173,29 @@ static void test_bundle_devices_default_deny_plus_gpu_nodes(void **state) {
   assert_string_equal(json_string_value(json_object_get(d, "type")), "c");
   assert_int_equal(json_integer_value(json_object_get(d, "major")), 1);
   assert_int_equal(json_integer_value(json_object_get(d, "minor")), 3);
-  assert_true(array_has_string(json_object_get(json_object_get(j, "process"), "env"), "NVIDIA_VISIBLE_DEVICES=0,1"));
+  assert_true(th_json_has_string(json_object_get(json_object_get(j, "process"), "env"), "NVIDIA_VISIBLE_DEVICES=0,1"));
   done(j, dir);
+}
+
+/* A spec gn_bundle_write must refuse, and the code it must refuse it with. */
+typedef struct bad_spec {
+  gn_bundle_spec spec;
+  int code;
+} bad_spec;
+
+/* Each spec is refused with its code, and no config.json is left. */
+static void expect_refused(const char *tag, const bad_spec *cases, size_t n) {
+  char *dir = th_mkdtemp(tag);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/config.json", dir);
+  for (size_t i = 0; i < n; i++) {
+    int rc = gn_bundle_write(dir, &cases[i].spec);
+    if (rc != cases[i].code)
+      fail_msg("case %zu: got %d, wanted %d", i, rc, cases[i].code);
+    assert_false(th_exists(path));
+  }
+  th_rm_rf(dir);
+  free(dir);
 }
 
 static void test_bundle_refuses_bad_specs(void **state) {
@@ -206,10 +206,7 @@ static void test_bundle_refuses_bad_specs(void **state) {
   const char *const dir_dev[] = {"/dev/", NULL};
   const char *const escape_dev[] = {"/dev/../etc/passwd", NULL};
   const char *const missing_dev[] = {"/dev/nvidia-does-not-exist", NULL};
-  struct {
-    gn_bundle_spec spec;
-    int code;
-  } cases[] = {
+  const bad_spec cases[] = {
       {{.argv = NULL}, GN_EINVAL},
       {{.argv = empty_argv}, GN_EINVAL},
       {{.argv = argv_echo, .env = bad_env}, GN_EINVAL},
@@ -222,17 +219,7 @@ static void test_bundle_refuses_bad_specs(void **state) {
       {{.argv = argv_echo, .devices = escape_dev}, GN_EINVAL},
       {{.argv = argv_echo, .devices = missing_dev}, -ENOENT},
   };
-  char *dir = th_mkdtemp("badbundle");
-  char path[512];
-  snprintf(path, sizeof(path), "%s/config.json", dir);
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    int rc = gn_bundle_write(dir, &cases[i].spec);
-    if (rc != cases[i].code)
-      fail_msg("case %zu: got %d, wanted %d", i, rc, cases[i].code);
-    assert_false(th_exists(path));
-  }
-  th_rm_rf(dir);
-  free(dir);
+  expect_refused("badbundle", cases, GN_ARRAY_SIZE(cases));
 }
 
 /* Calls the profile must refuse: none of them may appear in an ALLOW rule. */
@@ -322,7 +309,7 @@ static size_t rules_for(json_t *syscalls, const char *call, json_t **ret, size_t
   size_t n = 0, i;
   json_t *r;
   json_array_foreach(syscalls, i, r) {
-    if (array_has_string(json_object_get(r, "names"), call) && n < cap)
+    if (th_json_has_string(json_object_get(r, "names"), call) && n < cap)
       ret[n++] = r;
   }
   return n;
@@ -343,11 +330,11 @@ static void test_bundle_seccomp_refuses_dangerous_calls(void **state) {
   assert_int_equal(json_integer_value(json_object_get(sc, "defaultErrnoRet")), 1); /* EPERM */
 #if defined(__x86_64__)
   json_t *arches = json_object_get(sc, "architectures");
-  assert_true(array_has_string(arches, "SCMP_ARCH_X86_64"));
-  assert_true(array_has_string(arches, "SCMP_ARCH_X86"));
-  assert_true(array_has_string(arches, "SCMP_ARCH_X32"));
+  assert_true(th_json_has_string(arches, "SCMP_ARCH_X86_64"));
+  assert_true(th_json_has_string(arches, "SCMP_ARCH_X86"));
+  assert_true(th_json_has_string(arches, "SCMP_ARCH_X32"));
 #elif defined(__aarch64__)
-  assert_true(array_has_string(json_object_get(sc, "architectures"), "SCMP_ARCH_AARCH64"));
+  assert_true(th_json_has_string(json_object_get(sc, "architectures"), "SCMP_ARCH_AARCH64"));
 #endif
   json_t *syscalls = json_object_get(sc, "syscalls");
   json_t *found[16];
@@ -399,7 +386,7 @@ static void test_bundle_user_namespace_maps_ids(void **state) {
   gn_bundle_spec spec = {.argv = argv_echo, .uid_base = 200000, .gid_base = 300000, .id_count = 65536};
   json_t *j = write_and_load(&spec, &dir);
   json_t *lx = json_object_get(j, "linux");
-  json_t *user = find_by(json_object_get(lx, "namespaces"), "type", "user");
+  json_t *user = th_json_find_by(json_object_get(lx, "namespaces"), "type", "user");
   assert_non_null(user);
   assert_null(json_object_get(user, "path"));
   const char *maps[] = {"uidMappings", "gidMappings"};
@@ -421,8 +408,8 @@ static void test_bundle_user_namespace_maps_ids(void **state) {
   assert_int_equal(stat(dir, &st), 0);
   assert_int_equal(st.st_mode & 0777, 0711);
   /* devpts keeps gid=5, which the range maps. */
-  json_t *pts = json_object_get(find_by(json_object_get(j, "mounts"), "destination", "/dev/pts"), "options");
-  assert_true(array_has_string(pts, "gid=5"));
+  json_t *pts = json_object_get(th_json_find_by(json_object_get(j, "mounts"), "destination", "/dev/pts"), "options");
+  assert_true(th_json_has_string(pts, "gid=5"));
   done(j, dir);
 }
 
@@ -479,7 +466,7 @@ static void test_bundle_dev_nodes_from_source_numbers(void **state) {
   gn_bundle_spec spec = {.argv = argv_echo, .dev_nodes = nodes, .n_dev_nodes = 1};
   json_t *j = write_and_load(&spec, &dir);
   json_t *lx = json_object_get(j, "linux");
-  json_t *d = find_by(json_object_get(lx, "devices"), "path", "/dev/nvidiactl");
+  json_t *d = th_json_find_by(json_object_get(lx, "devices"), "path", "/dev/nvidiactl");
   assert_non_null(d);
   assert_string_equal(json_string_value(json_object_get(d, "type")), "c");
   assert_int_equal(json_integer_value(json_object_get(d, "major")), 195);
@@ -498,8 +485,8 @@ static void test_bundle_dev_nodes_from_source_numbers(void **state) {
   spec.id_count = 65536;
   j = write_and_load(&spec, &dir);
   lx = json_object_get(j, "linux");
-  assert_null(find_by(json_object_get(lx, "devices"), "path", "/dev/nvidiactl"));
-  json_t *m = find_by(json_object_get(j, "mounts"), "destination", "/dev/nvidiactl");
+  assert_null(th_json_find_by(json_object_get(lx, "devices"), "path", "/dev/nvidiactl"));
+  json_t *m = th_json_find_by(json_object_get(j, "mounts"), "destination", "/dev/nvidiactl");
   assert_non_null(m);
   assert_string_equal(json_string_value(json_object_get(m, "source")), node);
   assert_string_equal(json_string_value(json_object_get(m, "type")), "bind");
@@ -523,7 +510,7 @@ static void test_bundle_ro_binds_are_read_only_binds(void **state) {
   json_t *j = write_and_load(&spec, &dir);
   json_t *mounts = json_object_get(j, "mounts");
   for (size_t i = 0; i < 2; i++) {
-    json_t *m = find_by(mounts, "destination", binds[i].dest);
+    json_t *m = th_json_find_by(mounts, "destination", binds[i].dest);
     if (!m)
       fail_msg("no mount at %s", binds[i].dest);
     assert_string_equal(json_string_value(json_object_get(m, "type")), "bind");
@@ -531,7 +518,7 @@ static void test_bundle_ro_binds_are_read_only_binds(void **state) {
     json_t *o = json_object_get(m, "options");
     const char *want[] = {"bind", "rbind", "ro", "nosuid", "nodev"};
     for (size_t k = 0; k < 5; k++)
-      assert_true(array_has_string(o, want[k]));
+      assert_true(th_json_has_string(o, want[k]));
   }
   done(j, dir);
 }
@@ -557,10 +544,7 @@ static void test_bundle_refuses_bad_isolation_specs(void **state) {
   gn_bundle_bind ro_sys[] = {{.source = "/etc", .dest = "/sys/fs"}};
   gn_bundle_bind ro_missing[] = {{.source = "/gn-no-such-lib.so", .dest = "/usr/lib/x.so"}};
   gn_bundle_bind ro_ctl[] = {{.source = "/etc/passwd", .dest = "/usr/lib/a\nb"}};
-  struct {
-    gn_bundle_spec spec;
-    int code;
-  } cases[] = {
+  const bad_spec cases[] = {
       {{.argv = argv_echo, .dev_nodes = not_chr, .n_dev_nodes = 1}, GN_EINVAL},
       {{.argv = argv_echo, .dev_nodes = dir_src, .n_dev_nodes = 1}, GN_EINVAL},
       {{.argv = argv_echo, .dev_nodes = missing, .n_dev_nodes = 1}, -ENOENT},
@@ -588,17 +572,7 @@ static void test_bundle_refuses_bad_isolation_specs(void **state) {
       {{.argv = argv_echo, .cpu_period_us = 100000, .cgroup_limits = true}, GN_EINVAL},
       {{.argv = argv_echo, .cpu_quota_us = 100000, .cpu_period_us = 2000000, .cgroup_limits = true}, GN_EINVAL},
   };
-  char *dir = th_mkdtemp("badiso-bundle");
-  char path[512];
-  snprintf(path, sizeof(path), "%s/config.json", dir);
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    int rc = gn_bundle_write(dir, &cases[i].spec);
-    if (rc != cases[i].code)
-      fail_msg("case %zu: got %d, wanted %d", i, rc, cases[i].code);
-    assert_false(th_exists(path));
-  }
-  th_rm_rf(dir);
-  free(dir);
+  expect_refused("badiso-bundle", cases, GN_ARRAY_SIZE(cases));
   th_rm_rf(tmp);
   free(tmp);
 }

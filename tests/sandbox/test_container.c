@@ -24,26 +24,14 @@ static int job_counter;
 static int setup(void **state) {
   (void)state;
   char err[512] = "";
-  if (geteuid() != 0) {
-    skip_reason = "container tests need root";
+  if ((skip_reason = th_containers_skip("container tests need root", NULL, &rt)))
     return 0;
-  }
-  if (gn_runtime_detect(NULL, &rt, err, sizeof(err)) < 0) {
-    skip_reason = "no OCI runtime (runc or crun) here";
-    return 0;
-  }
-  if (th_registry_start(&reg) < 0) {
-    fprintf(stderr, "cannot start the test registry\n");
+  if (th_registry_setup(&reg) < 0)
     return -1;
-  }
   work = th_mkdtemp("ctr");
   char dir[512], ref[256];
   snprintf(dir, sizeof(dir), "%s/store", work);
-  /* The test registry is on loopback, which a provider refuses unless its
-   * allow list names it. */
-  static const char *const allow[] = {"127.0.0.1", NULL};
-  gn_store_limits lim = {.registry_allow = allow};
-  if (gn_store_open(dir, &store) < 0 || gn_store_set_limits(store, &lim) < 0)
+  if (th_store_open_loopback(dir, &store) < 0)
     return -1;
   gn_imageref r;
   snprintf(ref, sizeof(ref), "%s/bb@%s", reg.host, reg.digest);
@@ -66,15 +54,11 @@ static int teardown(void **state) {
   return 0;
 }
 
-typedef struct job_result {
-  int status;
-  char out[4096];
-  char errout[4096];
-} job_result;
+typedef th_job_result job_result;
 
 /* Unpacks a fresh rootfs, writes a bundle for spec, runs it to completion. */
 static void run_job(gn_bundle_spec *spec, job_result *res) {
-  char bundle[512], rootfs[600], state_dir[512], id[64], outp[600], errp[600], err[512] = "";
+  char bundle[512], rootfs[600], state_dir[512], id[64], err[512] = "";
   int n = ++job_counter;
   snprintf(bundle, sizeof(bundle), "%s/bundle%d", work, n);
   snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
@@ -88,37 +72,12 @@ static void run_job(gn_bundle_spec *spec, job_result *res) {
   if (!spec->env)
     spec->env = (const char *const *)image.env;
   assert_int_equal(gn_bundle_write(bundle, spec), 0);
-
-  char **argv = NULL;
-  assert_int_equal(gn_runtime_argv_run(&rt, state_dir, bundle, id, &argv), 0);
-  snprintf(outp, sizeof(outp), "%s/stdout", bundle);
-  snprintf(errp, sizeof(errp), "%s/stderr", bundle);
-  int in = open("/dev/null", O_RDONLY);
-  int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  int errfd = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  assert_true(in >= 0 && out >= 0 && errfd >= 0);
-  uint64_t t0 = gn_mono_ms();
-  assert_int_equal(gn_runtime_exec_io(argv, in, out, errfd, &res->status), 0);
+  th_run_bundle(&rt, state_dir, bundle, id, res);
   fprintf(stderr, "  %s %s ran in %llu ms, exit %d\n", rt.kind == GN_RUNTIME_RUNC ? "runc" : "crun", id,
-          (unsigned long long)(gn_mono_ms() - t0), res->status);
-  close(in);
-  close(out);
-  close(errfd);
-  gn_argv_free(argv);
-  char *o = th_read_file(outp, NULL), *e = th_read_file(errp, NULL);
-  snprintf(res->out, sizeof(res->out), "%s", o ? o : "");
-  snprintf(res->errout, sizeof(res->errout), "%s", e ? e : "");
-  free(o);
-  free(e);
+          (unsigned long long)res->ms, res->status);
 }
 
-#define NEED_CONTAINERS()                                                                                              \
-  do {                                                                                                                 \
-    if (skip_reason) {                                                                                                 \
-      fprintf(stderr, "skipped: %s\n", skip_reason);                                                                   \
-      skip();                                                                                                          \
-    }                                                                                                                  \
-  } while (0)
+#define NEED_CONTAINERS() TH_SKIP_IF(skip_reason)
 
 static void test_container_echo_hello(void **state) {
   (void)state;

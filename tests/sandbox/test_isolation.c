@@ -33,16 +33,11 @@ static int job_counter;
 
 static int setup(void **state) {
   (void)state;
-  char err[512] = "";
-  if (geteuid() != 0) {
-    skip_reason = "isolation tests need root (runc with a user namespace)";
-    return 0;
-  }
   /* GN_TEST_RUNTIME=crun (or runc) checks one runtime on a host with both. */
-  if (gn_runtime_detect(getenv("GN_TEST_RUNTIME"), &rt, err, sizeof(err)) < 0) {
-    skip_reason = "no OCI runtime (runc or crun) here";
+  skip_reason =
+      th_containers_skip("isolation tests need root (runc with a user namespace)", getenv("GN_TEST_RUNTIME"), &rt);
+  if (skip_reason)
     return 0;
-  }
   if (!th_exists(BUSYBOX) || !th_exists(GN_PROBE_PATH)) {
     fprintf(stderr, "need %s (busybox-static) and %s\n", BUSYBOX, GN_PROBE_PATH);
     return -1;
@@ -63,13 +58,7 @@ static int teardown(void **state) {
   return 0;
 }
 
-#define NEED_CONTAINERS()                                                                                              \
-  do {                                                                                                                 \
-    if (skip_reason) {                                                                                                 \
-      fprintf(stderr, "skipped: %s\n", skip_reason);                                                                   \
-      skip();                                                                                                          \
-    }                                                                                                                  \
-  } while (0)
+#define NEED_CONTAINERS() TH_SKIP_IF(skip_reason)
 
 static uid_t chown_uid, chown_gid;
 
@@ -107,15 +96,11 @@ static void make_rootfs(const char *rootfs, uint32_t base) {
   assert_int_equal(nftw(rootfs, chown_one, 16, FTW_PHYS), 0);
 }
 
-typedef struct job_result {
-  int status;
-  char out[4096];
-  char errout[4096];
-} job_result;
+typedef th_job_result job_result;
 
 /* Makes a fresh bundle for spec (with its own rootfs), runs it to the end. */
 static void run_job(gn_bundle_spec *spec, job_result *res) {
-  char bundle[512], rootfs[600], state_dir[512], id[64], outp[600], errp[600];
+  char bundle[512], rootfs[600], state_dir[512], id[64];
   int n = ++job_counter;
   snprintf(bundle, sizeof(bundle), "%s/bundle%d", work, n);
   snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
@@ -127,25 +112,7 @@ static void run_job(gn_bundle_spec *spec, job_result *res) {
   int rc = gn_bundle_write(bundle, spec);
   if (rc)
     fail_msg("gn_bundle_write: %d %s", rc, gn_strerror(rc));
-
-  char **argv = NULL;
-  assert_int_equal(gn_runtime_argv_run(&rt, state_dir, bundle, id, &argv), 0);
-  snprintf(outp, sizeof(outp), "%s/stdout", bundle);
-  snprintf(errp, sizeof(errp), "%s/stderr", bundle);
-  int in = open("/dev/null", O_RDONLY);
-  int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  int errfd = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  assert_true(in >= 0 && out >= 0 && errfd >= 0);
-  assert_int_equal(gn_runtime_exec_io(argv, in, out, errfd, &res->status), 0);
-  close(in);
-  close(out);
-  close(errfd);
-  gn_argv_free(argv);
-  char *o = th_read_file(outp, NULL), *e = th_read_file(errp, NULL);
-  snprintf(res->out, sizeof(res->out), "%s", o ? o : "");
-  snprintf(res->errout, sizeof(res->errout), "%s", e ? e : "");
-  free(o);
-  free(e);
+  th_run_bundle(&rt, state_dir, bundle, id, res);
   /* Each job's rootfs goes when it is done; the test makes dozens. */
   char cmd[700];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", rootfs);

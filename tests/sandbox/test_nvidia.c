@@ -655,27 +655,6 @@ static void test_nvidia_mutated_ld_caches_are_read_safely(void **state) {
 
 /* --- the bundle -----------------------------------------------------------*/
 
-static json_t *find_by(json_t *a, const char *key, const char *value) {
-  size_t i;
-  json_t *v;
-  json_array_foreach(a, i, v) {
-    json_t *k = json_object_get(v, key);
-    if (json_is_string(k) && strcmp(json_string_value(k), value) == 0)
-      return v;
-  }
-  return NULL;
-}
-
-static bool has_string(json_t *a, const char *s) {
-  size_t i;
-  json_t *v;
-  json_array_foreach(a, i, v) {
-    if (json_is_string(v) && strcmp(json_string_value(v), s) == 0)
-      return true;
-  }
-  return false;
-}
-
 /* What gn_nvidia_passthrough found, handed to gn_bundle_write: each node in
  * linux.devices with its numbers and an allow rule, each file a read-only
  * bind mount. */
@@ -716,7 +695,7 @@ static void test_nvidia_bundle_passes_nodes_and_driver_files(void **state) {
               {"/dev/nvidia-uvm-tools", UVM_MAJOR, 1},
               {"/dev/nvidia-modeset", 195, 254}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    json_t *d = find_by(devs, "path", want[i].path);
+    json_t *d = th_json_find_by(devs, "path", want[i].path);
     if (!d)
       fail_msg("%s not in linux.devices", want[i].path);
     assert_string_equal(json_string_value(json_object_get(d, "type")), "c");
@@ -735,7 +714,7 @@ static void test_nvidia_bundle_passes_nodes_and_driver_files(void **state) {
     if (!allowed)
       fail_msg("no device cgroup rule allows %s (%d:%d)", want[i].path, want[i].major, want[i].minor);
   }
-  assert_null(find_by(devs, "path", "/dev/nvidia0"));
+  assert_null(th_json_find_by(devs, "path", "/dev/nvidia0"));
   /* The first rule denies everything else. */
   json_t *r0 = json_array_get(rules, 0);
   assert_true(json_is_false(json_object_get(r0, "allow")));
@@ -743,16 +722,16 @@ static void test_nvidia_bundle_passes_nodes_and_driver_files(void **state) {
 
   json_t *mounts = json_object_get(j, "mounts");
   for (size_t i = 0; i < ps->n_binds; i++) {
-    json_t *m = find_by(mounts, "destination", ps->binds[i].dest);
+    json_t *m = th_json_find_by(mounts, "destination", ps->binds[i].dest);
     if (!m)
       fail_msg("no mount at %s", ps->binds[i].dest);
     assert_string_equal(json_string_value(json_object_get(m, "source")), ps->binds[i].source);
     json_t *o = json_object_get(m, "options");
-    assert_true(has_string(o, "ro"));
-    assert_true(has_string(o, "bind") || has_string(o, "rbind"));
-    assert_true(has_string(o, "nosuid"));
+    assert_true(th_json_has_string(o, "ro"));
+    assert_true(th_json_has_string(o, "bind") || th_json_has_string(o, "rbind"));
+    assert_true(th_json_has_string(o, "nosuid"));
   }
-  assert_non_null(find_by(mounts, "destination", LIBDIR "/libcuda.so.1"));
+  assert_non_null(th_json_find_by(mounts, "destination", LIBDIR "/libcuda.so.1"));
   json_decref(j);
 
   /* In a user namespace nobody can make nodes: each is bind-mounted from
@@ -767,11 +746,11 @@ static void test_nvidia_bundle_passes_nodes_and_driver_files(void **state) {
   rules = json_object_get(json_object_get(lx, "resources"), "devices");
   mounts = json_object_get(j, "mounts");
   for (size_t i = 0; i < ps->n_nodes; i++) {
-    json_t *m = find_by(mounts, "destination", ps->nodes[i].dest);
+    json_t *m = th_json_find_by(mounts, "destination", ps->nodes[i].dest);
     if (!m)
       fail_msg("no bind mount of %s", ps->nodes[i].dest);
     assert_string_equal(json_string_value(json_object_get(m, "source")), ps->nodes[i].source);
-    assert_true(has_string(json_object_get(m, "options"), "bind"));
+    assert_true(th_json_has_string(json_object_get(m, "options"), "bind"));
   }
   assert_int_equal(json_array_size(rules), 1 + ps->n_nodes);
   json_decref(j);

@@ -15,25 +15,9 @@
 
 static th_registry reg;
 
-/* The provider's store as the tests run it: the test registries listen on
- * 127.0.0.1, which only an allow list admits. */
-static int open_store_loopback(const char *dir, gn_store **ret) {
-  static const char *const allow[] = {"127.0.0.1", NULL};
-  gn_store_limits lim = {.registry_allow = allow};
-  int rc = gn_store_open(dir, ret);
-  if (rc == 0 && (rc = gn_store_set_limits(*ret, &lim)) < 0)
-    *ret = gn_store_free(*ret);
-  return rc;
-}
-
 static int setup(void **state) {
   (void)state;
-  if (th_registry_start(&reg) < 0) {
-    fprintf(stderr, "cannot start a test registry with scripts/registry\n");
-    th_registry_stop(&reg);
-    return -1;
-  }
-  return 0;
+  return th_registry_setup(&reg);
 }
 
 static int teardown(void **state) {
@@ -84,7 +68,7 @@ static void test_pull_stores_image_and_second_pull_fetches_nothing(void **state)
   gn_image img, img2;
   char err[256] = "", path[4096];
   ref_for(&r, "bb", reg.digest);
-  assert_int_equal(open_store_loopback(dir, &s), 0);
+  assert_int_equal(th_store_open_loopback(dir, &s), 0);
   int rc = gn_store_pull(s, &r, NULL, NULL, &img, err, sizeof(err));
   if (rc)
     fail_msg("pull: %d %s", rc, err);
@@ -126,7 +110,7 @@ static void test_pull_refuses_unpinned_ref(void **state) {
   gn_image img;
   char err[256] = "";
   ref_for(&r, "bb:latest", NULL);
-  assert_int_equal(open_store_loopback(dir, &s), 0);
+  assert_int_equal(th_store_open_loopback(dir, &s), 0);
   assert_int_equal(gn_store_pull(s, &r, NULL, NULL, &img, err, sizeof(err)), GN_EINVAL);
   gn_store_free(s);
   th_rm_rf(dir);
@@ -145,7 +129,7 @@ static void test_pull_refuses_ref_pinned_to_another_digest(void **state) {
   strcpy(other, "sha256:");
   sodium_bin2hex(other + 7, sizeof(other) - 7, h, sizeof(h));
   ref_for(&r, "bb", other);
-  assert_int_equal(open_store_loopback(dir, &s), 0);
+  assert_int_equal(th_store_open_loopback(dir, &s), 0);
   int rc = gn_store_pull(s, &r, NULL, NULL, &img, err, sizeof(err));
   assert_true(rc < 0);
   snprintf(path, sizeof(path), "%s/blobs/sha256", dir);
@@ -182,7 +166,7 @@ static void pull_with_corrupted_registry_blob(const char *digest, bool json) {
   gn_imageref r;
   gn_image img;
   ref_for(&r, "bb", reg.digest);
-  int rc = open_store_loopback(dir, &s);
+  int rc = th_store_open_loopback(dir, &s);
   if (rc == 0)
     rc = gn_store_pull(s, &r, NULL, NULL, &img, dir_err, sizeof(dir_err));
   if (rc == 0)
@@ -216,7 +200,7 @@ static void test_pull_refuses_corrupted_layer(void **state) {
   gn_image img;
   char err[256] = "", path[4096];
   ref_for(&r, "bb", reg.digest);
-  assert_int_equal(open_store_loopback(dir, &s), 0);
+  assert_int_equal(th_store_open_loopback(dir, &s), 0);
   assert_int_equal(gn_store_pull(s, &r, NULL, NULL, &img, err, sizeof(err)), 0);
   snprintf(layer_digest, sizeof(layer_digest), "%s", img.layers[0]);
   gn_image_done(&img);
@@ -309,7 +293,7 @@ static void test_pull_index_picks_linux_amd64(void **state) {
     gn_store *s = NULL;
     gn_image img;
     ref_for(&r, "bb", idx);
-    assert_int_equal(open_store_loopback(dir, &s), 0);
+    assert_int_equal(th_store_open_loopback(dir, &s), 0);
     int rc = gn_store_pull(s, &r, NULL, NULL, &img, err, sizeof(err));
     if (rc)
       fail_msg("pull of index %s: %d %s", cases[i].index_type, rc, err);
@@ -340,7 +324,7 @@ static void test_pull_index_without_amd64_is_not_found(void **state) {
   gn_image img;
   gn_imageref r;
   ref_for(&r, "bb", idx);
-  assert_int_equal(open_store_loopback(dir, &s), 0);
+  assert_int_equal(th_store_open_loopback(dir, &s), 0);
   assert_int_equal(gn_store_pull(s, &r, NULL, NULL, &img, err, sizeof(err)), GN_ENOTFOUND);
   assert_non_null(strstr(err, "linux/amd64"));
   /* A manifest that is itself arm64 (pinned directly) is refused too. */
@@ -376,7 +360,7 @@ static void test_pull_resumes_partial_layer_with_range(void **state) {
   th_registry_blob_path(&reg, layer_digest, src, sizeof(src));
   char *layer = th_read_file(src, &layer_len);
   assert_non_null(layer);
-  assert_int_equal(open_store_loopback(dir, &s), 0);
+  assert_int_equal(th_store_open_loopback(dir, &s), 0);
   /* Half the layer already arrived in an earlier, interrupted pull. */
   size_t half = layer_len / 2;
   snprintf(dst, sizeof(dst), "%s/tmp/%s.partial", dir, layer_digest + 7);
@@ -419,7 +403,7 @@ static void test_pull_restarts_partial_that_is_not_a_prefix(void **state) {
   gn_imageref r;
   gn_image img;
   char err[256] = "", dst[4096];
-  assert_int_equal(open_store_loopback(dir, &s), 0);
+  assert_int_equal(th_store_open_loopback(dir, &s), 0);
   /* Garbage in the partial file: the hash fails, the pull must not keep it,
    * and a second pull then starts clean and succeeds. */
   snprintf(dst, sizeof(dst), "%s/tmp/%s.partial", dir, layer_digest + 7);

@@ -51,17 +51,6 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char
 static char layer_digest[80];
 static uint64_t layer_size;
 
-/* The provider's store as the tests run it: the test registries listen on
- * 127.0.0.1, which only an allow list admits. */
-static int open_store_loopback(const char *dir, gn_store **ret) {
-  static const char *const allow[] = {"127.0.0.1", NULL};
-  gn_store_limits lim = {.registry_allow = allow};
-  int rc = gn_store_open(dir, ret);
-  if (rc == 0 && (rc = gn_store_set_limits(*ret, &lim)) < 0)
-    *ret = gn_store_free(*ret);
-  return rc;
-}
-
 /* One zero byte every 200 ms: a registry that never quite stalls. */
 static ssize_t drip(void *cls, uint64_t pos, char *buf, size_t max) {
   (void)cls, (void)pos;
@@ -195,7 +184,7 @@ static int setup(void **state) {
   gn_store *st = NULL;
   char *dir = th_mkdtemp("frontstore");
   snprintf(ref, sizeof(ref), "%s/bb@%s", reg.host, reg.digest);
-  if (gn_imageref_parse(ref, &r) < 0 || open_store_loopback(dir, &st) < 0 ||
+  if (gn_imageref_parse(ref, &r) < 0 || th_store_open_loopback(dir, &st) < 0 ||
       gn_store_pull(st, &r, NULL, NULL, &img, err, sizeof(err)) < 0) {
     fprintf(stderr, "direct pull failed: %s\n", err);
     return -1;
@@ -239,7 +228,7 @@ static int pull_via_front(char *err, size_t cap, gn_image *img, char **ret_dir) 
   snprintf(s, sizeof(s), "127.0.0.1:%d/bb@%s", front_port, reg.digest);
   assert_int_equal(gn_imageref_parse(s, &r), 0);
   *ret_dir = th_mkdtemp("authstore");
-  assert_int_equal(open_store_loopback(*ret_dir, &st), 0);
+  assert_int_equal(th_store_open_loopback(*ret_dir, &st), 0);
   int rc = gn_store_pull(st, &r, NULL, NULL, img, err, cap);
   gn_store_free(st);
   return rc;
@@ -504,7 +493,7 @@ static void test_resume_restarts_when_server_ignores_range(void **state) {
   gn_image img;
   reset(MODE_NO_RANGE);
   char *dir = th_mkdtemp("norange");
-  assert_int_equal(open_store_loopback(dir, &st), 0);
+  assert_int_equal(th_store_open_loopback(dir, &st), 0);
   /* A partial download of the first half is there from an earlier try. */
   th_registry_blob_path(&reg, layer_digest, path, sizeof(path));
   size_t n = 0;

@@ -20,12 +20,7 @@ static th_registry reg;
 
 static int setup(void **state) {
   (void)state;
-  if (th_registry_start(&reg) < 0) {
-    fprintf(stderr, "cannot start a test registry with scripts/registry\n");
-    th_registry_stop(&reg);
-    return -1;
-  }
-  return 0;
+  return th_registry_setup(&reg);
 }
 
 static int teardown(void **state) {
