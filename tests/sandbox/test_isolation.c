@@ -98,24 +98,39 @@ static void make_rootfs(const char *rootfs, uint32_t base) {
 
 typedef th_job_result job_result;
 
-/* Makes a fresh bundle for spec (with its own rootfs), runs it to the end. */
-static void run_job(gn_bundle_spec *spec, job_result *res) {
-  char bundle[512], rootfs[600], state_dir[512], id[64];
+/* Where one job runs: its bundle under work, the runtime's state dir and
+ * the container's id. */
+typedef struct job_dirs {
+  char bundle[512];
+  char state_dir[512];
+  char id[64];
+} job_dirs;
+
+/* Makes a fresh bundle for spec, with its own rootfs owned by the spec's
+ * uid base (root without a user namespace), and writes its config. */
+static void new_bundle(gn_bundle_spec *spec, job_dirs *ret) {
+  char rootfs[600];
   int n = ++job_counter;
-  snprintf(bundle, sizeof(bundle), "%s/bundle%d", work, n);
-  snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
-  snprintf(state_dir, sizeof(state_dir), "%s/state", work);
-  snprintf(id, sizeof(id), "gn-isol-%d-%d", (int)getpid(), n);
-  assert_int_equal(mkdir(bundle, 0700), 0);
+  snprintf(ret->bundle, sizeof(ret->bundle), "%s/bundle%d", work, n);
+  snprintf(rootfs, sizeof(rootfs), "%s/rootfs", ret->bundle);
+  snprintf(ret->state_dir, sizeof(ret->state_dir), "%s/state", work);
+  snprintf(ret->id, sizeof(ret->id), "gn-isol-%d-%d", (int)getpid(), n);
+  assert_int_equal(mkdir(ret->bundle, 0700), 0);
   make_rootfs(rootfs, spec->id_count ? spec->uid_base : 0);
   spec->rootfs = "rootfs";
-  int rc = gn_bundle_write(bundle, spec);
+  int rc = gn_bundle_write(ret->bundle, spec);
   if (rc)
     fail_msg("gn_bundle_write: %d %s", rc, gn_strerror(rc));
-  th_run_bundle(&rt, state_dir, bundle, id, res);
+}
+
+/* Makes a fresh bundle for spec, runs it to the end. */
+static void run_job(gn_bundle_spec *spec, job_result *res) {
+  job_dirs d;
+  new_bundle(spec, &d);
+  th_run_bundle(&rt, d.state_dir, d.bundle, d.id, res);
   /* Each job's rootfs goes when it is done; the test makes dozens. */
   char cmd[700];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", rootfs);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s/rootfs'", d.bundle);
   th_run(cmd, NULL, 0);
 }
 
@@ -319,18 +334,11 @@ static void test_isolation_cpu_quota_reaches_the_cgroup(void **state) {
   spec.cgroup_limits = true;
   spec.cpu_quota_us = 25000;
   spec.cpu_period_us = 100000;
-  char bundle[512], rootfs[600], state_dir[512], id[64];
-  int n = ++job_counter;
-  snprintf(bundle, sizeof(bundle), "%s/bundle%d", work, n);
-  snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
-  snprintf(state_dir, sizeof(state_dir), "%s/state", work);
-  snprintf(id, sizeof(id), "gn-isol-%d-%d", (int)getpid(), n);
-  assert_int_equal(mkdir(bundle, 0700), 0);
-  make_rootfs(rootfs, ID_BASE);
-  spec.rootfs = "rootfs";
-  assert_int_equal(gn_bundle_write(bundle, &spec), 0);
+  job_dirs d;
+  new_bundle(&spec, &d);
+  const char *id = d.id;
   char **rargv = NULL;
-  assert_int_equal(gn_runtime_argv_run(&rt, state_dir, bundle, id, &rargv), 0);
+  assert_int_equal(gn_runtime_argv_run(&rt, d.state_dir, d.bundle, id, &rargv), 0);
   /* The job waits on its stdin, a pipe we hold, so it runs until we look. */
   int in[2];
   assert_int_equal(pipe(in), 0);
@@ -436,24 +444,19 @@ static void test_isolation_lease_cgroup_holds_two_burners_to_one_quota(void **st
     spec.cgroup_limits = true;
     spec.cpu_quota_us = QUOTA_US;
     spec.cpu_period_us = PERIOD_US;
-    char job[32], bundle[512], rootfs[600], errp[600];
-    int n = ++job_counter;
+    char job[32], errp[600];
+    job_dirs d;
     snprintf(job, sizeof(job), "j-burn-%d", k);
     assert_int_equal(gn_cgroup_lease_path(lease, job, cgpaths[k], sizeof(cgpaths[k])), 0);
     spec.cgroups_path = cgpaths[k];
-    snprintf(bundle, sizeof(bundle), "%s/bundle%d", work, n);
-    snprintf(rootfs, sizeof(rootfs), "%s/rootfs", bundle);
-    snprintf(errp, sizeof(errp), "%s/stderr", bundle);
-    snprintf(ids[k], sizeof(ids[k]), "gn-isol-%d-%d", (int)getpid(), n);
+    new_bundle(&spec, &d);
+    snprintf(errp, sizeof(errp), "%s/stderr", d.bundle);
+    snprintf(ids[k], sizeof(ids[k]), "%s", d.id);
     snprintf(procs[k], sizeof(procs[k]), "/sys/fs/cgroup/cpu/gpunet/%s/%s/cgroup.procs", lease, job);
     if (gn_cgroup_layout_get() == GN_CGROUP_V2)
       snprintf(procs[k], sizeof(procs[k]), "/sys/fs/cgroup/gpunet/%s/%s/cgroup.procs", lease, job);
-    assert_int_equal(mkdir(bundle, 0700), 0);
-    make_rootfs(rootfs, ID_BASE);
-    spec.rootfs = "rootfs";
-    assert_int_equal(gn_bundle_write(bundle, &spec), 0);
     char **rargv = NULL;
-    assert_int_equal(gn_runtime_argv_run(&rt, state_dir, bundle, ids[k], &rargv), 0);
+    assert_int_equal(gn_runtime_argv_run(&rt, d.state_dir, d.bundle, ids[k], &rargv), 0);
     pids[k] = fork();
     assert_true(pids[k] >= 0);
     if (pids[k] == 0) {
