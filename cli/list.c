@@ -30,21 +30,11 @@ int cli_want_args(int argc, char **argv, int nargs, const char *what) {
   return -1;
 }
 
-/* s for an error line: bytes outside printable ASCII as '?', cut at cap. */
-static void printable_copy(const char *s, char *out, size_t cap) {
-  size_t n = 0;
-  for (; s[n] && n + 1 < cap; n++)
-    out[n] = (unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e ? '?' : s[n];
-  out[n] = 0;
-  if (s[n] && cap > 4)
-    memcpy(out + cap - 4, "...", 4);
-}
-
 int cli_check_id(const char *cmd, const char *what, const char *id) {
   if (gn_id_valid(id))
     return -1;
   char shown[GN_ID_MAX + 4];
-  printable_copy(id, shown, sizeof(shown));
+  gn_printable_copy(id, shown, sizeof(shown));
   return cli_usage_error(
       cmd, "'%s' is not a %s id: ids are 1 to %d letters, digits, '-' or '_', starting with a letter or digit", shown,
       what, GN_ID_MAX);
@@ -54,7 +44,7 @@ int cli_check_env(const char *cmd, const char *entry) {
   if (gn_env_entry_valid(entry))
     return -1;
   char shown[80];
-  printable_copy(entry, shown, sizeof(shown));
+  gn_printable_copy(entry, shown, sizeof(shown));
   return cli_usage_error(cmd,
                          "--env wants NAME=VALUE with NAME of letters, digits and '_' (not starting with a digit), "
                          "not '%s'",

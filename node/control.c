@@ -357,17 +357,6 @@ static enum MHD_Result req_collect_query(void *cls, enum MHD_ValueKind kind, con
   return MHD_YES;
 }
 
-/* Copies s for an error message: bytes outside printable ASCII become '?',
- * and a long s is cut with "...". */
-static void ctl_printable(const char *s, char *out, size_t cap) {
-  size_t n = 0;
-  for (; s[n] && n + 1 < cap; n++)
-    out[n] = (unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e ? '?' : s[n];
-  out[n] = 0;
-  if (s[n] && cap > 4)
-    memcpy(out + cap - 4, "...", 4);
-}
-
 /* Finds the route, records its parameters and calls its handler; or answers
  * 404/405 itself. */
 static void req_dispatch(gn_ctl *c, gn_ctl_req *r) {
@@ -398,7 +387,7 @@ static void req_dispatch(gn_ctl *c, gn_ctl_req *r) {
     if (found->segs[i][0] != ':' || gn_id_valid(segs[i]))
       continue;
     char shown[GN_ID_MAX + 4];
-    ctl_printable(segs[i], shown, sizeof(shown));
+    gn_printable_copy(segs[i], shown, sizeof(shown));
     req_answer(r, MHD_HTTP_BAD_REQUEST,
                resp_error("'%s' is not a valid %s: ids are 1 to %d letters, digits, '-' or '_', starting with a "
                           "letter or digit",

@@ -180,6 +180,18 @@ static inline bool gn_id_valid(const char *s) {
   return false;
 }
 
+/* Copies s (an id or name that failed its grammar) for an error message:
+ * bytes outside printable ASCII become '?', and an s longer than cap - 1
+ * is cut with "..." (cap >= 1). */
+static inline void gn_printable_copy(const char *s, char *out, size_t cap) {
+  size_t n = 0;
+  for (; s[n] && n + 1 < cap; n++)
+    out[n] = (unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e ? '?' : s[n];
+  out[n] = 0;
+  if (s[n] && cap > 4)
+    memcpy(out + cap - 4, "...", 4);
+}
+
 /* An environment entry "NAME=value" whose NAME is [A-Za-z_][A-Za-z0-9_]*
  * (at most 256 bytes); the value is anything. */
 static inline bool gn_env_entry_valid(const char *s) {

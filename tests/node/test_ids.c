@@ -79,6 +79,26 @@ static void test_id_grammar_refuses_hostile_and_takes_generated(void **state) {
   assert_true(gn_id_valid(t.lease_id));
 }
 
+/* What an error message shows of a refused id: control and non-ASCII bytes
+ * as '?', a long one cut with "...", always terminated within cap. */
+static void test_printable_copy_masks_and_cuts(void **state) {
+  (void)state;
+  char out[GN_ID_MAX + 4], cut[GN_ID_MAX];
+  gn_printable_copy("j-1\n\x1b[2J\xff", out, sizeof(out));
+  assert_string_equal(out, "j-1??[2J?");
+  gn_printable_copy(long_id, out, sizeof(out)); /* 65 bytes fit in 68 */
+  assert_string_equal(out, long_id);
+  gn_printable_copy(long_id, cut, sizeof(cut));
+  assert_int_equal(strlen(cut), sizeof(cut) - 1);
+  assert_string_equal(cut + sizeof(cut) - 4, "...");
+  assert_memory_equal(cut, long_id, sizeof(cut) - 4);
+  char small[8];
+  gn_printable_copy("abcdefghij", small, sizeof(small));
+  assert_string_equal(small, "abcd...");
+  gn_printable_copy("abc", small, sizeof(small));
+  assert_string_equal(small, "abc");
+}
+
 static void test_env_grammar(void **state) {
   (void)state;
   const char *good[] = {"A=1", "_X=", "PATH=/bin:/usr/bin", "a9_b=x=y", "CUDA_VISIBLE_DEVICES=0"};
@@ -515,6 +535,7 @@ static void test_control_routes_refuse_hostile_ids(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_id_grammar_refuses_hostile_and_takes_generated),
+      cmocka_unit_test(test_printable_copy_masks_and_cuts),
       cmocka_unit_test(test_env_grammar),
       cmocka_unit_test(test_path_join_one_component_only),
       cmocka_unit_test(test_manifest_refuses_hostile_ids),
