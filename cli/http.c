@@ -5,7 +5,6 @@
  * more than the whole exchange with the daemon. */
 #include "cli.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
@@ -57,7 +56,9 @@ char *cli_urlencode(const char *s) {
   if (!e)
     return NULL;
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~') {
+    /* RFC 3986's unreserved characters, in ASCII whatever the locale. */
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' ||
+        *p == '_' || *p == '~') {
       *o++ = (char)*p;
     } else {
       *o++ = '%';

@@ -3,6 +3,7 @@
  * chunked bodies, errors with and without a JSON message, truncated and
  * malformed answers, a daemon that closes without answering. The built
  * gpunet binary is run as a user runs it; skipped if it is not built. */
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -64,6 +65,9 @@ static void read_request(int fd, char *buf, size_t cap) {
 /* Serves one connection with f->answer. */
 static void *serve_one(void *arg) {
   fixture *f = arg;
+  struct pollfd pfd = {.fd = f->lfd, .events = POLLIN};
+  if (poll(&pfd, 1, 10000) != 1) /* the command never came: its test fails on what it printed */
+    return NULL;
   int fd = accept(f->lfd, NULL, NULL);
   if (fd < 0)
     return NULL;
@@ -295,6 +299,16 @@ static void test_not_http_and_silence(void **state) {
   assert_contains(r->err, "closed the connection without answering GET /v1/status");
 }
 
+/* A query value is percent-encoded, byte for byte (RFC 3986). */
+static void test_query_escaped(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  static const script s = {.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{\"offers\":[]}", NULL}};
+  run_result *r = run(f, &s, "offers gpu=rtx4090 'vram>=24'");
+  assert_int_equal(r->code, 0);
+  assert_contains(f->request, "filter=gpu%3Drtx4090%20vram%3E%3D24");
+}
+
 /* No daemon at all: the message says how to start one. */
 static void test_not_running(void **state) {
   SKIP_IF_NO_BINARY();
@@ -322,6 +336,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_truncated_body, setup, teardown),
       cmocka_unit_test_setup_teardown(test_truncated_chunks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_http_and_silence, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_query_escaped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_running, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
