@@ -3,6 +3,7 @@
  * gpunetd through its control socket. */
 #include "cli.h"
 
+#include <curl/curl.h>
 #include <gpunet/node.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,7 +241,9 @@ int main(int argc, char **argv) {
     r = cli_fail("no data directory: set HOME or XDG_DATA_HOME, or pass --data-dir DIR");
   } else {
     snprintf(c.sock, sizeof(c.sock), "%s/gpunetd.sock", c.data_dir);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     r = cmd->fn(&c, nargs, args);
+    curl_global_cleanup();
   }
   free(args);
   return r;

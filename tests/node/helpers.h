@@ -133,6 +133,7 @@ static inline bool tn__wait_done(void *ud) {
 static inline int tn_wait_msg(uv_loop_t *loop, tn_inbox *in, uint32_t type, bool (*stop)(void *), void *stop_ud,
                               uint64_t timeout_ms, tn_msg *ret) {
   tn__wait w = {in, type, ret, 0, stop, stop_ud};
+  memset(ret, 0, sizeof *ret); /* defined even when nothing comes */
   tn_run_until(loop, tn__wait_done, &w, timeout_ms);
   return w.found;
 }

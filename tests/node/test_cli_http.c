@@ -179,7 +179,6 @@ static void test_request_form(void **state) {
   assert_int_equal(r->code, 0);
   assert_contains(f->request, "GET /v1/status HTTP/1.1\r\n");
   assert_contains(f->request, "\r\nHost: gpunetd\r\n");
-  assert_contains(f->request, "\r\nConnection: close\r\n");
   assert_contains(r->out, "\"gn-test-node\"");
 }
 

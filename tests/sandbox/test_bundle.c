@@ -187,6 +187,8 @@ typedef struct bad_spec {
 static void expect_refused(const char *tag, const bad_spec *cases, size_t n) {
   char *dir = th_mkdtemp(tag);
   char path[512];
+  if (!dir)
+    abort();
   snprintf(path, sizeof(path), "%s/config.json", dir);
   for (size_t i = 0; i < n; i++) {
     int rc = gn_bundle_write(dir, &cases[i].spec);
