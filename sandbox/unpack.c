@@ -263,6 +263,10 @@ static int rm_rf_at(int dirfd, const char *name, int depth, const volatile int *
     return errno == ENOENT ? 0 : -errno;
   if (!S_ISDIR(st.st_mode))
     return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+  /* A layer's read-only directory (0555, 0000) cannot be read or emptied by
+   * an unprivileged unpack until it is the owner's again; we own it. */
+  if ((st.st_mode & 0700) != 0700)
+    fchmodat(dirfd, name, (st.st_mode & 07777) | 0700, AT_SYMLINK_NOFOLLOW);
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
     return -errno;

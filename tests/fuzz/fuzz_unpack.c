@@ -17,7 +17,7 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,25 +38,44 @@ static void die(const char *what, const char *path) {
   abort();
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)ftw;
+static void check(const char *name, const struct stat *st) {
   if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ||
       (no_setid && !S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)))) {
     bad_found = true;
-    snprintf(bad_path, sizeof bad_path, "%s (mode %o)", path, (unsigned)st->st_mode);
+    snprintf(bad_path, sizeof bad_path, "%s (mode %o)", name, (unsigned)st->st_mode);
   }
-  if (flag == FTW_DP || flag == FTW_D)
-    return rmdir(path) < 0 ? -1 : 0;
-  return unlink(path) < 0 ? -1 : 0;
 }
 
-/* Removes path recursively without following symlinks, checking what it
- * removes; false if anything could not be removed. */
-static bool rm_tree(const char *path) {
+/* Removes name under dfd recursively, never following a symlink, checking
+ * what it removes. Read-only directories are made the owner's again first
+ * (an unprivileged run owns them). False if anything could not go. */
+static bool rm_at(int dfd, const char *name) {
   struct stat st;
-  if (lstat(path, &st) < 0)
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return errno == ENOENT;
-  return nftw(path, rm_one, 32, FTW_PHYS | FTW_DEPTH) == 0;
+  check(name, &st);
+  if (!S_ISDIR(st.st_mode))
+    return unlinkat(dfd, name, 0) == 0;
+  if ((st.st_mode & 0700) != 0700)
+    fchmodat(dfd, name, 0700, AT_SYMLINK_NOFOLLOW);
+  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0)
+      close(fd);
+    return false;
+  }
+  bool ok = true;
+  struct dirent *e;
+  while (ok && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+      ok = rm_at(fd, e->d_name);
+  closedir(d);
+  return ok && unlinkat(dfd, name, AT_REMOVEDIR) == 0;
+}
+
+static bool rm_tree(const char *path) {
+  return rm_at(AT_FDCWD, path);
 }
 
 static void cleanup(void) {
