@@ -12,8 +12,9 @@
  * to meet. A folder beside the root has a libcuda too: a cache naming it
  * through "..", or a link out, must not get it bound.
  *
- * Invariants: every node and bind source lies under the root, every dest
- * is absolute, no source is outside it, and a success binds libcuda.
+ * Invariants: every node and bind source lies under the root (never a
+ * link), every dest is absolute, every library bound is a regular file of
+ * driver 550.54.15, and a success binds libcuda.
  * GN_FUZZ_VERBOSE=1 prints each run's outcome (for checking the seeds). */
 #include "../../sandbox/sandbox_int.h"
 
@@ -104,6 +105,22 @@ static void setup(void) {
   put("/sys/module/nvidia/version", VER "\n", 0644);
   put("/opt/nv/lib/libcuda.so." VER, "libcuda\n", 0755);
   put_link("/opt/nv/lib/libcuda.so.1", "libcuda.so." VER);
+  /* More of the table's libraries, for the cache's entries to reach. */
+  static const char *const more[] = {"libnvidia-cfg.so",       "libnvidia-nvvm.so",   "libnvidia-gpucomp.so",
+                                     "libnvidia-allocator.so", "libnvidia-opencl.so", "libcudadebugger.so"};
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+    char rel[256], target[256];
+    snprintf(rel, sizeof rel, "/opt/nv/lib/%s." VER, more[i]);
+    put(rel, "lib\n", 0755);
+    snprintf(rel, sizeof rel, "/opt/nv/lib/%s.1", more[i]);
+    snprintf(target, sizeof target, "%s." VER, more[i]);
+    put_link(rel, target);
+  }
+  put("/opt/nv/old/libnvidia-nvvm.so.535.104.05", "stale\n", 0755); /* another driver's: never bound */
+  put_link("/opt/nv/lib64", "lib");
+  put_link("/opt/nv/abs", "/opt/nv/lib");
+  put_link("/opt/loop", "loop");
+  put_link("/lib", "usr/lib");
   put_link("/opt/nv/lib/libnvidia-ptxjitcompiler.so.1", "../../../outside/libnvidia-ptxjitcompiler.so." VER);
   put_link("/opt/up", "/../../..");
   put("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so." VER, "nvml\n", 0755);
@@ -158,6 +175,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct stat st;
     if (lstat(b->source, &st) < 0 || S_ISLNK(st.st_mode)) {
       fprintf(stderr, "fuzz_ldcache: bind source %s is missing or a link\n", b->source);
+      abort();
+    }
+    /* A library bound is the loaded driver's versioned file. */
+    size_t sl = strlen(b->source), vl = strlen(".so." VER);
+    if (i >= pass.n_nodes && strncmp(b->dest, "/usr/bin/", 9) != 0 &&
+        (sl < vl || strcmp(b->source + sl - vl, ".so." VER) != 0 || !S_ISREG(st.st_mode))) {
+      fprintf(stderr, "fuzz_ldcache: bind %s -> %s is not a library of driver " VER "\n", b->source, b->dest);
       abort();
     }
     cuda |= strcmp(b->dest, "/opt/nv/lib/libcuda.so." VER) == 0;
