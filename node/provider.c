@@ -810,10 +810,11 @@ static void job_finish(gn_node *n, gn_job *j) {
     return;
   j->finished = true;
   j->ended_s = gn_unix_s();
-  gn__node_persist_job(n, j);
+  /* The lease holder waits on this: told first, then the (unsynced) row. */
   gn_lease *l = job_lease(n, j);
   if (l && n->tp)
     send_job_status(n, j, l);
+  gn__node_persist_job(n, j);
   gn_log(GN_LOG_INFO, "job %s %s%s%s (exit code %d)", j->id, gn__job_state_name(j->state), j->error[0] ? ": " : "",
          j->error, j->exit_code);
   char **argv = NULL;
@@ -1250,9 +1251,6 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   j->next = n->jobs;
   n->jobs = j;
   gn__jobman_done(&m);
-  gn__node_persist_job(n, j);
-  send_job_status(n, j, l);
-  gn_log(GN_LOG_INFO, "job %s on lease %s: pulling %s", j->id, j->lease_id, j->image);
   /* Everything the worker thread needs from node state is copied here, on
    * the loop, so the worker touches only the job. */
   for (int i = 0; i < GN_LEASE_MAX_GPUS && l->gpu_index[i] >= 0; i++) {
@@ -1269,11 +1267,17 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
     j->id_count = GN_USERNS_SIZE;
   }
   j->cpu_quota_us = lease_cpu_quota_us(n, l);
+  /* The worker starts first: the job's row, its "pulling" status and the
+   * log line are written while it prepares (they only read the job). */
   if (task_submit(n, j, TASK_PREPARE, NULL) < 0) {
     j->state = GN_JOB_FAILED;
     gn__strf(j->error, sizeof j->error, "provider out of memory");
     job_finish(n, j);
+    return;
   }
+  gn__node_persist_job(n, j);
+  send_job_status(n, j, l);
+  gn_log(GN_LOG_INFO, "job %s on lease %s: pulling %s", j->id, j->lease_id, j->image);
   return;
 reject:
   reject_job(n, peer, m.job_id, m.lease_id, reason);

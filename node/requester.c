@@ -547,8 +547,9 @@ static void run_send(run_work *rw) {
   gn_path_join(j->log_path, sizeof j->log_path, jobs_dir, NULL, j->id, ".log");
   j->next = n->jobs;
   n->jobs = j;
-  gn__node_persist_job(n, j);
+  /* Sent first, then the (unsynced) row: the provider prepares meanwhile. */
   r = send_or_connect(n, p, l->peer, lease_provider_addr(n, l), env.data, env.len);
+  gn__node_persist_job(n, j);
   gn_buf_done(&env);
   if (r < 0)
     gn_log(GN_LOG_WARN, "job %s waits for provider connection: %s", j->id, gn_strerror(r));

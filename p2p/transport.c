@@ -335,6 +335,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
 }
 
 static int conn_start_reading(conn *c) {
+  /* Every frame is a whole message, written at once: Nagle's algorithm
+   * would only hold a small one (a job's status, a log chunk) back until
+   * the peer's delayed ACK of the one before it, up to 40 ms. */
+  uv_tcp_nodelay(c->tcp, 1); /* an option only; a socket without it still works */
   int r = uv_read_start((uv_stream_t *)c->tcp, on_alloc, on_read);
   if (r < 0)
     return r;
