@@ -5,7 +5,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -145,14 +144,6 @@ out:
   gn__api_logs_wake(n, j);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
 /* Containers and bundles an earlier run left behind (it was killed before
  * its cleanup ran): every container in this node's runtime state and every
  * bundle is deleted before the first lease, so no job of an old lease runs
@@ -173,7 +164,7 @@ static void remove_leftovers(gn_node *n) {
       }
     } else if (strncmp(e->d_name, "bundle-", 7) == 0 &&
                gn__pathf(path, sizeof path, "%s/%s", n->run_dir, e->d_name) == 0) {
-      nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+      gn_rm_tree(path);
     }
   }
   closedir(d);

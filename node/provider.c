@@ -4,7 +4,6 @@
 #include "node_internal.h"
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -18,15 +17,6 @@
 /* The transport is gone once the daemon's shutdown closed it. */
 static bool peer_is_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   return n->tp && gn_transport_is_up(n->tp, peer);
-}
-
-/* nftw callback of the recursive deletes (bundles, overlays): on the pool. */
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
 }
 
 /* --- the host, its budgets and its isolation ----------------------------------*/
@@ -210,7 +200,7 @@ static bool job_overlay_mount(const gn_node *n, gn_job *j, const char *lower, ch
       mount("overlay", ret, "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
     gn__strf(j->work_log, sizeof j->work_log, "no overlay for the job's root (%s): its mountinfo shows the image path",
              strerror(errno));
-    nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    gn_rm_tree(base);
     return false;
   }
   gn__strf(j->overlay, sizeof j->overlay, "%s", base);
@@ -676,12 +666,12 @@ static void task_work(uv_work_t *w) {
     if (t->argv)
       gn_runtime_exec(t->argv, &status);
     if (j->bundle[0])
-      nftw(j->bundle, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+      gn_rm_tree(j->bundle);
     if (j->overlay[0]) {
       char root[160];
       gn__strf(root, sizeof root, "%s/root", j->overlay);
       if (umount2(root, MNT_DETACH) == 0)
-        nftw(j->overlay, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        gn_rm_tree(j->overlay);
     }
     if (j->rootfs[0])
       gn_store_rootfs_release(j->node->store, j->rootfs);

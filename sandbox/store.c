@@ -631,27 +631,10 @@ static uint64_t tree_size(const char *path) {
   return tree_bytes;
 }
 
-static int open_dirs(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)st, (void)f;
-  if (flag == FTW_D || flag == FTW_DNR)
-    chmod(p, 0700); /* image directories may be read-only; we own them */
-  return 0;
-}
-
-static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f) {
-  (void)st, (void)f;
-  if (flag == FTW_DP)
-    rmdir(p);
-  else
-    unlink(p);
-  return 0;
-}
-
 /* Removes a tree that nobody can reach any more (renamed under tmp/ first),
  * never following links. */
 static void rm_tree(const char *path) {
-  nftw(path, open_dirs, 16, FTW_PHYS);
-  nftw(path, rm_entry, 16, FTW_PHYS | FTW_DEPTH);
+  gn_rm_tree(path);
 }
 
 /* Moves dir/<rel> out of sight (under tmp/) and removes it there. Caller

@@ -1009,17 +1009,35 @@ static void remove_rootfs(const char *root, const char *rootfs) {
     rmdir(rootfs);
     return;
   }
+  gn_rm_tree(root);
+}
+
+int gn_rm_tree(const char *path) {
   char parent[PATH_MAX];
-  snprintf(parent, sizeof(parent), "%s", root);
+  if (!path || !path[0] || strlen(path) >= sizeof(parent))
+    return GN_EINVAL;
+  snprintf(parent, sizeof(parent), "%s", path);
   char *slash = strrchr(parent, '/');
-  if (!slash || slash == parent)
-    return;
-  *slash = '\0';
-  int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (pfd >= 0) {
-    rm_rf_at(pfd, slash + 1, 0, NULL);
-    close(pfd);
+  const char *name = parent;
+  int pfd = AT_FDCWD;
+  if (slash) {
+    if (!slash[1])
+      return GN_EINVAL;
+    name = slash + 1;
+    *slash = '\0';
+    pfd = open(slash == parent ? "/" : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0)
+      return errno == ENOENT ? 0 : -errno;
   }
+  if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+    if (pfd != AT_FDCWD)
+      close(pfd);
+    return GN_EINVAL;
+  }
+  int r = rm_rf_at(pfd, name, 0, NULL);
+  if (pfd != AT_FDCWD)
+    close(pfd);
+  return r;
 }
 
 static uint64_t or_default(uint64_t v, uint64_t def) {

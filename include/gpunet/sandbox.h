@@ -145,6 +145,10 @@ int gn_store_gc(gn_store *s, uint64_t *ret_freed_bytes);
  * device nodes and links that escape the root (GN_EPERM, naming the entry in
  * err). Blocking. */
 int gn_store_unpack(gn_store *s, const gn_image *img, const char *rootfs, char *err, size_t err_cap);
+/* Removes path and everything under it, never following a symlink, making
+ * read-only directories the owner's first (image trees have them). 0 when
+ * it is gone or was never there. Blocking. */
+int gn_rm_tree(const char *path);
 int gn_store_unpack_ex(gn_store *s, const gn_image *img, const char *rootfs, const gn_unpack_opts *opts, char *err,
                        size_t err_cap);
 

@@ -899,6 +899,42 @@ static void test_unpack_keeps_read_only_directory_modes_and_times(void **state) 
   assert_file(f, "ro/f", "f");
 }
 
+/* gn_rm_tree removes nested read-only directories and never follows a
+ * symlink out of the tree. */
+static void test_rm_tree_never_follows_links(void **state) {
+  (void)state;
+  char *base = th_mkdtemp("rmtree");
+  char tree[512], deep[600], file[700], outside[512], canary[600], link[600];
+  snprintf(tree, sizeof tree, "%s/tree", base);
+  snprintf(deep, sizeof deep, "%s/a", tree);
+  snprintf(outside, sizeof outside, "%s/outside", base);
+  snprintf(canary, sizeof canary, "%s/canary", outside);
+  snprintf(link, sizeof link, "%s/link", tree);
+  assert_int_equal(mkdir(tree, 0755), 0);
+  assert_int_equal(mkdir(deep, 0755), 0);
+  snprintf(file, sizeof file, "%s/b", deep);
+  assert_int_equal(mkdir(file, 0755), 0);
+  snprintf(file, sizeof file, "%s/b/f", deep);
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fclose(f);
+  snprintf(file, sizeof file, "%s/b", deep);
+  assert_int_equal(chmod(file, 0), 0);
+  assert_int_equal(chmod(deep, 0), 0);
+  assert_int_equal(mkdir(outside, 0755), 0);
+  f = fopen(canary, "w");
+  assert_non_null(f);
+  fclose(f);
+  assert_int_equal(symlink(outside, link), 0);
+  assert_int_equal(gn_rm_tree(tree), 0);
+  assert_false(th_exists(tree));
+  assert_true(th_exists(canary));
+  assert_int_equal(gn_rm_tree(tree), 0); /* already gone */
+  assert_int_equal(gn_rm_tree(""), GN_EINVAL);
+  th_rm_rf(base);
+  free(base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_unpack_applies_layers_in_order, setup, teardown),
@@ -929,6 +965,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unpack_whiteout_spares_entries_of_its_own_layer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unpack_replaces_directory_by_file_and_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unpack_keeps_read_only_directory_modes_and_times, setup, teardown),
+      cmocka_unit_test(test_rm_tree_never_follows_links),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
