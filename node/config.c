@@ -39,6 +39,8 @@ typedef enum {
   KEY_REGISTRY_ALLOW,
   KEY_ALLOW_UNENFORCED_LIMITS,
   KEY_ALLOW_NO_USERNS,
+  KEY_INTERVAL_MIN,
+  KEY_INTERVAL_MAX,
   KEY_COUNT
 } cfg_key;
 
@@ -66,6 +68,8 @@ static const struct {
     [KEY_REGISTRY_ALLOW] = {"registry_allow", "registry-allow", false},
     [KEY_ALLOW_UNENFORCED_LIMITS] = {"allow_unenforced_limits", "allow-unenforced-limits", true},
     [KEY_ALLOW_NO_USERNS] = {"allow_no_userns", "allow-no-userns", true},
+    [KEY_INTERVAL_MIN] = {"interval_min_s", "interval-min-s", false},
+    [KEY_INTERVAL_MAX] = {"interval_max_s", "interval-max-s", false},
 };
 
 static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
@@ -84,6 +88,9 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "  --simulate-gpu MODEL    add a simulated GPU, e.g. \"RTX 4090\" (repeatable)\n"
                                  "  --runtime runc|crun|PATH  OCI runtime (default: detect)\n"
                                  "  --max-hours N           longest lease this node accepts (default 24)\n"
+                                 "  --interval-min-s N      shortest billing interval (debit notes) a lease may\n"
+                                 "                          ask for, in seconds (default 10)\n"
+                                 "  --interval-max-s N      longest billing interval, in seconds (default 3600)\n"
                                  "  --allow-simulated       as a requester, accept simulated GPUs\n"
                                  "  --log-level LEVEL       debug, info, warn or error (default info)\n"
                                  "\n"
@@ -152,6 +159,8 @@ void gn_config_defaults(gn_config *cfg) {
   cfg->price_uper_hour = 400000;
   snprintf(cfg->currency, sizeof(cfg->currency), "EUR");
   cfg->max_hours = 24;
+  cfg->interval_min_s = GN_CONFIG_INTERVAL_MIN_S;
+  cfg->interval_max_s = GN_CONFIG_INTERVAL_MAX_S;
   snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
   cfg->job_memory_share = 0.5;
   cfg->job_cpu_share = 0.75;
@@ -460,6 +469,19 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     cfg->max_hours = (uint32_t)h;
     return 0;
   }
+  case KEY_INTERVAL_MIN:
+  case KEY_INTERVAL_MAX: {
+    char *end;
+    errno = 0;
+    unsigned long s = strtoul(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || s < 1 || s > GN_CONFIG_INTERVAL_LIMIT_S) {
+      snprintf(err, cap, "bad %s '%.60s': want a whole number of seconds from 1 to %u", name, v,
+               GN_CONFIG_INTERVAL_LIMIT_S);
+      return GN_EINVAL;
+    }
+    *(key == KEY_INTERVAL_MIN ? &cfg->interval_min_s : &cfg->interval_max_s) = (uint32_t)s;
+    return 0;
+  }
   case KEY_LOG_LEVEL:
     if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error")) {
       snprintf(err, cap, "bad log_level '%s' (known: debug, info, warn, error)", v);
@@ -674,7 +696,12 @@ int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_
     snprintf(err, cap, "no data directory: set HOME or XDG_DATA_HOME, or pass --data-dir");
     return GN_EINVAL;
   }
-  return gn_config_parse_args(cfg, argc, argv, err, cap);
+  r = gn_config_parse_args(cfg, argc, argv, err, cap);
+  if (r == 0 && cfg->interval_min_s > cfg->interval_max_s) {
+    snprintf(err, cap, "interval_min_s (%u) is above interval_max_s (%u)", cfg->interval_min_s, cfg->interval_max_s);
+    return GN_EINVAL;
+  }
+  return r;
 }
 
 /* --- the default file --------------------------------------------------------*/
@@ -699,6 +726,12 @@ static const char default_conf[] = "# gpunet configuration. One `key = value` pe
                                    "\n"
                                    "# Longest lease this node accepts, in hours.\n"
                                    "#max_hours = 24\n"
+                                   "\n"
+                                   "# Billing intervals a provider agrees to (seconds): a lease's requester gets\n"
+                                   "# a debit note to countersign every interval, and a lease whose note stays\n"
+                                   "# unanswered for two intervals is stopped.\n"
+                                   "#interval_min_s = 10\n"
+                                   "#interval_max_s = 3600\n"
                                    "\n"
                                    "# For development without an NVIDIA GPU: offer a simulated one. Offers and\n"
                                    "# attestations say so, and requesters refuse them unless allow_simulated.\n"

@@ -76,6 +76,9 @@ void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type,
 #define GN_CONFIG_MAX_BOOTSTRAP 16
 #define GN_CONFIG_MAX_SIMULATE 8
 #define GN_CONFIG_MAX_REGISTRY_ALLOW 32
+#define GN_CONFIG_INTERVAL_MIN_S 10      /* default interval_min_s */
+#define GN_CONFIG_INTERVAL_MAX_S 3600    /* default interval_max_s */
+#define GN_CONFIG_INTERVAL_LIMIT_S 86400 /* either may be at most a day */
 
 typedef struct gn_config {
   char data_dir[PATH_MAX];
@@ -90,6 +93,9 @@ typedef struct gn_config {
   size_t simulate_count;
   char runtime[64];   /* "runc", "crun", a path, or "" for auto-detection */
   uint32_t max_hours; /* default 24 */
+  /* Billing intervals (debit notes) a provider agrees to, in seconds:
+   * default 10..3600; a lease request outside is refused. */
+  uint32_t interval_min_s, interval_max_s;
   bool allow_simulated;
   char log_level[16]; /* default "info" */
   /* The provider's budgets, shared by every job of every lease. */

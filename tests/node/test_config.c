@@ -59,6 +59,8 @@ static void test_config_defaults(void **state) {
   assert_int_equal(c.price_uper_hour, 400000);
   assert_string_equal(c.currency, "EUR");
   assert_int_equal(c.max_hours, 24);
+  assert_int_equal(c.interval_min_s, 10);
+  assert_int_equal(c.interval_max_s, 3600);
   assert_string_equal(c.log_level, "info");
   assert_string_equal(c.runtime, "");
   assert_false(c.provide);
@@ -206,6 +208,9 @@ static void test_config_bad_values_table(void **state) {
       {"registry_allow = a;b", "bad registry_allow entry 'a;b'"},
       {"allow_no_userns = maybe", "allow_no_userns must be true or false"},
       {"allow_unenforced_limits = 2", "allow_unenforced_limits must be true or false"},
+      {"interval_min_s = 0", "bad interval_min_s '0': want a whole number of seconds from 1 to 86400"},
+      {"interval_max_s = 86401", "bad interval_max_s '86401'"},
+      {"interval_max_s = 10s", "bad interval_max_s '10s'"},
   };
   char path[256];
   snprintf(path, sizeof(path), "%s/c.conf", f->dir);
@@ -345,6 +350,11 @@ static void test_config_flag_errors_table(void **state) {
       {{"--store-max", "lots"}, GN_EINVAL, "--store-max: bad store_max 'lots'"},
       {{"--registry-allow", "a b/c"}, GN_EINVAL, "--registry-allow: bad registry_allow entry 'b/c'"},
       {{"--allow-no-userns", "--allow-unenforced-limits"}, 0, ""},
+      {{"--interval-min-s", "2", "--interval-max-s", "5"}, 0, ""},
+      {{"--interval-min-s", "600", "--interval-max-s", "60"},
+       GN_EINVAL,
+       "interval_min_s (600) is above interval_max_s (60)"},
+      {{"--interval-min-s", "-1"}, GN_EINVAL, "--interval-min-s: bad interval_min_s '-1'"},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
     char *argv[6] = {"gpunetd"};
@@ -364,6 +374,7 @@ static void test_config_flag_errors_table(void **state) {
   assert_non_null(strstr(gn_config_usage(), "--job-memory-share"));
   assert_non_null(strstr(gn_config_usage(), "--registry-allow"));
   assert_non_null(strstr(gn_config_usage(), "--allow-no-userns"));
+  assert_non_null(strstr(gn_config_usage(), "--interval-min-s"));
 }
 
 /* The budgets and the allow list come from flags as well, a flag list
