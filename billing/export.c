@@ -287,7 +287,7 @@ static int check_acceptance(const uint8_t *acc, size_t acc_len, const uint8_t *i
   return 0;
 }
 
-int gn_invoice_audit_json(const struct json_t *doc, gn_invoice_summary *ret, char *reason, size_t cap) {
+static int audit_v1(const struct json_t *doc, gn_invoice_summary *ret, char *reason, size_t cap) {
   uint8_t *inv = NULL, *ag = NULL, *acc = NULL;
   size_t inv_len = 0, ag_len = 0, acc_len = 0;
   gn__invoice_view v;
@@ -350,4 +350,15 @@ out:
   free(ag);
   free(acc);
   return r;
+}
+
+/* Temporary bridge while the v2 audit lands. */
+int gn_invoice_audit_json(const struct json_t *doc, gn_bill_audit *ret) {
+  memset(ret, 0, sizeof(*ret));
+  int r = audit_v1(doc, &ret->summary, ret->reason, sizeof(ret->reason));
+  if (r == GN_EINVAL || r == GN_ENOMEM)
+    return r;
+  ret->has_invoice = true;
+  ret->verdict = r < 0 ? GN_BILL_INVALID : ret->summary.countersigned ? GN_BILL_COUNTERSIGNED : GN_BILL_PROVIDER_ONLY;
+  return ret->verdict == GN_BILL_COUNTERSIGNED ? 0 : GN_EAUDIT;
 }

@@ -103,13 +103,41 @@ static int invoice_export(cli *c, const char *id, const char *out) {
   return CLI_OK;
 }
 
-static int audit_failed(cli *c, const char *reason) {
-  if (c->json) {
-    cli_print_json_new(json_pack("{s:b, s:s}", "ok", 0, "reason", reason));
-  } else {
-    printf("audit FAILED: %s\n", reason);
+/* The verdicts of notes/billing2.md and their exit codes: 0 countersigned,
+ * 3 a provider-only claim, 4 rejected by the requester, 1 does not verify,
+ * 2 not an export (or usage). */
+static const char *verdict_name(gn_bill_verdict v) {
+  switch (v) {
+  case GN_BILL_COUNTERSIGNED:
+    return "countersigned";
+  case GN_BILL_PROVIDER_ONLY:
+    return "provider-only";
+  case GN_BILL_REJECTED:
+    return "rejected";
+  default:
+    return "invalid";
   }
-  return CLI_FAIL;
+}
+
+static int audit_exit(gn_bill_verdict v) {
+  switch (v) {
+  case GN_BILL_COUNTERSIGNED:
+    return 0;
+  case GN_BILL_PROVIDER_ONLY:
+    return 3;
+  case GN_BILL_REJECTED:
+    return 4;
+  default:
+    return CLI_FAIL;
+  }
+}
+
+static int audit_unreadable(cli *c, const char *reason) {
+  if (c->json)
+    cli_print_json_new(json_pack("{s:b, s:s, s:s}", "ok", 0, "verdict", "not-an-export", "reason", reason));
+  else
+    printf("audit FAILED: %s\n", reason);
+  return CLI_USAGE;
 }
 
 static int invoice_audit(cli *c, const char *file) {
@@ -117,57 +145,84 @@ static int invoice_audit(cli *c, const char *file) {
   char reason[512] = "";
   if (stat(file, &st) < 0) {
     snprintf(reason, sizeof(reason), "cannot read %s: %s", file, strerror(errno));
-    return audit_failed(c, reason);
+    return audit_unreadable(c, reason);
   }
   if (!S_ISREG(st.st_mode) || st.st_size > CLI_MAX_INVOICE_FILE) {
     snprintf(reason, sizeof(reason), "%s is not a regular file of at most 1 GiB", file);
-    return audit_failed(c, reason);
+    return audit_unreadable(c, reason);
   }
   json_error_t jerr;
   json_t *doc = json_load_file(file, JSON_REJECT_DUPLICATES, &jerr);
   if (!doc) {
     snprintf(reason, sizeof(reason), "%s is not a gpunet invoice export: not JSON (line %d: %s)", file, jerr.line,
              jerr.text);
-    return audit_failed(c, reason);
+    return audit_unreadable(c, reason);
   }
-  gn_invoice_summary s;
-  memset(&s, 0, sizeof(s));
-  int r = gn_invoice_audit_json(doc, &s, reason, sizeof(reason));
+  gn_bill_audit *a = calloc(1, sizeof(*a));
+  if (!a) {
+    json_decref(doc);
+    return cli_fail("out of memory");
+  }
+  int r = gn_invoice_audit_json(doc, a);
   json_decref(doc);
-  if (r < 0) {
-    if (!reason[0])
-      snprintf(reason, sizeof(reason), "%s", gn_strerror(r));
-    return audit_failed(c, reason);
+  if (r == GN_EINVAL || r == GN_ENOMEM) {
+    int ret = r == GN_ENOMEM ? cli_fail("out of memory") : audit_unreadable(c, a->reason[0] ? a->reason : file);
+    free(a);
+    return ret;
   }
-  char prov[GN_NODE_ID_STRLEN], req[GN_NODE_ID_STRLEN], price[64], total[64], start[32], end[32], dur[24];
-  gn_node_id_format(s.provider, prov);
-  gn_node_id_format(s.requester, req);
-  cli_fmt_price(s.price_uper_hour, s.currency, price, sizeof(price));
-  cli_fmt_money(s.total_micro, s.currency, total, sizeof(total));
-  cli_fmt_time(s.start_s, start, sizeof(start));
-  cli_fmt_time(s.end_s, end, sizeof(end));
-  cli_fmt_duration((int64_t)s.seconds, dur, sizeof(dur));
+  const gn_invoice_summary *s = &a->summary;
+  char prov[GN_NODE_ID_STRLEN], req[GN_NODE_ID_STRLEN], price[64], total[64], vtotal[64], start[32], end[32], dur[24];
+  gn_node_id_format(s->provider, prov);
+  gn_node_id_format(s->requester, req);
+  cli_fmt_price(s->price_uper_hour, s->currency, price, sizeof(price));
+  cli_fmt_money(s->total_micro, s->currency, total, sizeof(total));
+  cli_fmt_money(a->voucher_total_micro, s->currency, vtotal, sizeof(vtotal));
+  cli_fmt_time(s->start_s, start, sizeof(start));
+  cli_fmt_time(s->end_s, end, sizeof(end));
+  cli_fmt_duration((int64_t)s->seconds, dur, sizeof(dur));
+  int code = audit_exit(a->verdict);
   if (c->json) {
-    return cli_print_json_new(json_pack(
-        "{s:b, s:s?, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:I, s:I, s:b}", "ok", 1, "reason",
-        reason[0] ? reason : NULL, "invoice_id", s.invoice_id, "lease_id", s.lease_id, "provider", prov, "requester",
-        req, "gpu_model", s.gpu_model, "gpus", (int)s.gpus, "price_uper_hour", (json_int_t)s.price_uper_hour,
-        "currency", s.currency, "seconds", (json_int_t)s.seconds, "total_micro", (json_int_t)s.total_micro, "start_s",
-        (json_int_t)s.start_s, "end_s", (json_int_t)s.end_s, "countersigned", s.countersigned));
+    cli_print_json_new(json_pack(
+        "{s:b, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:I, s:I, s:b, s:I, "
+        "s:I, s:I, s:I, s:b}",
+        "ok", a->verdict == GN_BILL_COUNTERSIGNED, "verdict", verdict_name(a->verdict), "reason", a->reason, "lease_id",
+        s->lease_id, "provider", prov, "requester", req, "gpu_model", s->gpu_model, "gpus", (int)s->gpus,
+        "price_uper_hour", (json_int_t)s->price_uper_hour, "currency", s->currency, "seconds", (json_int_t)s->seconds,
+        "total_micro", (json_int_t)s->total_micro, "start_s", (json_int_t)s->start_s, "end_s", (json_int_t)s->end_s,
+        "countersigned", a->verdict == GN_BILL_COUNTERSIGNED, "notes", (json_int_t)a->notes, "notes_accepted",
+        (json_int_t)a->notes_accepted, "voucher_seconds", (json_int_t)a->voucher_seconds, "voucher_total_micro",
+        (json_int_t)a->voucher_total_micro, "has_invoice", a->has_invoice));
+    free(a);
+    return code;
   }
-  printf("audit OK: invoice %s for lease %s\n", s.invoice_id, s.lease_id);
+  switch (a->verdict) {
+  case GN_BILL_COUNTERSIGNED:
+    printf("audit OK: invoice %s for lease %s, countersigned by the requester\n", s->invoice_id, s->lease_id);
+    break;
+  case GN_BILL_PROVIDER_ONLY:
+    printf("audit: PROVIDER-ONLY CLAIM for lease %s: %s\n", s->lease_id, a->reason);
+    break;
+  case GN_BILL_REJECTED:
+    printf("audit: REJECTED by the requester: invoice %s for lease %s: %s\n", s->invoice_id, s->lease_id, a->reason);
+    break;
+  default:
+    printf("audit FAILED: %s\n", a->reason);
+    free(a);
+    return code;
+  }
   printf("  provider   %s\n", prov);
   printf("  requester  %s\n", req);
-  printf("  gpus       %ux %s\n", s.gpus, s.gpu_model);
-  printf("  period     %s .. %s\n", start, end);
-  printf("  seconds    %llu (%s)\n", (unsigned long long)s.seconds, dur);
+  printf("  gpus       %ux %s\n", s->gpus, s->gpu_model);
+  if (a->has_invoice)
+    printf("  period     %s .. %s (%s)\n", start, end, a->end_reason);
+  printf("  seconds    %llu (%s)\n", (unsigned long long)s->seconds, dur);
   printf("  price      %s per GPU\n", price);
-  printf("  total      %s\n", total);
-  if (s.countersigned)
-    printf("  countersigned by requester\n");
-  else
-    printf("  not countersigned%s%s\n", reason[0] ? ": " : "", reason);
-  return CLI_OK;
+  printf("  total      %s%s\n", total, a->has_invoice ? "" : " (last debit note)");
+  printf("  notes      %llu, %llu accepted\n", (unsigned long long)a->notes, (unsigned long long)a->notes_accepted);
+  printf("  vouchers   the requester's signed vouchers cover %llu s, %s\n", (unsigned long long)a->voucher_seconds,
+         vtotal);
+  free(a);
+  return code;
 }
 
 int cmd_invoice(cli *c, int argc, char **argv) {

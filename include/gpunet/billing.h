@@ -173,9 +173,11 @@ int gn_ledger_verify_chain(gn_ledger *l, const char *lease_id, char *reason, siz
 
 /* --- invoices -------------------------------------------------------------*/
 
-/* An invoice carries at most 7 days of ticks, and a lease's max_s may not
- * exceed it (the final invoice covers the whole lease). */
-#define GN_INVOICE_MAX_S 604800u
+/* The longest lease (max_s): 40 days. With 2 bytes per second even a final
+ * invoice that carries every second from 1 (no debit note was ever
+ * accepted) is 6.9 MB, under GN_MSG_MAX; with debit notes each message
+ * carries only the seconds since the last accepted note. */
+#define GN_INVOICE_MAX_S 3456000u
 
 /* Builds and signs the provider's GN_MSG_INVOICE for a lease from its ledger
  * ticks: cumulative from second 1, so the same call also makes the interval
@@ -281,20 +283,250 @@ int gn_ledger_get_invoice(gn_ledger *l, const char *id, const char *role, gn_inv
  * there are none. Free with gn_invoice_records_free. */
 int gn_ledger_list_invoices(gn_ledger *l, const char *role, gn_invoice_record **ret, size_t *ret_n);
 
-/* Writes the self-contained JSON export (all envelopes in hex plus a
- * readable summary). Returns a jansson json_t* through ret (caller decrefs).
- * The invoice must verify (GN_EAUDIT otherwise); accept_env (NULL/0 for
- * none) must be the requester's acceptance of it. */
+/* OLD API (until node/ moves to gn_ledger_export): the gpunet-invoice/2
+ * export of a final invoice with no debit notes. accept_env (NULL/0 for
+ * none) is the requester's acceptance OR rejection of it: a rejection is
+ * exported (and audits as rejected). GN_EAUDIT if the invoice or the
+ * response does not verify. Caller decrefs *ret_json. */
 struct json_t;
 int gn_invoice_export(const uint8_t *invoice_env, size_t invoice_len, const uint8_t *accept_env, size_t accept_len,
                       struct json_t **ret_json);
-/* Audits an exported invoice with no daemon: every signature, chain link,
- * per-second price and total, and that the readable fields match the signed
- * ones. 0 and a summary when all checks out; GN_EAUDIT and a reason naming the
- * first failure (which second, which field) otherwise; GN_EINVAL if the file
- * is not an invoice export. On success reason holds "" when the requester's
- * countersignature verifies, or a note that the invoice is not countersigned
- * ("signed by the provider only: ..."; summary.countersigned is false). */
-int gn_invoice_audit_json(const struct json_t *doc, gn_invoice_summary *ret, char *reason, size_t cap);
+
+/* === Billing v2 (notes/billing2.md): pure functions on byte arrays =======
+ *
+ * No SQLite, no clock, no I/O: the lease state machines (billing/lease_*.c)
+ * call these with the envelopes they hold and the time they are given.
+ *
+ * Ticks carry their own time: tick i of a lease IS lease second i. The tick
+ * hash v2 is BLAKE2b-256("gpunet-tick-v2\0" || prev(32) || lease_id ||
+ * u64be idx || u32be gpus || u8 util), genesis = BLAKE2b-256(agreement
+ * envelope). In messages and exports ticks travel as the compact record
+ * GN_BILL_TICK_LEN = 2 bytes per second: u8 gpus, u8 util (0..100 or
+ * GN_UTIL_UNKNOWN); second from+k at offset 2k.
+ *
+ * Flow of one lease:
+ *   both:      gn_bill_head_init(agreement) -> head (seq 0, chain = genesis)
+ *   provider:  gn_bill_note_seal(head, ticks since head) -> DEBIT_NOTE + next
+ *   requester: gn_bill_note_check(note, agreement, head, observed...) -> next
+ *              (or GN_EAUDIT + reason -> gn_bill_note_reject_seal; or
+ *              GN_ESTATE for a stale note -> re-send gn_bill_note_accept_seal
+ *              of its head, which is deterministic);
+ *              gn_bill_note_accept_seal(next) -> DEBIT_ACCEPT (= voucher)
+ *   provider:  gn_bill_response_open(answer, agreement) -> which note,
+ *              accepted or not; on acceptance head = that note's next head
+ *   end:       the same with gn_bill_invoice_seal / _check /
+ *              _accept_seal (final voucher) / _reject_seal.
+ * All arithmetic is checked: an overflow is an error (GN_EAUDIT for what a
+ * peer sent, GN_EINVAL for what the caller passed), never a saturated value. */
+
+#define GN_BILL_TICK_LEN 2
+/* A lease second is billed only if the requester observed it, within
+ * gn_bill_tolerance_s(observed_s) = GN_BILL_TOLERANCE_S + observed_s / 1000:
+ * 5 s for message latency and the two clocks' phase, plus 1 ms per second
+ * (0.1 %) for the drift between the provider's and the requester's monotonic
+ * clocks over a long lease. docs/protocol.md states the same rule. */
+#define GN_BILL_TOLERANCE_S 5u
+uint64_t gn_bill_tolerance_s(uint64_t observed_s);
+/* Most seconds one debit note or final invoice may carry (the seconds since
+ * the last accepted note): keeps every message far under GN_MSG_MAX. */
+#define GN_BILL_MAX_TICKS GN_INVOICE_MAX_S
+
+/* The state of a lease's bill after the last ACCEPTED note (both sides keep
+ * one; the requester persists it). A plain value: copy it freely;
+ * gn_bill_head_encode/decode give a fixed GN_BILL_HEAD_LEN-byte form. */
+typedef struct gn_bill_head {
+  uint64_t seq;           /* seq of the last accepted note, 0 = none yet */
+  uint8_t note_hash[32];  /* its hash (BLAKE2b-256 of its envelope), zeros if none;
+                           * after an invoice: the invoice's hash */
+  uint64_t seconds;       /* cumulative seconds billed */
+  uint64_t gpu_seconds;   /* cumulative sum of the ticks' gpus */
+  uint64_t total_micro;   /* = gn_price_cost(price, 1, gpu_seconds) */
+  uint8_t chain_head[32]; /* tick chain after second `seconds` (genesis at 0) */
+} gn_bill_head;
+
+#define GN_BILL_HEAD_LEN 96
+/* Head for a fresh lease: seq 0, zeros, chain_head = genesis. Verifies the
+ * agreement (GN_ESIG/GN_EINVAL...). */
+int gn_bill_head_init(const uint8_t *agreement_env, size_t agreement_len, gn_bill_head *ret);
+void gn_bill_head_encode(const gn_bill_head *h, uint8_t out[GN_BILL_HEAD_LEN]);
+int gn_bill_head_decode(const uint8_t *p, size_t len, gn_bill_head *ret); /* GN_EINVAL if len is wrong */
+/* BLAKE2b-256 of an envelope (a note's, an invoice's, an agreement's hash). */
+void gn_bill_hash(const uint8_t *env, size_t len, uint8_t ret_hash[32]);
+
+/* What a verified DEBIT_NOTE or final INVOICE says. */
+typedef struct gn_bill_note {
+  bool final; /* GN_MSG_INVOICE (true) or GN_MSG_DEBIT_NOTE */
+  char lease_id[GN_LEASE_ID_STRLEN];
+  uint8_t hash[32];                           /* BLAKE2b-256 of the whole envelope */
+  uint64_t seq;                               /* note: its seq; invoice: the seq of the note it continues */
+  uint8_t prev[32];                           /* hash of the accepted note it continues (zeros: none) */
+  uint64_t from;                              /* first second carried */
+  uint64_t n;                                 /* seconds carried (ticks / GN_BILL_TICK_LEN) */
+  uint64_t seconds, gpu_seconds, total_micro; /* cumulative from second 1 */
+  uint8_t chain_head[32];
+  int64_t issued_s;       /* note only: provider's UTC, information */
+  int64_t start_s, end_s; /* invoice only */
+  char end_reason[64];    /* invoice only */
+} gn_bill_note;
+
+/* Provider: seals the DEBIT_NOTE continuing `head` with the n seconds
+ * head->seconds+1 .. head->seconds+n (ticks: n * GN_BILL_TICK_LEN bytes).
+ * ret_next is the head the requester reaches by accepting it (seq+1, this
+ * note's hash, totals). GN_EPERM if provider is not the agreement's, GN_EINVAL
+ * for a bad tick (gpus above the lease's count, util not a percentage), n = 0
+ * or n > GN_BILL_MAX_TICKS, seconds beyond max_s, or an overflow. */
+int gn_bill_note_seal(const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
+                      const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t issued_s, gn_buf *ret_env,
+                      gn_bill_head *ret_next);
+/* Requester: checks a DEBIT_NOTE against the agreement it holds (byte for
+ * byte, via agreement_hash) and its head: signed by the agreement's
+ * provider; seq == head->seq + 1, prev == head->note_hash, from ==
+ * head->seconds + 1; every tick valid; chain recomputed from
+ * head->chain_head; gpu_seconds/total exact; seconds <= max_s; seconds <=
+ * observed_s + tolerance_s; total_micro <= max_spend_micro (0 = no cap;
+ * "spending cap ..."). 0 and ret_next (and ret_note, may be NULL) if it is to
+ * be accepted. GN_ESTATE (reason says so) for a well-signed note of this
+ * lease with seq <= head->seq: the provider missed our acceptance; re-send
+ * gn_bill_note_accept_seal(head) instead of rejecting. GN_EAUDIT and a
+ * one-line reason for anything else. */
+int gn_bill_note_check(const uint8_t *note_env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
+                       const gn_bill_head *head, uint64_t observed_s, uint64_t tolerance_s, uint64_t max_spend_micro,
+                       gn_bill_head *ret_next, gn_bill_note *ret_note, char *reason, size_t cap);
+/* Requester: DEBIT_ACCEPT of the note that led to `accepted` (the head
+ * gn_bill_note_check returned): lease_id, note_hash, seq, seconds,
+ * total_micro, currency, provider. It is the countersignature and the
+ * cumulative voucher. Deterministic (same head -> same bytes). GN_EPERM if
+ * requester is not the agreement's; GN_EINVAL if accepted->seq is 0. */
+int gn_bill_note_accept_seal(const gn_identity *requester, const uint8_t *agreement_env, size_t agreement_len,
+                             const gn_bill_head *accepted, gn_buf *ret_env);
+/* Requester: DEBIT_REJECT naming the note (its hash; seq if it decodes, else
+ * 0); reason 1..255 printable bytes (longer is cut). Works for a note whose
+ * signature or body is broken. */
+int gn_bill_note_reject_seal(const gn_identity *requester, const uint8_t *agreement_env, size_t agreement_len,
+                             const uint8_t *note_env, size_t note_len, const char *reason, gn_buf *ret_env);
+
+/* Provider: seals the final INVOICE continuing `head` (prev = head->note_hash,
+ * seq = head->seq, from = head->seconds + 1) with the n (may be 0) seconds
+ * since, embedding the whole agreement. end_s >= the agreement's start_s and
+ * the billed seconds must fit the window end_s - start_s (GN_EINVAL);
+ * end_reason 1..63 printable bytes ("released", "expired", "unpaid"...).
+ * ret_next: the final head (note_hash = the invoice's hash, seq unchanged). */
+int gn_bill_invoice_seal(const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
+                         const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t end_s,
+                         const char *end_reason, gn_buf *ret_env, gn_bill_head *ret_next);
+/* Requester: gn_bill_note_check for a final invoice (same rules, plus: the
+ * embedded agreement is the one held byte for byte, start_s is the
+ * agreement's, seconds <= end_s - start_s). Never GN_ESTATE: a final invoice
+ * that does not continue the head is rejected. The caller countersigns at
+ * most one final invoice per lease. */
+int gn_bill_invoice_check(const uint8_t *invoice_env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
+                          const gn_bill_head *head, uint64_t observed_s, uint64_t tolerance_s, uint64_t max_spend_micro,
+                          gn_bill_head *ret_next, gn_bill_note *ret_note, char *reason, size_t cap);
+/* Requester: INVOICE_ACCEPT (the final voucher): lease_id, invoice_hash
+ * (= final->note_hash), accepted_s, seconds, total_micro, currency. */
+int gn_bill_invoice_accept_seal(const gn_identity *requester, const uint8_t *agreement_env, size_t agreement_len,
+                                const gn_bill_head *final, int64_t accepted_s, gn_buf *ret_env);
+/* Requester: INVOICE_REJECT (lease_id, invoice_hash, reason). */
+int gn_bill_invoice_reject_seal(const gn_identity *requester, const uint8_t *agreement_env, size_t agreement_len,
+                                const uint8_t *invoice_env, size_t invoice_len, const char *reason, gn_buf *ret_env);
+
+/* An opened DEBIT_ACCEPT / DEBIT_REJECT / INVOICE_ACCEPT / INVOICE_REJECT. */
+typedef struct gn_bill_response {
+  uint32_t type; /* GN_MSG_DEBIT_ACCEPT ... GN_MSG_INVOICE_REJECT */
+  bool accepted; /* *_ACCEPT */
+  bool final;    /* INVOICE_* */
+  char lease_id[GN_LEASE_ID_STRLEN];
+  uint8_t hash[32];              /* note_hash or invoice_hash it answers */
+  uint64_t seq;                  /* DEBIT_*: the note's seq (0 if a reject could not read it) */
+  uint64_t seconds, total_micro; /* *_ACCEPT: what the voucher covers */
+  int64_t accepted_s;            /* INVOICE_ACCEPT */
+  char reason[256];              /* *_REJECT */
+} gn_bill_response;
+
+/* Provider (and the audit): opens a response and verifies it is signed by the
+ * agreement's requester (GN_ESIG / GN_EPERM), for this lease (GN_EINVAL), and
+ * a DEBIT_ACCEPT names this provider and the agreement's currency
+ * (GN_EINVAL). The caller matches ret->hash against the notes it issued (or
+ * use gn_bill_response_matches). */
+int gn_bill_response_open(const uint8_t *env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
+                          gn_bill_response *ret);
+/* 0 if an opened response answers exactly this note/invoice: its hash, and
+ * for an acceptance its seq, seconds and total; GN_EDIGEST otherwise. */
+int gn_bill_response_matches(const gn_bill_response *resp, const gn_bill_note *note);
+/* Decodes and verifies a note or invoice the provider sealed itself (or for
+ * display): signature, agreement hash/bytes, ticks, chain from `head` and
+ * totals, but not the requester's limits. Same as the checks above with no
+ * observation or spending limit, ignoring nothing else. */
+int gn_bill_note_open(const uint8_t *env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
+                      const gn_bill_head *head, gn_bill_head *ret_next, gn_bill_note *ret_note, char *reason,
+                      size_t cap);
+
+/* --- ledger v2 ----------------------------------------------------------- */
+
+/* Reads seconds from .. from+n-1 of a lease as compact ticks (n *
+ * GN_BILL_TICK_LEN bytes into ret_ticks), re-verifying each row's stored
+ * hash against the chain from the stored hash of second from-1 (the genesis
+ * for from = 1). GN_ENOTFOUND for an unknown lease, GN_EINVAL if fewer than
+ * from+n-1 seconds exist, GN_EAUDIT if a row does not link. ret_chain_head
+ * (may be NULL) receives the hash after second from+n-1. */
+int gn_ledger_ticks(gn_ledger *l, const char *lease_id, uint64_t from, uint64_t n, uint8_t *ret_ticks,
+                    uint8_t ret_chain_head[32]);
+
+/* Notes, invoices and answers kept per lease and role (table bill_msgs:
+ * lease_id, role, hash, kind, seq, envelope, response, created_s,
+ * updated_s; one row per note or invoice). role is "provider" or
+ * "requester". Storing a message already kept is a no-op (0); a response
+ * is attached to the row whose hash it names (GN_ENOTFOUND if none), and
+ * replaces an earlier one only if that was not an acceptance (an accepted
+ * note stays accepted). Both verify what they store against the lease's
+ * agreement (gn_ledger_begin_lease first on the requester side too). */
+int gn_ledger_store_note(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *env, size_t len);
+int gn_ledger_store_response(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *resp_env,
+                             size_t resp_len);
+/* The export of a lease as one side holds it (format gpunet-invoice/2, below),
+ * from the agreement, the notes and their responses, and the final invoice
+ * and its response (from bill_msgs, or the older invoices table). For the
+ * daemon's control route: it only calls this. GN_ENOTFOUND if the lease has
+ * no agreement in the ledger. */
+struct json_t;
+int gn_ledger_export(gn_ledger *l, const char *lease_id, const char *role, struct json_t **ret_json);
+
+/* --- export and audit (gpunet-invoice/2) ---------------------------------- */
+
+/* {"format":"gpunet-invoice/2", "agreement": b64, "notes": [{"note": b64,
+ * "response": b64|null}...], "invoice": b64|null, "response": b64|null,
+ * "summary": {...}} (base64: sodium's original variant, with padding).
+ * Builds it from envelopes; notes in any order (the export sorts by seq).
+ * Everything must verify (GN_EAUDIT otherwise). */
+int gn_bill_export(const uint8_t *agreement_env, size_t agreement_len, const gn_buf *notes,
+                   const gn_buf *note_responses, size_t n_notes, const uint8_t *invoice_env, size_t invoice_len,
+                   const uint8_t *response_env, size_t response_len, struct json_t **ret_json);
+
+typedef enum gn_bill_verdict {
+  GN_BILL_COUNTERSIGNED = 0, /* final invoice countersigned, all verifies: exit 0 */
+  GN_BILL_PROVIDER_ONLY = 3, /* no final invoice, or not countersigned: exit 3 */
+  GN_BILL_REJECTED = 4,      /* the requester rejected the final invoice: exit 4 */
+  GN_BILL_INVALID = 1,       /* does not verify: exit 1 */
+} gn_bill_verdict;
+
+typedef struct gn_bill_audit {
+  gn_bill_verdict verdict;
+  char reason[512];           /* why (INVALID, REJECTED, PROVIDER_ONLY); "" when countersigned */
+  gn_invoice_summary summary; /* parties, price, seconds/total billed (the invoice's, or the last note's) */
+  bool has_invoice;
+  uint64_t notes, notes_accepted;
+  uint64_t voucher_seconds; /* what the requester's vouchers cover */
+  uint64_t voucher_total_micro;
+  char end_reason[64];
+} gn_bill_audit;
+
+/* Audits an export with no daemon: every signature, note and voucher, the
+ * tick chain of every second (accepted notes' ticks then the invoice's),
+ * totals with checked arithmetic, the window (seconds <= max_s and <=
+ * end_s - start_s), and that "summary" says what the signed data says.
+ * Returns 0 only for GN_BILL_COUNTERSIGNED; GN_EAUDIT with ret->verdict
+ * PROVIDER_ONLY, REJECTED or INVALID and ret->reason; GN_EINVAL if doc is not
+ * a gpunet-invoice/2 export (ret->reason says so); GN_ENOMEM. */
+int gn_invoice_audit_json(const struct json_t *doc, gn_bill_audit *ret);
 
 #endif

@@ -30,6 +30,9 @@ enum gn_msg_type {
   GN_MSG_INVOICE = 30,        /* provider -> requester */
   GN_MSG_INVOICE_ACCEPT = 31, /* requester's countersignature */
   GN_MSG_INVOICE_REJECT = 32,
+  GN_MSG_DEBIT_NOTE = 33,   /* provider -> requester: cumulative interval bill */
+  GN_MSG_DEBIT_ACCEPT = 34, /* requester's countersignature and cumulative voucher */
+  GN_MSG_DEBIT_REJECT = 35,
   GN_MSG_ERROR = 40,
   GN_MSG_ATTEST_CHALLENGE = 50, /* reserved for GPU attestation */
   GN_MSG_ATTEST_RESPONSE = 51,
