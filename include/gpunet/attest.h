@@ -239,7 +239,7 @@ int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r
  * caller frees with gn_attest_report_done. */
 int gn_attest_report_open(const uint8_t *env, size_t len, gn_attest_report *ret, uint8_t ret_provider[GN_PK_LEN]);
 
-/* --- the memory challenge (node/attest_mem.c) ---------------------------------------*/
+/* --- the memory challenge (node/attest/attest_mem.c) ---------------------------------------*/
 
 /* The prover fills a table of table_mib MiB with 64-byte entries, each the end
  * of a chain of `cost` ChaCha20 blocks keyed by the nonce, reports ready, then

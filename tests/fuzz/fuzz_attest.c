@@ -1,7 +1,7 @@
 /* libFuzzer target for the attestation decoders: the four exchange messages
  * (each fed to the state machine in the state that reads it), the memory
  * challenge's messages, and signed reports. The first byte picks the target. */
-#include "../../node/attest_int.h"
+#include "../../node/attest/attest_int.h"
 
 #include <sodium.h>
 

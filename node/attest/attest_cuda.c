@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #define CUDA_LIB_NAME "libgpunet_attest_cuda.so"
-#define CUDA_ABI 2 /* GN_ATTEST_CUDA_ABI in node/cuda/attest_kernel.cu */
+#define CUDA_ABI 2 /* GN_ATTEST_CUDA_ABI in node/attest/cuda/attest_kernel.cu */
 
-/* The library's own codes (node/cuda/attest_kernel.cu). */
+/* The library's own codes (node/attest/cuda/attest_kernel.cu). */
 enum { E_OK = 0, E_NODEV = -1, E_NOMEM = -2, E_CUDA = -3, E_INVAL = -4 };
 
 typedef struct cuda_backend {

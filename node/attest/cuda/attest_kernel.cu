@@ -1,8 +1,8 @@
 // The attestation challenge on an NVIDIA GPU: ChaCha20 matrix generation,
 // the int8 product on tensor cores (WMMA, sm_75 and newer), the depth chain and
 // the BLAKE2b Merkle tree, all on the device, one round after another. Built as
-// libgpunet_attest_cuda.so and loaded by node/attest_cuda.c with dlopen; its
-// results must equal the CPU reference (node/attest_core.c) bit for bit.
+// libgpunet_attest_cuda.so and loaded by node/attest/attest_cuda.c with dlopen; its
+// results must equal the CPU reference (node/attest/attest_core.c) bit for bit.
 #include <cuda_runtime.h>
 #include <mma.h>
 #include <stdint.h>
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(WARPS_M *WARPS_N * 32)
 #endif
 }
 
-// Rows are hashed in chunks of GN_CHUNK int32 (node/attest_int.h,
+// Rows are hashed in chunks of GN_CHUNK int32 (node/attest/attest_int.h,
 // GN__ATTEST_CHUNK): one thread per chunk, then one per row over its chunk
 // hashes, so n*n/256 threads share the work instead of n. The GPU is
 // little-endian, as is the reference's byte order.
@@ -322,7 +322,7 @@ out:
   return r;
 }
 
-// --- the memory challenge (node/attest_mem.c) ----------------------------------
+// --- the memory challenge (node/attest/attest_mem.c) ----------------------------------
 
 // One thread per entry (grid-stride: tables exceed 2^31 entries on big cards):
 // ChaCha20 block i of the table key, then cost-1 blocks each keyed by the

@@ -1,14 +1,14 @@
-/* Private to the attestation code of the node module: the challenge's math
+/* Private to the attestation module (gpunet_attest): the challenge's math
  * (matrix derivation, the CPU product, the Merkle tree) shared by the
  * protocol, the CPU backend, the CUDA loader, tests and benches. */
-#ifndef GPUNET_NODE_ATTEST_INT_H
-#define GPUNET_NODE_ATTEST_INT_H
+#ifndef GPUNET_ATTEST_INT_H
+#define GPUNET_ATTEST_INT_H
 
 #include <gpunet/attest.h>
 #include <gpunet/wire.h>
 
 /* Domain string of every key derivation; the CUDA kernel hard-codes the same
- * bytes (node/cuda/attest_prims.h). */
+ * bytes (node/attest/cuda/attest_prims.h). */
 #define GN__ATTEST_DOMAIN "gpunet-attest-v1"
 #define GN__ATTEST_DOMAIN_LEN 16
 
@@ -71,7 +71,7 @@ int gn__attest_row_expected(const gn_attest_params *p, const uint8_t nonce[GN_AT
 int gn__attest_cpu_chain(const gn_attest_params *p, const uint8_t nonce[GN_ATTEST_NONCE_LEN], uint8_t *ret_roots);
 
 /* The prover's per-round hook for tests: a backend whose output rows are
- * damaged on purpose (see tests/node/test_attest.c) needs the same pieces. */
+ * damaged on purpose (see tests/attest/test_attest.c) needs the same pieces. */
 int gn__attest_chain_with(const gn_attest_params *p, const uint8_t nonce[GN_ATTEST_NONCE_LEN],
                           int (*round_fn)(void *ctx, const gn_attest_params *p,
                                           const uint8_t nonce[GN_ATTEST_NONCE_LEN], uint32_t round,

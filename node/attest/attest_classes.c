@@ -9,7 +9,7 @@
  * clock, as the vendor's whitepaper or datasheet states it; "TOPS" is 10^12
  * int8 operations per second, a multiply-accumulate counting as 2.
  *
- * min_fraction is what a straightforward WMMA kernel (node/cuda) should
+ * min_fraction is what a straightforward WMMA kernel (node/attest/cuda) should
  * reach, measured end to end by a remote verifier (hashing, ChaCha and the
  * network round trip included). 35% is a first setting that has NOT been
  * calibrated on real hardware (no GPU was at hand when this was written):

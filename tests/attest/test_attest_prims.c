@@ -1,5 +1,5 @@
 /* Checks the ChaCha20, BLAKE2b and key-derivation code the CUDA kernel runs
- * (node/cuda/attest_prims.h, compiled here as plain C) against libsodium and
+ * (node/attest/cuda/attest_prims.h, compiled here as plain C) against libsodium and
  * the CPU reference, so the GPU path is tested where no GPU is. */
 #include <setjmp.h>
 #include <stdarg.h>

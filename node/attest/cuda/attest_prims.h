@@ -1,6 +1,6 @@
 /* ChaCha20 and BLAKE2b written once for both the CUDA attestation kernel (as
  * device code) and the host (as plain C), so that tests on machines without a
- * GPU check these exact lines against libsodium (tests/node/test_attest_prims.c).
+ * GPU check these exact lines against libsodium (tests/attest/test_attest_prims.c).
  * Little-endian only, as are x86-64, arm64 and every NVIDIA GPU. */
 #ifndef GPUNET_ATTEST_PRIMS_H
 #define GPUNET_ATTEST_PRIMS_H
@@ -152,7 +152,7 @@ GN_PRIM void gn_prim_b2b256(const uint64_t *words, size_t len, uint64_t out[4]) 
     out[i] = h[i];
 }
 
-/* The round key derivation of node/attest_core.c (gn__attest_round_key):
+/* The round key derivation of node/attest/attest_core.c (gn__attest_round_key):
  * BLAKE2b-256("gpunet-attest-v1" || role || le32 round || le32 n ||
  * le32 depth || nonce || prev_root). */
 GN_PRIM void gn_prim_round_key(uint32_t n, uint32_t depth, const uint8_t nonce[32], uint32_t round,
