@@ -2,7 +2,7 @@
 #include "cli.h"
 
 #include <getopt.h>
-#include <gpunet/node.h>
+#include <gpunet/filter.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -44,11 +44,19 @@ static const cli_cmd commands[] = {
      "  gpunet offers 'gpu=rtx4090 vram>=24 price<=0.50' --sort price\n"},
     {"rent", cmd_rent, "lease GPUs from a provider",
      "Usage: gpunet rent (OFFER | --gpu MODEL) --hours H [--count N]\n"
+     "                   [--max-price P] [--max-spend AMOUNT] [--interval S]\n"
      "                   [--allow-simulated] [--no-attest]\n"
      "Negotiates a signed lease for N GPUs (default 1) of an offer, or of the\n"
      "cheapest offer of MODEL, for at most H hours. Before signing, the\n"
      "provider's GPU is challenged unless --no-attest. Simulated GPUs are\n"
-     "refused unless --allow-simulated.\n"},
+     "refused unless --allow-simulated.\n"
+     "  --max-price P       never pay more than P per GPU-hour (in the offer's\n"
+     "                      currency): dearer offers are refused, and the lease\n"
+     "                      asks the offer's price, never more\n"
+     "  --max-spend AMOUNT  spending cap for the whole lease: debit notes beyond\n"
+     "                      it are refused, so the provider stops the lease\n"
+     "  --interval S        seconds between debit notes (default 60; the\n"
+     "                      provider refuses one outside its own bounds)\n"},
     {"leases", cmd_leases, "list leases",
      "Usage: gpunet leases\n"
      "Lists leases, as requester or provider, with elapsed time and cost.\n"},

@@ -1,6 +1,5 @@
 /* gpunetd's configuration: defaults, the `key = value` config file and the
  * command-line flags, applied in that order. */
-#include "infra.h"
 #include <gpunet/billing.h>
 #include <gpunet/node.h>
 

@@ -53,6 +53,31 @@ static const char *const schema_sql =
     " error TEXT, created_s INTEGER, ended_s INTEGER, log_len INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS job_nonces(nonce BLOB PRIMARY KEY, expires_s INTEGER NOT NULL);";
 
+/* Columns node_leases gained after its first release, added to an older
+ * database at start (an existing column is left as it is). received_s is
+ * the requester's own UTC of the agreement's arrival (0 on rows older than
+ * it); bill_head the billing head of the last accepted note (the
+ * requester's: what its next note must continue; the provider's likewise). */
+static const char *const lease_columns[] = {
+    "received_s INTEGER NOT NULL DEFAULT 0", "max_spend_micro INTEGER NOT NULL DEFAULT 0",
+    "max_price INTEGER NOT NULL DEFAULT 0",  "bill_head BLOB",
+    "final_done INTEGER NOT NULL DEFAULT 0",
+};
+
+static int db_migrate(gn_node *n) {
+  for (size_t i = 0; i < GN_ARRAY_SIZE(lease_columns); i++) {
+    char sql[200], *err = NULL;
+    gn__strf(sql, sizeof sql, "ALTER TABLE node_leases ADD COLUMN %s", lease_columns[i]);
+    if (sqlite3_exec(n->db, sql, NULL, NULL, &err) != SQLITE_OK && !(err && strstr(err, "duplicate column"))) {
+      gn_log(GN_LOG_ERROR, "cannot add a column to node_leases: %s", err ? err : "?");
+      sqlite3_free(err);
+      return GN_EDB;
+    }
+    sqlite3_free(err);
+  }
+  return 0;
+}
+
 static int db_open(gn_node *n) {
   char path[PATH_MAX];
   gn__pathf(path, sizeof path, "%s/gpunet.db", n->cfg.data_dir);
@@ -72,16 +97,25 @@ static int db_open(gn_node *n) {
     sqlite3_free(err);
     return GN_EDB;
   }
-  return 0;
+  return db_migrate(n);
 }
 
 void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(n->db,
                          "INSERT OR REPLACE INTO node_leases(id, role, peer, agreement, state, seconds, end_s,"
-                         " end_reason, invoice_done) VALUES(?,?,?,?,?,?,?,?,?)",
+                         " end_reason, invoice_done, received_s, max_spend_micro, max_price, bill_head, final_done)"
+                         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          -1, &st, NULL) != SQLITE_OK)
     goto out;
+  sqlite3_bind_int64(st, 10, l->received_s);
+  sqlite3_bind_int64(st, 11, (sqlite3_int64)l->max_spend_micro);
+  sqlite3_bind_int64(st, 12, (sqlite3_int64)l->max_price_uper_hour);
+  if (l->bill_head_len)
+    sqlite3_bind_blob(st, 13, l->bill_head, (int)l->bill_head_len, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 13);
+  sqlite3_bind_int(st, 14, l->final_done);
   sqlite3_bind_text(st, 1, l->id, -1, SQLITE_STATIC);
   sqlite3_bind_int(st, 2, l->role);
   sqlite3_bind_blob(st, 3, l->peer, GN_PK_LEN, SQLITE_STATIC);
@@ -198,7 +232,8 @@ static void remove_stale_cgroups(gn_node *n) {
 static void load_state(gn_node *n) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(n->db,
-                         "SELECT id, role, peer, agreement, state, seconds, end_s, end_reason, invoice_done"
+                         "SELECT id, role, peer, agreement, state, seconds, end_s, end_reason, invoice_done,"
+                         " received_s, max_spend_micro, max_price, bill_head, final_done"
                          " FROM node_leases ORDER BY rowid",
                          -1, &st, NULL) == SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -222,6 +257,14 @@ static void load_state(gn_node *n) {
       if (sqlite3_column_text(st, 7))
         gn__strf(l->end_reason, sizeof l->end_reason, "%s", (const char *)sqlite3_column_text(st, 7));
       l->invoice_done = sqlite3_column_int(st, 8);
+      l->received_s = sqlite3_column_int64(st, 9);
+      l->max_spend_micro = (uint64_t)sqlite3_column_int64(st, 10);
+      l->max_price_uper_hour = (uint64_t)sqlite3_column_int64(st, 11);
+      if (sqlite3_column_bytes(st, 12) > 0 && (size_t)sqlite3_column_bytes(st, 12) <= sizeof l->bill_head) {
+        l->bill_head_len = (size_t)sqlite3_column_bytes(st, 12);
+        memcpy(l->bill_head, sqlite3_column_blob(st, 12), l->bill_head_len);
+      }
+      l->final_done = sqlite3_column_int(st, 13);
       for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
         l->gpu_index[i] = -1;
       l->uid_slot = -1;
@@ -304,13 +347,20 @@ static void load_state(gn_node *n) {
       gn__provider_end_lease(n, l, "provider daemon restarted");
     } else {
       /* The provider kept metering while we were down: the lease goes on,
-       * observed from its agreed start by the wall clock. (If this machine
-       * rebooted more recently than the lease began, the monotonic clock
-       * cannot reach that far back and our observation starts at boot.) */
-      int64_t age_s = gn_unix_s() - l->ag.start_s;
+       * observed from our OWN record of when the agreement reached us (our
+       * clock, persisted then), never from the provider's start_s, which
+       * nothing checks against our clock. A row from before received_s
+       * existed is observed from now: that can only make us refuse to pay
+       * for seconds we cannot vouch for, never pay for more. (If this
+       * machine rebooted since, the monotonic clock cannot reach that far
+       * back and our observation starts at boot.) */
+      int64_t now_s = gn_unix_s(), age_s = l->received_s > 0 ? now_s - l->received_s : 0;
+      if (l->received_s <= 0)
+        l->received_s = now_s;
       uint64_t now_ms = gn_mono_ms(), age_ms = age_s > 0 ? (uint64_t)age_s * 1000u : 0;
       l->start_mono_ms = age_ms < now_ms ? now_ms - age_ms : 0;
-      gn_log(GN_LOG_INFO, "lease %s is still active (%llds old): watching it again", l->id, (long long)age_s);
+      gn_log(GN_LOG_INFO, "lease %s is still active (%llds since its agreement reached this node): watching it again",
+             l->id, (long long)age_s);
     }
   }
 }
@@ -349,16 +399,25 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
     seconds = (gn_mono_ms() - l->start_mono_ms) / 1000;
   if (seconds > l->ag.terms.max_s)
     seconds = l->ag.terms.max_s;
-  return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:I, s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:I, s:I, s:b}", "id",
-                   l->id, "role", l->role == GN_ROLE_PROVIDER ? "provider" : "requester", "peer", peer, "gpu_model",
-                   l->ag.terms.gpu_model, "count", (int)l->ag.terms.count, "gpus", gpus, "price_uper_hour",
-                   (json_int_t)l->ag.terms.price_uper_hour, "price", price, "currency", l->ag.terms.currency, "start_s",
-                   (json_int_t)l->ag.start_s, "max_s", (json_int_t)l->ag.terms.max_s, "ends_s",
-                   (json_int_t)(l->ag.start_s + (int64_t)l->ag.terms.max_s), "state",
-                   l->state == GN_LEASE_ACTIVE ? "active" : "ended", "ended_reason",
-                   l->state == GN_LEASE_ACTIVE ? NULL : l->end_reason, "seconds", (json_int_t)seconds, "cost_micro",
-                   (json_int_t)gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds), "simulated",
-                   l->ag.terms.simulated);
+  json_t *o = json_pack(
+      "{s:s, s:s, s:s, s:s, s:i, s:o, s:I, s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:I, s:I, s:b}", "id", l->id, "role",
+      l->role == GN_ROLE_PROVIDER ? "provider" : "requester", "peer", peer, "gpu_model", l->ag.terms.gpu_model, "count",
+      (int)l->ag.terms.count, "gpus", gpus, "price_uper_hour", (json_int_t)l->ag.terms.price_uper_hour, "price", price,
+      "currency", l->ag.terms.currency, "start_s", (json_int_t)l->ag.start_s, "max_s", (json_int_t)l->ag.terms.max_s,
+      "ends_s", (json_int_t)(l->ag.start_s + (int64_t)l->ag.terms.max_s), "state",
+      l->state == GN_LEASE_ACTIVE ? "active" : "ended", "ended_reason",
+      l->state == GN_LEASE_ACTIVE ? NULL : l->end_reason, "seconds", (json_int_t)seconds, "cost_micro",
+      (json_int_t)gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds), "simulated",
+      l->ag.terms.simulated);
+  if (o) {
+    json_object_set_new(o, "interval_s", json_integer(l->ag.terms.interval_s));
+    if (l->role == GN_ROLE_REQUESTER) {
+      json_object_set_new(o, "max_spend_micro", json_integer((json_int_t)l->max_spend_micro));
+      json_object_set_new(o, "max_price_uper_hour", json_integer((json_int_t)l->max_price_uper_hour));
+      json_object_set_new(o, "received_s", json_integer(l->received_s));
+    }
+  }
+  return o;
 }
 
 json_t *gn__job_json(const gn_job *j) {
@@ -768,7 +827,7 @@ int gn__node_main(int argc, char **argv) {
   n->loop = uv_default_loop();
   n->offers = gn_offer_table_new(4096);
   gn_offer_table_load(n->offers, n->db, gn_unix_s());
-  gn_transport_cbs cbs = {on_peer_up, on_peer_down, on_message};
+  gn_transport_cbs cbs = {.on_peer_up = on_peer_up, .on_peer_down = on_peer_down, .on_message = on_message};
   if ((r = gn_transport_new(n->loop, n->id, &cbs, n, &n->tp)) < 0 ||
       (r = gn_transport_listen(n->tp, n->cfg.listen)) < 0) {
     fprintf(stderr, "gpunetd: cannot listen on %s: %s\n", n->cfg.listen, gn_strerror(r));

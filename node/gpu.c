@@ -1,6 +1,5 @@
 /* The GPU inventory: real NVIDIA GPUs through NVML loaded with dlopen (so one
  * binary runs with or without a driver), plus simulated GPUs for development. */
-#include "infra.h"
 #include <gpunet/node.h>
 
 #include <dlfcn.h>
@@ -143,7 +142,7 @@ static void nvml_fill(nvml *n, unsigned int i, nvmlDevice_t d, const char *drive
 /* --- simulated GPUs ----------------------------------------------------------*/
 
 static const struct {
-  const char *key; /* normalized: what gn__gpu_model_norm makes of the name */
+  const char *key; /* normalized: what gn_gpu_model_norm makes of the name */
   const char *name;
   uint64_t memory_mib;
   uint32_t max_sm_clock_mhz;
@@ -164,7 +163,7 @@ const char *gn_gpu_sim_models(void) {
 /* "RTX 4090", "rtx4090", "4090", "NVIDIA GeForce RTX 4090" all find the 4090. */
 static int sim_lookup(const char *name) {
   char norm[128];
-  gn__gpu_model_norm(name, norm, sizeof(norm));
+  gn_gpu_model_norm(name, norm, sizeof(norm));
   if (!norm[0])
     return -1;
   for (size_t i = 0; i < GN_ARRAY_SIZE(sim_models); i++) {

@@ -99,6 +99,15 @@ typedef struct gn_lease {
   bool invoice_sent;                 /* provider: invoice sent and acknowledged? */
   gn_buf invoice_env;                /* provider: to resend until answered */
   struct gn_pending *release_waiter; /* requester: DELETE waiting for the invoice */
+  /* requester: our own UTC when the agreement arrived. The observation of
+   * the lease (observed_s, against which every note is checked) is measured
+   * from it, also after a restart; never from the provider's start_s. */
+  int64_t received_s;
+  uint64_t max_spend_micro;     /* requester: spending cap, 0 = none */
+  uint64_t max_price_uper_hour; /* requester: the most it agreed to pay, 0 = none given */
+  uint8_t bill_head[128];       /* the billing head after the last accepted note (encoded), persisted */
+  size_t bill_head_len;         /* 0: none yet */
+  bool final_done;              /* requester: it answered one final invoice (at most one, ever) */
 } gn_lease;
 
 typedef struct gn_node gn_node;

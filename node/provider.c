@@ -397,6 +397,17 @@ static void reject_lease(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *
   send_simple(n, peer, GN_MSG_LEASE_REJECT, lease_id, reason, 0);
 }
 
+/* The provider's lease acceptance rules (docs/protocol.md states them), in
+ * the order they are checked, each refused with its own reason: the request
+ * is signed by its requester, who is the sender, and names this provider;
+ * the lease id is new; requested_s is within GN_LEASE_CLOCK_WINDOW_S of this
+ * provider's clock; gpu_model names a model here exactly (byte for byte,
+ * no case folding or prefix) and count of them are free; the currency is
+ * this provider's; the price is at least its price per GPU-hour; 1 <= max_s
+ * <= max_hours; interval_min_s <= interval_s <= interval_max_s; simulated
+ * GPUs only to a request that accepts them. */
+#define GN_LEASE_CLOCK_WINDOW_S 300
+
 static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
   gn_lease_terms t;
   char reason[256];
@@ -418,7 +429,7 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
     reject_lease(n, peer, t.lease_id, "lease id already used (replayed request?)");
     return;
   }
-  if (t.requested_s < now_s - 300 || t.requested_s > now_s + 300) {
+  if (t.requested_s < now_s - GN_LEASE_CLOCK_WINDOW_S || t.requested_s > now_s + GN_LEASE_CLOCK_WINDOW_S) {
     reject_lease(n, peer, t.lease_id, "request time is more than 5 minutes off this provider's clock");
     return;
   }
@@ -433,7 +444,17 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
     reject_lease(n, peer, t.lease_id, reason);
     return;
   }
-  if (strcmp(t.currency, n->cfg.currency) != 0 || t.price_uper_hour < n->cfg.price_uper_hour) {
+  /* Currency first: a price in another currency is not "below" ours, and
+   * the requester must be told which one this provider bills in. */
+  if (strcmp(t.currency, n->cfg.currency) != 0) {
+    gn__strf(reason, sizeof reason, "currency %s is not this provider's: it bills in %s", t.currency, n->cfg.currency);
+    reject_lease(n, peer, t.lease_id, reason);
+    return;
+  }
+  /* The agreement bills the price the requester signed; a requester may
+   * offer more than the asking price (its daemon never does: it asks the
+   * offer's price and never above its --max-price), never less. */
+  if (t.price_uper_hour < n->cfg.price_uper_hour) {
     char want[32];
     gn_price_format(n->cfg.price_uper_hour, want, sizeof want);
     gn__strf(reason, sizeof reason, "price below this provider's %s %s per GPU-hour", want, n->cfg.currency);
@@ -442,6 +463,12 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
   }
   if (t.max_s < 1 || t.max_s > (uint64_t)n->cfg.max_hours * 3600u) {
     gn__strf(reason, sizeof reason, "duration must be between 1 second and %u hours", n->cfg.max_hours);
+    reject_lease(n, peer, t.lease_id, reason);
+    return;
+  }
+  if (t.interval_s < n->cfg.interval_min_s || t.interval_s > n->cfg.interval_max_s) {
+    gn__strf(reason, sizeof reason, "billing interval %us is outside this provider's %u..%us", t.interval_s,
+             n->cfg.interval_min_s, n->cfg.interval_max_s);
     reject_lease(n, peer, t.lease_id, reason);
     return;
   }

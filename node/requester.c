@@ -7,7 +7,8 @@
 #include <sodium.h>
 #include <stdio.h>
 
-#define GN_RENT_TIMEOUT_MS 15000
+#define GN_RENT_TIMEOUT_MS 15000 /* GN_RENT_TIMEOUT_MS in the environment overrides it (tests) */
+#define GN_RENT_INTERVAL_S 60    /* debit notes every minute unless rent asks otherwise */
 #define GN_JOB_TIMEOUT_MS 20000
 #define GN_RELEASE_TIMEOUT_MS 20000
 #define GN_INVOICE_TOLERANCE_S 3
@@ -43,10 +44,49 @@ static const char *lease_provider_addr(gn_node *n, const gn_lease *l) {
   return NULL;
 }
 
+/* The signed GN_MSG_LEASE_RELEASE of lease_id. */
+static int release_seal(gn_node *n, const char *lease_id, const char *reason, gn_buf *ret_env) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease_id);
+  gn_wire_put_str(&w, "reason");
+  gn_wire_put_str(&w, reason);
+  gn_buf b = {0};
+  int r = gn_wire_writer_take(&w, &b);
+  gn_wire_writer_done(&w);
+  if (r == 0)
+    r = gn_envelope_seal(n->id, GN_MSG_LEASE_RELEASE, b.data, b.len, ret_env);
+  gn_buf_done(&b);
+  return r;
+}
+
+static void send_release(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *lease_id, const char *reason) {
+  gn_buf env = {0};
+  if (release_seal(n, lease_id, reason, &env) == 0 && n->tp)
+    gn_transport_send(n->tp, peer, env.data, env.len);
+  gn_buf_done(&env);
+}
+
 /* --- rent -------------------------------------------------------------------*/
 
+static uint64_t rent_timeout_ms(void) {
+  const char *e = getenv("GN_RENT_TIMEOUT_MS");
+  char *end;
+  unsigned long long v = e ? strtoull(e, &end, 10) : 0;
+  return e && *end == 0 && v >= 100 && v <= 600000 ? v : GN_RENT_TIMEOUT_MS;
+}
+
+/* What rent asked for, kept on the pending rent until the provider answers:
+ * the agreement must embed exactly this request. */
+typedef struct rent_terms {
+  gn_lease_terms t;
+  uint64_t max_spend_micro, max_price_uper_hour;
+} rent_terms;
+
 static const gn_offer_entry *pick_offer(gn_node *n, const char *model, uint32_t count, bool allow_sim,
-                                        bool *ret_only_sim) {
+                                        uint64_t max_price, bool *ret_only_sim) {
   gn_filter f;
   char spec[160], err[128];
   const gn_offer_entry *best = NULL;
@@ -57,7 +97,7 @@ static const gn_offer_entry *pick_offer(gn_node *n, const char *model, uint32_t 
   for (size_t i = 0; i < gn_offer_table_count(n->offers); i++) {
     const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
     if (!gn_filter_match(&f, &e->offer) || e->offer.gpus_free < count ||
-        memcmp(e->offer.provider, n->id->pk, GN_PK_LEN) == 0)
+        memcmp(e->offer.provider, n->id->pk, GN_PK_LEN) == 0 || (max_price && e->offer.price_uper_hour > max_price))
       continue;
     if (e->offer.simulated && !allow_sim) {
       *ret_only_sim = true;
@@ -73,7 +113,18 @@ static const gn_offer_entry *pick_offer(gn_node *n, const char *model, uint32_t 
 
 /* Signs the lease request for offer e and sends it; the API request is
  * answered when the provider accepts or rejects (or does not answer). */
-static void rent_send(gn_node *n, gn_ctl_req *req, const gn_offer_entry *e, uint32_t count, uint64_t max_s) {
+static void rent_send(gn_node *n, gn_ctl_req *req, const gn_offer_entry *e, const rent_terms *want) {
+  uint32_t count = want->t.count;
+  uint64_t max_s = want->t.max_s;
+  /* The offer may have changed while its provider was attested. */
+  if (want->max_price_uper_hour && e->offer.price_uper_hour > want->max_price_uper_hour) {
+    char have[32], cap[32];
+    gn_price_format(e->offer.price_uper_hour, have, sizeof have);
+    gn_price_format(want->max_price_uper_hour, cap, sizeof cap);
+    gn_ctl_reply_error(req, 409, "offer %s asks %s %s per GPU-hour, above --max-price %s; not renting", e->id, have,
+                       e->offer.currency, cap);
+    return;
+  }
   gn_lease_terms t;
   gn_lease_terms_init(&t);
   memcpy(t.provider, e->offer.provider, GN_PK_LEN);
@@ -81,10 +132,12 @@ static void rent_send(gn_node *n, gn_ctl_req *req, const gn_offer_entry *e, uint
   gn__strf(t.offer_id, sizeof t.offer_id, "%s", e->id);
   gn__strf(t.gpu_model, sizeof t.gpu_model, "%s", e->offer.gpu_model);
   t.count = count;
+  /* The price asked is the offer's, which is never above max_price: the
+   * agreement (and every note) bills the price in this signed request. */
   t.price_uper_hour = e->offer.price_uper_hour;
   gn__strf(t.currency, sizeof t.currency, "%s", e->offer.currency);
   t.max_s = max_s;
-  t.interval_s = 60;
+  t.interval_s = want->t.interval_s;
   t.requested_s = gn_unix_s();
   t.simulated = e->offer.simulated;
   gn_buf env = {0};
@@ -93,12 +146,17 @@ static void rent_send(gn_node *n, gn_ctl_req *req, const gn_offer_entry *e, uint
     gn_ctl_reply_error(req, 500, "cannot sign the lease request: %s", gn_strerror(r));
     return;
   }
-  gn_pending *p = gn__pending_add(n, req, GN_PENDING_RENT, t.lease_id, GN_RENT_TIMEOUT_MS);
+  rent_terms *keep = malloc(sizeof *keep);
+  gn_pending *p = keep ? gn__pending_add(n, req, GN_PENDING_RENT, t.lease_id, rent_timeout_ms()) : NULL;
   if (!p) {
+    free(keep);
     gn_buf_done(&env);
     gn_ctl_reply_error(req, 500, "out of memory");
     return;
   }
+  *keep = *want;
+  keep->t = t;
+  p->data = keep;
   char pid[GN_NODE_ID_STRLEN];
   gn_node_id_format(t.provider, pid);
   gn_log(GN_LOG_INFO, "requesting lease %s: %u x %s from %s", t.lease_id, t.count, t.gpu_model, pid);
@@ -113,8 +171,7 @@ static void rent_send(gn_node *n, gn_ctl_req *req, const gn_offer_entry *e, uint
 typedef struct rent_ctx {
   gn_ctl_req *req;
   char offer_id[GN_OFFER_ID_STRLEN];
-  uint32_t count;
-  uint64_t max_s;
+  rent_terms want;
   bool allow_sim;
 } rent_ctx;
 
@@ -135,7 +192,7 @@ static void rent_after_attest(gn_node *n, void *ud, int rc, const gn_attest_resu
     gn_ctl_reply_error(c->req, 409, "offer %s disappeared while its provider was being attested", c->offer_id);
   else {
     gn_log(GN_LOG_INFO, "attestation of %s: %s", c->offer_id, res->verdict);
-    rent_send(n, c->req, e, c->count, c->max_s);
+    rent_send(n, c->req, e, &c->want);
   }
   free(c);
 }
@@ -149,6 +206,19 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
   json_int_t count = json_object_get(b, "count") ? json_integer_value(json_object_get(b, "count")) : 1;
   bool allow_sim = json_is_true(json_object_get(b, "allow_simulated")) || n->cfg.allow_simulated;
   const gn_offer_entry *e = NULL;
+  const json_t *jp = json_object_get(b, "max_price_uper_hour"), *js = json_object_get(b, "max_spend_micro"),
+               *ji = json_object_get(b, "interval_s");
+  rent_terms want;
+  memset(&want, 0, sizeof want);
+  if (jp && (!json_is_integer(jp) || json_integer_value(jp) < 1))
+    return gn_ctl_reply_error(req, 400, "max_price_uper_hour (--max-price) must be a positive amount");
+  if (js && (!json_is_integer(js) || json_integer_value(js) < 1))
+    return gn_ctl_reply_error(req, 400, "max_spend_micro (--max-spend) must be a positive amount");
+  if (ji && (!json_is_integer(ji) || json_integer_value(ji) < 1 || json_integer_value(ji) > 86400))
+    return gn_ctl_reply_error(req, 400, "interval_s (--interval) must be 1 to 86400 seconds");
+  want.max_price_uper_hour = jp ? (uint64_t)json_integer_value(jp) : 0;
+  want.max_spend_micro = js ? (uint64_t)json_integer_value(js) : 0;
+  want.t.interval_s = ji ? (uint32_t)json_integer_value(ji) : GN_RENT_INTERVAL_S;
 
   if (!offer_id && !model)
     return gn_ctl_reply_error(req, 400, "name an offer id, or a GPU model with --gpu");
@@ -165,9 +235,23 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
                                 "offer %s is a SIMULATED %s, not real hardware; pass --allow-simulated to rent it "
                                 "anyway",
                                 offer_id, e->offer.gpu_model);
+    if (want.max_price_uper_hour && e->offer.price_uper_hour > want.max_price_uper_hour) {
+      char have[32], cap[32];
+      gn_price_format(e->offer.price_uper_hour, have, sizeof have);
+      gn_price_format(want.max_price_uper_hour, cap, sizeof cap);
+      return gn_ctl_reply_error(req, 409, "offer %s asks %s %s per GPU-hour, above --max-price %s; not renting",
+                                offer_id, have, e->offer.currency, cap);
+    }
   } else {
     bool only_sim;
-    e = pick_offer(n, model, (uint32_t)count, allow_sim, &only_sim);
+    e = pick_offer(n, model, (uint32_t)count, allow_sim, want.max_price_uper_hour, &only_sim);
+    if (!e && want.max_price_uper_hour && pick_offer(n, model, (uint32_t)count, allow_sim, 0, &only_sim)) {
+      char cap[32];
+      gn_price_format(want.max_price_uper_hour, cap, sizeof cap);
+      return gn_ctl_reply_error(req, 409,
+                                "every %s offer with %lld free GPUs asks more than --max-price %s per GPU-hour", model,
+                                (long long)count, cap);
+    }
     if (!e && only_sim)
       return gn_ctl_reply_error(req, 409,
                                 "the only %s offers with %lld free GPUs are SIMULATED; pass --allow-simulated to rent "
@@ -185,6 +269,8 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
   uint64_t max_s = (uint64_t)llround(hours * 3600.0);
   if (max_s < 1 || max_s > (uint64_t)e->offer.max_hours * 3600u)
     return gn_ctl_reply_error(req, 400, "offer %s allows leases of at most %u hours", e->id, e->offer.max_hours);
+  want.t.count = (uint32_t)count;
+  want.t.max_s = max_s;
 
   if (!json_is_false(json_object_get(b, "attest"))) {
     /* Challenge the provider's GPU before signing anything. */
@@ -193,8 +279,7 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
       return gn_ctl_reply_error(req, 500, "out of memory");
     c->req = req;
     gn__strf(c->offer_id, sizeof c->offer_id, "%s", e->id);
-    c->count = (uint32_t)count;
-    c->max_s = max_s;
+    c->want = want;
     c->allow_sim = allow_sim;
     int r = gn__attest_begin(n, e, rent_after_attest, c);
     if (r < 0) {
@@ -205,7 +290,16 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
     }
     return;
   }
-  rent_send(n, req, e, (uint32_t)count, max_s);
+  rent_send(n, req, e, &want);
+}
+
+static bool terms_equal(const gn_lease_terms *a, const gn_lease_terms *b) {
+  return strcmp(a->lease_id, b->lease_id) == 0 && memcmp(a->provider, b->provider, GN_PK_LEN) == 0 &&
+         memcmp(a->requester, b->requester, GN_PK_LEN) == 0 && strcmp(a->offer_id, b->offer_id) == 0 &&
+         strcmp(a->gpu_model, b->gpu_model) == 0 && a->count == b->count && a->price_uper_hour == b->price_uper_hour &&
+         strcmp(a->currency, b->currency) == 0 && a->max_s == b->max_s && a->interval_s == b->interval_s &&
+         a->requested_s == b->requested_s && memcmp(a->nonce, b->nonce, sizeof a->nonce) == 0 &&
+         a->simulated == b->simulated;
 }
 
 static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
@@ -217,11 +311,36 @@ static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
   }
   gn_pending *p = gn__pending_take(n, GN_PENDING_RENT, ag.terms.lease_id);
   if (!p) {
-    gn_log(GN_LOG_WARN, "acceptance for lease %s that nobody is waiting for", ag.terms.lease_id);
+    /* A late acceptance (our rent timed out, or we never asked): it is no
+     * lease of ours, and we say so, so that an honest provider stops
+     * metering at once. Whatever it bills for it is refused: we hold no
+     * such lease (and the audit needs our countersignature). */
+    gn_log(GN_LOG_WARN, "acceptance for lease %s that nobody is waiting for: not a lease of this node; releasing it",
+           ag.terms.lease_id);
+    if (memcmp(ag.terms.provider, peer, GN_PK_LEN) == 0 && memcmp(ag.terms.requester, n->id->pk, GN_PK_LEN) == 0 &&
+        !gn__lease_find(n, ag.terms.lease_id))
+      send_release(n, peer, ag.terms.lease_id, "not a lease of this requester (its rent had timed out)");
     return;
   }
   if (memcmp(ag.terms.provider, peer, GN_PK_LEN) != 0 || memcmp(ag.terms.requester, n->id->pk, GN_PK_LEN) != 0) {
     gn_ctl_reply_error(p->req, 502, "the provider's acceptance names other parties; refusing it");
+    gn__pending_free(p);
+    return;
+  }
+  /* The agreement must embed the very request we signed (its nonce and
+   * every term), grant exactly the GPUs asked for and bill no more than we
+   * agreed to pay. */
+  const rent_terms *want = p->data;
+  char why[160] = "";
+  if (want && !terms_equal(&ag.terms, &want->t))
+    gn__strf(why, sizeof why, "it does not embed the request this node signed");
+  else if (ag.gpu_count != ag.terms.count)
+    gn__strf(why, sizeof why, "it grants %u GPUs, not the %u asked for", ag.gpu_count, ag.terms.count);
+  else if (want && want->max_price_uper_hour && ag.terms.price_uper_hour > want->max_price_uper_hour)
+    gn__strf(why, sizeof why, "its price is above --max-price");
+  if (why[0]) {
+    gn_log(GN_LOG_WARN, "refusing the provider's acceptance of lease %s: %s", ag.terms.lease_id, why);
+    gn_ctl_reply_error(p->req, 502, "the provider's acceptance of lease %s is refused: %s", ag.terms.lease_id, why);
     gn__pending_free(p);
     return;
   }
@@ -238,6 +357,9 @@ static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
   gn_buf_append(&l->agreement_env, raw, raw_len);
   l->state = GN_LEASE_ACTIVE;
   l->start_mono_ms = gn_mono_ms();
+  l->received_s = gn_unix_s();
+  l->max_spend_micro = want ? want->max_spend_micro : 0;
+  l->max_price_uper_hour = want ? want->max_price_uper_hour : 0;
   for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
     l->gpu_index[i] = -1;
   l->next = n->leases;
@@ -291,21 +413,10 @@ void gn__api_release(gn_ctl_req *req, void *ud) {
   memcpy(p->peer, l->peer, GN_PK_LEN);
   lease_mark_ended(l, "released by the requester", 0);
   gn__node_persist_lease(n, l);
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 2);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, l->id);
-  gn_wire_put_str(&w, "reason");
-  gn_wire_put_str(&w, "released by the requester");
-  gn_buf b = {0}, env = {0};
-  int r = gn_wire_writer_take(&w, &b);
-  gn_wire_writer_done(&w);
-  if (r == 0)
-    r = gn_envelope_seal(n->id, GN_MSG_LEASE_RELEASE, b.data, b.len, &env);
+  gn_buf env = {0};
+  int r = release_seal(n, l->id, "released by the requester", &env);
   if (r == 0)
     r = send_or_connect(n, p, l->peer, lease_provider_addr(n, l), env.data, env.len);
-  gn_buf_done(&b);
   gn_buf_done(&env);
   if (r < 0)
     gn_log(GN_LOG_WARN, "cannot send the release of %s yet: %s (waiting for the provider)", l->id, gn_strerror(r));

@@ -1,10 +1,12 @@
 /* The daemon's infrastructure pieces, shared by gpunetd and the gpunet CLI:
  * the control server (HTTP/JSON on a Unix socket), configuration, the GPU
- * inventory (NVML via dlopen), the offer filter language and logging. */
+ * inventory (NVML via dlopen) and logging. The offer filter language is
+ * billing's (gpunet/filter.h), included here for the daemon's files. */
 #ifndef GPUNET_NODE_H
 #define GPUNET_NODE_H
 
 #include <gpunet/base.h>
+#include <gpunet/filter.h>
 #include <gpunet/offer.h>
 #include <jansson.h>
 #include <limits.h>
@@ -188,44 +190,6 @@ const char *gn_gpu_sim_models(void);
 bool gn_gpu_sim_known(const char *name);
 /* Releases the NVML library kept loaded for gn_gpu_utilization. */
 void gn_gpu_shutdown(void);
-
-/* --- offer filter (node/filter.c) ------------------------------------------
- *
- * "gpu=rtx4090 vram>=24 price<=0.50 count>=2 simulated=false": terms separated
- * by spaces or commas, all must hold. Keys: gpu (= or !=, case-insensitive
- * substring ignoring spaces, dashes and an "NVIDIA"/"GeForce" prefix), vram
- * (GiB, rounded), price (currency units per GPU-hour), count (GPUs free),
- * simulated (true/false). Operators: = != < <= > >= (== is =). A bare word
- * after a gpu term continues the model, so "gpu=RTX 4090 vram>=24" works. */
-
-#define GN_FILTER_MAX_TERMS 16
-#define GN_FILTER_MAX_LEN 1024
-
-enum gn_filter_key {
-  GN_FILTER_GPU,
-  GN_FILTER_VRAM,
-  GN_FILTER_PRICE,
-  GN_FILTER_COUNT,
-  GN_FILTER_SIMULATED,
-  GN_FILTER_CONFINED /* the offer says neither no_userns nor unenforced_limits */
-};
-enum gn_filter_op { GN_FILTER_EQ, GN_FILTER_NE, GN_FILTER_LT, GN_FILTER_LE, GN_FILTER_GT, GN_FILTER_GE };
-
-typedef struct gn_filter_term {
-  enum gn_filter_key key;
-  enum gn_filter_op op;
-  char text[64]; /* gpu: the normalized model fragment */
-  uint64_t num;  /* vram GiB, price micro-units, count, simulated 0/1 */
-} gn_filter_term;
-
-typedef struct gn_filter {
-  gn_filter_term terms[GN_FILTER_MAX_TERMS];
-  size_t count; /* 0 matches everything */
-} gn_filter;
-
-/* GN_EINVAL or GN_ETOOBIG with a one-line message in err on bad input. */
-int gn_filter_parse(const char *s, gn_filter *ret, char *err, size_t cap);
-bool gn_filter_match(const gn_filter *f, const gn_offer *o);
 
 /* --- logging (node/log.c) --------------------------------------------------
  *

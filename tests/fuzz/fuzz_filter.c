@@ -1,6 +1,6 @@
 /* libFuzzer target for the offer filter parser and matcher: any input must be
  * rejected cleanly or parse into terms that match without fault. */
-#include <gpunet/node.h>
+#include <gpunet/filter.h>
 
 #include <stdio.h>
 

@@ -1,8 +1,7 @@
 /* The offer filter language of `gpunet offers` and `gpunet rent`:
  * "gpu=rtx4090 vram>=24 price<=0.50" parsed into terms and matched on offers. */
-#include "infra.h"
 #include <gpunet/billing.h>
-#include <gpunet/node.h>
+#include <gpunet/filter.h>
 
 #include <ctype.h>
 #include <math.h>
@@ -17,7 +16,7 @@ static bool skip_prefix(const char **s, const char *prefix) {
   return true;
 }
 
-void gn__gpu_model_norm(const char *s, char *buf, size_t cap) {
+void gn_gpu_model_norm(const char *s, char *buf, size_t cap) {
   char tmp[256];
   size_t n = 0;
   for (; *s && n + 1 < sizeof(tmp); s++) {
@@ -204,7 +203,7 @@ int gn_filter_parse(const char *s, gn_filter *ret, char *err, size_t cap) {
     if (t->key != GN_FILTER_GPU)
       continue;
     char norm[sizeof(t->text)];
-    gn__gpu_model_norm(t->text, norm, sizeof(norm));
+    gn_gpu_model_norm(t->text, norm, sizeof(norm));
     if (!norm[0]) {
       snprintf(err, cap, "gpu model '%s' names no model", t->text);
       return GN_EINVAL;
@@ -240,7 +239,7 @@ static bool term_match(const gn_filter_term *t, const gn_offer *o) {
     char bounded[sizeof(o->gpu_model) + 1];
     /* The offer came off the wire: do not trust it to be terminated. */
     snprintf(bounded, sizeof(bounded), "%.*s", (int)sizeof(o->gpu_model), o->gpu_model);
-    gn__gpu_model_norm(bounded, model, sizeof(model));
+    gn_gpu_model_norm(bounded, model, sizeof(model));
     bool found = strstr(model, t->text) != NULL;
     return t->op == GN_FILTER_EQ ? found : !found;
   }

@@ -1,5 +1,5 @@
 /* Tests of the offer filter language: parse errors and matching, table-driven. */
-#include <gpunet/node.h>
+#include <gpunet/filter.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
