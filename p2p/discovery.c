@@ -29,6 +29,7 @@ typedef struct bootstrap {
 struct gn_discovery {
   const gn_identity *self;
   gn_discovery_io io;
+  gn_discovery_connect_peer_fn connect_peer;
   gn_offer_table *table;
   char self_addr[ADDR_LEN];
   up_peer up[GN_DISCOVERY_MAX_UP];
@@ -55,6 +56,11 @@ int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offe
 gn_discovery *gn_discovery_free(gn_discovery *d) {
   free(d);
   return NULL;
+}
+
+void gn_discovery_set_connect_peer(gn_discovery *d, gn_discovery_connect_peer_fn fn) {
+  if (d)
+    d->connect_peer = fn;
 }
 
 int gn_discovery_set_self_addr(gn_discovery *d, const char *addr) {
@@ -227,7 +233,11 @@ static int on_peers(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_env
         addr_is_up(d, addr) || recently_dialled(d, addr, now_s))
       continue;
     remember_dial(d, addr, now_s);
-    d->io.connect(d->io.ud, addr);
+    /* The entry names a key with the address: hold the dial to it. */
+    if (d->connect_peer)
+      d->connect_peer(d->io.ud, addr, id);
+    else
+      d->io.connect(d->io.ud, addr);
     started++;
   }
   r = 0;

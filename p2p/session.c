@@ -28,6 +28,7 @@ struct gn_session {
 
   uint8_t peer[GN_PK_LEN];
   char peer_addr[GN_SESSION_ADDR_MAX];
+  uint64_t peer_version; /* set when the payload's version was not ours */
 
   /* the frame being read */
   uint8_t frame[FRAME_HDR + GN_NOISE_MAX_MSG];
@@ -154,6 +155,7 @@ static int verify_payload(gn_session *s, const uint8_t *p, size_t n) {
     goto out;
   }
   if (v != GN_PROTO_VERSION) {
+    s->peer_version = v;
     r = GN_EVERSION;
     goto out;
   }
@@ -211,6 +213,23 @@ int gn__session_start(gn_session *s) {
   return r < 0 ? session_fail(s, r) : 0;
 }
 
+/* The peer's payload spoke another version. Rather than cut the connection
+ * without a word, finish the handshake (our last message when it is ours to
+ * send), then queue one ERROR saying which version we speak; the caller
+ * writes the output and closes. The peer's identity is never taken up. */
+static int version_refusal(gn_session *s, bool send_last) {
+  gn_buf err = {0};
+  int r = 0;
+  if (send_last && (r = handshake_send(s)) < 0)
+    return r;
+  if ((r = handshake_finish(s)) < 0)
+    return r;
+  if ((r = gn__proto_version_error(s->id, s->peer_version, &err)) == 0)
+    r = gn__session_send(s, err.data, err.len);
+  gn_buf_done(&err);
+  return r < 0 ? r : GN_EVERSION;
+}
+
 static int on_handshake_frame(gn_session *s, const uint8_t *f, size_t n, gn_session_event *ev) {
   size_t pn;
   int r = gn__noise_handshake_read(&s->hs, f, n, s->plain, PAYLOAD_MAX, &pn);
@@ -222,13 +241,17 @@ static int on_handshake_frame(gn_session *s, const uint8_t *f, size_t n, gn_sess
       return GN_EPROTO;
     return handshake_send(s);
   case 2: /* initiator read the responder's identity */
-    if ((r = verify_payload(s, s->plain, pn)) < 0)
+    if ((r = verify_payload(s, s->plain, pn)) == GN_EVERSION)
+      return version_refusal(s, true);
+    if (r < 0)
       return r;
     if ((r = handshake_send(s)) < 0)
       return r;
     break;
   case 3: /* responder read the initiator's identity */
-    if ((r = verify_payload(s, s->plain, pn)) < 0)
+    if ((r = verify_payload(s, s->plain, pn)) == GN_EVERSION)
+      return version_refusal(s, false);
+    if (r < 0)
       return r;
     break;
   default:
@@ -410,4 +433,7 @@ const char *gn__session_peer_addr(const gn_session *s) {
 }
 int gn__session_error(const gn_session *s) {
   return s->error;
+}
+uint64_t gn__session_peer_version(const gn_session *s) {
+  return s->peer_version;
 }

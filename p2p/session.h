@@ -66,5 +66,18 @@ const uint8_t *gn__session_peer(const gn_session *s);
 const char *gn__session_peer_addr(const gn_session *s);
 /* Why the session closed (a GN_E* code), 0 while open. */
 int gn__session_error(const gn_session *s);
+/* The peer's handshake or envelope version, when the session closed with
+ * GN_EVERSION over a handshake payload. The session then still has output:
+ * the rest of the handshake and one ERROR message (gn__proto_version_error)
+ * that the caller should write out before closing the connection. */
+uint64_t gn__session_peer_version(const gn_session *s);
+
+/* proto_error.c. The version (the first element) of an encoded envelope,
+ * without checking anything else; GN_EINVAL if there is none. */
+int gn__proto_peek_version(const uint8_t *msg, size_t len, uint64_t *ret_v);
+/* Seals the ERROR (type 40) that answers a peer speaking version their_v:
+ * {reason: "unsupported protocol version N; this node speaks version 1",
+ *  v: 1}, signed by id. Appends the envelope to ret. */
+int gn__proto_version_error(const gn_identity *id, uint64_t their_v, gn_buf *ret);
 
 #endif

@@ -13,6 +13,9 @@
 #define SENDQ_MAX (64u << 20) /* bytes queued to one peer before we give up on it */
 #define MAX_CONNS 512
 #define TICK_MS 1000
+/* How long a connection closed with a last word (an ERROR) may take to hand
+ * it to the kernel before it is cut anyway. */
+#define DRAIN_MS 2000
 
 typedef struct conn conn;
 
@@ -24,6 +27,11 @@ struct conn {
   bool active; /* the session reported up for its peer */
   bool closing;
   bool reading;
+  bool draining;       /* closed for the session, its last bytes still going out */
+  bool handle_closing; /* uv_close called (draining connections only) */
+  uint64_t drain_deadline_ms;
+  bool has_expect; /* we dialled an address learnt with this key */
+  uint8_t expect[GN_PK_LEN];
   char dial_addr[ADDR_MAX]; /* set when we dialled */
   size_t queued;            /* bytes handed to uv_write, not yet written */
   uint8_t rbuf[READ_BUF];
@@ -33,6 +41,7 @@ struct gn_transport {
   uv_loop_t *loop;
   const gn_identity *id;
   gn_transport_cbs cbs;
+  gn_transport_refused_cb on_refused;
   void *ud;
   uv_tcp_t *listener;
   uv_timer_t *timer;
@@ -40,6 +49,7 @@ struct gn_transport {
   char adv_addr[GN_SESSION_ADDR_MAX];
   conn *conns;
   size_t nconns;
+  conn *drains;   /* closed connections still writing their last bytes */
   size_t handles; /* allocated handles whose close callback has not run */
   bool closing;
   void (*close_cb)(void *ud);
@@ -259,6 +269,65 @@ static void conn_close(conn *c, int err) {
     t->cbs.on_peer_down(t, gn__session_peer(c->s), t->ud);
 }
 
+static void drain_unlink(conn *c) {
+  conn **pp = &c->t->drains;
+  while (*pp && *pp != c)
+    pp = &(*pp)->next;
+  if (*pp)
+    *pp = c->next;
+  c->next = NULL;
+}
+
+/* Ends a draining connection's handle (once). A pending shutdown request is
+ * cancelled by uv_close and its callback runs before the close callback. */
+static void drain_close(conn *c) {
+  if (c->handle_closing)
+    return;
+  c->handle_closing = true;
+  drain_unlink(c);
+  gn_uv_close_free((uv_handle_t *)c->tcp, conn_freed, c);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  (void)status;
+  conn *c = req->data;
+  free(req);
+  drain_close(c);
+}
+
+/* Closes the session like conn_close, but lets the bytes already queued (the
+ * ERROR that says why) reach the peer first: the socket is shut down for
+ * writing once they are written, and closed then, or after DRAIN_MS. */
+static void conn_close_after_flush(conn *c, int err) {
+  if (c->closing)
+    return;
+  gn_transport *t = c->t;
+  bool was_active = c->active;
+  uv_shutdown_t *req = NULL;
+  if (conn_flush(c) < 0)
+    return; /* conn_flush closed it */
+  if (t->closing || !(req = calloc(1, sizeof(*req)))) {
+    conn_close(c, err);
+    return;
+  }
+  c->closing = true;
+  c->active = false;
+  conn_unlink(c);
+  if (c->reading)
+    uv_read_stop((uv_stream_t *)c->tcp);
+  c->draining = true;
+  c->drain_deadline_ms = uv_now(t->loop) + DRAIN_MS;
+  c->next = t->drains;
+  t->drains = c;
+  req->data = c;
+  if (uv_shutdown(req, (uv_stream_t *)c->tcp, on_shutdown) < 0) {
+    free(req);
+    drain_close(c);
+  }
+  if (was_active && t->cbs.on_peer_down)
+    t->cbs.on_peer_down(t, gn__session_peer(c->s), t->ud);
+}
+
 /* The side whose initiator has the smaller key wins; both ends compute the
  * same answer for a crossed pair of connections. */
 static const uint8_t *initiator_of(const conn *c) {
@@ -270,6 +339,16 @@ static void conn_on_up(conn *c) {
   const uint8_t *peer = gn__session_peer(c->s);
   if (memcmp(peer, t->id->pk, GN_PK_LEN) == 0) {
     conn_close(c, GN_EINVAL); /* we dialled ourselves */
+    return;
+  }
+  if (c->has_expect && memcmp(peer, c->expect, GN_PK_LEN) != 0) {
+    /* The address was advertised for another node: whoever answers there
+     * now is not the peer we were told of, so it is not taken up at all. */
+    uint8_t got[GN_PK_LEN];
+    memcpy(got, peer, GN_PK_LEN);
+    conn_close(c, GN_EPERM);
+    if (t->on_refused && !t->closing)
+      t->on_refused(t, c->dial_addr, c->expect, got, t->ud);
     return;
   }
   conn *e = find_active(t, peer);
@@ -311,9 +390,13 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     gn_session_event ev;
     int r = gn__session_feed(c->s, p + pos, len - pos, &used, &ev);
     pos += used;
-    /* Handshake replies must go out even when this feed ended the session. */
     if (r < 0) {
-      conn_close(c, r);
+      /* A peer of another version gets the end of the handshake and an
+       * ERROR before the connection closes; anything else closes at once. */
+      if (r == GN_EVERSION)
+        conn_close_after_flush(c, r);
+      else
+        conn_close(c, r);
       return;
     }
     if (conn_flush(c) < 0)
@@ -324,8 +407,24 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       conn_on_up(c);
     } else if (ev.kind == GN_SESSION_EV_MESSAGE) {
       gn_envelope env;
-      if (gn_envelope_open(ev.msg, ev.msg_len, &env) < 0) {
-        conn_close(c, GN_EPROTO); /* peers only ever send envelopes */
+      int er = gn_envelope_open(ev.msg, ev.msg_len, &env);
+      if (er == GN_EVERSION) {
+        /* Say which version we speak, then close. */
+        uint64_t v = 0;
+        gn_buf err = {0};
+        gn__proto_peek_version(ev.msg, ev.msg_len, &v);
+        if (gn__proto_version_error(c->t->id, v, &err) == 0 && gn__session_send(c->s, err.data, err.len) == 0)
+          conn_close_after_flush(c, er);
+        else
+          conn_close(c, er);
+        gn_buf_done(&err);
+        return;
+      }
+      if (er < 0) {
+        /* Not an envelope, or one whose signature does not verify: a peer
+         * that sends either is broken or hostile, and the whole session
+         * ends, not just the message (docs/protocol.md §1.5). */
+        conn_close(c, er);
         return;
       }
       if (c->active && c->t->cbs.on_message)
@@ -394,6 +493,11 @@ static void on_tick(uv_timer_t *timer) {
     next = c->next;
     if (gn__session_tick(c->s, now) < 0)
       conn_close(c, GN_ETIMEDOUT);
+  }
+  for (conn *c = t->drains; c; c = next) {
+    next = c->next;
+    if (now >= c->drain_deadline_ms)
+      drain_close(c);
   }
 }
 
@@ -474,6 +578,10 @@ int gn_transport_set_advertised_addr(gn_transport *t, const char *addr) {
 }
 
 int gn_transport_connect(gn_transport *t, const char *addr) {
+  return gn_transport_connect_peer(t, addr, NULL);
+}
+
+int gn_transport_connect_peer(gn_transport *t, const char *addr, const uint8_t expect[GN_PK_LEN]) {
   struct sockaddr_storage ss;
   conn *c = NULL;
   int r;
@@ -483,11 +591,20 @@ int gn_transport_connect(gn_transport *t, const char *addr) {
     return GN_EINVAL;
   if ((r = parse_addr(addr, &ss)) < 0)
     return r;
-  for (conn *e = t->conns; e; e = e->next)
-    if (!e->closing && strcmp(e->dial_addr, addr) == 0)
-      return 0; /* already dialled or up through this address */
+  for (conn *e = t->conns; e; e = e->next) {
+    if (e->closing || strcmp(e->dial_addr, addr) != 0)
+      continue;
+    /* Already dialled or up through this address. */
+    if (expect && e->active && memcmp(gn__session_peer(e->s), expect, GN_PK_LEN) != 0)
+      return GN_EPERM;
+    return 0;
+  }
   if ((r = conn_new(t, true, &c)) < 0)
     return r;
+  if (expect) {
+    c->has_expect = true;
+    memcpy(c->expect, expect, GN_PK_LEN);
+  }
   snprintf(c->dial_addr, sizeof(c->dial_addr), "%s", addr);
   uv_connect_t *req = calloc(1, sizeof(*req));
   if (!req) {
@@ -524,6 +641,11 @@ int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint
   return conn_flush(c);
 }
 
+void gn_transport_set_refused_cb(gn_transport *t, gn_transport_refused_cb cb) {
+  if (t)
+    t->on_refused = cb;
+}
+
 bool gn_transport_is_up(const gn_transport *t, const uint8_t peer[GN_PK_LEN]) {
   return find_active(t, peer) != NULL;
 }
@@ -544,6 +666,8 @@ void gn_transport_close(gn_transport *t, void (*cb)(void *ud), void *ud) {
   t->close_ud = ud;
   while (t->conns)
     conn_close(t->conns, GN_ECLOSED);
+  while (t->drains)
+    drain_close(t->drains);
   if (t->listener)
     gn_uv_close_free((uv_handle_t *)t->listener, handle_freed, t);
   gn_uv_close_free((uv_handle_t *)t->timer, handle_freed, t);

@@ -19,15 +19,26 @@ typedef struct gn_discovery gn_discovery;
 typedef struct gn_discovery_io {
   /* Sends one encoded envelope to a connected peer (gn_transport_send). */
   int (*send)(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len);
-  /* Starts connecting to "host:port" (gn_transport_connect). */
+  /* Starts connecting to "host:port" (gn_transport_connect). Used for
+   * bootstrap addresses, which come without a node key. */
   int (*connect)(void *ud, const char *addr);
   void *ud;
 } gn_discovery_io;
+
+/* Starts connecting to an address learnt from a PEERS entry, expecting the
+ * node key it was advertised with (gn_transport_connect_peer). */
+typedef int (*gn_discovery_connect_peer_fn)(void *ud, const char *addr, const uint8_t expect[GN_PK_LEN]);
 
 /* self and table must outlive the discovery; the table is shared with the
  * caller (who reads offers from it). */
 int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offer_table *table, gn_discovery **ret_d);
 gn_discovery *gn_discovery_free(gn_discovery *d);
+/* Wanted: PEERS entries are then dialled with fn (io.ud as its ud), which
+ * holds the session to the key the entry advertised, so a node answering at
+ * that address under another key is refused (docs/protocol.md §1.6). Without
+ * it they are dialled with io.connect and the key is not checked. A setter,
+ * so that {send, connect, ud} initialisers stay complete. */
+void gn_discovery_set_connect_peer(gn_discovery *d, gn_discovery_connect_peer_fn fn);
 /* Our own advertised address, so PEERS from others never make us dial it. */
 int gn_discovery_set_self_addr(gn_discovery *d, const char *addr);
 /* Up to 16 bootstrap "host:port"s, dialled by gn_discovery_tick while no up

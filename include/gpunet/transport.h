@@ -20,6 +20,12 @@ typedef struct gn_transport_cbs {
                      size_t raw_len, void *ud);
 } gn_transport_cbs;
 
+/* A dial made with gn_transport_connect_peer reached a node whose handshake
+ * proved another key than the one expected: the session was closed without
+ * on_peer_up (docs/protocol.md §1.3). */
+typedef void (*gn_transport_refused_cb)(gn_transport *t, const char *addr, const uint8_t expected[GN_PK_LEN],
+                                        const uint8_t got[GN_PK_LEN], void *ud);
+
 int gn_transport_new(uv_loop_t *loop, const gn_identity *id, const gn_transport_cbs *cbs, void *ud,
                      gn_transport **ret_t);
 /* Listens on "host:port" (port 0 picks one); the bound address is then
@@ -32,6 +38,17 @@ int gn_transport_set_advertised_addr(gn_transport *t, const char *addr);
 /* Starts connecting; on_peer_up follows on success. A second connect to a
  * peer already up is harmless. */
 int gn_transport_connect(gn_transport *t, const char *addr);
+/* Like gn_transport_connect, for an address learnt together with a node key
+ * (a PEERS entry, an offer): the session comes up only if the node there
+ * proves that key in the handshake; another key closes it (the refused callback,
+ * never on_peer_up). expect NULL is gn_transport_connect. A dial to an
+ * address already being dialled joins that dial, except that an address
+ * already up under another key answers GN_EPERM at once. */
+int gn_transport_connect_peer(gn_transport *t, const char *addr, const uint8_t expect[GN_PK_LEN]);
+/* Optional: told of each dial refused for another key (with the ud given to
+ * gn_transport_new). A setter rather than a field of gn_transport_cbs, so
+ * that callers' {up, down, message} initialisers stay complete. */
+void gn_transport_set_refused_cb(gn_transport *t, gn_transport_refused_cb cb);
 /* Queues one encoded envelope to a connected peer; GN_ENOTFOUND if none. */
 int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len);
 bool gn_transport_is_up(const gn_transport *t, const uint8_t peer[GN_PK_LEN]);

@@ -396,6 +396,84 @@ static void test_discovery_tick_redials_bootstraps_every_5s(void **state) {
   gn_identity_free(id);
 }
 
+static int plain_dials;
+static uint8_t dialled_key[4][GN_PK_LEN];
+static char dialled_addr[4][64];
+static int keyed_dials;
+static int plain_connect(void *ud, const char *addr) {
+  (void)ud;
+  (void)addr;
+  plain_dials++;
+  return 0;
+}
+static int keyed_connect(void *ud, const char *addr, const uint8_t expect[GN_PK_LEN]) {
+  (void)ud;
+  if (keyed_dials < 4) {
+    memcpy(dialled_key[keyed_dials], expect, GN_PK_LEN);
+    snprintf(dialled_addr[keyed_dials], sizeof(dialled_addr[0]), "%s", addr);
+  }
+  keyed_dials++;
+  return 0;
+}
+
+/* An address from a PEERS entry is dialled together with the key it was
+ * advertised with, so the transport can refuse another node answering
+ * there; bootstraps (no key known) are dialled plainly. */
+static void test_discovery_dials_peers_entries_with_their_key(void **state) {
+  (void)state;
+  gn_identity *self, *sender;
+  gn_discovery *d;
+  assert_int_equal(gn_identity_generate(&self), 0);
+  assert_int_equal(gn_identity_generate(&sender), 0);
+  gn_offer_table *t = gn_offer_table_new(8);
+  gn_discovery_io io = {no_send, plain_connect, NULL};
+  assert_int_equal(gn_discovery_new(self, &io, t, &d), 0);
+  gn_discovery_set_connect_peer(d, keyed_connect);
+  assert_int_equal(gn_discovery_add_bootstrap(d, "127.0.0.1:7400"), 0);
+  plain_dials = keyed_dials = 0;
+  gn_discovery_tick(d, 100);
+  assert_int_equal(plain_dials, 1);
+  assert_int_equal(keyed_dials, 0);
+  assert_int_equal(gn_discovery_peer_up(d, sender->pk, "127.0.0.1:7400", 100), 0);
+  uint8_t k1[GN_PK_LEN], k2[GN_PK_LEN];
+  memset(k1, 0x11, sizeof(k1));
+  memset(k2, 0x22, sizeof(k2));
+  gn_wire_writer w;
+  gn_buf body = {0}, env = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 1);
+  gn_wire_put_str(&w, "peers");
+  gn_wire_put_array(&w, 2);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "id");
+  gn_wire_put_bin(&w, k1, GN_PK_LEN);
+  gn_wire_put_str(&w, "addr");
+  gn_wire_put_str(&w, "10.0.0.1:7400");
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "id");
+  gn_wire_put_bin(&w, k2, GN_PK_LEN);
+  gn_wire_put_str(&w, "addr");
+  gn_wire_put_str(&w, "10.0.0.2:7400");
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(sender, GN_MSG_PEERS, body.data, body.len, &env), 0);
+  gn_envelope parsed;
+  assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
+  assert_int_equal(gn_discovery_on_message(d, sender->pk, &parsed, env.data, env.len, 101), 0);
+  assert_int_equal(plain_dials, 1);
+  assert_int_equal(keyed_dials, 2);
+  assert_string_equal(dialled_addr[0], "10.0.0.1:7400");
+  assert_memory_equal(dialled_key[0], k1, GN_PK_LEN);
+  assert_string_equal(dialled_addr[1], "10.0.0.2:7400");
+  assert_memory_equal(dialled_key[1], k2, GN_PK_LEN);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+  gn_discovery_free(d);
+  gn_offer_table_free(t);
+  gn_identity_free(self);
+  gn_identity_free(sender);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_discovery_overlay_forms_from_one_bootstrap),
@@ -404,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_discovery_peer_down_drops_only_its_own_offers),
       cmocka_unit_test(test_discovery_rejects_bad_peers_messages),
       cmocka_unit_test(test_discovery_tick_redials_bootstraps_every_5s),
+      cmocka_unit_test(test_discovery_dials_peers_entries_with_their_key),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -368,6 +368,64 @@ static void test_session_checks_handshake_payload(void **state) {
   gn_buf_done(&pl);
 }
 
+/* A responder that reads an initiator's payload of another version finishes
+ * the handshake and sends one ERROR (signed by its node key, naming both
+ * versions) before it closes, instead of closing without a word. */
+static void test_session_other_version_gets_error_before_close(void **state) {
+  (void)state;
+  uint8_t s_priv[32];
+  randombytes_buf(s_priv, sizeof(s_priv));
+  gn_buf pl = {0}, out = {0};
+  payload_for(7, ida, s_priv, &pl);
+  side b;
+  new_side(&b, false, idb, "", NULL, NULL);
+  gn_noise_handshake hi;
+  assert_int_equal(gn__noise_handshake_init(&hi, GN_SESSION_PROTOCOL, true, (const uint8_t *)GN_SESSION_PROLOGUE,
+                                            strlen(GN_SESSION_PROLOGUE), s_priv, NULL, NULL, NULL),
+                   0);
+  uint8_t m[1024], p[1024];
+  size_t n, pn, used;
+  gn_session_event ev;
+  assert_int_equal(gn__noise_handshake_write(&hi, NULL, 0, m + 2, sizeof(m) - 2, &n), 0);
+  m[0] = (uint8_t)(n >> 8), m[1] = (uint8_t)n;
+  assert_int_equal(gn__session_feed(b.s, m, n + 2, &used, &ev), 0);
+  assert_int_equal(gn__session_take_output(b.s, &out), 0);
+  assert_int_equal(gn__noise_handshake_read(&hi, out.data + 2, out.len - 2, p, sizeof(p), &pn), 0);
+  out.len = 0;
+  assert_int_equal(gn__noise_handshake_write(&hi, pl.data, pl.len, m + 2, sizeof(m) - 2, &n), 0);
+  m[0] = (uint8_t)(n >> 8), m[1] = (uint8_t)n;
+  assert_int_equal(gn__session_feed(b.s, m, n + 2, &used, &ev), GN_EVERSION);
+  assert_true(gn__session_is_closed(b.s));
+  assert_int_equal(gn__session_peer_version(b.s), 7);
+  /* its last words: one transport frame with one whole message */
+  assert_int_equal(gn__session_take_output(b.s, &out), 0);
+  gn_noise_cipher send, recv;
+  assert_int_equal(gn__noise_handshake_split(&hi, &send, &recv, NULL), 0);
+  assert_true(out.len > 2 + 4 + GN_NOISE_TAGLEN);
+  size_t flen = (size_t)out.data[0] << 8 | out.data[1];
+  assert_int_equal(flen + 2, out.len);
+  uint8_t *plain = malloc(flen);
+  assert_int_equal(gn__noise_cipher_decrypt(&recv, NULL, 0, out.data + 2, flen, plain), 0);
+  size_t total = (size_t)plain[0] << 24 | (size_t)plain[1] << 16 | (size_t)plain[2] << 8 | plain[3];
+  assert_int_equal(total, flen - GN_NOISE_TAGLEN - 4);
+  gn_envelope env;
+  assert_int_equal(gn_envelope_open(plain + 4, total, &env), 0);
+  assert_int_equal(env.type, GN_MSG_ERROR);
+  assert_memory_equal(env.signer, idb->pk, GN_PK_LEN);
+  gn_wire_doc doc;
+  char reason[256];
+  assert_int_equal(gn_wire_decode(env.body, env.body_len, &doc), 0);
+  assert_int_equal(gn_wire_get_str(doc.root, "reason", reason, sizeof(reason)), 0);
+  gn_wire_doc_done(&doc);
+  assert_string_equal(reason, "unsupported protocol version 7; this node speaks version 1");
+  free(plain);
+  gn__noise_cipher_wipe(&send);
+  gn__noise_cipher_wipe(&recv);
+  gn_buf_done(&pl);
+  gn_buf_done(&out);
+  free_side(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_session_handshake_binds_node_ids),
@@ -381,6 +439,7 @@ int main(void) {
       cmocka_unit_test(test_session_send_before_up_is_refused),
       cmocka_unit_test(test_session_is_deterministic_with_injected_rng),
       cmocka_unit_test(test_session_checks_handshake_payload),
+      cmocka_unit_test(test_session_other_version_gets_error_before_close),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

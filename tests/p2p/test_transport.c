@@ -11,7 +11,8 @@
 typedef struct node {
   gn_identity *id;
   gn_transport *t;
-  int ups, downs, msgs;
+  int ups, downs, msgs, refused;
+  uint8_t refused_expected[GN_PK_LEN], refused_got[GN_PK_LEN];
   uint8_t last_peer[GN_PK_LEN];
   char last_addr[80];
   uint32_t last_type;
@@ -49,6 +50,16 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
   gn_buf_append(&n->last_body, env->body, env->body_len);
 }
 
+static void on_refused(gn_transport *t, const char *addr, const uint8_t expected[GN_PK_LEN],
+                       const uint8_t got[GN_PK_LEN], void *ud) {
+  (void)t;
+  (void)addr;
+  node *n = ud;
+  n->refused++;
+  memcpy(n->refused_expected, expected, GN_PK_LEN);
+  memcpy(n->refused_got, got, GN_PK_LEN);
+}
+
 static void on_closed(void *ud) {
   ((node *)ud)->closed = true;
 }
@@ -73,6 +84,7 @@ static void node_init(node *n) {
   assert_int_equal(gn_identity_generate(&n->id), 0);
   gn_transport_cbs cbs = {on_up, on_down, on_msg};
   assert_int_equal(gn_transport_new(&loop, n->id, &cbs, n, &n->t), 0);
+  gn_transport_set_refused_cb(n->t, on_refused);
 }
 
 static bool both_closed(void *arg) {
@@ -213,6 +225,141 @@ static void test_transport_rejects_bad_addresses(void **state) {
   node_pair_done(&a, &b);
 }
 
+static bool refused_once(void *arg) {
+  return ((node *)arg)->refused >= 1;
+}
+
+static bool one_down(void *arg) {
+  return ((node *)arg)->downs >= 1;
+}
+
+static bool one_msg(void *arg) {
+  return ((node *)arg)->msgs >= 1;
+}
+
+static bool one_closed(void *arg) {
+  return ((node *)arg)->closed;
+}
+
+/* An address learnt for one key (b's) is answered by another node (a): the
+ * dialler refuses the session; dialled for a's own key, it comes up. */
+static void test_transport_dial_refuses_another_key(void **state) {
+  (void)state;
+  node a, b, c;
+  node_init(&a);
+  node_init(&b);
+  node_init(&c);
+  assert_int_equal(gn_transport_listen(a.t, "127.0.0.1:0"), 0);
+  const char *la = gn_transport_listen_addr(a.t);
+  assert_int_equal(gn_transport_connect_peer(c.t, la, b.id->pk), 0);
+  assert_true(run_until(refused_once, &c));
+  assert_memory_equal(c.refused_expected, b.id->pk, GN_PK_LEN);
+  assert_memory_equal(c.refused_got, a.id->pk, GN_PK_LEN);
+  assert_int_equal(c.ups, 0);
+  assert_false(gn_transport_is_up(c.t, a.id->pk));
+  assert_int_equal(gn_transport_send(c.t, a.id->pk, (const uint8_t *)"x", 1), GN_ENOTFOUND);
+  /* a may have finished its side of the handshake; then it lost the session */
+  if (a.ups)
+    assert_true(run_until(one_down, &a));
+  assert_int_equal(gn_transport_peer_count(a.t), 0);
+  /* the same address dialled for the key it really serves */
+  assert_int_equal(gn_transport_connect_peer(c.t, la, a.id->pk), 0);
+  node *ns[2] = {&a, &c};
+  assert_true(run_until(both_up, ns));
+  assert_true(gn_transport_is_up(c.t, a.id->pk));
+  assert_int_equal(c.refused, 1);
+  /* up under a's key, the address is refused at once for b's */
+  assert_int_equal(gn_transport_connect_peer(c.t, la, b.id->pk), GN_EPERM);
+  gn_transport_close(c.t, on_closed, &c);
+  assert_true(run_until(one_closed, &c));
+  gn_identity_free(c.id);
+  gn_buf_done(&c.last_body);
+  node_pair_done(&a, &b);
+}
+
+static bool both_down(void *arg) {
+  node **ns = arg;
+  return ns[0]->downs >= 1 && ns[1]->downs >= 1;
+}
+
+/* One envelope whose signature does not verify ends the whole session: it
+ * is not delivered, and both ends see the peer go down. */
+static void test_transport_bad_signature_closes_session(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  connect_pair(&a, &b);
+  gn_buf e = {0};
+  assert_int_equal(gn_envelope_seal(b.id, GN_MSG_PEERS, (const uint8_t *)"\x80", 1, &e), 0);
+  e.data[e.len - 1] ^= 1; /* the last signature byte */
+  assert_int_equal(gn_transport_send(b.t, a.id->pk, e.data, e.len), 0);
+  node *ns[2] = {&a, &b};
+  assert_true(run_until(both_down, ns));
+  assert_int_equal(a.msgs, 0);
+  assert_false(gn_transport_is_up(a.t, b.id->pk));
+  assert_false(gn_transport_is_up(b.t, a.id->pk));
+  /* the same envelope signed properly is delivered on a new session */
+  e.len = 0;
+  assert_int_equal(gn_envelope_seal(b.id, GN_MSG_PEERS, (const uint8_t *)"\x80", 1, &e), 0);
+  a.ups = b.ups = 0;
+  assert_int_equal(gn_transport_connect(b.t, gn_transport_listen_addr(a.t)), 0);
+  assert_true(run_until(both_up, ns));
+  assert_int_equal(gn_transport_send(b.t, a.id->pk, e.data, e.len), 0);
+  assert_true(run_until(one_msg, &a));
+  assert_int_equal(a.last_type, GN_MSG_PEERS);
+  gn_buf_done(&e);
+  node_pair_done(&a, &b);
+}
+
+static bool got_error_and_down(void *arg) {
+  node *n = arg;
+  return n->msgs >= 1 && n->downs >= 1;
+}
+
+/* An envelope of another protocol version is answered with an ERROR (type
+ * 40, signed by the receiver, naming both versions) before the session
+ * closes. */
+static void test_transport_unknown_version_answers_error_then_closes(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  connect_pair(&a, &b);
+  /* [2, 1, signer, body, sig]: the layout of version 1 under version 2 */
+  gn_wire_writer w;
+  gn_buf e = {0};
+  uint8_t sig[GN_SIG_LEN] = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_array(&w, 5);
+  gn_wire_put_u64(&w, 2);
+  gn_wire_put_u64(&w, GN_MSG_PEERS);
+  gn_wire_put_bin(&w, b.id->pk, GN_PK_LEN);
+  gn_wire_put_bin(&w, "\x80", 1);
+  gn_wire_put_bin(&w, sig, GN_SIG_LEN);
+  assert_int_equal(gn_wire_writer_take(&w, &e), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_transport_send(b.t, a.id->pk, e.data, e.len), 0);
+  assert_true(run_until(got_error_and_down, &b));
+  assert_int_equal(b.msgs, 1);
+  assert_int_equal(b.last_type, GN_MSG_ERROR);
+  assert_memory_equal(b.last_peer, a.id->pk, GN_PK_LEN);
+  gn_wire_doc doc;
+  char reason[256];
+  uint64_t v = 0;
+  assert_int_equal(gn_wire_decode(b.last_body.data, b.last_body.len, &doc), 0);
+  assert_int_equal(gn_wire_get_str(doc.root, "reason", reason, sizeof(reason)), 0);
+  assert_int_equal(gn_wire_get_u64(doc.root, "v", &v), 0);
+  gn_wire_doc_done(&doc);
+  assert_string_equal(reason, "unsupported protocol version 2; this node speaks version 1");
+  assert_int_equal(v, GN_PROTO_VERSION);
+  assert_int_equal(a.msgs, 0);
+  assert_true(run_until(one_down, &a));
+  assert_false(gn_transport_is_up(a.t, b.id->pk));
+  gn_buf_done(&e);
+  node_pair_done(&a, &b);
+}
+
 /* --- a raw TCP client -----------------------------------------------------*/
 
 typedef struct raw {
@@ -311,10 +458,6 @@ static void test_transport_closes_garbage_and_oversized_clients(void **state) {
   node *ns[2] = {&a, &b};
   assert_true(run_until(both_up, ns));
   node_pair_done(&a, &b);
-}
-
-static bool one_down(void *arg) {
-  return ((node *)arg)->downs >= 1;
 }
 
 static void test_transport_peer_down_when_other_side_closes(void **state) {
@@ -416,6 +559,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_peer_down_when_other_side_closes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_closes_peer_over_send_queue_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_handshake_times_out, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_dial_refuses_another_key, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_bad_signature_closes_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_unknown_version_answers_error_then_closes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
