@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <gpunet/billing.h>
 #include <gpunet/filter.h>
 #include <math.h>
 #include <stdio.h>
@@ -109,10 +110,17 @@ static void print_lease_line(const json_t *l, const char *verb) {
          strcmp(cli_str(l, "role") ? cli_str(l, "role") : "", "provider") == 0 ? "to" : "from", peer, price);
   if (cli_bool(l, "simulated"))
     printf("  SIMULATED GPU: no real hardware behind this lease\n");
-  if (strcmp(verb, "active") == 0)
+  if (strcmp(verb, "active") == 0) {
     printf("  ends by %s unless released earlier (gpunet release %s)\n", ends,
            cli_str(l, "id") ? cli_str(l, "id") : "");
-  else
+    if (cli_int(l, "interval_s", 0) > 0)
+      printf("  a debit note to countersign every %llds\n", (long long)cli_int(l, "interval_s", 0));
+    if (cli_int(l, "max_spend_micro", 0) > 0) {
+      char cap[64];
+      cli_fmt_money((uint64_t)cli_int(l, "max_spend_micro", 0), cli_str(l, "currency"), cap, sizeof(cap));
+      printf("  spending cap %s: no note beyond it is accepted\n", cap);
+    }
+  } else
     printf("  ran %s, cost %s%s%s\n", dur, cost, cli_str(l, "ended_reason") ? ", ended: " : "",
            cli_str(l, "ended_reason") ? cli_str(l, "ended_reason") : "");
 }
@@ -128,10 +136,14 @@ int cmd_rent(cli *c, int argc, char **argv) {
                                        {"count", required_argument, NULL, 'n'},
                                        {"allow-simulated", no_argument, NULL, 'S'},
                                        {"no-attest", no_argument, NULL, 'A'},
+                                       {"max-price", required_argument, NULL, 'P'},
+                                       {"max-spend", required_argument, NULL, 'M'},
+                                       {"interval", required_argument, NULL, 'I'},
                                        {"help", no_argument, NULL, 'h'},
                                        {0}};
   const char *gpu = NULL, *hours_s = NULL;
-  long count = 1;
+  long count = 1, interval_s = 0;
+  uint64_t max_price = 0, max_spend = 0;
   bool allow_sim = false, attest = true;
   int o;
   optind = 0;
@@ -155,6 +167,26 @@ int cmd_rent(cli *c, int argc, char **argv) {
       break;
     case 'A':
       attest = false;
+      break;
+    case 'P':
+      if (gn_price_parse(optarg, &max_price) < 0 || max_price == 0)
+        return cli_usage_error("rent",
+                               "--max-price wants the most to pay per GPU-hour, like 0.50 (at most 6 decimals), "
+                               "not '%s'",
+                               optarg);
+      break;
+    case 'M':
+      if (gn_price_parse(optarg, &max_spend) < 0 || max_spend == 0)
+        return cli_usage_error("rent",
+                               "--max-spend wants the most to pay for the whole lease, like 2.50 (at most 6 "
+                               "decimals), not '%s'",
+                               optarg);
+      break;
+    case 'I':
+      interval_s = strtol(optarg, &end, 10);
+      if (*end || end == optarg || interval_s < 1 || interval_s > 86400)
+        return cli_usage_error("rent", "--interval wants the seconds between debit notes, 1 to 86400, not '%s'",
+                               optarg);
       break;
     case 'h':
       return cli_print_usage(cli_find_cmd("rent"));
@@ -181,6 +213,12 @@ int cmd_rent(cli *c, int argc, char **argv) {
                            (int)count, "allow_simulated", allow_sim, "attest", attest);
   if (!body)
     return cli_fail("out of memory");
+  if (max_price)
+    json_object_set_new(body, "max_price_uper_hour", json_integer((json_int_t)max_price));
+  if (max_spend)
+    json_object_set_new(body, "max_spend_micro", json_integer((json_int_t)max_spend));
+  if (interval_s)
+    json_object_set_new(body, "interval_s", json_integer((json_int_t)interval_s));
   /* Name who we negotiate with: for an offer, its provider (best effort:
    * if the lookup fails, the daemon's answer to the rent says why). */
   char who[128];
