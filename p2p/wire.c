@@ -39,6 +39,12 @@ const char *gn_msg_type_name(uint32_t type) {
     return "invoice_accept";
   case GN_MSG_INVOICE_REJECT:
     return "invoice_reject";
+  case GN_MSG_DEBIT_NOTE:
+    return "debit_note";
+  case GN_MSG_DEBIT_ACCEPT:
+    return "debit_accept";
+  case GN_MSG_DEBIT_REJECT:
+    return "debit_reject";
   case GN_MSG_ERROR:
     return "error";
   case GN_MSG_ATTEST_CHALLENGE:

@@ -353,6 +353,8 @@ static void test_msg_type_names(void **state) {
   assert_string_equal(gn_msg_type_name(GN_MSG_OFFER), "offer");
   assert_string_equal(gn_msg_type_name(GN_MSG_LEASE_REQUEST), "lease_request");
   assert_string_equal(gn_msg_type_name(GN_MSG_ATTEST_PROOF), "attest_proof");
+  assert_string_equal(gn_msg_type_name(GN_MSG_DEBIT_NOTE), "debit_note");
+  assert_string_equal(gn_msg_type_name(GN_MSG_DEBIT_REJECT), "debit_reject");
   assert_null(gn_msg_type_name(0));
   assert_null(gn_msg_type_name(9999));
 }
