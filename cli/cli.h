@@ -144,6 +144,11 @@ int cmd_stop(cli *c, int argc, char **argv);
 int cmd_invoices(cli *c, int argc, char **argv);
 int cmd_invoice(cli *c, int argc, char **argv);
 
+/* cli/conf.c: mkdir -p (0700 for what it creates), and the default config
+ * file of `gpunet init`, written atomically with mode 0600. -errno on error. */
+int cli_mkdirs(const char *dir);
+int cli_write_default_config(const char *path);
+
 /* Shared by `run -f` and `logs -f`: streams a job's output from offset 0 and
  * returns the job's exit code (or CLI_FAIL). */
 int cli_follow_logs(cli *c, const char *job_id, bool follow);

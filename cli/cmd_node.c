@@ -5,29 +5,10 @@
 #include <errno.h>
 #include <getopt.h>
 #include <gpunet/identity.h>
-#include <gpunet/node.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* mkdir -p, 0700 for what it creates. */
-static int mkdirs(const char *dir) {
-  char p[PATH_MAX];
-  if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p))
-    return -ENAMETOOLONG;
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/')
-      continue;
-    *s = '\0';
-    if (mkdir(p, 0700) < 0 && errno != EEXIST)
-      return -errno;
-    *s = '/';
-  }
-  if (mkdir(p, 0700) < 0 && errno != EEXIST)
-    return -errno;
-  return 0;
-}
 
 static int load_identity(cli *c, gn_identity **ret, char *path, size_t cap) {
   snprintf(path, cap, "%s/identity.key", c->data_dir);
@@ -58,7 +39,7 @@ int cmd_init(cli *c, int argc, char **argv) {
   int r = cli_want_args(argc, argv, 0, "");
   if (r >= 0)
     return r;
-  r = mkdirs(c->data_dir);
+  r = cli_mkdirs(c->data_dir);
   if (r < 0)
     return cli_fail("cannot create %s: %s", c->data_dir, strerror(-r));
   char key_path[PATH_MAX + 32], conf_path[PATH_MAX + 32];
@@ -85,10 +66,10 @@ int cmd_init(cli *c, int argc, char **argv) {
     created = true;
   }
   if (force || access(conf_path, F_OK) != 0) {
-    r = gn_config_write_default(conf_path);
+    r = cli_write_default_config(conf_path);
     if (r < 0) {
       gn_identity_free(id);
-      return cli_fail("cannot write %s: %s", conf_path, gn_strerror(r));
+      return cli_fail("cannot write %s: %s", conf_path, strerror(-r));
     }
     wrote = true;
   }

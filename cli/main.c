@@ -4,7 +4,7 @@
 #include "cli.h"
 
 #include <curl/curl.h>
-#include <gpunet/node.h>
+#include <gpunet/paths.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
   }
   args[nargs] = NULL;
   int r = CLI_FAIL;
-  if (!have_dir && gn_config_default_data_dir(c.data_dir, sizeof(c.data_dir)) < 0) {
+  if (!have_dir && gn_data_dir_default(c.data_dir, sizeof(c.data_dir)) < 0) {
     r = cli_fail("no data directory: set HOME or XDG_DATA_HOME, or pass --data-dir DIR");
   } else {
     snprintf(c.sock, sizeof(c.sock), "%s/gpunetd.sock", c.data_dir);

@@ -1,0 +1,132 @@
+/* The config file `gpunet init` writes: every gpunetd key with its default,
+ * commented out. gpunetd reads it (node/config.c); the CLI writes it here,
+ * with no daemon and without the node library. tests/node/test_cli_init.c
+ * checks that gpunetd loads it and that it stays the same text as
+ * node/config.c's own copy (gn_config_write_default) while that exists. */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char default_conf[] = "# gpunet configuration. One `key = value` per line; '#' starts a comment.\n"
+                                   "# Every key can be overridden by the gpunetd flag of the same name, with\n"
+                                   "# underscores written as dashes (max_hours = 8 is --max-hours 8).\n"
+                                   "# The values shown commented out are the defaults.\n"
+                                   "\n"
+                                   "# Peer address this node listens on (HOST:PORT).\n"
+                                   "#listen = 127.0.0.1:7946\n"
+                                   "\n"
+                                   "# Peers to join the overlay through; repeat the key for several.\n"
+                                   "#bootstrap = 192.0.2.10:7946\n"
+                                   "\n"
+                                   "# Offer this machine's GPUs for rent.\n"
+                                   "#provide = false\n"
+                                   "\n"
+                                   "# Price per GPU-hour, in currency units, and the currency.\n"
+                                   "#price = 0.40\n"
+                                   "#currency = EUR\n"
+                                   "\n"
+                                   "# Longest lease this node accepts, in hours.\n"
+                                   "#max_hours = 24\n"
+                                   "\n"
+                                   "# Billing intervals a provider agrees to (seconds): a lease's requester gets\n"
+                                   "# a debit note to countersign every interval, and a lease whose note stays\n"
+                                   "# unanswered for two intervals is stopped.\n"
+                                   "#interval_min_s = 10\n"
+                                   "#interval_max_s = 3600\n"
+                                   "\n"
+                                   "# For development without an NVIDIA GPU: offer a simulated one. Offers and\n"
+                                   "# attestations say so, and requesters refuse them unless allow_simulated.\n"
+                                   "#simulate_gpu = RTX 4090\n"
+                                   "#allow_simulated = false\n"
+                                   "\n"
+                                   "# OCI runtime: runc, crun or a path; empty means detect.\n"
+                                   "#runtime =\n"
+                                   "\n"
+                                   "# debug, info, warn or error.\n"
+                                   "#log_level = info\n"
+                                   "\n"
+                                   "# What a provider lets all jobs of all leases use together. A job that does\n"
+                                   "# not fit in what is left is refused, saying why. A lease's CPU share is its\n"
+                                   "# GPUs' part of job_cpu_share (1 of 2 GPUs: half of it).\n"
+                                   "#job_memory_share = 0.5\n"
+                                   "#job_cpu_share = 0.75\n"
+                                   "#job_pids_max = 16384\n"
+                                   "\n"
+                                   "# Disk for images (pulled layers and unpacked roots; older unused ones are\n"
+                                   "# removed past it), and the free space kept for the ledger.\n"
+                                   "#store_max = 64G\n"
+                                   "#disk_reserve = 1G\n"
+                                   "\n"
+                                   "# Registries on loopback, link-local, private or this host's own addresses\n"
+                                   "# are refused unless named here (repeat the key, or separate by commas).\n"
+                                   "#registry_allow = 127.0.0.1\n"
+                                   "\n"
+                                   "# Where cgroups cannot enforce a job's memory, pids and CPU limits, or the\n"
+                                   "# host has no user namespaces, a provider refuses jobs (or to provide at\n"
+                                   "# all) unless allowed here; its offers (ISOLATION in `gpunet offers`) and\n"
+                                   "# `gpunet status` then say so.\n"
+                                   "#allow_unenforced_limits = false\n"
+                                   "#allow_no_userns = false\n";
+
+/* mkdir -p, 0700 for what it creates. */
+int cli_mkdirs(const char *dir) {
+  char p[PATH_MAX];
+  if (snprintf(p, sizeof(p), "%s", dir) >= (int)sizeof(p))
+    return -ENAMETOOLONG;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/')
+      continue;
+    *s = '\0';
+    if (mkdir(p, 0700) < 0 && errno != EEXIST)
+      return -errno;
+    *s = '/';
+  }
+  if (mkdir(p, 0700) < 0 && errno != EEXIST)
+    return -errno;
+  return 0;
+}
+
+int cli_write_default_config(const char *path) {
+  char dir[PATH_MAX], tmp[PATH_MAX];
+  if (!path || !path[0] || snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir) ||
+      snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+    return -ENAMETOOLONG;
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    int r = cli_mkdirs(dir);
+    if (r < 0)
+      return r;
+  }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return -errno;
+  int r = 0;
+  size_t off = 0, len = sizeof(default_conf) - 1;
+  while (off < len) {
+    ssize_t n = write(fd, default_conf + off, len - off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      r = -errno;
+      break;
+    }
+    off += (size_t)n;
+  }
+  if (r == 0 && fchmod(fd, 0600) < 0)
+    r = -errno;
+  if (r == 0 && fsync(fd) < 0)
+    r = -errno;
+  if (close(fd) < 0 && r == 0)
+    r = -errno;
+  if (r == 0 && rename(tmp, path) < 0)
+    r = -errno;
+  if (r < 0)
+    unlink(tmp);
+  return r;
+}
