@@ -1,6 +1,10 @@
-/* The self-contained JSON export of an invoice and its audit: the signed
- * envelopes (hex) are authoritative, and every readable field beside them
- * must say exactly what the signed data says. */
+/* The self-contained export of a lease's bill (format gpunet-invoice/2) and
+ * its daemon-free audit. The signed envelopes (base64) are authoritative: the
+ * agreement, every debit note with the requester's answer, the final invoice
+ * and its answer. The audit re-verifies every signature and voucher and
+ * recomputes the tick chain of every second (the accepted notes' ticks, then
+ * the invoice's), and the readable "summary" must say exactly what the signed
+ * data says. */
 #include "billing_int.h"
 
 #include <inttypes.h>
@@ -8,15 +12,179 @@
 #include <sodium.h>
 #include <stdio.h>
 
-#define EXPORT_FORMAT "gpunet-invoice/1"
+#define EXPORT_FORMAT "gpunet-invoice/2"
+/* A lease of GN_INVOICE_MAX_S seconds with notes every 10 s has 345600
+ * notes; more than this is not an export of ours. */
+#define EXPORT_MAX_NOTES 400000
 
-static json_t *hex_json(const uint8_t *p, size_t n) {
-  char *hex = malloc(n * 2 + 1);
-  if (!hex)
+typedef struct bill_item {
+  const uint8_t *env;
+  size_t len;
+  const uint8_t *resp; /* NULL: no answer */
+  size_t resp_len;
+} bill_item;
+
+static const char *verdict_word(gn_bill_verdict v) {
+  switch (v) {
+  case GN_BILL_COUNTERSIGNED:
+    return "countersigned";
+  case GN_BILL_PROVIDER_ONLY:
+    return "provider-only";
+  case GN_BILL_REJECTED:
+    return "rejected";
+  default:
+    return "invalid";
+  }
+}
+
+static void invalid(gn_bill_audit *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void invalid(gn_bill_audit *a, const char *fmt, ...) {
+  va_list ap;
+  a->verdict = GN_BILL_INVALID;
+  va_start(ap, fmt);
+  vsnprintf(a->reason, sizeof(a->reason), fmt, ap);
+  va_end(ap);
+}
+
+static void money(uint64_t micro, const char *currency, char *buf, size_t cap) {
+  char p[32];
+  gn_price_format(micro, p, sizeof(p));
+  snprintf(buf, cap, "%s %s", p, currency);
+}
+
+/* The verdict on a bill given as envelopes. Returns GN_ENOMEM or 0 (the
+ * verdict, INVALID included, is in *a). */
+static int audit_items(const uint8_t *ag, size_t ag_len, const bill_item *notes, size_t n, const uint8_t *inv,
+                       size_t inv_len, const uint8_t *resp, size_t resp_len, gn_bill_audit *a) {
+  gn__bill_ctx ctx;
+  gn_bill_head head;
+  gn_bill_note last;
+  char why[400], vt[64];
+  memset(a, 0, sizeof(*a));
+  a->verdict = GN_BILL_INVALID;
+  if (gn__bill_ctx_open(ag, ag_len, &ctx, why, sizeof(why)) < 0) {
+    invalid(a, "%s", why);
+    return 0;
+  }
+  gn__bill_head_genesis(&ctx, &head);
+  memset(&last, 0, sizeof(last));
+  last.start_s = ctx.ag.start_s;
+  memcpy(last.chain_head, head.chain_head, GN__HASH_LEN);
+  a->notes = n;
+  for (size_t i = 0; i < n; i++) {
+    gn_bill_response r;
+    gn_bill_note no;
+    bool accepted = false;
+    if (notes[i].resp) {
+      if (gn__bill_response_open(notes[i].resp, notes[i].resp_len, &ctx, &r, why, sizeof(why)) < 0) {
+        invalid(a, "notes[%zu].response: %s", i, why);
+        return 0;
+      }
+      if (r.final) {
+        invalid(a, "notes[%zu].response answers a final invoice, not a debit note", i);
+        return 0;
+      }
+      accepted = r.accepted;
+    }
+    if (accepted) {
+      gn__bill_view v;
+      if (gn__bill_verify(notes[i].env, notes[i].len, false, &ctx, &head, NULL, &v, why, sizeof(why)) < 0) {
+        invalid(a, "notes[%zu] (accepted by the requester): %s", i, why);
+        return 0;
+      }
+      no = v.note;
+      head = v.next;
+      gn__bill_view_done(&v);
+      if (gn_bill_response_matches(&r, &no) < 0) {
+        invalid(a, "notes[%zu].response is not an acceptance of that note (hash, seq, seconds or total differ)", i);
+        return 0;
+      }
+      last = no;
+      a->notes_accepted++;
+      a->voucher_seconds = r.seconds;
+      a->voucher_total_micro = r.total_micro;
+    } else {
+      /* Unanswered or rejected: evidence, not part of the bill; it must
+       * still be a note of this lease signed by its provider. */
+      if (gn__bill_peek(notes[i].env, notes[i].len, &ctx, &no, why, sizeof(why)) < 0 || no.final) {
+        invalid(a, "notes[%zu]: %s", i, no.final ? "a final invoice listed among the notes" : why);
+        return 0;
+      }
+      if (notes[i].resp && gn_bill_response_matches(&r, &no) < 0) {
+        invalid(a, "notes[%zu].response is a rejection of another note", i);
+        return 0;
+      }
+    }
+  }
+  const char *cur = ctx.ag.terms.currency;
+  if (!inv) {
+    if (resp) {
+      invalid(a, "the export has a response but no final invoice");
+      return 0;
+    }
+    gn__bill_summary_fill(&ctx, &last, &a->summary);
+    a->verdict = GN_BILL_PROVIDER_ONLY;
+    money(a->voucher_total_micro, cur, vt, sizeof(vt));
+    snprintf(a->reason, sizeof(a->reason),
+             "provider-only claim: there is no final invoice; the requester's vouchers cover %" PRIu64
+             " s, %s (%" PRIu64 " accepted debit note%s)",
+             a->voucher_seconds, vt, a->notes_accepted, a->notes_accepted == 1 ? "" : "s");
+    return 0;
+  }
+  gn__bill_view v;
+  if (gn__bill_verify(inv, inv_len, true, &ctx, &head, NULL, &v, why, sizeof(why)) < 0) {
+    invalid(a, "final invoice: %s", why);
+    return 0;
+  }
+  gn_bill_note final = v.note;
+  gn__bill_view_done(&v);
+  a->has_invoice = true;
+  memcpy(a->end_reason, final.end_reason, sizeof(a->end_reason));
+  gn__bill_summary_fill(&ctx, &final, &a->summary);
+  if (!resp) {
+    a->verdict = GN_BILL_PROVIDER_ONLY;
+    money(a->voucher_total_micro, cur, vt, sizeof(vt));
+    snprintf(a->reason, sizeof(a->reason),
+             "provider-only claim: the final invoice is signed by the provider only, not countersigned by the "
+             "requester; the requester's vouchers cover %" PRIu64 " s, %s",
+             a->voucher_seconds, vt);
+    return 0;
+  }
+  gn_bill_response r;
+  if (gn__bill_response_open(resp, resp_len, &ctx, &r, why, sizeof(why)) < 0) {
+    invalid(a, "response: %s", why);
+    return 0;
+  }
+  if (!r.final || gn_bill_response_matches(&r, &final) < 0) {
+    invalid(a, "response does not answer this final invoice (hash, seconds or total differ)");
+    return 0;
+  }
+  if (!r.accepted) {
+    a->verdict = GN_BILL_REJECTED;
+    snprintf(a->reason, sizeof(a->reason), "the requester rejected the final invoice: %s", r.reason);
+    return 0;
+  }
+  a->verdict = GN_BILL_COUNTERSIGNED;
+  a->voucher_seconds = r.seconds;
+  a->voucher_total_micro = r.total_micro;
+  a->summary.countersigned = true;
+  a->summary.accepted_s = r.accepted_s;
+  a->reason[0] = 0;
+  return 0;
+}
+
+/* --- JSON ------------------------------------------------------------------*/
+
+static json_t *b64_json(const uint8_t *p, size_t n) {
+  if (!p)
+    return json_null();
+  size_t cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+  char *s = malloc(cap);
+  if (!s)
     return NULL;
-  sodium_bin2hex(hex, n * 2 + 1, p, n);
-  json_t *j = json_stringn(hex, n * 2);
-  free(hex);
+  sodium_bin2base64(s, cap, p, n, sodium_base64_VARIANT_ORIGINAL);
+  json_t *j = json_stringn(s, cap - 1);
+  free(s);
   return j;
 }
 
@@ -26,89 +194,135 @@ static void set(json_t *o, const char *key, json_t *v, bool *ok) {
     *ok = false;
 }
 
-static void price_text(uint64_t micro, const char *currency, const char *suffix, char *buf, size_t cap) {
-  char p[32];
-  gn_price_format(micro, p, sizeof(p));
-  snprintf(buf, cap, "%s %s%s", p, currency, suffix);
+/* The readable summary: generated from the audit alone, so the audit can
+ * regenerate it and compare. NULL on out of memory or a figure beyond JSON
+ * integers. */
+static json_t *summary_json(const gn_bill_audit *a) {
+  const gn_invoice_summary *s = &a->summary;
+  char id[GN_NODE_ID_STRLEN], text[96], p[32];
+  bool ok = true;
+  if (s->price_uper_hour > INT64_MAX || s->total_micro > INT64_MAX || s->seconds > INT64_MAX ||
+      a->voucher_total_micro > INT64_MAX || a->voucher_seconds > INT64_MAX)
+    return NULL;
+  json_t *o = json_object();
+  if (!o)
+    return NULL;
+  set(o, "status", json_string(verdict_word(a->verdict)), &ok);
+  set(o, "lease_id", json_string(s->lease_id), &ok);
+  set(o, "invoice_id", a->has_invoice ? json_string(s->invoice_id) : json_null(), &ok);
+  gn_node_id_format(s->provider, id);
+  set(o, "provider", json_string(id), &ok);
+  gn_node_id_format(s->requester, id);
+  set(o, "requester", json_string(id), &ok);
+  set(o, "gpu_model", json_string(s->gpu_model), &ok);
+  set(o, "gpus", json_integer(s->gpus), &ok);
+  set(o, "price_uper_hour", json_integer((json_int_t)s->price_uper_hour), &ok);
+  gn_price_format(s->price_uper_hour, p, sizeof(p));
+  snprintf(text, sizeof(text), "%s %s/GPU-hour", p, s->currency);
+  set(o, "price", json_string(text), &ok);
+  set(o, "currency", json_string(s->currency), &ok);
+  set(o, "start_s", json_integer(s->start_s), &ok);
+  set(o, "end_s", a->has_invoice ? json_integer(s->end_s) : json_null(), &ok);
+  set(o, "end_reason", a->has_invoice ? json_string(a->end_reason) : json_null(), &ok);
+  set(o, "seconds", json_integer((json_int_t)s->seconds), &ok);
+  set(o, "total_micro", json_integer((json_int_t)s->total_micro), &ok);
+  money(s->total_micro, s->currency, text, sizeof(text));
+  set(o, "total", json_string(text), &ok);
+  set(o, "notes", json_integer((json_int_t)a->notes), &ok);
+  set(o, "notes_accepted", json_integer((json_int_t)a->notes_accepted), &ok);
+  set(o, "voucher_seconds", json_integer((json_int_t)a->voucher_seconds), &ok);
+  set(o, "voucher_total_micro", json_integer((json_int_t)a->voucher_total_micro), &ok);
+  if (!ok) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
 }
 
-int gn_invoice_export(const uint8_t *invoice_env, size_t invoice_len, const uint8_t *accept_env, size_t accept_len,
-                      struct json_t **ret_json) {
-  gn__invoice_view v;
-  gn_invoice_response resp;
-  char id[GN_NODE_ID_STRLEN], text[96];
-  json_t *o = NULL, *ticks = NULL, *envs = NULL;
+int gn_bill_export(const uint8_t *agreement_env, size_t agreement_len, const gn_buf *notes,
+                   const gn_buf *note_responses, size_t n_notes, const uint8_t *invoice_env, size_t invoice_len,
+                   const uint8_t *response_env, size_t response_len, struct json_t **ret_json) {
+  bill_item *items = NULL;
+  gn_bill_audit *a = NULL;
+  json_t *o = NULL, *arr = NULL;
   bool ok = true;
   int r;
-  if (!invoice_env || !ret_json || (accept_len && !accept_env))
+  if (!agreement_env || !ret_json || (n_notes && !notes) || n_notes > EXPORT_MAX_NOTES)
     return GN_EINVAL;
-  if ((r = gn__invoice_verify(invoice_env, invoice_len, NULL, 0, &v, NULL, 0)) < 0)
-    return r;
-  if (accept_len) {
-    if ((r = gn_invoice_response_open(accept_env, accept_len, invoice_env, invoice_len, &resp)) < 0)
-      goto out;
-    r = GN_EINVAL;
-    if (!resp.accepted) /* a rejection is not an acceptance to export */
-      goto out;
+  r = GN_ENOMEM;
+  if (!(a = calloc(1, sizeof(*a))) || (n_notes && !(items = calloc(n_notes, sizeof(*items)))))
+    goto out;
+  for (size_t i = 0; i < n_notes; i++) {
+    items[i].env = notes[i].data;
+    items[i].len = notes[i].len;
+    if (note_responses && note_responses[i].len) {
+      items[i].resp = note_responses[i].data;
+      items[i].resp_len = note_responses[i].len;
+    }
   }
-  r = GN_ETOOBIG;
-  /* JSON integers are signed 64-bit in jansson. */
-  if (v.body.price_uper_hour > INT64_MAX || v.body.total_micro > INT64_MAX)
+  /* Sort by seq, an accepted note before others of its seq: the audit walks
+   * accepted notes in order. Insertion sort on (seq, !accepted): exports are
+   * built rarely and callers usually pass them in order. */
+  uint64_t *keys = calloc(n_notes ? n_notes : 1, sizeof(*keys));
+  if (!keys)
+    goto out;
+  gn__bill_ctx ctx;
+  const bool have_ctx = gn__bill_ctx_open(agreement_env, agreement_len, &ctx, NULL, 0) == 0;
+  for (size_t i = 0; i < n_notes; i++) {
+    gn_bill_note no;
+    gn_bill_response rr;
+    uint64_t seq = UINT64_MAX / 2;
+    bool acc = false;
+    if (have_ctx && gn__bill_peek(items[i].env, items[i].len, &ctx, &no, NULL, 0) == 0) {
+      seq = no.seq < UINT64_MAX / 2 ? no.seq : UINT64_MAX / 2;
+      acc = items[i].resp && gn__bill_response_open(items[i].resp, items[i].resp_len, &ctx, &rr, NULL, 0) == 0 &&
+            rr.accepted;
+    }
+    keys[i] = seq * 2 + (acc ? 0 : 1);
+  }
+  for (size_t i = 1; i < n_notes; i++) {
+    for (size_t j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
+      uint64_t k = keys[j];
+      bill_item t = items[j];
+      keys[j] = keys[j - 1];
+      items[j] = items[j - 1];
+      keys[j - 1] = k;
+      items[j - 1] = t;
+    }
+  }
+  free(keys);
+  if ((r = audit_items(agreement_env, agreement_len, items, n_notes, invoice_env, invoice_len, response_env,
+                       response_len, a)) < 0)
+    goto out;
+  r = GN_EAUDIT;
+  if (a->verdict == GN_BILL_INVALID)
     goto out;
   r = GN_ENOMEM;
-  if (!(o = json_object()) || !(ticks = json_array()) || !(envs = json_object()))
+  if (!(o = json_object()) || !(arr = json_array()))
     goto out;
-  gn_invoice_summary s;
-  gn__invoice_summary_fill(&v, &s);
   set(o, "format", json_string(EXPORT_FORMAT), &ok);
-  set(o, "invoice_id", json_string(s.invoice_id), &ok);
-  set(o, "lease_id", json_string(s.lease_id), &ok);
-  gn_node_id_format(s.provider, id);
-  set(o, "provider", json_string(id), &ok);
-  gn_node_id_format(s.requester, id);
-  set(o, "requester", json_string(id), &ok);
-  set(o, "gpu_model", json_string(s.gpu_model), &ok);
-  set(o, "gpus", json_integer(s.gpus), &ok);
-  set(o, "price_uper_hour", json_integer((json_int_t)s.price_uper_hour), &ok);
-  price_text(s.price_uper_hour, s.currency, "/GPU-hour", text, sizeof(text));
-  set(o, "price", json_string(text), &ok);
-  set(o, "currency", json_string(s.currency), &ok);
-  set(o, "start_s", json_integer(s.start_s), &ok);
-  set(o, "end_s", json_integer(s.end_s), &ok);
-  set(o, "end_reason", json_string(v.body.end_reason), &ok);
-  set(o, "seconds", json_integer((json_int_t)s.seconds), &ok);
-  set(o, "total_micro", json_integer((json_int_t)s.total_micro), &ok);
-  price_text(s.total_micro, s.currency, "", text, sizeof(text));
-  set(o, "total", json_string(text), &ok);
-  set(o, "chain_head", hex_json(s.chain_head, sizeof(s.chain_head)), &ok);
-
-  uint8_t h[GN__HASH_LEN];
-  gn__genesis(v.body.agreement, v.body.agreement_len, h);
-  for (uint64_t i = 0; ok && i < v.body.seconds; i++) {
-    gn__tickrec rec;
-    gn__tickrec_get(v.body.ticks + i * GN__TICKREC_LEN, &rec);
-    int64_t ts = v.body.start_s + (int64_t)rec.t_off;
-    gn__tick_hash(h, v.body.lease_id, rec.idx, ts, rec.gpus, rec.util, h);
-    json_t *t = json_object();
-    if (!t) {
+  set(o, "agreement", b64_json(agreement_env, agreement_len), &ok);
+  for (size_t i = 0; ok && i < n_notes; i++) {
+    json_t *e = json_object();
+    if (!e) {
       ok = false;
       break;
     }
-    set(t, "second", json_integer(rec.idx), &ok);
-    set(t, "t", json_integer(ts), &ok);
-    set(t, "gpus", json_integer(rec.gpus), &ok);
-    set(t, "util", rec.util == GN_UTIL_UNKNOWN ? json_null() : json_integer(rec.util), &ok);
-    set(t, "hash", hex_json(h, sizeof(h)), &ok);
-    if (json_array_append_new(ticks, t) < 0)
+    set(e, "note", b64_json(items[i].env, items[i].len), &ok);
+    set(e, "response", b64_json(items[i].resp, items[i].resp_len), &ok);
+    if (json_array_append_new(arr, e) < 0)
       ok = false;
   }
-  set(o, "ticks", ticks, &ok);
-  ticks = NULL;
-  set(envs, "agreement", hex_json(v.body.agreement, v.body.agreement_len), &ok);
-  set(envs, "invoice", hex_json(invoice_env, invoice_len), &ok);
-  set(envs, "acceptance", accept_len ? hex_json(accept_env, accept_len) : json_null(), &ok);
-  set(o, "envelopes", envs, &ok);
-  envs = NULL;
+  set(o, "notes", arr, &ok);
+  arr = NULL;
+  set(o, "invoice", b64_json(invoice_env, invoice_len), &ok);
+  set(o, "response", b64_json(response_env, response_len), &ok);
+  json_t *sum = summary_json(a);
+  if (!sum) {
+    r = a->summary.total_micro > INT64_MAX || a->summary.price_uper_hour > INT64_MAX ? GN_ETOOBIG : GN_ENOMEM;
+    goto out;
+  }
+  set(o, "summary", sum, &ok);
   if (!ok)
     goto out;
   *ret_json = o;
@@ -116,41 +330,57 @@ int gn_invoice_export(const uint8_t *invoice_env, size_t invoice_len, const uint
   r = 0;
 out:
   json_decref(o);
-  json_decref(ticks);
-  json_decref(envs);
-  gn__invoice_view_done(&v);
+  json_decref(arr);
+  free(items);
+  free(a);
   return r;
 }
 
-/* --- audit ----------------------------------------------------------------*/
+int gn_invoice_export(const uint8_t *invoice_env, size_t invoice_len, const uint8_t *accept_env, size_t accept_len,
+                      struct json_t **ret_json) {
+  gn_buf ag = {0};
+  int r;
+  if (!invoice_env || !ret_json || (accept_len && !accept_env))
+    return GN_EINVAL;
+  if ((r = gn__invoice_agreement(invoice_env, invoice_len, &ag)) < 0) {
+    r = r == GN_ENOMEM ? r : GN_EAUDIT;
+    goto out;
+  }
+  r = gn_bill_export(ag.data, ag.len, NULL, NULL, 0, invoice_env, invoice_len, accept_len ? accept_env : NULL,
+                     accept_len, ret_json);
+out:
+  gn_buf_done(&ag);
+  return r;
+}
 
-/* Decodes envelopes.<key>; GN_ENOTFOUND if absent or null, GN_EINVAL if not
- * a string, GN_EAUDIT (with reason) if not hex. */
-static int unhex_field(const json_t *envs, const char *key, uint8_t **ret, size_t *ret_len, char *reason, size_t cap) {
-  const json_t *j = json_object_get(envs, key);
+/* --- audit of a file ------------------------------------------------------------*/
+
+/* Decodes a base64 member. GN_ENOTFOUND if absent or null, GN_EINVAL if not
+ * base64 of at most GN_MSG_MAX bytes. *ret is malloc'd. */
+static int b64_decode(const json_t *j, uint8_t **ret, size_t *ret_len) {
   if (!j || json_is_null(j))
     return GN_ENOTFOUND;
   if (!json_is_string(j))
     return GN_EINVAL;
-  const char *hex = json_string_value(j);
+  const char *s = json_string_value(j);
   size_t n = json_string_length(j);
-  if (n % 2 || n / 2 > GN_MSG_MAX)
-    return gn__fail(reason, cap, "envelopes.%s is not an envelope in hex (length %zu)", key, n);
-  uint8_t *bin = malloc(n / 2 + 1);
+  if (n > (size_t)GN_MSG_MAX / 3 * 4 + 8)
+    return GN_EINVAL;
+  size_t cap = n / 4 * 3 + 3;
+  uint8_t *bin = malloc(cap ? cap : 1);
   size_t bin_len = 0;
   const char *end = NULL;
   if (!bin)
     return GN_ENOMEM;
-  if (sodium_hex2bin(bin, n / 2 + 1, hex, n, NULL, &bin_len, &end) != 0 || end != hex + n || bin_len != n / 2) {
+  if (sodium_base642bin(bin, cap, s, n, NULL, &bin_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0 || end != s + n) {
     free(bin);
-    return gn__fail(reason, cap, "envelopes.%s is not valid hex", key);
+    return GN_EINVAL;
   }
   *ret = bin;
   *ret_len = bin_len;
   return 0;
 }
 
-/* Prints a value the file holds, for a message. */
 static void file_value(const json_t *j, char *buf, size_t cap) {
   if (!j)
     snprintf(buf, cap, "nothing (the field is missing)");
@@ -164,201 +394,127 @@ static void file_value(const json_t *j, char *buf, size_t cap) {
     snprintf(buf, cap, "a %s", json_is_object(j) ? "object" : json_is_array(j) ? "array" : "non-integer value");
 }
 
-static int str_field(const json_t *o, const char *path, const char *key, const char *want, char *reason, size_t cap) {
-  const json_t *j = json_object_get(o, key);
-  if (j && json_is_string(j) && json_string_length(j) == strlen(want) && strcmp(json_string_value(j), want) == 0)
-    return 0;
-  char got[128];
-  file_value(j, got, sizeof(got));
-  return gn__fail(reason, cap, "%s%s in the file says %s but the signed invoice says \"%s\"", path, key, got, want);
-}
-
-static int int_field(const json_t *o, const char *path, const char *key, int64_t want, char *reason, size_t cap) {
-  const json_t *j = json_object_get(o, key);
-  if (j && json_is_integer(j) && json_integer_value(j) == want)
-    return 0;
-  char got[128];
-  file_value(j, got, sizeof(got));
-  return gn__fail(reason, cap, "%s%s in the file says %s but the signed invoice says %" PRId64, path, key, got, want);
-}
-
-static int check_readable(const json_t *doc, const gn__invoice_view *v, char *reason, size_t cap) {
-  gn_invoice_summary s;
-  char text[160], hex[GN__HASH_LEN * 2 + 1];
-  int r;
-  gn__invoice_summary_fill(v, &s);
-  if ((r = str_field(doc, "", "invoice_id", s.invoice_id, reason, cap)) < 0 ||
-      (r = str_field(doc, "", "lease_id", s.lease_id, reason, cap)) < 0)
-    return r;
-  gn_node_id_format(s.provider, text);
-  if ((r = str_field(doc, "", "provider", text, reason, cap)) < 0)
-    return r;
-  gn_node_id_format(s.requester, text);
-  if ((r = str_field(doc, "", "requester", text, reason, cap)) < 0 ||
-      (r = str_field(doc, "", "gpu_model", s.gpu_model, reason, cap)) < 0 ||
-      (r = int_field(doc, "", "gpus", s.gpus, reason, cap)) < 0 ||
-      (r = int_field(doc, "", "price_uper_hour", (int64_t)s.price_uper_hour, reason, cap)) < 0)
-    return r;
-  price_text(s.price_uper_hour, s.currency, "/GPU-hour", text, sizeof(text));
-  if ((r = str_field(doc, "", "price", text, reason, cap)) < 0 ||
-      (r = str_field(doc, "", "currency", s.currency, reason, cap)) < 0 ||
-      (r = int_field(doc, "", "start_s", s.start_s, reason, cap)) < 0 ||
-      (r = int_field(doc, "", "end_s", s.end_s, reason, cap)) < 0 ||
-      (r = str_field(doc, "", "end_reason", v->body.end_reason, reason, cap)) < 0 ||
-      (r = int_field(doc, "", "seconds", (int64_t)s.seconds, reason, cap)) < 0 ||
-      (r = int_field(doc, "", "total_micro", (int64_t)s.total_micro, reason, cap)) < 0)
-    return r;
-  price_text(s.total_micro, s.currency, "", text, sizeof(text));
-  if ((r = str_field(doc, "", "total", text, reason, cap)) < 0)
-    return r;
-  sodium_bin2hex(hex, sizeof(hex), s.chain_head, GN__HASH_LEN);
-  if ((r = str_field(doc, "", "chain_head", hex, reason, cap)) < 0)
-    return r;
-
-  const json_t *ticks = json_object_get(doc, "ticks");
-  if (!json_is_array(ticks))
-    return gn__fail(reason, cap, "ticks in the file is missing or not an array");
-  if (json_array_size(ticks) != s.seconds)
-    return gn__fail(reason, cap, "ticks in the file lists %zu seconds but the signed invoice has %" PRIu64,
-                    json_array_size(ticks), s.seconds);
-  uint8_t h[GN__HASH_LEN];
-  gn__genesis(v->body.agreement, v->body.agreement_len, h);
-  for (uint64_t i = 0; i < s.seconds; i++) {
-    gn__tickrec rec;
-    char path[48];
-    const json_t *t = json_array_get(ticks, i);
-    gn__tickrec_get(v->body.ticks + i * GN__TICKREC_LEN, &rec);
-    int64_t ts = v->body.start_s + (int64_t)rec.t_off;
-    gn__tick_hash(h, v->body.lease_id, rec.idx, ts, rec.gpus, rec.util, h);
-    snprintf(path, sizeof(path), "ticks[%" PRIu64 "].", i);
-    if (!json_is_object(t))
-      return gn__fail(reason, cap, "ticks[%" PRIu64 "] in the file is not an object", i);
-    if ((r = int_field(t, path, "second", rec.idx, reason, cap)) < 0 ||
-        (r = int_field(t, path, "t", ts, reason, cap)) < 0 ||
-        (r = int_field(t, path, "gpus", rec.gpus, reason, cap)) < 0)
-      return r;
-    const json_t *u = json_object_get(t, "util");
-    if (rec.util == GN_UTIL_UNKNOWN) {
-      if (!u || !json_is_null(u)) {
-        char got[128];
-        file_value(u, got, sizeof(got));
-        return gn__fail(reason, cap, "%sutil in the file says %s but the signed invoice says null (unknown)", path,
-                        got);
-      }
-    } else if ((r = int_field(t, path, "util", rec.util, reason, cap)) < 0) {
-      return r;
-    }
-    sodium_bin2hex(hex, sizeof(hex), h, GN__HASH_LEN);
-    const json_t *hj = json_object_get(t, "hash");
-    if (!hj || !json_is_string(hj) || strcmp(json_string_value(hj), hex) != 0) {
-      char got[128];
-      file_value(hj, got, sizeof(got));
-      return gn__fail(reason, cap, "%shash in the file says %s but the chain recomputed from the signed ticks gives %s",
-                      path, got, hex);
+/* The file's summary must be exactly the one the signed data gives. */
+static void check_summary(const json_t *doc, gn_bill_audit *a) {
+  const json_t *have = json_object_get(doc, "summary");
+  json_t *want = summary_json(a);
+  const char *key;
+  json_t *wv;
+  char got[128], exp[128];
+  if (!want) {
+    invalid(a, "a figure of the bill does not fit a JSON integer");
+    return;
+  }
+  if (!json_is_object(have)) {
+    invalid(a, "summary is missing or not an object");
+    goto out;
+  }
+  json_object_foreach(want, key, wv) {
+    const json_t *hv = json_object_get(have, key);
+    if (!hv || !json_equal(hv, wv)) {
+      file_value(hv, got, sizeof(got));
+      file_value(wv, exp, sizeof(exp));
+      invalid(a, "summary.%s in the file says %s but the signed data says %s", key, got, exp);
+      goto out;
     }
   }
-  return 0;
+  if (json_object_size(have) != json_object_size(want))
+    invalid(a, "summary has fields the signed data does not give");
+out:
+  json_decref(want);
 }
 
-static int check_acceptance(const uint8_t *acc, size_t acc_len, const uint8_t *inv, size_t inv_len,
-                            const gn__invoice_view *v, gn_invoice_summary *sum, char *reason, size_t cap) {
-  gn_envelope e;
-  gn_invoice_response resp;
-  char a[GN_NODE_ID_STRLEN], b[GN_NODE_ID_STRLEN];
-  int r = gn_envelope_open(acc, acc_len, &e);
-  gn_node_id_format(v->agreement.terms.requester, b);
-  if (r == GN_ESIG)
-    return gn__fail(reason, cap, "acceptance signature does not verify against requester %s", b);
-  if (r < 0)
-    return gn__fail(reason, cap, "acceptance envelope is malformed (%s)", gn_strerror(r));
-  r = gn_invoice_response_open(acc, acc_len, inv, inv_len, &resp);
-  if (r == GN_EPERM) {
-    gn_node_id_format(e.signer, a);
-    return gn__fail(reason, cap, "acceptance is signed by %s, not by the requester %s", a, b);
-  }
-  if (r == GN_EDIGEST)
-    return gn__fail(reason, cap, "acceptance is for another invoice (its invoice_hash does not match this invoice)");
-  if (r < 0)
-    return gn__fail(reason, cap, "acceptance is not a valid invoice acceptance (%s)", gn_strerror(r));
-  if (!resp.accepted)
-    return gn__fail(reason, cap, "the requester rejected this invoice: %s", resp.reason);
-  sum->countersigned = true;
-  sum->accepted_s = resp.at_s;
-  return 0;
+static int not_export(gn_bill_audit *a, const char *what) {
+  a->verdict = GN_BILL_INVALID;
+  snprintf(a->reason, sizeof(a->reason), "not a gpunet invoice export (format " EXPORT_FORMAT "): %s", what);
+  return GN_EINVAL;
 }
 
-static int audit_v1(const struct json_t *doc, gn_invoice_summary *ret, char *reason, size_t cap) {
-  uint8_t *inv = NULL, *ag = NULL, *acc = NULL;
-  size_t inv_len = 0, ag_len = 0, acc_len = 0;
-  gn__invoice_view v;
-  bool have_view = false;
-  gn_invoice_summary sum;
+int gn_invoice_audit_json(const struct json_t *doc, gn_bill_audit *ret) {
+  uint8_t *ag = NULL, *inv = NULL, *resp = NULL;
+  size_t ag_len = 0, inv_len = 0, resp_len = 0, n = 0;
+  bill_item *items = NULL;
   int r;
-  if (reason && cap)
-    reason[0] = 0;
+  if (!ret)
+    return GN_EINVAL;
+  memset(ret, 0, sizeof(*ret));
   const json_t *fmt = json_is_object(doc) ? json_object_get(doc, "format") : NULL;
-  if (!fmt || !json_is_string(fmt) || strcmp(json_string_value(fmt), EXPORT_FORMAT) != 0) {
-    gn__fail(reason, cap, "not a gpunet invoice export (no \"format\": \"" EXPORT_FORMAT "\")");
-    return GN_EINVAL;
-  }
-  const json_t *envs = json_object_get(doc, "envelopes");
-  if (!json_is_object(envs)) {
-    gn__fail(reason, cap, "not a gpunet invoice export (no \"envelopes\" object)");
-    return GN_EINVAL;
-  }
-  r = unhex_field(envs, "invoice", &inv, &inv_len, reason, cap);
-  if (r == 0)
-    r = unhex_field(envs, "agreement", &ag, &ag_len, reason, cap);
-  if (r == GN_ENOTFOUND || r == GN_EINVAL) {
-    gn__fail(reason, cap,
-             "not a gpunet invoice export (envelopes.invoice and envelopes.agreement must be hex strings)");
-    r = GN_EINVAL;
+  if (!fmt || !json_is_string(fmt) || strcmp(json_string_value(fmt), EXPORT_FORMAT) != 0)
+    return not_export(ret, "no \"format\": \"" EXPORT_FORMAT "\"");
+  const json_t *notes = json_object_get(doc, "notes");
+  if (!json_is_array(notes) || json_array_size(notes) > EXPORT_MAX_NOTES)
+    return not_export(ret, "\"notes\" is not an array (of at most 400000)");
+  if ((r = b64_decode(json_object_get(doc, "agreement"), &ag, &ag_len)) < 0) {
+    r = r == GN_ENOMEM ? r : not_export(ret, "\"agreement\" is not base64");
     goto out;
   }
-  if (r < 0)
+  n = json_array_size(notes);
+  r = GN_ENOMEM;
+  if (n && !(items = calloc(n, sizeof(*items))))
     goto out;
-  r = unhex_field(envs, "acceptance", &acc, &acc_len, reason, cap);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *e = json_array_get(notes, i);
+    uint8_t *p = NULL;
+    size_t len = 0;
+    if (!json_is_object(e)) {
+      r = 0;
+      invalid(ret, "notes[%zu] is not an object", i);
+      goto out;
+    }
+    r = b64_decode(json_object_get(e, "note"), &p, &len);
+    if (r == GN_ENOMEM)
+      goto out;
+    if (r < 0) {
+      r = 0;
+      invalid(ret, "notes[%zu].note is missing or not base64", i);
+      goto out;
+    }
+    items[i].env = p;
+    items[i].len = len;
+    r = b64_decode(json_object_get(e, "response"), &p, &len);
+    if (r == GN_ENOMEM)
+      goto out;
+    if (r == GN_EINVAL) {
+      r = 0;
+      invalid(ret, "notes[%zu].response is neither null nor base64", i);
+      goto out;
+    }
+    if (r == 0) {
+      items[i].resp = p;
+      items[i].resp_len = len;
+    }
+  }
+  r = b64_decode(json_object_get(doc, "invoice"), &inv, &inv_len);
+  if (r == GN_ENOMEM)
+    goto out;
   if (r == GN_EINVAL) {
-    r = gn__fail(reason, cap, "envelopes.acceptance is neither null nor a hex string");
+    r = 0;
+    invalid(ret, "invoice is neither null nor base64");
     goto out;
   }
-  if (r < 0 && r != GN_ENOTFOUND)
+  r = b64_decode(json_object_get(doc, "response"), &resp, &resp_len);
+  if (r == GN_ENOMEM)
     goto out;
-  if ((r = gn__invoice_verify(inv, inv_len, NULL, 0, &v, reason, cap)) < 0)
-    goto out;
-  have_view = true;
-  if (v.body.agreement_len != ag_len || memcmp(v.body.agreement, ag, ag_len) != 0) {
-    r = gn__fail(reason, cap, "envelopes.agreement is not the agreement signed into the invoice");
+  if (r == GN_EINVAL) {
+    r = 0;
+    invalid(ret, "response is neither null nor base64");
     goto out;
   }
-  gn__invoice_summary_fill(&v, &sum);
-  if (acc && (r = check_acceptance(acc, acc_len, inv, inv_len, &v, &sum, reason, cap)) < 0)
+  if ((r = audit_items(ag, ag_len, items, n, inv, inv_len, resp, resp_len, ret)) < 0)
     goto out;
-  if ((r = check_readable(doc, &v, reason, cap)) < 0)
-    goto out;
-  if (reason && cap)
-    reason[0] = 0;
-  if (!sum.countersigned)
-    gn__fail(reason, cap, "signed by the provider only: the export carries no acceptance by the requester");
-  if (ret)
-    *ret = sum;
+  if (ret->verdict != GN_BILL_INVALID)
+    check_summary(doc, ret);
   r = 0;
 out:
-  if (have_view)
-    gn__invoice_view_done(&v);
-  free(inv);
+  if (r == 0)
+    r = ret->verdict == GN_BILL_COUNTERSIGNED ? 0 : GN_EAUDIT;
+  for (size_t i = 0; i < n && items; i++) {
+    free((void *)items[i].env);
+    free((void *)items[i].resp);
+  }
+  free(items);
   free(ag);
-  free(acc);
+  free(inv);
+  free(resp);
   return r;
-}
-
-/* Temporary bridge while the v2 audit lands. */
-int gn_invoice_audit_json(const struct json_t *doc, gn_bill_audit *ret) {
-  memset(ret, 0, sizeof(*ret));
-  int r = audit_v1(doc, &ret->summary, ret->reason, sizeof(ret->reason));
-  if (r == GN_EINVAL || r == GN_ENOMEM)
-    return r;
-  ret->has_invoice = true;
-  ret->verdict = r < 0 ? GN_BILL_INVALID : ret->summary.countersigned ? GN_BILL_COUNTERSIGNED : GN_BILL_PROVIDER_ONLY;
-  return ret->verdict == GN_BILL_COUNTERSIGNED ? 0 : GN_EAUDIT;
 }

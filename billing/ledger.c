@@ -52,7 +52,23 @@ static const char *const schema_sql =
     " created_s INTEGER NOT NULL,"
     " updated_s INTEGER NOT NULL,"
     " PRIMARY KEY(lease_id, role));"
-    "CREATE INDEX IF NOT EXISTS invoices_by_id ON invoices(invoice_id);";
+    "CREATE INDEX IF NOT EXISTS invoices_by_id ON invoices(invoice_id);"
+    /* Billing v2: every debit note and final invoice a node issued
+     * (provider) or accepted or rejected (requester), with the requester's
+     * answer. answer: 0 none yet, 1 accepted, -1 rejected. */
+    "CREATE TABLE IF NOT EXISTS bill_msgs("
+    " lease_id TEXT NOT NULL,"
+    " role TEXT NOT NULL,"
+    " hash BLOB NOT NULL,"
+    " final INTEGER NOT NULL,"
+    " seq INTEGER NOT NULL,"
+    " seconds INTEGER NOT NULL,"
+    " env BLOB NOT NULL,"
+    " response BLOB,"
+    " answer INTEGER NOT NULL DEFAULT 0,"
+    " created_s INTEGER NOT NULL,"
+    " updated_s INTEGER NOT NULL,"
+    " PRIMARY KEY(lease_id, role, hash)) WITHOUT ROWID;";
 
 struct gn_ledger {
   sqlite3 *db;
@@ -255,19 +271,18 @@ int gn__ledger_append(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t 
     r = GN_EINVAL;
     goto out;
   }
-  if (last.idx >= lr.max_s || last.idx >= GN__INVOICE_MAX_TICKS) {
+  if (last.idx >= lr.max_s || last.idx >= GN_INVOICE_MAX_S) {
     r = GN_ETOOBIG; /* the lease has run its maximum duration */
     goto out;
   }
   memset(&t, 0, sizeof(t));
   t.idx = last.idx + 1;
-  /* Records carry wall-clock time, which can step backwards (NTP); the chain
-   * must stay verifiable (t_s non-decreasing, never before the start), so a
-   * step back is recorded as the previous second's time. */
+  /* The index is the time (tick hash v2 holds no wall clock); t_s is kept
+   * beside it as information only, non-decreasing for readers. */
   t.t_s = t_s < last.t_s ? last.t_s : t_s;
   t.gpus = gpus;
   t.util = util;
-  gn__tick_hash(last.hash, lease_id, t.idx, t.t_s, t.gpus, t.util, t.hash);
+  gn__tick_hash(last.hash, lease_id, t.idx, t.gpus, t.util, t.hash);
   sqlite3_bind_text(l->insert, 1, lease_id, -1, SQLITE_STATIC);
   sqlite3_bind_int64(l->insert, 2, (sqlite3_int64)t.idx);
   sqlite3_bind_int64(l->insert, 3, t.t_s);
@@ -421,7 +436,7 @@ int gn_ledger_each_tick(gn_ledger *l, const char *lease_id, int (*fn)(const gn_t
       r = gn__fail(reason, cap, "ledger of lease %s: second %" PRIu64 " is missing", lease_id, want);
       goto out;
     }
-    gn__tick_hash(prev, lease_id, t.idx, t.t_s, t.gpus, t.util, h);
+    gn__tick_hash(prev, lease_id, t.idx, t.gpus, t.util, h);
     if (!hp || sqlite3_column_bytes(st, 4) != GN__HASH_LEN || memcmp(hp, h, GN__HASH_LEN) != 0) {
       r = gn__fail(reason, cap,
                    "ledger of lease %s: second %" PRIu64 ": hash chain broken (tick fields or order changed)", lease_id,
@@ -623,5 +638,280 @@ int gn_ledger_list_invoices(gn_ledger *l, const char *role, gn_invoice_record **
 out:
   sqlite3_finalize(st);
   gn_invoice_records_free(recs, n);
+  return r;
+}
+
+/* --- billing v2: compact ticks, notes and answers, the export ----------------*/
+
+int gn_ledger_ticks(gn_ledger *l, const char *lease_id, uint64_t from, uint64_t n, uint8_t *ret_ticks,
+                    uint8_t ret_chain_head[32]) {
+  lease_row lr;
+  sqlite3_stmt *st = NULL;
+  gn__tick_hasher th;
+  uint8_t chain[GN__HASH_LEN];
+  uint64_t want, last;
+  uint8_t *out = NULL;
+  int r, rc;
+  if (!l || !lease_id || from == 0 || (n && !ret_ticks) || n > GN_INVOICE_MAX_S || from > GN_INVOICE_MAX_S)
+    return GN_EINVAL;
+  if ((r = lease_get(l, lease_id, &lr)) < 0)
+    return r;
+  last = from + n - 1; /* from, n <= GN_INVOICE_MAX_S: no overflow */
+  if (n && !(out = malloc((size_t)n * GN_BILL_TICK_LEN)))
+    return GN_ENOMEM;
+  memcpy(chain, lr.genesis, GN__HASH_LEN);
+  gn__tick_hasher_init(&th, lease_id);
+  if (sqlite3_prepare_v2(l->db,
+                         "SELECT idx, gpus, util, hash FROM ticks WHERE lease_id = ?1 AND idx >= ?2 AND idx <= ?3"
+                         " ORDER BY idx",
+                         -1, &st, NULL) != SQLITE_OK) {
+    r = GN_EDB;
+    goto out;
+  }
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)(from - 1));
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)last);
+  /* The walk starts from the stored hash of second from-1 (the genesis for
+   * from = 1): every earlier second was read, and signed into a note, from
+   * the same rows, so the chain of what was already billed is what links
+   * here; a row changed since (around the triggers) breaks the link. */
+  want = from == 1 ? 1 : from - 1;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const uint64_t idx = (uint64_t)sqlite3_column_int64(st, 0);
+    const sqlite3_int64 gpus = sqlite3_column_int64(st, 1);
+    const int util = sqlite3_column_int(st, 2);
+    const void *hp = sqlite3_column_blob(st, 3);
+    if (idx != want || !hp || sqlite3_column_bytes(st, 3) != GN__HASH_LEN) {
+      r = idx != want ? GN_EINVAL : GN_EAUDIT; /* a missing second: fewer than asked exist */
+      goto out;
+    }
+    if (idx == from - 1) { /* the link before the range */
+      memcpy(chain, hp, GN__HASH_LEN);
+    } else {
+      if (gpus < 0 || gpus > (sqlite3_int64)lr.gpus_max || util < 0 || (util > 100 && util != GN_UTIL_UNKNOWN)) {
+        r = GN_EAUDIT;
+        goto out;
+      }
+      gn__tick_hasher_step(&th, chain, idx, (uint32_t)gpus, (uint8_t)util);
+      if (memcmp(chain, hp, GN__HASH_LEN) != 0) {
+        r = GN_EAUDIT;
+        goto out;
+      }
+      out[2 * (idx - from)] = (uint8_t)gpus;
+      out[2 * (idx - from) + 1] = (uint8_t)util;
+    }
+    want++;
+  }
+  if (rc != SQLITE_DONE) {
+    r = GN_EDB;
+    goto out;
+  }
+  if (want != last + 1) {
+    r = GN_EINVAL; /* fewer seconds than asked */
+    goto out;
+  }
+  if (n)
+    memcpy(ret_ticks, out, (size_t)n * GN_BILL_TICK_LEN);
+  if (ret_chain_head)
+    memcpy(ret_chain_head, chain, GN__HASH_LEN);
+  r = 0;
+out:
+  sqlite3_finalize(st);
+  free(out);
+  return r;
+}
+
+/* Opens the lease's agreement for the checks below. */
+static int ledger_ctx(gn_ledger *l, const char *lease_id, gn_buf *ag_env, gn__bill_ctx *ctx) {
+  int r;
+  if ((r = gn_ledger_agreement(l, lease_id, ag_env)) < 0)
+    return r;
+  if (gn__bill_ctx_open(ag_env->data, ag_env->len, ctx, NULL, 0) < 0)
+    return GN_EINVAL;
+  return 0;
+}
+
+int gn_ledger_store_note(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *env, size_t len) {
+  gn_buf ag = {0};
+  gn__bill_ctx ctx;
+  gn_bill_note no;
+  sqlite3_stmt *st = NULL;
+  int r;
+  if (!l || !gn__lease_id_ok(lease_id) || !role_ok(role) || !env)
+    return GN_EINVAL;
+  if ((r = ledger_ctx(l, lease_id, &ag, &ctx)) < 0)
+    goto out;
+  if (gn__bill_peek(env, len, &ctx, &no, NULL, 0) < 0) {
+    r = GN_EAUDIT;
+    goto out;
+  }
+  r = GN_EDB;
+  if (sqlite3_prepare_v2(l->db,
+                         "INSERT INTO bill_msgs(lease_id, role, hash, final, seq, seconds, env, created_s, updated_s)"
+                         " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) ON CONFLICT DO NOTHING",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 3, no.hash, GN__HASH_LEN, SQLITE_STATIC);
+  sqlite3_bind_int(st, 4, no.final);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)no.seq);
+  sqlite3_bind_int64(st, 6, (sqlite3_int64)no.seconds);
+  sqlite3_bind_blob(st, 7, env, (int)len, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 8, gn_unix_s());
+  r = sqlite3_step(st) == SQLITE_DONE ? 0 : GN_EDB;
+out:
+  sqlite3_finalize(st);
+  gn_buf_done(&ag);
+  return r;
+}
+
+int gn_ledger_store_response(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *resp_env,
+                             size_t resp_len) {
+  gn_buf ag = {0};
+  gn__bill_ctx ctx;
+  gn_bill_response resp;
+  sqlite3_stmt *st = NULL;
+  int r;
+  if (!l || !gn__lease_id_ok(lease_id) || !role_ok(role) || !resp_env)
+    return GN_EINVAL;
+  if ((r = ledger_ctx(l, lease_id, &ag, &ctx)) < 0)
+    goto out;
+  if ((r = gn__bill_response_open(resp_env, resp_len, &ctx, &resp, NULL, 0)) < 0)
+    goto out;
+  r = GN_EDB;
+  /* An acceptance is never replaced: once a note is accepted it stays so. */
+  if (sqlite3_prepare_v2(l->db,
+                         "UPDATE bill_msgs SET response = ?4, answer = ?5, updated_s = ?6"
+                         " WHERE lease_id = ?1 AND role = ?2 AND hash = ?3 AND final = ?7 AND answer <> 1",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 3, resp.hash, GN__HASH_LEN, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 4, resp_env, (int)resp_len, SQLITE_STATIC);
+  sqlite3_bind_int(st, 5, resp.accepted ? 1 : -1);
+  sqlite3_bind_int64(st, 6, gn_unix_s());
+  sqlite3_bind_int(st, 7, resp.final);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    goto out;
+  r = 0;
+  if (sqlite3_changes(l->db) == 0) {
+    /* Nothing updated: either already accepted (fine, idempotent) or no
+     * such note. */
+    sqlite3_finalize(st);
+    st = NULL;
+    r = GN_EDB;
+    if (sqlite3_prepare_v2(l->db, "SELECT answer FROM bill_msgs WHERE lease_id = ?1 AND role = ?2 AND hash = ?3", -1,
+                           &st, NULL) != SQLITE_OK)
+      goto out;
+    sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 3, resp.hash, GN__HASH_LEN, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    r = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? GN_ENOTFOUND : GN_EDB;
+  }
+out:
+  sqlite3_finalize(st);
+  gn_buf_done(&ag);
+  return r;
+}
+
+static int buf_from_col(sqlite3_stmt *st, int col, gn_buf *ret) {
+  if (sqlite3_column_type(st, col) == SQLITE_NULL)
+    return 0;
+  return gn_buf_append(ret, sqlite3_column_blob(st, col), (size_t)sqlite3_column_bytes(st, col));
+}
+
+int gn_ledger_export(gn_ledger *l, const char *lease_id, const char *role, struct json_t **ret_json) {
+  gn_buf ag = {0}, inv = {0}, inv_resp = {0};
+  gn_buf *notes = NULL, *resps = NULL;
+  size_t n = 0, cap = 0;
+  sqlite3_stmt *st = NULL;
+  bool have_inv = false;
+  int r, rc;
+  if (!l || !gn__lease_id_ok(lease_id) || !role_ok(role) || !ret_json)
+    return GN_EINVAL;
+  if ((r = gn_ledger_agreement(l, lease_id, &ag)) < 0)
+    goto out;
+  r = GN_EDB;
+  /* Notes by seq; of several with one seq (a lost note superseded by the
+   * next, which shares its prev) the accepted one first. Of final invoices
+   * (normally one) the answered one, then the latest. */
+  if (sqlite3_prepare_v2(l->db,
+                         "SELECT final, env, response FROM bill_msgs WHERE lease_id = ?1 AND role = ?2"
+                         " ORDER BY final, seq, answer DESC, created_s",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (sqlite3_column_int(st, 0)) {
+      if (!have_inv) {
+        have_inv = true;
+        if ((r = buf_from_col(st, 1, &inv)) < 0 || (r = buf_from_col(st, 2, &inv_resp)) < 0)
+          goto out;
+      }
+      continue;
+    }
+    if (n == cap) {
+      size_t ncap = cap ? cap * 2 : 16;
+      gn_buf *a = realloc(notes, ncap * sizeof(*a)), *b;
+      if (!a) {
+        r = GN_ENOMEM;
+        goto out;
+      }
+      notes = a;
+      if (!(b = realloc(resps, ncap * sizeof(*b)))) {
+        r = GN_ENOMEM;
+        goto out;
+      }
+      resps = b;
+      cap = ncap;
+    }
+    memset(&notes[n], 0, sizeof(notes[n]));
+    memset(&resps[n], 0, sizeof(resps[n]));
+    n++;
+    if ((r = buf_from_col(st, 1, &notes[n - 1])) < 0 || (r = buf_from_col(st, 2, &resps[n - 1])) < 0)
+      goto out;
+  }
+  if (rc != SQLITE_DONE) {
+    r = GN_EDB;
+    goto out;
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  if (!have_inv) {
+    /* A final invoice kept the older way (gn_ledger_store_invoice). */
+    gn_invoice_record rec;
+    r = gn_ledger_get_invoice(l, lease_id, role, &rec);
+    if (r == 0) {
+      if (strcmp(rec.lease_id, lease_id) == 0) {
+        gn_buf t = inv;
+        inv = rec.invoice;
+        rec.invoice = t;
+        t = inv_resp;
+        inv_resp = rec.accept;
+        rec.accept = t;
+        have_inv = true;
+      }
+      gn_invoice_record_done(&rec);
+    } else if (r != GN_ENOTFOUND) {
+      goto out;
+    }
+  }
+  r = gn_bill_export(ag.data, ag.len, notes, resps, n, have_inv ? inv.data : NULL, have_inv ? inv.len : 0,
+                     inv_resp.len ? inv_resp.data : NULL, inv_resp.len, ret_json);
+out:
+  sqlite3_finalize(st);
+  for (size_t i = 0; i < n; i++) {
+    gn_buf_done(&notes[i]);
+    gn_buf_done(&resps[i]);
+  }
+  free(notes);
+  free(resps);
+  gn_buf_done(&ag);
+  gn_buf_done(&inv);
+  gn_buf_done(&inv_resp);
   return r;
 }

@@ -19,6 +19,20 @@ uint64_t gn_price_cost(uint64_t price_uper_hour, uint32_t gpus, uint64_t seconds
   return (uint64_t)q;
 }
 
+int gn_price_cost_checked(uint64_t price_uper_hour, uint32_t gpus, uint64_t seconds, uint64_t *ret_micro) {
+  /* price * gpus fits 96 bits; times seconds it may not fit 128: check. */
+  unsigned __int128 pg = (unsigned __int128)price_uper_hour * gpus;
+  if (!ret_micro)
+    return GN_EINVAL;
+  if (seconds && pg > ((~(unsigned __int128)0) / seconds))
+    return GN_ETOOBIG;
+  unsigned __int128 q = pg * seconds / 3600u;
+  if (q > UINT64_MAX)
+    return GN_ETOOBIG;
+  *ret_micro = (uint64_t)q;
+  return 0;
+}
+
 int gn_price_parse(const char *s, uint64_t *ret_uper_hour) {
   if (!s || !*s)
     return GN_EINVAL;

@@ -23,14 +23,24 @@ static void invoice_row(cli_table *t, const json_t *inv, size_t i) {
   cli_fmt_duration(cli_int(inv, "seconds", 0), dur, sizeof(dur));
   cli_fmt_money((uint64_t)cli_int(inv, "total_micro", 0), cli_str(inv, "currency"), total, sizeof(total));
   cli_fmt_time(cli_int(inv, "created_s", 0), created, sizeof(created));
-  const char *row[] = {
-      cli_str(inv, "id"), cli_str(inv, "lease"), cli_str(inv, "role"), cli_str(inv, "status"), dur, total, created};
+  /* settle: "settled", "pending", "failed" or "no" (no final voucher queued). */
+  const char *settled = cli_str(inv, "settled");
+  if (settled && strcmp(settled, "none") == 0)
+    settled = "no";
+  const char *row[] = {cli_str(inv, "id"),
+                       cli_str(inv, "lease"),
+                       cli_str(inv, "role"),
+                       cli_str(inv, "status"),
+                       dur,
+                       total,
+                       settled,
+                       created};
   cli_table_row(t, row);
 }
 
 int cmd_invoices(cli *c, int argc, char **argv) {
-  static const char *const hdr[] = {"INVOICE", "LEASE", "ROLE", "STATUS", "DURATION", "TOTAL", "CREATED"};
-  static const cli_list_spec spec = {"invoices", "no invoices yet (a lease is invoiced when it ends)", 7, hdr,
+  static const char *const hdr[] = {"INVOICE", "LEASE", "ROLE", "STATUS", "DURATION", "TOTAL", "SETTLED", "CREATED"};
+  static const cli_list_spec spec = {"invoices", "no invoices yet (a lease is invoiced when it ends)", 8, hdr,
                                      invoice_row};
   int r = cli_simple_args(argc, argv, 0, "");
   return r >= 0 ? r : cli_list(c, "/v1/invoices", &spec);

@@ -29,6 +29,10 @@
  * `gpus` GPUs: floor(price * gpus * seconds / 3600), computed without
  * overflow on the cumulative count (DESIGN.md: money is integers). */
 uint64_t gn_price_cost(uint64_t price_uper_hour, uint32_t gpus, uint64_t seconds);
+/* The same rule for billing: GN_ETOOBIG when the cost does not fit 64 bits
+ * (gn_price_cost saturates at UINT64_MAX, which is only fit for display;
+ * every bill, check and audit uses this one). */
+int gn_price_cost_checked(uint64_t price_uper_hour, uint32_t gpus, uint64_t seconds, uint64_t *ret_micro);
 /* "0.40" or "0.4" or "1" (currency units per hour) -> 400000. At most 6
  * decimals; GN_EINVAL on anything else. */
 int gn_price_parse(const char *s, uint64_t *ret_uper_hour);

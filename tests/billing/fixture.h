@@ -129,4 +129,44 @@ static inline void fx_ticks(fixture *f, uint64_t n, uint32_t gpus) {
   assert_int_equal(sqlite3_exec(f->db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
 }
 
+/* n compact ticks (2 bytes a second) of `gpus` GPUs, util (from+k) % 101,
+ * the same values fx_ticks writes. Caller frees. */
+static inline uint8_t *fx_compact(uint64_t from, uint64_t n, uint8_t gpus) {
+  uint8_t *t = malloc(n ? n * GN_BILL_TICK_LEN : 1);
+  assert_non_null(t);
+  for (uint64_t k = 0; k < n; k++) {
+    t[2 * k] = gpus;
+    t[2 * k + 1] = (uint8_t)((from + k - 1) % 101);
+  }
+  return t;
+}
+
+/* A malicious provider's edit: decode a note or invoice body, change it,
+ * encode and sign it again with `signer` so that the envelope signature is
+ * valid. ticks has room for 4 more seconds. */
+typedef void (*fx_mutate_fn)(gn__bill_body *b, uint8_t *ticks, size_t *ticks_len);
+
+static inline void fx_tamper(const gn_buf *env, fx_mutate_fn fn, const gn_identity *signer, gn_buf *out) {
+  gn_envelope e;
+  gn_wire_doc doc;
+  gn__bill_body b;
+  gn_buf body = {0};
+  assert_int_equal(gn_envelope_open(env->data, env->len, &e), 0);
+  const bool final = e.type == GN_MSG_INVOICE;
+  assert_int_equal(gn__bill_body_decode(final, e.body, e.body_len, &doc, &b, NULL, 0), 0);
+  uint8_t *ticks = calloc(1, b.ticks_len + 8);
+  assert_non_null(ticks);
+  if (b.ticks_len)
+    memcpy(ticks, b.ticks, b.ticks_len);
+  size_t ticks_len = b.ticks_len;
+  fn(&b, ticks, &ticks_len);
+  b.ticks = ticks;
+  b.ticks_len = ticks_len;
+  assert_int_equal(gn__bill_body_encode(&b, &body), 0);
+  assert_int_equal(gn_envelope_seal(signer, e.type, body.data, body.len, out), 0);
+  gn_wire_doc_done(&doc);
+  gn_buf_done(&body);
+  free(ticks);
+}
+
 #endif

@@ -32,29 +32,59 @@ static void test_ledger_chain_links_each_tick_to_the_previous(void **state) {
   assert_int_equal(t1.idx, 1);
   assert_int_equal(t2.idx, 2);
   gn__genesis(f->agreement.data, f->agreement.len, g);
-  gn__tick_hash(g, f->terms.lease_id, 1, FX_START_S + 1, 1, 42, h);
+  gn__tick_hash(g, f->terms.lease_id, 1, 1, 42, h);
   assert_memory_equal(h, t1.hash, 32);
-  gn__tick_hash(t1.hash, f->terms.lease_id, 2, FX_START_S + 2, 1, GN_UTIL_UNKNOWN, h);
+  gn__tick_hash(t1.hash, f->terms.lease_id, 2, 1, GN_UTIL_UNKNOWN, h);
   assert_memory_equal(h, t2.hash, 32);
   assert_int_equal(gn_ledger_verify_chain(f->ledger, f->terms.lease_id, NULL, 0), 0);
 }
 
-/* The tick hash is specified byte for byte (docs/protocol.md (section 2)); this
+/* The tick hash v2 is specified byte for byte (docs/protocol.md,
+ * notes/billing2.md): no wall-clock time, the index is the time. This
  * recomputes one by hand so a change to the layout cannot go unnoticed. */
 static void test_ledger_tick_hash_layout(void **state) {
   (void)state;
   uint8_t prev[32], want[32], got[32];
-  uint8_t msg[15 + 32 + 4 + 21];
+  uint8_t msg[15 + 32 + 4 + 13];
   for (int i = 0; i < 32; i++)
     prev[i] = (uint8_t)i;
-  memcpy(msg, "gpunet-tick-v1", 15);
+  memcpy(msg, "gpunet-tick-v2", 15);
   memcpy(msg + 15, prev, 32);
   memcpy(msg + 47, "l-ab", 4);
-  const uint8_t fixed[21] = {0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0x69, 0x2e, 0xb3, 0x71, 0, 0, 0, 2, 55};
-  memcpy(msg + 51, fixed, 21);
+  const uint8_t fixed[13] = {0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 2, 55};
+  memcpy(msg + 51, fixed, 13);
   crypto_generichash(want, 32, msg, sizeof(msg), NULL, 0);
-  gn__tick_hash(prev, "l-ab", 7, 0x692eb371, 2, 55, got);
+  gn__tick_hash(prev, "l-ab", 7, 2, 55, got);
   assert_memory_equal(want, got, 32);
+}
+
+/* gn_ledger_ticks reads compact ticks of any range and re-verifies each row
+ * against the chain; the chain head it returns is the stored one. */
+static void test_ledger_reads_compact_ticks(void **state) {
+  fixture *f = *state;
+  uint8_t ticks[2 * 10], head[32];
+  gn_tick last;
+  fx_ticks(f, 10, 1);
+  assert_int_equal(gn_ledger_ticks(f->ledger, f->terms.lease_id, 1, 10, ticks, head), 0);
+  for (int i = 0; i < 10; i++) {
+    assert_int_equal(ticks[2 * i], 1);
+    assert_int_equal(ticks[2 * i + 1], i % 101);
+  }
+  assert_int_equal(gn_ledger_last_tick(f->ledger, f->terms.lease_id, &last), 0);
+  assert_memory_equal(head, last.hash, 32);
+  assert_int_equal(gn_ledger_ticks(f->ledger, f->terms.lease_id, 4, 3, ticks, head), 0);
+  assert_int_equal(ticks[1], 3);
+  assert_int_equal(ticks[5], 5);
+  /* Beyond what exists: refused, not padded. */
+  assert_int_equal(gn_ledger_ticks(f->ledger, f->terms.lease_id, 8, 4, ticks, head), GN_EINVAL);
+  assert_int_equal(gn_ledger_ticks(f->ledger, "l-none", 1, 1, ticks, head), GN_ENOTFOUND);
+  /* A row edited behind the ledger's back (triggers dropped) is caught. */
+  assert_int_equal(
+      sqlite3_exec(f->db, "DROP TRIGGER ticks_no_update; UPDATE ticks SET gpus = 0 WHERE idx = 6;", NULL, NULL, NULL),
+      SQLITE_OK);
+  assert_int_equal(gn_ledger_ticks(f->ledger, f->terms.lease_id, 1, 10, ticks, head), GN_EAUDIT);
+  assert_int_equal(gn_ledger_ticks(f->ledger, f->terms.lease_id, 5, 3, ticks, head), GN_EAUDIT);
+  assert_int_equal(gn_ledger_ticks(f->ledger, f->terms.lease_id, 1, 5, ticks, head), 0);
 }
 
 static void test_ledger_ticks_survive_reopen(void **state) {
@@ -363,6 +393,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ledger_refuses_weak_synchronous, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_chain_links_each_tick_to_the_previous, fx_setup, fx_teardown),
       cmocka_unit_test(test_ledger_tick_hash_layout),
+      cmocka_unit_test_setup_teardown(test_ledger_reads_compact_ticks, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_ticks_survive_reopen, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_tick_is_committed_on_return, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_kill_loses_no_reported_tick, setup_week, fx_teardown),
