@@ -89,10 +89,12 @@ typedef struct gn_settle_voucher {
 
 /* Opens a voucher envelope against the agreement envelope of its lease, with
  * no state: the agreement must verify; the voucher must be a DEBIT_ACCEPT or
- * INVOICE_ACCEPT (GN_EINVAL otherwise), signed by the agreement's requester
+ * INVOICE_ACCEPT (GN_EINVAL for a rejection or another message) that
+ * gn_bill_response_open accepts: signed by the agreement's requester
  * (GN_ESIG on a bad signature, GN_EPERM for another signer), for the
- * agreement's lease and currency (and, for a DEBIT_ACCEPT, its provider)
- * (GN_EPERM), with an amount that fits in an SQLite integer (GN_ETOOBIG). */
+ * agreement's lease and currency and, for a DEBIT_ACCEPT, its provider
+ * (GN_EINVAL or GN_EPERM otherwise); an amount, seconds or seq that does not
+ * fit in an SQLite integer is GN_ETOOBIG. */
 int gn_settle_voucher_open(const uint8_t *agreement_env, size_t agreement_len, const uint8_t *voucher_env,
                            size_t voucher_len, gn_settle_voucher *ret);
 
@@ -148,6 +150,7 @@ typedef struct gn_settle_item {
   char key[GN_SETTLE_KEY_STRLEN];
   char lease_id[GN_LEASE_ID_STRLEN];
   gn_settle_role role;
+  uint8_t peer[GN_PK_LEN]; /* the counterparty */
   uint64_t amount_micro;
   char currency[8];
   uint32_t attempts; /* attempts made before this one */
@@ -191,8 +194,9 @@ int gn_settle_url_check(const char *url);
  * request (0: GN_SETTLE_WEBHOOK_TIMEOUT_MS), following no redirects. 2xx is
  * acknowledged; a connection error, a timeout, 5xx, 408 and 429 are retried;
  * any other status fails the item for good with the status and the start of
- * the answer as the reason. Needs curl_global_init done by the program.
- * GN_EINVAL for a URL gn_settle_url_check refuses. */
+ * the answer as the reason (never the URL: it may hold credentials). Calls
+ * curl_global_init (and the free its cleanup): create it before threads that
+ * use libcurl start, as libcurl asks. GN_EINVAL for a URL gn_settle_url_check refuses. */
 int gn_settle_webhook_new(const char *url, uint32_t timeout_ms, gn_settle_driver **ret);
 
 /* Hands out the next pending item due at now_ms (oldest due first);
