@@ -12,8 +12,10 @@
 
 #include <gpunet/offer.h>
 
+#include <jansson.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "session.h"
 
@@ -372,6 +374,290 @@ static void test_doc_discovery_examples_verify(void **state) {
   gn_identity_free(b);
 }
 
+/* --- section 2 examples: the billing formulas ----------------------------------*/
+
+/* The §2.12 examples are made by the billing code (scripts/docs/billing_
+ * examples); here they are checked against what §2 says, with nothing but
+ * the document's formulas, msgpack and BLAKE2b: an implementation written
+ * from the document computes these same values. */
+
+typedef struct bill_msg {
+  gn_buf raw;
+  gn_envelope env;
+  gn_wire_doc doc;
+  const msgpack_object *m;
+  uint8_t hash[32]; /* BLAKE2b-256 of the envelope */
+} bill_msg;
+
+static void bill_msg_load(const char *sec, const char *label, uint32_t type, const uint8_t signer[GN_PK_LEN],
+                          uint32_t keys, bill_msg *ret) {
+  memset(ret, 0, sizeof(*ret));
+  doc_hex_block(sec, label, &ret->raw);
+  if (gn_envelope_open(ret->raw.data, ret->raw.len, &ret->env) < 0)
+    fail_msg("§2.12 %s: the envelope does not verify", label);
+  assert_int_equal(ret->env.type, type);
+  assert_memory_equal(ret->env.signer, signer, GN_PK_LEN);
+  assert_int_equal(gn_wire_decode(ret->env.body, ret->env.body_len, &ret->doc), 0);
+  ret->m = ret->doc.root;
+  assert_int_equal(ret->m->type, MSGPACK_OBJECT_MAP);
+  if (keys && ret->m->via.map.size != keys)
+    fail_msg("§2.12 %s has %u keys, not the %u of its table", label, ret->m->via.map.size, keys);
+  crypto_generichash(ret->hash, 32, ret->raw.data, ret->raw.len, NULL, 0);
+}
+
+static void bill_msg_done(bill_msg *b) {
+  gn_wire_doc_done(&b->doc);
+  gn_buf_done(&b->raw);
+}
+
+static uint64_t get_u64(const bill_msg *b, const char *key) {
+  uint64_t v = 0;
+  if (gn_wire_get_u64(b->m, key, &v) < 0)
+    fail_msg("no uint %s", key);
+  return v;
+}
+
+static int64_t get_i64(const bill_msg *b, const char *key) {
+  int64_t v = 0;
+  if (gn_wire_get_i64(b->m, key, &v) < 0)
+    fail_msg("no int %s", key);
+  return v;
+}
+
+static void get_bin32(const bill_msg *b, const char *key, uint8_t out[32]) {
+  if (gn_wire_get_bin_exact(b->m, key, out, 32) < 0)
+    fail_msg("no bin 32 %s", key);
+}
+
+/* §2.5: the chain through n compact records from second `from`. */
+static void chain_walk(uint8_t chain[32], const char *lease_id, uint64_t from, const uint8_t *ticks, size_t n,
+                       uint64_t *gpu_sum) {
+  for (size_t k = 0; k < n; k++) {
+    uint8_t in[15 + 32 + 24 + 13];
+    size_t len = 0, idl = strlen(lease_id);
+    memcpy(in, "gpunet-tick-v2", 15); /* with its NUL */
+    len = 15;
+    memcpy(in + len, chain, 32);
+    len += 32;
+    memcpy(in + len, lease_id, idl);
+    len += idl;
+    uint64_t idx = from + k;
+    for (int i = 7; i >= 0; i--)
+      in[len++] = (uint8_t)(idx >> (8 * i));
+    uint32_t gpus = ticks[2 * k];
+    for (int i = 3; i >= 0; i--)
+      in[len++] = (uint8_t)(gpus >> (8 * i));
+    in[len++] = ticks[2 * k + 1];
+    crypto_generichash(chain, 32, in, len, NULL, 0);
+    *gpu_sum += gpus;
+  }
+}
+
+static uint64_t cost(uint64_t price, uint64_t gpu_seconds) {
+  return (uint64_t)((unsigned __int128)price * gpu_seconds / 3600);
+}
+
+/* The note or invoice continues (seq, hash, seconds, gpu_seconds, chain) and
+ * its cumulative fields follow the rules; returns the new head values. */
+static void check_bill(const bill_msg *b, const char *lease_id, uint64_t price, uint64_t want_seq,
+                       const uint8_t want_prev[32], uint64_t *seconds, uint64_t *gpu_seconds, uint8_t chain[32]) {
+  uint8_t prev[32], head[32];
+  const uint8_t *ticks;
+  size_t tlen;
+  assert_int_equal(get_u64(b, "seq"), want_seq);
+  get_bin32(b, "prev", prev);
+  assert_memory_equal(prev, want_prev, 32);
+  assert_int_equal(get_u64(b, "from"), *seconds + 1);
+  assert_int_equal(gn_wire_get_bin_ref(b->m, "ticks", 1u << 23, &ticks, &tlen), 0);
+  assert_int_equal(tlen % 2, 0);
+  chain_walk(chain, lease_id, *seconds + 1, ticks, tlen / 2, gpu_seconds);
+  *seconds += tlen / 2;
+  get_bin32(b, "chain_head", head);
+  if (memcmp(head, chain, 32) != 0)
+    fail_msg("§2.12: chain_head is not the §2.5 chain through the carried ticks");
+  assert_int_equal(get_u64(b, "seconds"), *seconds);
+  assert_int_equal(get_u64(b, "gpu_seconds"), *gpu_seconds);
+  assert_int_equal(get_u64(b, "total_micro"), cost(price, *gpu_seconds));
+}
+
+static void b64_equal(const json_t *j, const gn_buf *want, const char *what) {
+  const char *s = json_string_value(j);
+  if (!s)
+    fail_msg("export: %s is not a string", what);
+  size_t n = strlen(s), got = 0;
+  uint8_t *out = malloc(n + 1);
+  assert_non_null(out);
+  if (sodium_base642bin(out, n + 1, s, n, NULL, &got, NULL, sodium_base64_VARIANT_ORIGINAL) != 0)
+    fail_msg("export: %s is not base64 (original variant)", what);
+  if (got != want->len || memcmp(out, want->data, got) != 0)
+    fail_msg("export: %s is not the example envelope", what);
+  free(out);
+}
+
+static void test_doc_billing_examples_follow_the_rules(void **state) {
+  (void)state;
+  gn_identity *a = doc_identity("A.ed25519_seed"), *b = doc_identity("B.ed25519_seed");
+  const char *sec = strstr(doc, "### 2.12 ");
+  assert_non_null(sec);
+  bill_msg req, ag, note, nacc, nrej, inv, iacc, irej;
+  bill_msg_load(sec, "lease_request (", GN_MSG_LEASE_REQUEST, b->pk, 0, &req);
+  bill_msg_load(sec, "lease_accept (", GN_MSG_LEASE_ACCEPT, a->pk, 0, &ag);
+  bill_msg_load(sec, "debit_note (", GN_MSG_DEBIT_NOTE, a->pk, 11, &note);
+  bill_msg_load(sec, "debit_accept (", GN_MSG_DEBIT_ACCEPT, b->pk, 7, &nacc);
+  bill_msg_load(sec, "debit_reject (", GN_MSG_DEBIT_REJECT, b->pk, 4, &nrej);
+  bill_msg_load(sec, "invoice (", GN_MSG_INVOICE, a->pk, 15, &inv);
+  bill_msg_load(sec, "invoice_accept (", GN_MSG_INVOICE_ACCEPT, b->pk, 6, &iacc);
+  bill_msg_load(sec, "invoice_reject (", GN_MSG_INVOICE_REJECT, b->pk, 3, &irej);
+
+  /* §2.2: the request's offer_id is the §1.6 id of its provider and model */
+  gn_offer o;
+  char lease_id[24], offer_id[24], want_id[GN_OFFER_ID_STRLEN], cur[8];
+  memset(&o, 0, sizeof(o));
+  get_bin32(&req, "provider", o.provider);
+  assert_int_equal(gn_wire_get_str(req.m, "gpu_model", o.gpu_model, sizeof(o.gpu_model)), 0);
+  assert_int_equal(gn_wire_get_str(req.m, "offer_id", offer_id, sizeof(offer_id)), 0);
+  assert_int_equal(gn_wire_get_str(req.m, "lease_id", lease_id, sizeof(lease_id)), 0);
+  gn_offer_id(&o, want_id);
+  if (strcmp(offer_id, want_id) != 0)
+    fail_msg("§2.12: the request's offer_id %s is not %s, the id of its provider and model", offer_id, want_id);
+  assert_memory_equal(o.provider, a->pk, GN_PK_LEN);
+  const uint64_t price = get_u64(&req, "price_uper_hour");
+
+  /* §2.4: the agreement embeds the request byte for byte */
+  const uint8_t *inner;
+  size_t inner_len;
+  assert_int_equal(gn_wire_get_bin_ref(ag.m, "request", 4096, &inner, &inner_len), 0);
+  assert_int_equal(inner_len, req.raw.len);
+  assert_memory_equal(inner, req.raw.data, inner_len);
+  const int64_t start_s = get_i64(&ag, "start_s");
+
+  /* §2.6: note 1 continues the fresh head (seq 0, zeros, genesis) */
+  uint8_t chain[32], zeros[32] = {0}, h[32];
+  uint64_t seconds = 0, gpu_seconds = 0;
+  crypto_generichash(chain, 32, ag.raw.data, ag.raw.len, NULL, 0); /* genesis */
+  get_bin32(&note, "agreement_hash", h);
+  assert_memory_equal(h, chain, 32);
+  check_bill(&note, lease_id, price, 1, zeros, &seconds, &gpu_seconds, chain);
+  const uint64_t note_seconds = seconds, note_total = cost(price, gpu_seconds);
+
+  /* its acceptance names it by hash and is the cumulative voucher */
+  get_bin32(&nacc, "note_hash", h);
+  assert_memory_equal(h, note.hash, 32);
+  assert_int_equal(get_u64(&nacc, "seq"), 1);
+  assert_int_equal(get_u64(&nacc, "seconds"), note_seconds);
+  assert_int_equal(get_u64(&nacc, "total_micro"), note_total);
+  assert_int_equal(gn_wire_get_str(nacc.m, "currency", cur, sizeof(cur)), 0);
+  assert_string_equal(cur, "EUR");
+  get_bin32(&nacc, "provider", h);
+  assert_memory_equal(h, a->pk, 32);
+  get_bin32(&nrej, "note_hash", h);
+  assert_memory_equal(h, note.hash, 32);
+  assert_int_equal(get_u64(&nrej, "seq"), 1);
+
+  /* §2.9: the final invoice continues the accepted note */
+  const uint8_t *emb;
+  size_t emb_len;
+  assert_int_equal(gn_wire_get_bin_ref(inv.m, "agreement", 16384, &emb, &emb_len), 0);
+  assert_int_equal(emb_len, ag.raw.len);
+  assert_memory_equal(emb, ag.raw.data, emb_len);
+  check_bill(&inv, lease_id, price, 1, note.hash, &seconds, &gpu_seconds, chain);
+  assert_int_equal(get_u64(&inv, "price_uper_hour"), price);
+  assert_int_equal(get_i64(&inv, "start_s"), start_s);
+  assert_true(get_i64(&inv, "end_s") >= start_s + (int64_t)seconds);
+  get_bin32(&iacc, "invoice_hash", h);
+  assert_memory_equal(h, inv.hash, 32);
+  assert_int_equal(get_u64(&iacc, "seconds"), seconds);
+  assert_int_equal(get_u64(&iacc, "total_micro"), cost(price, gpu_seconds));
+  get_bin32(&irej, "invoice_hash", h);
+  assert_memory_equal(h, inv.hash, 32);
+
+  /* §2.11: the export carries exactly these envelopes */
+  const char *js = strstr(sec, "```json\n");
+  assert_non_null(js);
+  js += 8;
+  const char *je = strstr(js, "\n```");
+  assert_non_null(je);
+  json_error_t jerr;
+  json_t *ex = json_loadb(js, (size_t)(je - js), 0, &jerr);
+  if (!ex)
+    fail_msg("§2.12: the export is not JSON (line %d: %s)", jerr.line, jerr.text);
+  assert_string_equal(json_string_value(json_object_get(ex, "format")), "gpunet-invoice/2");
+  b64_equal(json_object_get(ex, "agreement"), &ag.raw, "agreement");
+  const json_t *notes = json_object_get(ex, "notes");
+  assert_int_equal(json_array_size(notes), 1);
+  b64_equal(json_object_get(json_array_get(notes, 0), "note"), &note.raw, "notes[0].note");
+  b64_equal(json_object_get(json_array_get(notes, 0), "response"), &nacc.raw, "notes[0].response");
+  b64_equal(json_object_get(ex, "invoice"), &inv.raw, "invoice");
+  b64_equal(json_object_get(ex, "response"), &iacc.raw, "response");
+  const json_t *sum = json_object_get(ex, "summary");
+  assert_int_equal(json_integer_value(json_object_get(sum, "seconds")), (json_int_t)seconds);
+  assert_int_equal(json_integer_value(json_object_get(sum, "total_micro")), (json_int_t)cost(price, gpu_seconds));
+  json_decref(ex);
+
+  bill_msg *all[] = {&req, &ag, &note, &nacc, &nrej, &inv, &iacc, &irej};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(all); i++)
+    bill_msg_done(all[i]);
+  gn_identity_free(a);
+  gn_identity_free(b);
+}
+
+/* The §2.12 examples are what the billing code makes today: the test runs
+ * scripts/docs/billing_examples against the build's libraries and compares
+ * every block. (It skips, saying why, when the build directory or a C
+ * compiler is not at hand.) */
+static void test_doc_billing_examples_are_the_codes(void **state) {
+  (void)state;
+  const char *src = getenv("GN_SOURCE_DIR"), *build = getenv("GN_BUILD_DIR");
+  char cmd[8192], path[4096];
+  if (!src || !build) {
+    printf("skipped: GN_SOURCE_DIR and GN_BUILD_DIR are not set (ctest sets them)\n");
+    skip();
+  }
+  snprintf(path, sizeof(path), "%s/libgpunet_billing.a", build);
+  if (access(path, R_OK) != 0) {
+    printf("skipped: %s is not built\n", path);
+    skip();
+  }
+  snprintf(cmd, sizeof(cmd), "'%s/scripts/docs/billing_examples' '%s' 2>&1", src, build);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  gn_buf out = {0};
+  char chunk[65536];
+  size_t n;
+  assert_int_equal(gn_buf_append(&out, "\n", 1), 0); /* every label then starts a line */
+  while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+    assert_int_equal(gn_buf_append(&out, chunk, n), 0);
+  int rc = pclose(f);
+  assert_int_equal(gn_buf_append(&out, "", 1), 0);
+  const char *text = (const char *)out.data;
+  if (rc != 0)
+    fail_msg("scripts/docs/billing_examples failed:\n%.2000s", text);
+  const char *sec = strstr(doc, "### 2.12 ");
+  assert_non_null(sec);
+  static const char *const labels[] = {"lease_request (", "lease_accept (", "debit_note (",     "debit_accept (",
+                                       "debit_reject (",  "invoice (",      "invoice_accept (", "invoice_reject ("};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(labels); i++) {
+    gn_buf want = {0}, have = {0};
+    doc_hex_block(text, labels[i], &want);
+    doc_hex_block(sec, labels[i], &have);
+    if (want.len != have.len || memcmp(want.data, have.data, want.len) != 0)
+      fail_msg("§2.12 %s is not what the billing code makes now: rerun scripts/docs/billing_examples", labels[i]);
+    gn_buf_done(&want);
+    gn_buf_done(&have);
+  }
+  const char *ej = strstr(text, "\nexport:\n"), *ee = ej ? strstr(ej, "\naudit: ") : NULL;
+  const char *dj = strstr(sec, "```json\n"), *de = dj ? strstr(dj + 8, "\n```") : NULL;
+  assert_non_null(ee);
+  assert_non_null(de);
+  ej += 9;
+  dj += 8;
+  if (ee - ej != de - dj || memcmp(ej, dj, (size_t)(ee - ej)) != 0)
+    fail_msg("the §2.12 export is not what the billing code makes now: rerun scripts/docs/billing_examples");
+  if (!strstr(ee, "\naudit: 0 verdict 0"))
+    fail_msg("the billing code no longer audits its own example clean: %.300s", ee);
+  gn_buf_done(&out);
+}
+
 /* --- tables and references ----------------------------------------------------*/
 
 /* Every type the code has a name for is a row of the type table at the top. */
@@ -447,6 +733,8 @@ int main(void) {
       cmocka_unit_test(test_doc_node_id_example),
       cmocka_unit_test(test_doc_handshake_example_recomputes),
       cmocka_unit_test(test_doc_discovery_examples_verify),
+      cmocka_unit_test(test_doc_billing_examples_follow_the_rules),
+      cmocka_unit_test(test_doc_billing_examples_are_the_codes),
       cmocka_unit_test(test_doc_type_table_lists_every_type),
       cmocka_unit_test(test_doc_section_references_resolve),
   };
