@@ -143,6 +143,7 @@ int cmd_logs(cli *c, int argc, char **argv);
 int cmd_stop(cli *c, int argc, char **argv);
 int cmd_invoices(cli *c, int argc, char **argv);
 int cmd_invoice(cli *c, int argc, char **argv);
+int cmd_balance(cli *c, int argc, char **argv);
 
 /* cli/conf.c: mkdir -p (0700 for what it creates), and the default config
  * file of `gpunet init`, written atomically with mode 0600. -errno on error. */

@@ -423,6 +423,7 @@ void gn__api_register(gn_node *n) {
       {"GET", "/v1/invoices", api_invoices},
       {"GET", "/v1/invoices/:id", api_invoice},
       {"GET", "/v1/invoices/:id/export", api_invoice_export},
+      {"GET", "/v1/balance", gn__api_balance},
       {"POST", "/v1/attest", api_attest},
       {"GET", "/metrics", api_metrics},
   };

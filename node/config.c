@@ -2,6 +2,7 @@
  * command-line flags, applied in that order. */
 #include <gpunet/billing.h>
 #include <gpunet/node.h>
+#include <gpunet/settle.h>
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -40,6 +41,8 @@ typedef enum {
   KEY_ALLOW_NO_USERNS,
   KEY_INTERVAL_MIN,
   KEY_INTERVAL_MAX,
+  KEY_SETTLE_DRIVER,
+  KEY_SETTLE_URL,
   KEY_COUNT
 } cfg_key;
 
@@ -69,6 +72,8 @@ static const struct {
     [KEY_ALLOW_NO_USERNS] = {"allow_no_userns", "allow-no-userns", true},
     [KEY_INTERVAL_MIN] = {"interval_min_s", "interval-min-s", false},
     [KEY_INTERVAL_MAX] = {"interval_max_s", "interval-max-s", false},
+    [KEY_SETTLE_DRIVER] = {"settle_driver", "settle-driver", false},
+    [KEY_SETTLE_URL] = {"settle_url", "settle-url", false},
 };
 
 static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
@@ -90,6 +95,10 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "  --interval-min-s N      shortest billing interval (debit notes) a lease may\n"
                                  "                          ask for, in seconds (default 10)\n"
                                  "  --interval-max-s N      longest billing interval, in seconds (default 3600)\n"
+                                 "  --settle-driver ledger|webhook  how countersigned final invoices are\n"
+                                 "                          settled (default ledger: this node's own book)\n"
+                                 "  --settle-url URL        http(s) endpoint the webhook driver POSTs each\n"
+                                 "                          final voucher and invoice to\n"
                                  "  --allow-simulated       as a requester, accept simulated GPUs\n"
                                  "  --log-level LEVEL       debug, info, warn or error (default info)\n"
                                  "\n"
@@ -160,6 +169,7 @@ void gn_config_defaults(gn_config *cfg) {
   cfg->max_hours = 24;
   cfg->interval_min_s = GN_CONFIG_INTERVAL_MIN_S;
   cfg->interval_max_s = GN_CONFIG_INTERVAL_MAX_S;
+  snprintf(cfg->settle_driver, sizeof(cfg->settle_driver), "ledger");
   snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
   cfg->job_memory_share = 0.5;
   cfg->job_cpu_share = 0.75;
@@ -481,6 +491,19 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     *(key == KEY_INTERVAL_MIN ? &cfg->interval_min_s : &cfg->interval_max_s) = (uint32_t)s;
     return 0;
   }
+  case KEY_SETTLE_DRIVER:
+    if (strcmp(v, "ledger") && strcmp(v, "webhook")) {
+      snprintf(err, cap, "bad settle_driver '%.60s' (known: ledger, webhook)", v);
+      return GN_EINVAL;
+    }
+    copy_str(cfg->settle_driver, sizeof(cfg->settle_driver), v);
+    return 0;
+  case KEY_SETTLE_URL:
+    if (gn_settle_url_check(v) < 0 || !copy_str(cfg->settle_url, sizeof(cfg->settle_url), v)) {
+      snprintf(err, cap, "bad settle_url '%.100s': want an http:// or https:// URL with a host, at most 1023 bytes", v);
+      return GN_EINVAL;
+    }
+    return 0;
   case KEY_LOG_LEVEL:
     if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error")) {
       snprintf(err, cap, "bad log_level '%s' (known: debug, info, warn, error)", v);
@@ -700,6 +723,10 @@ int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_
     snprintf(err, cap, "interval_min_s (%u) is above interval_max_s (%u)", cfg->interval_min_s, cfg->interval_max_s);
     return GN_EINVAL;
   }
+  if (r == 0 && strcmp(cfg->settle_driver, "webhook") == 0 && !cfg->settle_url[0]) {
+    snprintf(err, cap, "settle_driver webhook needs settle_url (the endpoint settlements are POSTed to)");
+    return GN_EINVAL;
+  }
   return r;
 }
 
@@ -731,6 +758,12 @@ static const char default_conf[] = "# gpunet configuration. One `key = value` pe
                                    "# unanswered for two intervals is stopped.\n"
                                    "#interval_min_s = 10\n"
                                    "#interval_max_s = 3600\n"
+                                   "\n"
+                                   "# Settlement of countersigned final invoices: ledger (this node's own\n"
+                                   "# book, see gpunet balance) or webhook (each final voucher and invoice is\n"
+                                   "# POSTed to settle_url with an Idempotency-Key, retried until answered 2xx).\n"
+                                   "#settle_driver = ledger\n"
+                                   "#settle_url = https://billing.example/gpunet\n"
                                    "\n"
                                    "# For development without an NVIDIA GPU: offer a simulated one. Offers and\n"
                                    "# attestations say so, and requesters refuse them unless allow_simulated.\n"

@@ -692,6 +692,7 @@ static void shutdown_node(gn_node *n) {
   }
   n->pending = NULL;
   gn__attest_shutdown(n);
+  gn__settle_stop(n);
   uv_timer_stop(&n->tick_timer);
   uv_close((uv_handle_t *)&n->tick_timer, NULL);
   uv_close((uv_handle_t *)&n->sig_int, NULL);
@@ -849,6 +850,10 @@ int gn__node_main(int argc, char **argv) {
     return 1;
   }
   gn__api_register(n);
+  if ((r = gn__settle_start(n, err, sizeof err)) < 0) {
+    fprintf(stderr, "gpunetd: %s\n", err);
+    return 1;
+  }
   load_state(n);
 
   uv_timer_init(n->loop, &n->tick_timer);
@@ -881,6 +886,7 @@ int gn__node_main(int argc, char **argv) {
   gn_log(GN_LOG_INFO, "stopped");
   n->disc = gn_discovery_free(n->disc);
   n->offers = gn_offer_table_free(n->offers);
+  gn__settle_free(n);
   n->ledger = gn_ledger_free(n->ledger);
   sqlite3_close(n->db);
   n->store = gn_store_free(n->store);

@@ -111,6 +111,11 @@ typedef struct gn_config {
   size_t registry_allow_count;
   bool allow_unenforced_limits; /* run jobs where cgroups cannot enforce their limits (said in status) */
   bool allow_no_userns;         /* provide on a host without user namespaces (jobs' root is host root) */
+  /* Settlement of countersigned final invoices (node/settle.c): "ledger"
+   * (default: this node's own book) or "webhook" (POSTed to settle_url, an
+   * http(s) URL, which that driver needs). */
+  char settle_driver[16];
+  char settle_url[1024];
 } gn_config;
 
 /* Positive results of gn_config_parse_args / gn_config_load: the caller

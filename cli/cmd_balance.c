@@ -1,0 +1,46 @@
+/* gpunet balance: what each counterparty owes this node and what this node
+ * owes, per currency, from the requesters' signed payment vouchers, and how
+ * much of it is settled (gpunetd's GET /v1/balance). */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void balance_row(cli_table *t, const json_t *b, size_t i) {
+  (void)i;
+  char peer[32], leases[24], vouched[64], settled[64], outstanding[64];
+  const char *cur = cli_str(b, "currency");
+  cli_fmt_node(cli_str(b, "peer") ? cli_str(b, "peer") : "-", peer, sizeof peer);
+  snprintf(leases, sizeof leases, "%lld", (long long)cli_int(b, "leases", 0));
+  cli_fmt_money((uint64_t)cli_int(b, "vouched_micro", 0), cur, vouched, sizeof vouched);
+  cli_fmt_money((uint64_t)cli_int(b, "settled_micro", 0), cur, settled, sizeof settled);
+  cli_fmt_money((uint64_t)cli_int(b, "outstanding_micro", 0), cur, outstanding, sizeof outstanding);
+  const char *dir = cli_str(b, "direction");
+  const char *row[] = {
+      dir && strcmp(dir, "owed_to_us") == 0 ? "owes us" : "we owe", peer, leases, vouched, settled, outstanding};
+  cli_table_row(t, row);
+}
+
+static void show_balance(const json_t *j, const void *ctx) {
+  (void)ctx;
+  static const char *const hdr[] = {"DIRECTION", "PEER", "LEASES", "VOUCHED", "SETTLED", "OUTSTANDING"};
+  const json_t *items = json_object_get(j, "balances");
+  if (!json_array_size(items)) {
+    printf("no vouchers yet (a requester signs one with each debit note it accepts)\n");
+  } else {
+    cli_table *t = cli_table_new(6, hdr);
+    size_t i;
+    const json_t *b;
+    json_array_foreach(items, i, b) balance_row(t, b, i);
+    cli_table_print(t);
+  }
+  const char *driver = cli_str(j, "driver");
+  long long pending = (long long)cli_int(j, "pending", 0), failed = (long long)cli_int(j, "failed", 0);
+  printf("\nsettlement: %s driver, %lld pending, %lld failed%s\n", driver ? driver : "?", pending, failed,
+         failed ? " (see gpunetd's log for why)" : "");
+}
+
+int cmd_balance(cli *c, int argc, char **argv) {
+  int r = cli_simple_args(argc, argv, 0, "");
+  return r >= 0 ? r : cli_show(c, "GET", "/v1/balance", NULL, show_balance, NULL);
+}
