@@ -426,6 +426,59 @@ static void test_session_other_version_gets_error_before_close(void **state) {
   free_side(&b);
 }
 
+/* The initiator side: a responder whose payload speaks another version gets
+ * the initiator's message 3 and then one ERROR, after which the initiator's
+ * session is closed. */
+static void test_session_initiator_answers_other_version_with_error(void **state) {
+  (void)state;
+  uint8_t r_priv[32];
+  randombytes_buf(r_priv, sizeof(r_priv));
+  gn_buf pl = {0}, out = {0};
+  payload_for(9, idb, r_priv, &pl);
+  side a;
+  new_side(&a, true, ida, "", NULL, NULL);
+  assert_int_equal(gn__session_start(a.s), 0);
+  gn_noise_handshake hr;
+  assert_int_equal(gn__noise_handshake_init(&hr, GN_SESSION_PROTOCOL, false, (const uint8_t *)GN_SESSION_PROLOGUE,
+                                            strlen(GN_SESSION_PROLOGUE), r_priv, NULL, NULL, NULL),
+                   0);
+  uint8_t m[1024], p[1024];
+  size_t n, pn, used;
+  gn_session_event ev;
+  assert_int_equal(gn__session_take_output(a.s, &out), 0);
+  assert_int_equal(gn__noise_handshake_read(&hr, out.data + 2, out.len - 2, p, sizeof(p), &pn), 0);
+  out.len = 0;
+  assert_int_equal(gn__noise_handshake_write(&hr, pl.data, pl.len, m + 2, sizeof(m) - 2, &n), 0);
+  m[0] = (uint8_t)(n >> 8), m[1] = (uint8_t)n;
+  assert_int_equal(gn__session_feed(a.s, m, n + 2, &used, &ev), GN_EVERSION);
+  assert_true(gn__session_is_closed(a.s));
+  assert_int_equal(gn__session_peer_version(a.s), 9);
+  /* message 3 (with the initiator's own, version 1, identity), then the ERROR */
+  assert_int_equal(gn__session_take_output(a.s, &out), 0);
+  size_t f3 = (size_t)out.data[0] << 8 | out.data[1];
+  assert_true(out.len > f3 + 2);
+  assert_int_equal(gn__noise_handshake_read(&hr, out.data + 2, f3, p, sizeof(p), &pn), 0);
+  gn_noise_cipher send, recv;
+  assert_int_equal(gn__noise_handshake_split(&hr, &send, &recv, NULL), 0);
+  const uint8_t *t = out.data + 2 + f3;
+  size_t tlen = (size_t)t[0] << 8 | t[1];
+  assert_int_equal(out.len, 2 + f3 + 2 + tlen);
+  uint8_t *plain = malloc(tlen);
+  /* the hand-made responder reads it with its receiving cipher, nonce 0 */
+  assert_int_equal(gn__noise_cipher_decrypt(&recv, NULL, 0, t + 2, tlen, plain), 0);
+  size_t total = (size_t)plain[0] << 24 | (size_t)plain[1] << 16 | (size_t)plain[2] << 8 | plain[3];
+  gn_envelope env;
+  assert_int_equal(gn_envelope_open(plain + 4, total, &env), 0);
+  assert_int_equal(env.type, GN_MSG_ERROR);
+  assert_memory_equal(env.signer, ida->pk, GN_PK_LEN);
+  free(plain);
+  gn__noise_cipher_wipe(&send);
+  gn__noise_cipher_wipe(&recv);
+  gn_buf_done(&pl);
+  gn_buf_done(&out);
+  free_side(&a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_session_handshake_binds_node_ids),
@@ -440,6 +493,7 @@ int main(void) {
       cmocka_unit_test(test_session_is_deterministic_with_injected_rng),
       cmocka_unit_test(test_session_checks_handshake_payload),
       cmocka_unit_test(test_session_other_version_gets_error_before_close),
+      cmocka_unit_test(test_session_initiator_answers_other_version_with_error),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
