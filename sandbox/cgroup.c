@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -372,5 +373,66 @@ int gn_cgroup_remove_stale(bool (*mine)(const char *lease_id, void *ud), void *u
   int r = each_top(remove_all, &c);
   if (r == 0 && ret_removed)
     *ret_removed = c.count;
+  return r;
+}
+
+/* Whether the comma-separated list names ctrl. */
+static bool list_has(const char *list, const char *ctrl) {
+  size_t n = strlen(ctrl);
+  for (const char *p = list;;) {
+    size_t len = strcspn(p, ",");
+    if (len == n && strncmp(p, ctrl, n) == 0)
+      return true;
+    if (!p[len])
+      return false;
+    p += len + 1;
+  }
+}
+
+/* The cgroup.procs file of the cgroup this process is in, in the hierarchy
+ * the layout limits jobs through (v1: the pids one; v2: the unified one). */
+static int own_procs_file(const char *root, gn_cgroup_layout lay, char *buf, size_t cap) {
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  if (!f)
+    return -errno;
+  char line[4096];
+  int r = GN_ENOTFOUND;
+  while (r == GN_ENOTFOUND && fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    /* "hierarchy-id:controller,list:/path" */
+    char *list = strchr(line, ':');
+    char *path = list ? strchr(list + 1, ':') : NULL;
+    if (!path || path[1] != '/')
+      continue;
+    *path++ = 0;
+    list++;
+    if (lay == GN_CGROUP_V2 && strcmp(line, "0") == 0 && !list[0])
+      r = pathf(buf, cap, "%s%s/cgroup.procs", root, strcmp(path, "/") ? path : "");
+    else if (lay == GN_CGROUP_V1 && list_has(list, "pids"))
+      r = pathf(buf, cap, "%s/%s%s/cgroup.procs", root, list, strcmp(path, "/") ? path : "");
+  }
+  fclose(f);
+  return r;
+}
+
+int gn_cgroup_attach_warm(void) {
+  static atomic_bool busy;
+  char root[1024], procs[4096], pid[24];
+  pthread_mutex_lock(&root_lock);
+  bool fake = root_override[0] != 0;
+  pthread_mutex_unlock(&root_lock);
+  if (fake)
+    return GN_EUNSUPPORTED; /* a fake tree has no lock to take */
+  gn_cgroup_layout lay = root_get(root);
+  if (lay == GN_CGROUP_NONE)
+    return GN_EUNSUPPORTED;
+  if (atomic_exchange(&busy, true))
+    return GN_EBUSY;
+  int r = own_procs_file(root, lay, procs, sizeof procs);
+  if (r == 0) {
+    snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    r = write_file(procs, pid);
+  }
+  atomic_store(&busy, false);
   return r;
 }

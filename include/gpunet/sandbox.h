@@ -245,6 +245,16 @@ int gn_cgroup_lease_remove(const char *lease_id);
  * holding a process stay and make it fail; ret_removed counts directories
  * removed (one per hierarchy on v1). */
 int gn_cgroup_remove_stale(bool (*mine)(const char *lease_id, void *ud), void *ud, unsigned *ret_removed);
+/* Moves this process into the cgroup it is already in (a move that changes
+ * nothing), to switch the kernel's cgroup migration lock to its slow path
+ * ahead of the runtime: the first cgroup.procs write after a quiet spell
+ * waits for an RCU grace period (4-20 ms on a busy 2-CPU host), which
+ * `runc run` otherwise pays when it puts a container's init into its
+ * cgroups; a write made while a job is prepared leaves the lock warm for
+ * the runtime's. Blocking for that grace period: on a thread of its own.
+ * GN_EBUSY while another call is under way; GN_EUNSUPPORTED without a
+ * cgroup file system (or with the root overridden by a test). */
+int gn_cgroup_attach_warm(void);
 
 /* --- GPU passthrough (owner: sandbox/nvidia.c) ---------------------------*/
 
