@@ -1,0 +1,443 @@
+/* Tests of the gpunet-invoice/2 export built from the ledger
+ * (gn_ledger_export) and its daemon-free audit (gn_invoice_audit_json, and
+ * `gpunet invoice audit` exit codes 0/3/4/1/2): the four verdicts, and a
+ * table of tampered exports that must each be invalid with a reason. */
+#include "billing/fixture.h"
+
+#include <jansson.h>
+#include <sys/wait.h>
+
+/* The bill of one lease, as the provider holds it: notes 1 (1..60) and 2
+ * (61..120) accepted, a note 3 (121..150) the requester rejected, then the
+ * final invoice continuing note 2 with 121..150, answered as `answer` says. */
+enum answer { ANSWER_NONE, ANSWER_ACCEPT, ANSWER_REJECT, NO_INVOICE };
+
+typedef struct bill {
+  gn_buf notes[3], resps[3], inv, inv_resp;
+} bill;
+
+static int setup(void **state) {
+  return fx_setup_with(state, 2, 400000, 3600);
+}
+
+static void bill_done(bill *b) {
+  for (int i = 0; i < 3; i++) {
+    gn_buf_done(&b->notes[i]);
+    gn_buf_done(&b->resps[i]);
+  }
+  gn_buf_done(&b->inv);
+  gn_buf_done(&b->inv_resp);
+}
+
+static void make_bill(fixture *f, enum answer answer, bill *b) {
+  const gn_buf *ag = &f->agreement;
+  const char *id = f->terms.lease_id;
+  gn_bill_head h, next;
+  uint8_t ticks[2 * 60];
+  char reason[512];
+  memset(b, 0, sizeof(*b));
+  fx_ticks(f, 150, 2);
+  assert_int_equal(gn_bill_head_init(ag->data, ag->len, &h), 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(gn_ledger_ticks(f->ledger, id, h.seconds + 1, 60, ticks, NULL), 0);
+    assert_int_equal(
+        gn_bill_note_seal(f->provider, ag->data, ag->len, &h, ticks, 60, FX_START_S + 60 * (i + 1), &b->notes[i], NULL),
+        0);
+    assert_int_equal(gn_ledger_store_note(f->ledger, id, "provider", b->notes[i].data, b->notes[i].len), 0);
+    assert_int_equal(gn_bill_note_check(b->notes[i].data, b->notes[i].len, ag->data, ag->len, &h, h.seconds + 60, 5, 0,
+                                        &next, NULL, reason, sizeof(reason)),
+                     0);
+    assert_int_equal(gn_bill_note_accept_seal(f->requester, ag->data, ag->len, &next, &b->resps[i]), 0);
+    assert_int_equal(gn_ledger_store_response(f->ledger, id, "provider", b->resps[i].data, b->resps[i].len), 0);
+    h = next;
+  }
+  assert_int_equal(gn_ledger_ticks(f->ledger, id, 121, 30, ticks, NULL), 0);
+  assert_int_equal(
+      gn_bill_note_seal(f->provider, ag->data, ag->len, &h, ticks, 30, FX_START_S + 150, &b->notes[2], NULL), 0);
+  assert_int_equal(gn_ledger_store_note(f->ledger, id, "provider", b->notes[2].data, b->notes[2].len), 0);
+  assert_int_equal(gn_bill_note_reject_seal(f->requester, ag->data, ag->len, b->notes[2].data, b->notes[2].len,
+                                            "spending cap reached", &b->resps[2]),
+                   0);
+  assert_int_equal(gn_ledger_store_response(f->ledger, id, "provider", b->resps[2].data, b->resps[2].len), 0);
+  if (answer == NO_INVOICE)
+    return;
+  assert_int_equal(
+      gn_bill_invoice_seal(f->provider, ag->data, ag->len, &h, ticks, 30, FX_START_S + 151, "unpaid", &b->inv, &next),
+      0);
+  assert_int_equal(gn_ledger_store_note(f->ledger, id, "provider", b->inv.data, b->inv.len), 0);
+  if (answer == ANSWER_ACCEPT)
+    assert_int_equal(
+        gn_bill_invoice_accept_seal(f->requester, ag->data, ag->len, &next, FX_START_S + 160, &b->inv_resp), 0);
+  else if (answer == ANSWER_REJECT)
+    assert_int_equal(gn_bill_invoice_reject_seal(f->requester, ag->data, ag->len, b->inv.data, b->inv.len,
+                                                 "seconds 121..150 were never given", &b->inv_resp),
+                     0);
+  if (b->inv_resp.len)
+    assert_int_equal(gn_ledger_store_response(f->ledger, id, "provider", b->inv_resp.data, b->inv_resp.len), 0);
+}
+
+/* The export as a file would carry it: through text and back. */
+static json_t *export_of(fixture *f) {
+  json_t *j = NULL;
+  assert_int_equal(gn_ledger_export(f->ledger, f->terms.lease_id, "provider", &j), 0);
+  char *text = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  json_error_t err;
+  j = json_loads(text, 0, &err);
+  free(text);
+  assert_non_null(j);
+  return j;
+}
+
+static void test_audit_countersigned_bill(void **state) {
+  fixture *f = *state;
+  bill b;
+  gn_bill_audit a;
+  make_bill(f, ANSWER_ACCEPT, &b);
+  json_t *j = export_of(f);
+  assert_string_equal(json_string_value(json_object_get(j, "format")), "gpunet-invoice/2");
+  assert_int_equal(json_array_size(json_object_get(j, "notes")), 3);
+  assert_int_equal(gn_invoice_audit_json(j, &a), 0);
+  assert_int_equal(a.verdict, GN_BILL_COUNTERSIGNED);
+  assert_string_equal(a.reason, "");
+  assert_true(a.has_invoice);
+  assert_int_equal(a.notes, 3);
+  assert_int_equal(a.notes_accepted, 2);
+  assert_int_equal(a.summary.seconds, 150);
+  assert_int_equal(a.summary.total_micro, 33333); /* 300 GPU-s at 0.40 */
+  assert_int_equal(a.voucher_seconds, 150);
+  assert_true(a.summary.countersigned);
+  json_t *s = json_object_get(j, "summary");
+  assert_string_equal(json_string_value(json_object_get(s, "status")), "countersigned");
+  assert_string_equal(json_string_value(json_object_get(s, "total")), "0.033333 EUR");
+  json_decref(j);
+  bill_done(&b);
+}
+
+/* The old audit said "audit OK" (exit 0) for an invoice the requester never
+ * countersigned: now a provider-only claim, saying what the vouchers cover. */
+static void test_audit_uncountersigned_invoice_is_a_provider_only_claim(void **state) {
+  fixture *f = *state;
+  bill b;
+  gn_bill_audit a;
+  make_bill(f, ANSWER_NONE, &b);
+  json_t *j = export_of(f);
+  assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
+  assert_int_equal(a.verdict, GN_BILL_PROVIDER_ONLY);
+  assert_non_null(strstr(a.reason, "provider-only claim"));
+  assert_non_null(strstr(a.reason, "not countersigned"));
+  assert_non_null(strstr(a.reason, "vouchers cover 120 s, 0.026666 EUR"));
+  assert_false(a.summary.countersigned);
+  json_decref(j);
+  bill_done(&b);
+}
+
+static void test_audit_no_final_invoice_is_a_provider_only_claim(void **state) {
+  fixture *f = *state;
+  bill b;
+  gn_bill_audit a;
+  make_bill(f, NO_INVOICE, &b);
+  json_t *j = export_of(f);
+  assert_true(json_is_null(json_object_get(j, "invoice")));
+  assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
+  assert_int_equal(a.verdict, GN_BILL_PROVIDER_ONLY);
+  assert_non_null(strstr(a.reason, "there is no final invoice"));
+  assert_int_equal(a.summary.seconds, 120);
+  json_decref(j);
+  bill_done(&b);
+}
+
+/* The provider's export of a rejected invoice carries the rejection. */
+static void test_audit_rejected_invoice(void **state) {
+  fixture *f = *state;
+  bill b;
+  gn_bill_audit a;
+  make_bill(f, ANSWER_REJECT, &b);
+  json_t *j = export_of(f);
+  assert_false(json_is_null(json_object_get(j, "response")));
+  assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
+  assert_int_equal(a.verdict, GN_BILL_REJECTED);
+  assert_non_null(strstr(a.reason, "the requester rejected the final invoice: seconds 121..150 were never given"));
+  json_decref(j);
+  bill_done(&b);
+}
+
+/* The requester's own ledger gives the same verdict from what it kept. */
+static void test_audit_requester_side_export(void **state) {
+  fixture *f = *state;
+  bill b;
+  gn_bill_audit a;
+  json_t *j = NULL;
+  make_bill(f, ANSWER_ACCEPT, &b);
+  const char *id = f->terms.lease_id;
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(gn_ledger_store_note(f->ledger, id, "requester", b.notes[i].data, b.notes[i].len), 0);
+    assert_int_equal(gn_ledger_store_response(f->ledger, id, "requester", b.resps[i].data, b.resps[i].len), 0);
+  }
+  assert_int_equal(gn_ledger_store_note(f->ledger, id, "requester", b.inv.data, b.inv.len), 0);
+  assert_int_equal(gn_ledger_store_response(f->ledger, id, "requester", b.inv_resp.data, b.inv_resp.len), 0);
+  /* Storing again is a no-op; an acceptance is never replaced by a rejection. */
+  assert_int_equal(gn_ledger_store_note(f->ledger, id, "requester", b.inv.data, b.inv.len), 0);
+  gn_buf rej = {0};
+  assert_int_equal(gn_bill_note_reject_seal(f->requester, f->agreement.data, f->agreement.len, b.notes[0].data,
+                                            b.notes[0].len, "changed my mind", &rej),
+                   0);
+  assert_int_equal(gn_ledger_store_response(f->ledger, id, "requester", rej.data, rej.len), 0);
+  /* A response to a note never stored. */
+  assert_int_equal(gn_ledger_store_response(f->ledger, id, "requester", b.resps[2].data, b.resps[2].len), GN_ENOTFOUND);
+  assert_int_equal(gn_ledger_export(f->ledger, id, "requester", &j), 0);
+  assert_int_equal(gn_invoice_audit_json(j, &a), 0);
+  assert_int_equal(a.notes, 2);
+  assert_int_equal(a.summary.seconds, 150);
+  json_decref(j);
+  assert_int_equal(gn_ledger_export(f->ledger, "l-none", "requester", &j), GN_ENOTFOUND);
+  gn_buf_done(&rej);
+  bill_done(&b);
+}
+
+/* --- tampered exports --------------------------------------------------------*/
+
+static void set_b64(json_t *o, const char *key, const gn_buf *b) {
+  size_t cap = sodium_base64_ENCODED_LEN(b->len, sodium_base64_VARIANT_ORIGINAL);
+  char *s = malloc(cap);
+  sodium_bin2base64(s, cap, b->data, b->len, sodium_base64_VARIANT_ORIGINAL);
+  json_object_set_new(o, key, json_string(s));
+  free(s);
+}
+
+static json_t *note_at(json_t *d, size_t i) {
+  return json_array_get(json_object_get(d, "notes"), i);
+}
+
+static void m_tick(gn__bill_body *b, uint8_t *t, size_t *n) {
+  (void)b, (void)n;
+  t[2 * 10] = 1;
+}
+static void m_window(gn__bill_body *b, uint8_t *t, size_t *n) {
+  (void)t, (void)n;
+  b->end_s = b->start_s + 100;
+}
+
+typedef void (*edit_fn)(json_t *d, fixture *f, bill *b);
+
+static void e_summary_seconds(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_object_set_new(json_object_get(d, "summary"), "seconds", json_integer(1));
+}
+static void e_summary_status(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_object_set_new(json_object_get(d, "summary"), "status", json_string("rejected"));
+}
+static void e_summary_extra(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_object_set_new(json_object_get(d, "summary"), "paid", json_true());
+}
+static void e_note_tick(json_t *d, fixture *f, bill *b) {
+  gn_buf bad = {0};
+  fx_tamper(&b->notes[1], m_tick, f->provider, &bad);
+  set_b64(note_at(d, 1), "note", &bad);
+  gn_buf_done(&bad);
+}
+static void e_notes_swapped(json_t *d, fixture *f, bill *b) {
+  (void)f;
+  set_b64(note_at(d, 0), "note", &b->notes[1]);
+  set_b64(note_at(d, 0), "response", &b->resps[1]);
+  set_b64(note_at(d, 1), "note", &b->notes[0]);
+  set_b64(note_at(d, 1), "response", &b->resps[0]);
+}
+static void e_note_removed(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_array_remove(json_object_get(d, "notes"), 0);
+}
+static void e_note_response_sig(json_t *d, fixture *f, bill *b) {
+  (void)f;
+  gn_buf r = {0};
+  gn_buf_append(&r, b->resps[0].data, b->resps[0].len);
+  r.data[r.len - 2] ^= 1;
+  set_b64(note_at(d, 0), "response", &r);
+  gn_buf_done(&r);
+}
+static void e_response_of_other_note(json_t *d, fixture *f, bill *b) {
+  (void)f;
+  set_b64(note_at(d, 0), "response", &b->resps[1]);
+}
+static void e_invoice_window(json_t *d, fixture *f, bill *b) {
+  gn_buf bad = {0};
+  fx_tamper(&b->inv, m_window, f->provider, &bad);
+  set_b64(d, "invoice", &bad);
+  gn_buf_done(&bad);
+}
+static void e_invoice_response_is_a_note_voucher(json_t *d, fixture *f, bill *b) {
+  (void)f;
+  set_b64(d, "response", &b->resps[1]);
+}
+static void e_agreement(json_t *d, fixture *f, bill *b) {
+  (void)b;
+  gn_buf req = {0}, ag = {0};
+  gn_lease_terms t;
+  fx_terms(f, &t, 2, 400000, 3600);
+  fx_agree(f, &t, &req, &ag);
+  set_b64(d, "agreement", &ag);
+  gn_buf_done(&req);
+  gn_buf_done(&ag);
+}
+static void e_response_by_provider(json_t *d, fixture *f, bill *b) {
+  gn_buf forged = {0};
+  gn_envelope e;
+  assert_int_equal(gn_envelope_open(b->inv_resp.data, b->inv_resp.len, &e), 0);
+  assert_int_equal(gn_envelope_seal(f->provider, GN_MSG_INVOICE_ACCEPT, e.body, e.body_len, &forged), 0);
+  set_b64(d, "response", &forged);
+  gn_buf_done(&forged);
+}
+static void e_not_base64(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_object_set_new(note_at(d, 2), "note", json_string("!!"));
+}
+static void e_format(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_object_set_new(d, "format", json_string("gpunet-invoice/1"));
+}
+static void e_no_notes(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_object_del(d, "notes");
+}
+
+typedef struct audit_case {
+  const char *name;
+  edit_fn edit;
+  const char *want;
+  int rc;
+} audit_case;
+
+static const audit_case cases[] = {
+    {"summary seconds edited", e_summary_seconds, "summary.seconds in the file says 1 but the signed data says 150",
+     GN_EAUDIT},
+    {"summary status edited", e_summary_status, "summary.status in the file says \"rejected\"", GN_EAUDIT},
+    {"summary field added", e_summary_extra, "summary has fields the signed data does not give", GN_EAUDIT},
+    {"accepted note re-signed with a changed tick", e_note_tick, "notes[1] (accepted by the requester)", GN_EAUDIT},
+    {"accepted notes swapped", e_notes_swapped, "notes[0] (accepted by the requester): debit note has seq 2",
+     GN_EAUDIT},
+    {"accepted note removed", e_note_removed, "seq 2 but the last accepted note is 0", GN_EAUDIT},
+    {"voucher signature", e_note_response_sig, "notes[0].response: response signature does not verify", GN_EAUDIT},
+    {"voucher of another note", e_response_of_other_note, "notes[0].response is not an acceptance of that note",
+     GN_EAUDIT},
+    {"invoice window too short", e_invoice_window, "its window end_s - start_s holds only 100", GN_EAUDIT},
+    {"note voucher as the final voucher", e_invoice_response_is_a_note_voucher,
+     "response does not answer this final invoice", GN_EAUDIT},
+    {"another agreement", e_agreement, "response is for lease", GN_EAUDIT},
+    {"final voucher signed by the provider", e_response_by_provider, "not by the lease's requester", GN_EAUDIT},
+    {"note not base64", e_not_base64, "notes[2].note is missing or not base64", GN_EAUDIT},
+    {"old format", e_format, "not a gpunet invoice export", GN_EINVAL},
+    {"no notes array", e_no_notes, "not a gpunet invoice export", GN_EINVAL},
+};
+
+static void test_audit_rejects_tampered_exports(void **state) {
+  fixture *f = *state;
+  bill b;
+  make_bill(f, ANSWER_ACCEPT, &b);
+  json_t *clean = export_of(f);
+  gn_bill_audit a;
+  assert_int_equal(gn_invoice_audit_json(clean, &a), 0);
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    json_t *doc = json_deep_copy(clean);
+    cases[i].edit(doc, f, &b);
+    int rc = gn_invoice_audit_json(doc, &a);
+    if (rc != cases[i].rc || a.verdict != GN_BILL_INVALID || !strstr(a.reason, cases[i].want))
+      fail_msg("%s: rc %d, verdict %d, reason \"%s\", want %d \"%s\"", cases[i].name, rc, a.verdict, a.reason,
+               cases[i].rc, cases[i].want);
+    json_decref(doc);
+  }
+  json_decref(clean);
+  json_t *arr = json_array();
+  assert_int_equal(gn_invoice_audit_json(arr, &a), GN_EINVAL);
+  assert_int_equal(gn_invoice_audit_json(NULL, &a), GN_EINVAL);
+  json_decref(arr);
+  bill_done(&b);
+}
+
+/* `gpunet invoice audit FILE` exit codes: 0 countersigned, 3 provider-only,
+ * 4 rejected, 1 does not verify, 2 not an export. */
+static int run_audit(const char *gpunet, const char *file, char *out, size_t cap) {
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "'%s' invoice audit '%s' 2>&1", gpunet, file);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void write_export(fixture *f, const char *name, char *path, size_t cap) {
+  json_t *j = export_of(f);
+  snprintf(path, cap, "%s/%s", f->dir, name);
+  assert_int_equal(json_dump_file(j, path, JSON_COMPACT), 0);
+  json_decref(j);
+}
+
+static void test_audit_cli_exit_codes(void **state) {
+  fixture *f = *state;
+  char gpunet[512], path[256], out[4096];
+  const char *bd = getenv("GN_BUILD_DIR");
+  snprintf(gpunet, sizeof(gpunet), "%s/gpunet", bd ? bd : ".");
+  if (access(gpunet, X_OK) != 0) {
+    printf("skipping: %s is not built (cmake --build ... --target gpunet)\n", gpunet);
+    skip();
+  }
+  bill b;
+  make_bill(f, ANSWER_NONE, &b);
+  write_export(f, "none.json", path, sizeof(path));
+  assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 3);
+  assert_non_null(strstr(out, "PROVIDER-ONLY CLAIM"));
+  /* The provider's head after the two accepted notes, and the final one. */
+  gn_bill_head h;
+  gn_bill_note no;
+  assert_int_equal(gn_bill_head_init(f->agreement.data, f->agreement.len, &h), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(
+        gn_bill_note_open(b.notes[i].data, b.notes[i].len, f->agreement.data, f->agreement.len, &h, &h, NULL, NULL, 0),
+        0);
+  gn_bill_head fin;
+  assert_int_equal(
+      gn_bill_note_open(b.inv.data, b.inv.len, f->agreement.data, f->agreement.len, &h, &fin, &no, NULL, 0), 0);
+  gn_buf acc = {0}, rej = {0};
+  assert_int_equal(gn_bill_invoice_reject_seal(f->requester, f->agreement.data, f->agreement.len, b.inv.data, b.inv.len,
+                                               "not mine", &rej),
+                   0);
+  assert_int_equal(gn_ledger_store_response(f->ledger, f->terms.lease_id, "provider", rej.data, rej.len), 0);
+  write_export(f, "rejected.json", path, sizeof(path));
+  assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 4);
+  assert_non_null(strstr(out, "REJECTED by the requester"));
+  assert_non_null(strstr(out, "not mine"));
+  assert_int_equal(gn_bill_invoice_accept_seal(f->requester, f->agreement.data, f->agreement.len, &fin, 1, &acc), 0);
+  assert_int_equal(gn_ledger_store_response(f->ledger, f->terms.lease_id, "provider", acc.data, acc.len), 0);
+  write_export(f, "ok.json", path, sizeof(path));
+  assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 0);
+  assert_non_null(strstr(out, "audit OK"));
+  /* Tampered: 1; not an export: 2. */
+  json_t *j = export_of(f);
+  json_object_set_new(json_object_get(j, "summary"), "total_micro", json_integer(1));
+  snprintf(path, sizeof(path), "%s/bad.json", f->dir);
+  assert_int_equal(json_dump_file(j, path, JSON_COMPACT), 0);
+  json_decref(j);
+  assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 1);
+  assert_non_null(strstr(out, "audit FAILED"));
+  snprintf(path, sizeof(path), "%s/gpunet.db", f->dir);
+  assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 2);
+  gn_buf_done(&acc);
+  gn_buf_done(&rej);
+  bill_done(&b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_audit_countersigned_bill, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_uncountersigned_invoice_is_a_provider_only_claim, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_no_final_invoice_is_a_provider_only_claim, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_rejected_invoice, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_requester_side_export, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_rejects_tampered_exports, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_cli_exit_codes, setup, fx_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
