@@ -49,9 +49,11 @@
 #include <stdint.h>
 
 /* At most this many debit notes issued after the last accepted one are kept
- * (the newest ones): with payment_timeout_s = 2 * interval_s no more than
- * three can be outstanding before the lease stops. */
-#define GN_LEASE_MAX_PENDING 4
+ * (to match a late acceptance): with payment_timeout_s = 2 * interval_s
+ * no more than three are outstanding before the lease stops, restarts
+ * included; a provider that would issue one more ends the lease as unpaid
+ * rather than forget a note the requester may still accept. */
+#define GN_LEASE_MAX_PENDING 8
 /* At most this many seconds in one WRITE_TICKS action (a catch-up after a
  * long stall comes as several actions, the timer fires again at once). */
 #define GN_LEASE_MAX_CATCHUP 3600u
