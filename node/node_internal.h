@@ -56,28 +56,16 @@ typedef enum gn_job_state {
 typedef struct gn_node gn_node;
 typedef struct gn_job gn_job;
 
-/* Attestation of one local GPU model (provider). */
-#define GN_ATTEST_MODELS 8
+/* Attestation of one local GPU model (provider), as the offers and the API
+ * show it: attest_net.c keeps it a copy of the attestation agent's slot. */
+#define GN_ATTEST_MODELS GN_ATTEST_LOCAL_MAX
 typedef struct gn_attest_local {
-  gn_node *node;
   char model[96];
-  size_t gpu_index; /* the first local GPU of this model */
-  bool simulated;
-  bool running;
-  bool done;
   char verdict[GN_ATTEST_VERDICT_STRLEN];
-  gn_attest_report report;
   gn_buf report_env; /* sealed GN_MSG_ATTEST_REPORT, attached to offers */
-  gn_attest_backend *cuda;
-  uv_work_t work;
-  gn_attest_params params;
-  gn_attest_result result;
-  int rc;
 } gn_attest_local;
 
 typedef void (*gn_attest_done_fn)(gn_node *n, void *ud, int rc, const gn_attest_result *res, const char *err);
-struct gn_prove_sess;
-struct gn_verify_sess;
 
 typedef struct gn_lease {
   struct gn_lease *next;
@@ -207,9 +195,7 @@ struct gn_node {
   size_t peer_count;
   gn_attest_local attest[GN_ATTEST_MODELS];
   size_t attest_n;
-  struct gn_prove_sess *provers;
-  struct gn_verify_sess *verifiers;
-  bool prover_busy;
+  gn_attest_agent *attest_agent; /* attest_net.c: both sides of attestation */
   uv_timer_t tick_timer;
   uv_signal_t sig_int, sig_term;
   uint64_t offer_seq;
@@ -319,83 +305,8 @@ int gn__settle_final(gn_node *n, const gn_lease *l, const uint8_t *invoice_env, 
 const char *gn__settle_state(gn_node *n, const char *lease_id, const char *role);
 void gn__api_balance(gn_ctl_req *req, void *ud);
 
-/* attest_net.c: attestation on the node and over the network. */
-#define GN__ATTEST_TARGET_MS 1000 /* a real GPU's challenges last about this long */
-/* One exchange on each side, compute then memory challenge, shared with
- * attest_mem_net.c. The provider's: */
-typedef struct gn_prove_sess {
-  struct gn_prove_sess *next;
-  gn_node *n;
-  uint8_t peer[GN_PK_LEN];
-  char sid[32];
-  size_t slot; /* n->attest[] */
-  gn_attest_prover *pr;
-  gn_attest_mem_prover *mem; /* from the memory challenge on */
-  gn_buf in, out;
-  uint32_t stage; /* the message being worked (CHALLENGE, OPEN, MEM_CHALLENGE, MEM_WALK), 0 when idle */
-  int rc;
-  bool working;
-  uint64_t started_ms, prover_ms, deadline_ms;
-  uv_work_t work;
-} gn_prove_sess;
-
-/* ...and the requester's: */
-typedef struct gn_verify_sess {
-  struct gn_verify_sess *next;
-  char sid[32];
-  uint8_t peer[GN_PK_LEN];
-  char model[96];
-  gn_attest_params params;
-  bool offer_sim; /* the offer says simulated: small challenges */
-  gn_attest_verifier *v;
-  uint64_t t_sent_ms, elapsed_ms, deadline_ms;
-  gn_buf pending; /* the challenge, until the provider is connected */
-  gn_attest_done_fn done;
-  void *ud;
-  /* The memory challenge, once the compute proof holds. */
-  gn_attest_result compute, mem;
-  gn_buf verdict_env; /* our signed compute verdict, sent when all is done */
-  gn_attest_mem_params mem_params;
-  gn_attest_mem_verifier *mv;
-  uint64_t t_walk_ms;
-  gn_buf in; /* the MEM_RESULT being checked on the thread pool */
-  bool working, orphan;
-  gn_node *n;
-  int rc;
-  uv_work_t work;
-  gn_attest_result *mem_out; /* the API's copy of the memory figures */
-  bool *mem_set;
-} gn_verify_sess;
-
-/* A decoded {sid, gpu_model?, reason?, data} wrapper. */
-typedef struct gn__attest_wrapped {
-  gn_wire_doc doc;
-  char sid[32];
-  char model[96];
-  char reason[256];
-  const uint8_t *data;
-  size_t data_len;
-} gn__attest_wrapped;
-
-/* GN_ATTEST_TIMEOUT_MS, else 120 s: how long a peer has for each challenge. */
-uint64_t gn__attest_timeout_ms(void);
-int gn__attest_send_wrapped(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, const char *sid,
-                            const char *model, const gn_buf *data, gn_buf *ret_env);
-void gn__attest_send_error(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid, const char *reason);
-gn_prove_sess *gn__attest_prove_find(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid);
-/* Works message `stage` on the thread pool and answers it. */
-void gn__attest_prove_start(gn_node *n, gn_prove_sess *s, uint32_t stage, const uint8_t *data, size_t len);
-gn_verify_sess *gn__attest_verify_find(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *sid);
-/* Unlinks s, frees it (or leaves that to its work on the pool) and calls done. */
-void gn__attest_verify_finish(gn_node *n, gn_verify_sess *s, int rc, const gn_attest_result *res, const char *err);
-void gn__attest_verify_free(gn_verify_sess *s);
-/* attest_mem_net.c: the memory challenge (56-59), after the compute proof. */
-void gn__attest_mem_begin(gn_node *n, gn_verify_sess *s);
-void gn__attest_mem_on_challenge(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m);
-void gn__attest_mem_on_walk(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m);
-void gn__attest_mem_on_ready(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m);
-void gn__attest_mem_on_result(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn__attest_wrapped *m);
-
+/* attest_net.c: the glue around the attestation agent (node/attest/,
+ * gpunet/attest.h): its io, the local GPUs, POST /v1/attest. */
 void gn__attest_start_local(gn_node *n);
 void gn__attest_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
                            size_t raw_len);

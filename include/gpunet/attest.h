@@ -7,6 +7,8 @@
 
 #include <gpunet/base.h>
 #include <gpunet/identity.h>
+#include <gpunet/offer.h>
+#include <gpunet/wire.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -297,5 +299,97 @@ gn_attest_mem_prover *gn_attest_mem_prover_free(gn_attest_mem_prover *pr);
 int gn_attest_mem_prover_on_challenge(gn_attest_mem_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_ready);
 /* Walks (blocking) and appends the RESULT body. */
 int gn_attest_mem_prover_on_walk(gn_attest_mem_prover *pr, const uint8_t *msg, size_t len, gn_buf *ret_result);
+
+/* --- exchanges with peers (node/attest/attest_agent.c) ---------------------------------
+ *
+ * The agent runs both sides of attestation over the network: a provider's
+ * self-check of each local GPU model (its sealed report rides on offers), its
+ * answers to peers' challenges, and a requester's verification of a provider
+ * (compute, then memory challenge, timed by the requester's clock, its signed
+ * verdict sent back). It keeps the sessions, the {sid, gpu_model?, data}
+ * wrapper, the timeouts and the verdict rules; what it needs of the program
+ * around it is gn_attest_io. Every call and callback runs on one thread (the
+ * loop's), except gn_attest_task_run on a worker. */
+
+#define GN_ATTEST_TARGET_MS 1000 /* a real GPU's challenges last about this long */
+#define GN_ATTEST_LOCAL_MAX 8    /* local GPU models an agent attests */
+/* How long a peer has for each challenge: env GN_ATTEST_TIMEOUT_MS (100 ..
+ * 3600000), else 120 s. */
+uint64_t gn_attest_timeout_ms(void);
+
+typedef struct gn_attest_agent gn_attest_agent;
+/* A piece of blocking work (a proof, a table fill, a walk, a recomputation). */
+typedef struct gn_attest_task gn_attest_task;
+
+/* What the agent needs of the program around it; ctx (given to
+ * gn_attest_agent_new) is every function's first argument. */
+typedef struct gn_attest_io {
+  /* Sends a sealed envelope to a peer. */
+  int (*send)(void *ctx, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len);
+  /* Whether a session with peer is up; connect asks for one, after which the
+   * program calls gn_attest_agent_peer_up. */
+  bool (*is_up)(void *ctx, const uint8_t peer[GN_PK_LEN]);
+  void (*connect)(void *ctx, const char *addr);
+  /* Runs gn_attest_task_run(t) on a worker thread, then gn_attest_task_done(t,
+   * status) back on the agent's thread, after this call has returned (status
+   * < 0: it did not run). A negative return means it will not run at all. */
+  int (*queue)(void *ctx, gn_attest_task *t);
+  /* A line for the program's log (the agent itself never prints). */
+  void (*log)(void *ctx, bool warn, const char *line);
+  /* Local slot `slot`'s verdict or sealed report changed (offers carry it). */
+  void (*changed)(void *ctx, size_t slot);
+} gn_attest_io;
+
+void gn_attest_task_run(gn_attest_task *t);
+void gn_attest_task_done(gn_attest_task *t, int status);
+
+/* id signs reports, verdicts and every message; id, io and ctx are borrowed
+ * and must outlive the agent (which lives on after gn_attest_agent_shutdown
+ * until its last task is done). provide: whether this node answers
+ * challenges. */
+int gn_attest_agent_new(const gn_identity *id, const gn_attest_io *io, void *ctx, bool provide, gn_attest_agent **ret);
+/* Finishes every verification in progress (GN_ECLOSED), drops idle sessions
+ * and frees the agent once no task of it is left on the workers (at once when
+ * none is). The agent must not be used after this. Accepts NULL. */
+void gn_attest_agent_shutdown(gn_attest_agent *a);
+
+/* Adds a local GPU model (gpu->name) proven on CUDA device cuda_device, or by
+ * the CPU reference when simulated, and starts its self-check. Returns its
+ * slot; GN_EEXIST when the model has one, GN_ETOOBIG past
+ * GN_ATTEST_LOCAL_MAX. Without the CUDA kernel the slot says "not attested". */
+int gn_attest_agent_add_local(gn_attest_agent *a, const gn_attest_gpu *gpu, int cuda_device, bool simulated);
+typedef struct gn_attest_local_view {
+  const char *model;
+  const char *verdict;   /* "pending", "verified RTX 4090 (self-check)"... */
+  const uint8_t *report; /* the sealed GN_MSG_ATTEST_REPORT, NULL while none */
+  size_t report_len;
+  bool done;
+} gn_attest_local_view;
+size_t gn_attest_agent_local_count(const gn_attest_agent *a);
+/* GN_ENOTFOUND past the last slot. The view is valid until the next call. */
+int gn_attest_agent_local(const gn_attest_agent *a, size_t slot, gn_attest_local_view *ret);
+
+/* A verification's end: rc < 0 with err when it could not be run (timeout,
+ * refusal, shutdown); otherwise res is the verdict (the worse of compute and
+ * memory) and mem the memory challenge's figures, NULL when it did not run. */
+typedef void (*gn_attest_verified_fn)(void *ud, int rc, const gn_attest_result *res, const gn_attest_result *mem,
+                                      const char *err);
+/* Challenges the provider of offer o (its GPU model's class, small simulated
+ * parameters for a simulated offer). done is called exactly once, never from
+ * inside this call, unless this returns an error (GN_ENOTFOUND: no class for
+ * the model). */
+int gn_attest_agent_verify(gn_attest_agent *a, const gn_offer *o, gn_attest_verified_fn done, void *ud);
+/* Attestation messages (GN_MSG_ATTEST_*, and GN_MSG_ERROR answering one of
+ * ours); raw is the whole envelope env was opened from. Others are ignored. */
+void gn_attest_agent_on_message(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const gn_envelope *env,
+                                const uint8_t *raw, size_t raw_len);
+void gn_attest_agent_peer_up(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN]);
+/* Expires sessions past their deadline (gn_mono_ms clock). */
+void gn_attest_agent_tick(gn_attest_agent *a, uint64_t now_ms);
+
+/* The verdict an offer's attached report states, e.g. "verified RTX 4090
+ * (checked by gn…)" or "simulated (self-reported)"; "invalid report" when it
+ * does not verify or another node signed it; "" when there is none. */
+void gn_attest_offer_verdict(const gn_offer *o, char *buf, size_t cap);
 
 #endif
