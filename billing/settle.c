@@ -105,17 +105,22 @@ void gn_settle_set_backoff(gn_settle *s, uint32_t base_ms, uint32_t max_ms) {
 /* --- small SQLite helpers ---------------------------------------------------*/
 
 /* A savepoint works inside or outside the caller's transaction; released
- * outside one, it commits. */
-static int tx_begin(gn_settle *s) {
+ * outside one, it commits. *ret_outer says whether we began the transaction,
+ * so that a failed commit never leaves one open on the caller's connection
+ * (the ledger refuses to append inside a transaction it did not begin). */
+static int tx_begin(gn_settle *s, bool *ret_outer) {
+  *ret_outer = sqlite3_get_autocommit(s->db) != 0;
   return sqlite3_exec(s->db, "SAVEPOINT gn_settle", NULL, NULL, NULL) == SQLITE_OK ? 0 : GN_EDB;
 }
 
-static int tx_end(gn_settle *s, int r) {
+static int tx_end(gn_settle *s, bool outer, int r) {
   if (r >= 0 && sqlite3_exec(s->db, "RELEASE gn_settle", NULL, NULL, NULL) != SQLITE_OK)
     r = GN_EDB;
   if (r < 0) {
     sqlite3_exec(s->db, "ROLLBACK TO gn_settle", NULL, NULL, NULL);
     sqlite3_exec(s->db, "RELEASE gn_settle", NULL, NULL, NULL);
+    if (outer && !sqlite3_get_autocommit(s->db))
+      sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
   }
   return r;
 }
@@ -300,10 +305,11 @@ int gn_settle_record_voucher(gn_settle *s, gn_settle_role role, const uint8_t *a
     return r;
   uint8_t ag_hash[32];
   blake2b(agreement_env, agreement_len, ag_hash);
-  if ((r = tx_begin(s)) < 0)
+  bool outer;
+  if ((r = tx_begin(s, &outer)) < 0)
     return r;
   r = voucher_store(s, role, ag_hash, &v, voucher_env, voucher_len, now_s);
-  return tx_end(s, r);
+  return tx_end(s, outer, r);
 }
 
 int gn_settle_get_voucher(gn_settle *s, const char *lease_id, gn_settle_role role, gn_settle_voucher *ret,
@@ -438,7 +444,8 @@ int gn_settle_enqueue_final(gn_settle *s, const gn_settle_final *f, int64_t now_
 
   gn_buf body = {0};
   sqlite3_stmt *st = NULL;
-  if ((r = tx_begin(s)) < 0)
+  bool outer;
+  if ((r = tx_begin(s, &outer)) < 0)
     return r;
   if ((r = voucher_store(s, f->role, ag_hash, &v, f->accept_env, f->accept_len, now_ms / 1000)) < 0)
     goto out;
@@ -471,7 +478,7 @@ int gn_settle_enqueue_final(gn_settle *s, const gn_settle_final *f, int64_t now_
 out:
   sqlite3_finalize(st);
   gn_buf_done(&body);
-  return tx_end(s, r);
+  return tx_end(s, outer, r);
 }
 
 void gn_settle_item_done(gn_settle_item *it) {
