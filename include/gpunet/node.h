@@ -1,7 +1,9 @@
-/* The daemon's infrastructure pieces, shared by gpunetd and the gpunet CLI:
- * the control server (HTTP/JSON on a Unix socket), configuration, the GPU
- * inventory (NVML via dlopen) and logging. The offer filter language is
- * billing's (gpunet/filter.h), included here for the daemon's files. */
+/* gpunetd's infrastructure pieces (the node library): the control server
+ * (HTTP/JSON on a Unix socket), configuration, the GPU inventory (NVML via
+ * dlopen) and logging. The gpunet CLI links none of it (DESIGN.md): what it
+ * shares with the daemon lives lower, the data directory in gpunet/paths.h
+ * and the offer filter in gpunet/filter.h (billing), included here for the
+ * daemon's files. */
 #ifndef GPUNET_NODE_H
 #define GPUNET_NODE_H
 
