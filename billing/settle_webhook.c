@@ -5,6 +5,7 @@
 #include "settle_int.h"
 
 #include <curl/curl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ typedef struct webhook_driver {
   gn_settle_driver base; /* first: the driver is freed through it */
   char url[URL_MAX + 1];
   uint32_t timeout_ms;
+  atomic_int canceled; /* set by webhook_cancel from any thread */
 } webhook_driver;
 
 int gn_settle_url_check(const char *url) {
@@ -71,6 +73,19 @@ static size_t on_data(char *p, size_t size, size_t nmemb, void *ud) {
   return n;
 }
 
+/* libcurl calls this at least once a second during a transfer. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+  (void)dltotal;
+  (void)dlnow;
+  (void)ultotal;
+  (void)ulnow;
+  return atomic_load(&((webhook_driver *)ud)->canceled) ? 1 : 0;
+}
+
+static void webhook_cancel(gn_settle_driver *d) {
+  atomic_store(&((webhook_driver *)d)->canceled, 1);
+}
+
 static bool status_retryable(long status) {
   return status >= 500 || status == 408 || status == 429;
 }
@@ -113,9 +128,17 @@ static int webhook_submit(gn_settle_driver *d, const gn_settle_item *it, gn_sett
   curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)it->body.len);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &ans);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, w);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  if (atomic_load(&w->canceled)) {
+    r = GN_ECANCELED;
+    snprintf(ret->reason, sizeof ret->reason, "webhook: canceled (shutting down)");
+    goto out;
+  }
   CURLcode cr = curl_easy_perform(c);
   if (cr != CURLE_OK) {
-    r = cr == CURLE_OPERATION_TIMEDOUT ? GN_ETIMEDOUT : GN_EIO;
+    r = cr == CURLE_OPERATION_TIMEDOUT ? GN_ETIMEDOUT : cr == CURLE_ABORTED_BY_CALLBACK ? GN_ECANCELED : GN_EIO;
     /* The URL stays out of reasons: it may hold credentials. */
     snprintf(ret->reason, sizeof ret->reason, "webhook: %s", curl_easy_strerror(cr));
     goto out;
@@ -158,7 +181,9 @@ int gn_settle_webhook_new(const char *url, uint32_t timeout_ms, gn_settle_driver
     curl_global_cleanup();
     return GN_ENOMEM;
   }
-  w->base = (gn_settle_driver){.name = "webhook", .off_loop = true, .submit = webhook_submit, .free = webhook_free};
+  w->base = (gn_settle_driver){
+      .name = "webhook", .off_loop = true, .submit = webhook_submit, .cancel = webhook_cancel, .free = webhook_free};
+  atomic_init(&w->canceled, 0);
   snprintf(w->url, sizeof w->url, "%s", url);
   w->timeout_ms = timeout_ms ? timeout_ms : GN_SETTLE_WEBHOOK_TIMEOUT_MS;
   *ret = &w->base;

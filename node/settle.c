@@ -180,9 +180,15 @@ void gn__settle_stop(gn_node *n) {
     uv_timer_stop(&g->timer);
     uv_close((uv_handle_t *)&g->timer, NULL);
   }
-  /* A request on the pool finishes by its timeout; its outcome is still
-   * recorded (the loop runs until it is done), and an item interrupted by a
-   * crash instead is sent again with the same idempotency key. */
+  /* A request on the pool stops within a second (its outcome, canceled, is
+   * recorded as a transient failure: the item stays queued); an item
+   * interrupted by a crash instead is sent again with the same idempotency
+   * key. */
+  if (g->busy) {
+    uv_cancel((uv_req_t *)&g->work);
+    if (g->drv->cancel)
+      g->drv->cancel(g->drv);
+  }
 }
 
 void gn__settle_free(gn_node *n) {

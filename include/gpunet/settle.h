@@ -174,6 +174,10 @@ struct gn_settle_driver {
   /* 0 when the item is acknowledged (settled); a negative GN_E* otherwise,
    * with ret saying whether to retry and why. Called for one item at a time. */
   int (*submit)(gn_settle_driver *d, const gn_settle_item *item, gn_settle_outcome *ret);
+  /* May be NULL. Callable from any thread (the daemon's shutdown): a submit
+   * running now or later returns soon with GN_ECANCELED and retry set; the
+   * item stays queued for the next start. */
+  void (*cancel)(gn_settle_driver *d);
   void (*free)(gn_settle_driver *d);
 };
 

@@ -47,6 +47,7 @@ typedef struct server {
   unsigned script[8];
   int nscript;
   unsigned stall_ms;
+  volatile int stopping; /* ends stalls early at server_stop */
   const char *answer_body;
 } server;
 
@@ -100,7 +101,8 @@ static inline enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   const char *text = s->answer_body ? s->answer_body : "{}";
   pthread_mutex_unlock(&s->mu);
   if (status == 0) {
-    usleep(stall * 1000);
+    for (unsigned t = 0; t < stall && !s->stopping; t += 20)
+      usleep(20 * 1000);
     status = 200;
   }
   struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
@@ -139,6 +141,7 @@ static inline void server_start(server *s, const unsigned *script, int n) {
 }
 
 static inline void server_stop(server *s) {
+  s->stopping = 1;
   MHD_stop_daemon(s->d);
   for (int i = 0; i < s->nreqs && i < SS_MAX_REQS; i++)
     free(s->reqs[i].body);

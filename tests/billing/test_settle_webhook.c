@@ -265,6 +265,43 @@ static void test_stalled_server_times_out_and_is_retried(void **state) {
   settled_lease_done(&sl);
 }
 
+static void *cancel_later(void *ud) {
+  usleep(200 * 1000);
+  gn_settle_driver *d = ud;
+  d->cancel(d);
+  return NULL;
+}
+
+static void test_cancel_stops_a_request_in_flight(void **state) {
+  sf *f = *state;
+  server s;
+  static const unsigned script[] = {0};
+  server_start(&s, script, 1);
+  s.stall_ms = 3000;
+  gn_settle_driver *d = webhook(&s, 10000);
+  settled_lease sl;
+  enqueue(f, &sl, NOW_MS);
+  gn_settle_item it;
+  gn_settle_outcome o;
+  memset(&o, 0, sizeof o);
+  assert_int_equal(gn_settle_outbox_next(f->prov, NOW_MS, &it), 0);
+  pthread_t th;
+  uint64_t t0 = gn_mono_ms();
+  assert_int_equal(pthread_create(&th, NULL, cancel_later, d), 0);
+  /* The daemon's shutdown: the request stops long before its timeout. */
+  assert_int_equal(d->submit(d, &it, &o), GN_ECANCELED);
+  uint64_t took = gn_mono_ms() - t0;
+  pthread_join(th, NULL);
+  assert_true(took < 2000);
+  assert_true(o.retry);
+  assert_int_equal(gn_settle_outbox_finish(f->prov, it.id, GN_ECANCELED, &o, d->name, NOW_MS), 0);
+  gn_settle_item_done(&it);
+  assert_int_equal(state_of(f), GN_SETTLE_PENDING); /* still queued */
+  gn_settle_driver_free(d);
+  server_stop(&s);
+  settled_lease_done(&sl);
+}
+
 static void test_connection_refused_is_retried(void **state) {
   sf *f = *state;
   /* A port that was just free: nobody listens. */
@@ -339,6 +376,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_400_is_not_retried, sf_setup, sf_teardown),
       cmocka_unit_test_setup_teardown(test_408_and_429_are_retried, sf_setup, sf_teardown),
       cmocka_unit_test_setup_teardown(test_stalled_server_times_out_and_is_retried, sf_setup, sf_teardown),
+      cmocka_unit_test_setup_teardown(test_cancel_stops_a_request_in_flight, sf_setup, sf_teardown),
       cmocka_unit_test_setup_teardown(test_connection_refused_is_retried, sf_setup, sf_teardown),
       cmocka_unit_test(test_url_must_be_http),
   };

@@ -155,6 +155,36 @@ static void test_daemon_settles_through_the_webhook(void **state) {
   server_stop(&s);
 }
 
+static void test_daemon_shutdown_stops_a_stalled_request(void **state) {
+  world *w = *state;
+  server s;
+  static const unsigned script[] = {0}; /* never answers in time */
+  server_start(&s, script, 1);
+  s.stall_ms = 60000;
+  char url[96];
+  snprintf(url, sizeof url, "http://127.0.0.1:%u/hook", s.port);
+  queue_final(w);
+  const char *extra[] = {"--settle-driver", "webhook", "--settle-url", url, NULL};
+  start_daemon(w, extra);
+  for (int i = 0; i < 100 && server_count(&s) == 0; i++)
+    usleep(100 * 1000);
+  assert_int_equal(server_count(&s), 1);
+  /* The request waits (30 s timeout); a shutdown does not. */
+  uint64_t t0 = gn_mono_ms();
+  tn_daemon_stop(w->daemon);
+  w->daemon = 0;
+  uint64_t took = gn_mono_ms() - t0;
+  if (took > 5000)
+    fail_msg("gpunetd took %llu ms to stop with a settlement request in flight", (unsigned long long)took);
+  /* The item is still queued for the next start. */
+  char path[128];
+  snprintf(path, sizeof path, "%s/gpunet.db", w->dir);
+  sqlite3 *db = sf_db_open(path);
+  assert_int_equal(sf_count(db, "SELECT count(*) FROM settle_outbox WHERE state = 1"), 1);
+  sqlite3_close(db);
+  server_stop(&s);
+}
+
 static void test_daemon_ledger_driver_is_the_default(void **state) {
   world *w = *state;
   queue_final(w);
@@ -259,6 +289,7 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_daemon_settles_through_the_webhook, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_daemon_shutdown_stops_a_stalled_request, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_ledger_driver_is_the_default, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_refuses_a_webhook_without_url, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_settle_keys, setup, teardown),
