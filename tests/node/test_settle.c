@@ -110,6 +110,22 @@ static void start_daemon(world *w, const char *const *extra) {
   }
 }
 
+/* Runs the gpunet CLI built beside the tests against the daemon; its stdout
+ * into out. */
+static void run_cli(world *w, const char *args, char *out, size_t cap) {
+  const char *bd = getenv("GN_BUILD_DIR");
+  assert_non_null(bd);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s/gpunet --data-dir %s %s", bd, w->dir, args);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  if (st != 0)
+    fail_msg("%s exited %d: %s", cmd, st, out);
+}
+
 /* Polls GET /v1/balance until the lease's voucher is settled (or 20 s). */
 static json_t *wait_settled(world *w) {
   for (int i = 0; i < 200; i++) {
@@ -191,6 +207,22 @@ static void test_daemon_ledger_driver_is_the_default(void **state) {
   start_daemon(w, NULL);
   json_t *j = wait_settled(w);
   assert_string_equal(json_string_value(json_object_get(j, "driver")), "ledger");
+  json_decref(j);
+  /* gpunet balance: the table, and --json (the daemon's answer). */
+  char out[4096], want[64];
+  run_cli(w, "balance", out, sizeof out);
+  assert_non_null(strstr(out, "DIRECTION"));
+  assert_non_null(strstr(out, "OUTSTANDING"));
+  assert_non_null(strstr(out, "we owe"));
+  snprintf(want, sizeof want, "0.025 EUR"); /* 25 s at 1000 micro per second */
+  assert_int_equal(w->amount, 25000);
+  assert_non_null(strstr(out, want));
+  assert_non_null(strstr(out, "ledger driver, 0 pending, 0 failed"));
+  run_cli(w, "--json balance", out, sizeof out);
+  j = json_loads(out, 0, NULL);
+  assert_non_null(j);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_array_get(json_object_get(j, "balances"), 0), "settled_micro")), 25000);
   json_decref(j);
   tn_daemon_stop(w->daemon);
   w->daemon = 0;
