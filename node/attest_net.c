@@ -65,7 +65,7 @@ static void io_log(void *ctx, bool warn, const char *line) {
 static void io_changed(void *ctx, size_t slot) {
   gn_node *n = ctx;
   gn_attest_local_view v;
-  if (slot >= GN_ATTEST_MODELS || gn_attest_agent_local(n->attest_agent, slot, &v) < 0)
+  if (!n->attest_agent || slot >= GN_ATTEST_MODELS || gn_attest_agent_local(n->attest_agent, slot, &v) < 0)
     return;
   gn_attest_local *l = &n->attest[slot];
   if (slot >= n->attest_n)
