@@ -568,8 +568,11 @@ int gn_settle_outbox_finish(gn_settle *s, int64_t id, int rc, const gn_settle_ou
   if (rc < 0)
     gn__settle_printable(reason, sizeof reason, o && o->reason[0] ? o->reason : gn_strerror(rc), sizeof reason);
   if ((r = prep(s,
-                "UPDATE settle_outbox SET state = ?, attempts = ?, next_ms = ?, done_ms = ?, driver = ?,"
-                " http_status = ?, reason = ? WHERE id = ? AND state = 1",
+                /* A settled item's body (the export: megabytes for a long
+                 * lease) is dropped: the ledger holds all it was made of. */
+                "UPDATE settle_outbox SET state = ?1, attempts = ?2, next_ms = ?3, done_ms = ?4, driver = ?5,"
+                " http_status = ?6, reason = ?7, body = CASE WHEN ?1 = 2 THEN X'' ELSE body END"
+                " WHERE id = ?8 AND state = 1",
                 &st)) < 0)
     return r;
   sqlite3_bind_int(st, 1, state);
@@ -615,18 +618,29 @@ int gn_settle_drain(gn_settle *s, gn_settle_driver *d, int64_t now_ms, size_t ma
   return r;
 }
 
-int gn_settle_outbox_retry(gn_settle *s, const char *lease_id, gn_settle_role role, int64_t now_ms) {
+int gn_settle_outbox_retry(gn_settle *s, const char *lease_id, gn_settle_role role, int64_t now_ms, uint64_t *ret_n) {
+  if (!s)
+    return GN_EINVAL;
   sqlite3_stmt *st = NULL;
-  int r = prep(s, "UPDATE settle_outbox SET state = 1, next_ms = ? WHERE lease_id = ? AND role = ? AND state = 3", &st);
+  int r = prep(s,
+               "UPDATE settle_outbox SET state = 1, next_ms = ?1, attempts = 0 WHERE state = 3"
+               " AND (?2 IS NULL OR (lease_id = ?2 AND role = ?3))",
+               &st);
   if (r < 0)
     return r;
   sqlite3_bind_int64(st, 1, now_ms);
-  sqlite3_bind_text(st, 2, lease_id, -1, SQLITE_STATIC);
+  if (lease_id)
+    sqlite3_bind_text(st, 2, lease_id, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 2);
   sqlite3_bind_int(st, 3, (int)role);
   r = sqlite3_step(st) == SQLITE_DONE ? 0 : GN_EDB;
-  if (r == 0 && sqlite3_changes(s->db) == 0)
+  uint64_t n = r == 0 ? (uint64_t)sqlite3_changes(s->db) : 0;
+  if (r == 0 && lease_id && n == 0)
     r = GN_ENOTFOUND;
   sqlite3_finalize(st);
+  if (r == 0 && ret_n)
+    *ret_n = n;
   return r;
 }
 

@@ -3,6 +3,7 @@
  * much of it is settled (gpunetd's GET /v1/balance). */
 #include "cli.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,7 +41,31 @@ static void show_balance(const json_t *j, const void *ctx) {
          failed ? " (see gpunetd's log for why)" : "");
 }
 
+static void show_retried(const json_t *j, const void *ctx) {
+  (void)ctx;
+  long long n = (long long)cli_int(j, "retried", 0);
+  printf("%lld failed settlement%s queued again (%s driver)\n", n, n == 1 ? "" : "s",
+         cli_str(j, "driver") ? cli_str(j, "driver") : "?");
+}
+
 int cmd_balance(cli *c, int argc, char **argv) {
-  int r = cli_simple_args(argc, argv, 0, "");
-  return r >= 0 ? r : cli_show(c, "GET", "/v1/balance", NULL, show_balance, NULL);
+  static const struct option opts[] = {{"retry", no_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'}, {0}};
+  bool retry = false;
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (o == 'r')
+      retry = true;
+    else if (o == 'h')
+      return cli_print_usage(cli_find_cmd("balance"));
+    else
+      return cli_bad_option("balance", o, argv);
+  }
+  int r = cli_want_args(argc, argv, 0, "");
+  if (r >= 0)
+    return r;
+  if (retry)
+    return cli_show(c, "POST", "/v1/balance/retry", NULL, show_retried, NULL);
+  return cli_show(c, "GET", "/v1/balance", NULL, show_balance, NULL);
 }

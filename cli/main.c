@@ -95,13 +95,15 @@ static const cli_cmd commands[] = {
      "daemon (every signature, the tick hash chain, each second's price and the\n"
      "totals) and exits 1 if anything does not check out.\n"},
     {"balance", cmd_balance, "show what peers owe this node and what it owes",
-     "Usage: gpunet balance\n"
+     "Usage: gpunet balance [--retry]\n"
      "Shows, per counterparty and currency, the sum of the highest payment\n"
      "voucher of each lease (signed by the requester with every debit note and\n"
      "final invoice it accepts): what a peer owes this node as provider, what\n"
      "this node owes as requester, how much is settled (the final voucher was\n"
      "taken by the settlement driver: settle_driver ledger or webhook) and how\n"
-     "much is outstanding.\n"},
+     "much is outstanding.\n"
+     "--retry queues the settlements the driver refused for good (a webhook\n"
+     "that answered 4xx) again, e.g. after the endpoint was fixed.\n"},
     {"attest", cmd_attest, "challenge a provider's GPU",
      "Usage: gpunet attest OFFER|NODE\n"
      "Asks gpunetd to run the GPU attestation challenge against the provider\n"

@@ -430,3 +430,4 @@ void gn__api_register(gn_node *n) {
   for (size_t i = 0; i < GN_ARRAY_SIZE(routes); i++)
     gn_ctl_route(n->ctl, routes[i].method, routes[i].path, routes[i].fn, n);
 }
+      {"POST", "/v1/balance/retry", gn__api_settle_retry},

@@ -325,6 +325,8 @@ void gn__attest_shutdown(gn_node *n);
 
 /* api.c */
 void gn__api_register(gn_node *n);
+/* POST /v1/balance/retry: failed settlements are queued again. */
+void gn__api_settle_retry(gn_ctl_req *req, void *ud);
 /* Long-polled logs (GET /v1/jobs/:id/logs?wait_ms=): a waiting request is a
  * GN_PENDING_LOGS entry keyed by job id. _wake answers the job's waiters that
  * have something new (output past their offset, a state change); call it

@@ -256,6 +256,21 @@ const char *gn__settle_state(gn_node *n, const char *lease_id, const char *role)
   return gn_settle_state_name(st.state);
 }
 
+void gn__api_settle_retry(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  struct gn__settle_glue *g = n->settle;
+  if (!g)
+    return gn_ctl_reply_error(req, 503, "settlement is not running");
+  uint64_t again = 0;
+  int r = gn_settle_outbox_retry(g->s, NULL, GN_SETTLE_PROVIDER, now_ms(), &again);
+  if (r < 0)
+    return gn_ctl_reply_error(req, 500, "cannot retry settlements: %s", gn_strerror(r));
+  if (again)
+    gn_log(GN_LOG_INFO, "settlement: %llu failed item(s) queued again", (unsigned long long)again);
+  schedule(g, 0);
+  gn_ctl_reply_json(req, 200, json_pack("{s:I, s:s}", "retried", (json_int_t)again, "driver", g->drv->name));
+}
+
 static json_t *balance_json(const gn_settle_balance *b) {
   char peer[GN_NODE_ID_STRLEN], vouched[32], settled[32], outstanding[32];
   gn_node_id_format(b->peer, peer);

@@ -132,7 +132,8 @@ typedef struct gn_settle_final {
 
 /* Records the final voucher (as gn_settle_record_voucher; it must be an
  * INVOICE_ACCEPT naming BLAKE2b-256 of invoice_env, else GN_EDIGEST) and
- * queues one settlement item keyed "<lease_id>-<invoice hash hex>", due now.
+ * queues one settlement item keyed "<lease_id>-<invoice hash hex>", due now
+ * (its body is dropped once it is settled: the ledger holds its parts).
  * Both in one transaction, committed before it returns: nothing is lost on a
  * crash. Enqueueing the same final voucher again returns 0 and queues
  * nothing (the key is unique); GN_ETOOBIG when GN_SETTLE_OUTBOX_MAX items
@@ -218,8 +219,11 @@ int gn_settle_outbox_finish(gn_settle *s, int64_t id, int rc, const gn_settle_ou
  * records each outcome; *ret_n (may be NULL) counts the attempts made.
  * For tests and tools: the daemon drains off the loop. */
 int gn_settle_drain(gn_settle *s, gn_settle_driver *d, int64_t now_ms, size_t max, size_t *ret_n);
-/* Puts a failed item back to pending, due now (an operator fixed the URL). */
-int gn_settle_outbox_retry(gn_settle *s, const char *lease_id, gn_settle_role role, int64_t now_ms);
+/* Puts a lease's failed item (lease_id NULL: every failed item) back to
+ * pending, due now, its attempts counted from 0 again (an operator fixed the
+ * endpoint). GN_ENOTFOUND if the lease has no failed item; *ret_n (may be
+ * NULL) counts the items. */
+int gn_settle_outbox_retry(gn_settle *s, const char *lease_id, gn_settle_role role, int64_t now_ms, uint64_t *ret_n);
 
 typedef enum gn_settle_state {
   GN_SETTLE_NONE = 0, /* no final voucher queued */

@@ -199,6 +199,8 @@ static void test_ledger_driver_settles_the_final_voucher(void **state) {
   char sql[200];
   snprintf(sql, sizeof sql, "SELECT amount_micro FROM settle_book WHERE key = '%s'", key);
   assert_int_equal(sf_count(f->db, sql), fin.total_micro);
+  /* The settled item's body is dropped; the key and the outcome stay. */
+  assert_int_equal(sf_count(f->db, "SELECT length(body) FROM settle_outbox"), 0);
   /* Nothing is left to do. */
   assert_int_equal(gn_settle_drain(f->prov, d, NOW_MS + 10000000, 10, &n), 0);
   assert_int_equal(n, 0);
@@ -343,9 +345,19 @@ static void test_failed_item_stays_failed_until_retried(void **state) {
   assert_int_equal(gn_settle_outbox_counts(f->prov, &pending, &failed), 0);
   assert_int_equal(pending, 0);
   assert_int_equal(failed, 1);
-  assert_int_equal(gn_settle_outbox_retry(f->prov, f->a.lease_id, GN_SETTLE_PROVIDER, NOW_MS + 5), 0);
+  uint64_t again = 0;
+  assert_int_equal(gn_settle_outbox_retry(f->prov, f->a.lease_id, GN_SETTLE_PROVIDER, NOW_MS + 5, &again), 0);
+  assert_int_equal(again, 1);
+  assert_int_equal(gn_settle_outbox_retry(f->prov, f->a.lease_id, GN_SETTLE_PROVIDER, NOW_MS + 5, NULL),
+                   GN_ENOTFOUND); /* pending now, not failed */
   assert_int_equal(gn_settle_drain(f->prov, &fd.base, NOW_MS + 5, 10, &n), 0);
   assert_int_equal(fd.calls, 2);
+  /* Failed again; "retry all" takes it back too. */
+  assert_int_equal(gn_settle_outbox_retry(f->prov, NULL, GN_SETTLE_PROVIDER, NOW_MS + 6, &again), 0);
+  assert_int_equal(again, 1);
+  assert_int_equal(gn_settle_outbox_counts(f->prov, &pending, &failed), 0);
+  assert_int_equal(pending, 1);
+  assert_int_equal(failed, 0);
   gn_buf_done(&inv);
   gn_buf_done(&acc);
 }

@@ -201,6 +201,44 @@ static void test_daemon_shutdown_stops_a_stalled_request(void **state) {
   server_stop(&s);
 }
 
+static void test_daemon_failed_settlement_retried_on_request(void **state) {
+  world *w = *state;
+  server s;
+  static const unsigned script[] = {400};
+  server_start(&s, script, 1);
+  char url[96];
+  snprintf(url, sizeof url, "http://127.0.0.1:%u/hook", s.port);
+  queue_final(w);
+  const char *extra[] = {"--settle-driver", "webhook", "--settle-url", url, NULL};
+  start_daemon(w, extra);
+  json_t *j = NULL;
+  for (int i = 0; i < 100; i++) {
+    json_decref(j);
+    j = api_get(w, "/v1/balance");
+    if (j && json_integer_value(json_object_get(j, "failed")) == 1)
+      break;
+    usleep(100 * 1000);
+  }
+  assert_non_null(j);
+  assert_int_equal(json_integer_value(json_object_get(j, "failed")), 1);
+  json_decref(j);
+  usleep(300 * 1000);
+  assert_int_equal(server_count(&s), 1); /* a 400 is not retried by itself */
+  /* The operator fixes the endpoint and asks again. */
+  pthread_mutex_lock(&s.mu);
+  s.script[0] = 200;
+  pthread_mutex_unlock(&s.mu);
+  char out[1024];
+  run_cli(w, "balance --retry", out, sizeof out);
+  assert_non_null(strstr(out, "1 failed settlement queued again (webhook driver)"));
+  json_decref(wait_settled(w));
+  assert_int_equal(server_count(&s), 2);
+  assert_string_equal(s.reqs[0].key, s.reqs[1].key);
+  tn_daemon_stop(w->daemon);
+  w->daemon = 0;
+  server_stop(&s);
+}
+
 static void test_daemon_ledger_driver_is_the_default(void **state) {
   world *w = *state;
   queue_final(w);
@@ -322,6 +360,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_daemon_settles_through_the_webhook, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_shutdown_stops_a_stalled_request, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_daemon_failed_settlement_retried_on_request, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_ledger_driver_is_the_default, setup, teardown),
       cmocka_unit_test_setup_teardown(test_daemon_refuses_a_webhook_without_url, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_settle_keys, setup, teardown),
