@@ -424,10 +424,10 @@ void gn__api_register(gn_node *n) {
       {"GET", "/v1/invoices/:id", api_invoice},
       {"GET", "/v1/invoices/:id/export", api_invoice_export},
       {"GET", "/v1/balance", gn__api_balance},
+      {"POST", "/v1/balance/retry", gn__api_settle_retry},
       {"POST", "/v1/attest", api_attest},
       {"GET", "/metrics", api_metrics},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(routes); i++)
     gn_ctl_route(n->ctl, routes[i].method, routes[i].path, routes[i].fn, n);
 }
-      {"POST", "/v1/balance/retry", gn__api_settle_retry},
