@@ -304,6 +304,8 @@ int gn__settle_final(gn_node *n, const gn_lease *l, const uint8_t *invoice_env, 
  * (role "provider" or "requester"), for the invoice list. */
 const char *gn__settle_state(gn_node *n, const char *lease_id, const char *role);
 void gn__api_balance(gn_ctl_req *req, void *ud);
+/* POST /v1/balance/retry: failed settlements are queued again. */
+void gn__api_settle_retry(gn_ctl_req *req, void *ud);
 
 /* attest_net.c: the glue around the attestation agent (node/attest/,
  * gpunet/attest.h): its io, the local GPUs, POST /v1/attest. */
@@ -325,8 +327,6 @@ void gn__attest_shutdown(gn_node *n);
 
 /* api.c */
 void gn__api_register(gn_node *n);
-/* POST /v1/balance/retry: failed settlements are queued again. */
-void gn__api_settle_retry(gn_ctl_req *req, void *ud);
 /* Long-polled logs (GET /v1/jobs/:id/logs?wait_ms=): a waiting request is a
  * GN_PENDING_LOGS entry keyed by job id. _wake answers the job's waiters that
  * have something new (output past their offset, a state change); call it
