@@ -106,6 +106,18 @@ int gn__bill_verify(const uint8_t *env, size_t len, bool final, const gn__bill_c
                     const gn__bill_limits *lim, gn__bill_view *ret, char *reason, size_t cap);
 void gn__bill_view_done(gn__bill_view *v);
 
+/* The _sig variants take the result of a signature check done before (by
+ * the audit's parallel pre-pass): GN__SIG_UNCHECKED to verify now, 0 for
+ * verified, a negative code for a failed check. */
+#define GN__SIG_UNCHECKED 1
+int gn__bill_verify_sig(const uint8_t *env, size_t len, int sig_rc, bool final, const gn__bill_ctx *ctx,
+                        const gn_bill_head *head, const gn__bill_limits *lim, gn__bill_view *ret, char *reason,
+                        size_t cap);
+int gn__bill_response_open_sig(const uint8_t *env, size_t len, int sig_rc, const gn__bill_ctx *ctx,
+                               gn_bill_response *ret, char *reason, size_t cap);
+int gn__bill_peek_sig(const uint8_t *env, size_t len, int sig_rc, const gn__bill_ctx *ctx, gn_bill_note *ret,
+                      char *reason, size_t cap);
+
 /* Opens a note or invoice of ctx's lease (signature, signer, body, lease and
  * agreement) without walking its ticks or checking it continues anything:
  * for storing and listing. */

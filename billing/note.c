@@ -15,6 +15,52 @@
 /* Room for the envelope around a body (version, type, signer, signature). */
 #define ENVELOPE_OVERHEAD 256
 
+/* Parses an envelope like gn_envelope_open but WITHOUT verifying its
+ * signature: only for bytes whose signature was verified already (the
+ * audit's parallel pre-pass), or for ordering before a full audit. */
+static int envelope_parse(const uint8_t *buf, size_t len, gn_envelope *ret) {
+  gn_wire_doc doc;
+  gn_envelope env;
+  int r;
+  if (!buf || !ret)
+    return GN_EINVAL;
+  if ((r = gn_wire_decode(buf, len, &doc)) < 0)
+    return r;
+  const msgpack_object *root = doc.root;
+  const msgpack_object *f = root->type == MSGPACK_OBJECT_ARRAY ? root->via.array.ptr : NULL;
+  r = GN_EINVAL;
+  if (!f || root->via.array.size != 5 || f[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+      f[0].via.u64 != GN_PROTO_VERSION || f[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[1].via.u64 > UINT32_MAX ||
+      f[2].type != MSGPACK_OBJECT_BIN || f[2].via.bin.size != GN_PK_LEN || f[3].type != MSGPACK_OBJECT_BIN ||
+      f[4].type != MSGPACK_OBJECT_BIN || f[4].via.bin.size != GN_SIG_LEN)
+    goto out;
+  env.version = (uint32_t)f[0].via.u64;
+  env.type = (uint32_t)f[1].via.u64;
+  memcpy(env.signer, f[2].via.bin.ptr, GN_PK_LEN);
+  env.body = (const uint8_t *)f[3].via.bin.ptr;
+  env.body_len = f[3].via.bin.size;
+  memcpy(env.sig, f[4].via.bin.ptr, GN_SIG_LEN);
+  if (env.body_len && (env.body < buf || env.body + env.body_len > buf + len))
+    goto out;
+  if (env.body_len == 0)
+    env.body = buf;
+  *ret = env;
+  r = 0;
+out:
+  gn_wire_doc_done(&doc);
+  return r;
+}
+
+/* gn_envelope_open, or the result of a verification done before (sig_rc:
+ * GN__SIG_UNCHECKED to verify now, 0 verified, < 0 failed with that code). */
+static int env_open(const uint8_t *buf, size_t len, int sig_rc, gn_envelope *ret) {
+  if (sig_rc == GN__SIG_UNCHECKED)
+    return gn_envelope_open(buf, len, ret);
+  if (sig_rc < 0)
+    return sig_rc;
+  return envelope_parse(buf, len, ret);
+}
+
 /* --- body codec ------------------------------------------------------------*/
 
 int gn__bill_body_encode(const gn__bill_body *b, gn_buf *ret) {
@@ -164,8 +210,9 @@ static int walk_ticks(const gn__bill_ctx *ctx, const uint8_t *ticks, uint64_t n,
   return 0;
 }
 
-int gn__bill_verify(const uint8_t *env, size_t len, bool final, const gn__bill_ctx *ctx, const gn_bill_head *head,
-                    const gn__bill_limits *lim, gn__bill_view *ret, char *reason, size_t cap) {
+int gn__bill_verify_sig(const uint8_t *env, size_t len, int sig_rc, bool final, const gn__bill_ctx *ctx,
+                        const gn_bill_head *head, const gn__bill_limits *lim, gn__bill_view *ret, char *reason,
+                        size_t cap) {
   gn__bill_view v;
   const gn_lease_terms *t = &ctx->ag.terms;
   const char *what = final ? "invoice" : "debit note";
@@ -174,7 +221,7 @@ int gn__bill_verify(const uint8_t *env, size_t len, bool final, const gn__bill_c
   if (!env)
     return gn__fail(reason, cap, "no %s given", what);
   memset(&v, 0, sizeof(v));
-  r = gn_envelope_open(env, len, &v.env);
+  r = env_open(env, len, sig_rc, &v.env);
   if (r == GN_ESIG) {
     gn_node_id_format(t->provider, a);
     return gn__fail(reason, cap, "%s signature does not verify against provider %s", what, a);
@@ -364,6 +411,11 @@ int gn__bill_verify(const uint8_t *env, size_t len, bool final, const gn__bill_c
 out:
   gn_wire_doc_done(&v.doc);
   return r;
+}
+
+int gn__bill_verify(const uint8_t *env, size_t len, bool final, const gn__bill_ctx *ctx, const gn_bill_head *head,
+                    const gn__bill_limits *lim, gn__bill_view *ret, char *reason, size_t cap) {
+  return gn__bill_verify_sig(env, len, GN__SIG_UNCHECKED, final, ctx, head, lim, ret, reason, cap);
 }
 
 static int check_common(const uint8_t *env, size_t len, bool final, const uint8_t *agreement_env, size_t agreement_len,
@@ -644,8 +696,8 @@ int gn_bill_invoice_reject_seal(const gn_identity *requester, const uint8_t *agr
 
 /* --- the provider's open of an answer -----------------------------------------*/
 
-int gn__bill_response_open(const uint8_t *env, size_t len, const gn__bill_ctx *ctx, gn_bill_response *ret, char *reason,
-                           size_t cap) {
+int gn__bill_response_open_sig(const uint8_t *env, size_t len, int sig_rc, const gn__bill_ctx *ctx,
+                               gn_bill_response *ret, char *reason, size_t cap) {
   gn_envelope e;
   gn_wire_doc doc;
   gn_bill_response resp;
@@ -656,7 +708,7 @@ int gn__bill_response_open(const uint8_t *env, size_t len, const gn__bill_ctx *c
     return GN_EINVAL;
   }
   memset(&resp, 0, sizeof(resp));
-  r = gn_envelope_open(env, len, &e);
+  r = env_open(env, len, sig_rc, &e);
   if (r == GN_ESIG) {
     gn_node_id_format(ctx->ag.terms.requester, a);
     gn__fail(reason, cap, "response signature does not verify against requester %s", a);
@@ -738,6 +790,11 @@ int gn__bill_response_open(const uint8_t *env, size_t len, const gn__bill_ctx *c
   return 0;
 }
 
+int gn__bill_response_open(const uint8_t *env, size_t len, const gn__bill_ctx *ctx, gn_bill_response *ret, char *reason,
+                           size_t cap) {
+  return gn__bill_response_open_sig(env, len, GN__SIG_UNCHECKED, ctx, ret, reason, cap);
+}
+
 int gn_bill_response_open(const uint8_t *env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
                           gn_bill_response *ret) {
   gn__bill_ctx ctx;
@@ -762,6 +819,11 @@ int gn_bill_response_matches(const gn_bill_response *resp, const gn_bill_note *n
 
 int gn__bill_peek(const uint8_t *env, size_t len, const gn__bill_ctx *ctx, gn_bill_note *ret, char *reason,
                   size_t cap) {
+  return gn__bill_peek_sig(env, len, GN__SIG_UNCHECKED, ctx, ret, reason, cap);
+}
+
+int gn__bill_peek_sig(const uint8_t *env, size_t len, int sig_rc, const gn__bill_ctx *ctx, gn_bill_note *ret,
+                      char *reason, size_t cap) {
   gn_envelope e;
   gn_wire_doc doc;
   gn__bill_body b;
@@ -769,7 +831,7 @@ int gn__bill_peek(const uint8_t *env, size_t len, const gn__bill_ctx *ctx, gn_bi
   int r;
   if (!env || !ret)
     return gn__fail(reason, cap, "no note given");
-  if ((r = gn_envelope_open(env, len, &e)) < 0)
+  if ((r = env_open(env, len, sig_rc, &e)) < 0)
     return gn__fail(reason, cap, "note envelope does not verify (%s)", gn_strerror(r));
   if (e.type != GN_MSG_DEBIT_NOTE && e.type != GN_MSG_INVOICE)
     return gn__fail(reason, cap, "envelope of type %" PRIu32 " is neither a debit note nor an invoice", e.type);

@@ -1,11 +1,15 @@
-/* Billing benchmarks and example generator. `billing_bench` measures the
- * tick append rate (one committed transaction per tick, WAL + synchronous
- * FULL, against one batched transaction) and the cost of auditing a 24-hour
- * invoice against building and signing it. `billing_bench examples DIR`
- * prints one deterministic hex example of each billing envelope (for
- * docs/protocol.md (section 2)) and writes fuzzing seeds under DIR. */
+/* Billing v2 benchmark (issue 7, item 8). For leases of 1 hour, 24 hours and
+ * 30 days (2,592,000 s) billed with debit notes every interval_s, it builds
+ * the whole bill with the real code (notes, vouchers, final invoice and its
+ * acceptance), exports it (gpunet-invoice/2), and times the audit of the
+ * export text (parse + gn_invoice_audit_json, what `gpunet invoice audit`
+ * does) against the time to recompute the bare tick hash chain of the same
+ * seconds in the same run. Then the debit-note round trip (seal, check,
+ * accept, open) per second. `billing_bench seeds DIR` writes the fuzz seed
+ * corpora of fuzz_invoice and fuzz_note instead. */
 #include "billing_int.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <sodium.h>
@@ -28,7 +32,7 @@ static double now_s(void) {
     }                                                                                                                  \
   } while (0)
 
-/* A fixed identity from a one-byte seed, so examples and seeds are stable. */
+/* A fixed identity from a one-byte seed, so seeds are stable. */
 static gn_identity *identity_from(uint8_t b) {
   uint8_t seed[crypto_sign_SEEDBYTES];
   gn_identity *id = calloc(1, sizeof(*id));
@@ -39,17 +43,9 @@ static gn_identity *identity_from(uint8_t b) {
   return id;
 }
 
-static sqlite3 *db_open(const char *path) {
-  sqlite3 *db = NULL;
-  if (sqlite3_open(path, &db) != SQLITE_OK ||
-      sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", NULL, NULL, NULL) != SQLITE_OK)
-    exit(1);
-  return db;
-}
-
+/* The lease of the fuzz targets: fixed keys, id, nonce and times. */
 static void make_agreement(const gn_identity *prov, const gn_identity *req, uint32_t count, uint64_t max_s,
-                           const char *lease_id, gn_buf *ret_req, gn_buf *ret_ag) {
-  gn_lease_terms t;
+                           uint32_t interval_s, gn_buf *ret_ag) {
   static const char *const gpus[GN_LEASE_MAX_GPUS] = {"GPU-8f1c2a3b-5d6e-4f70-8192-a3b4c5d6e7f8",
                                                       "GPU-1",
                                                       "GPU-2",
@@ -66,12 +62,11 @@ static void make_agreement(const gn_identity *prov, const gn_identity *req, uint
                                                       "GPU-13",
                                                       "GPU-14",
                                                       "GPU-15"};
+  gn_lease_terms t;
+  gn_buf rq = {0};
   memset(&t, 0, sizeof(t));
-  gn_lease_terms_init(&t);
-  if (lease_id) {
-    snprintf(t.lease_id, sizeof(t.lease_id), "%s", lease_id);
-    memset(t.nonce, 0x5a, sizeof(t.nonce));
-  }
+  snprintf(t.lease_id, sizeof(t.lease_id), "l-00c0ffee00c0ffee");
+  memset(t.nonce, 0x5a, sizeof(t.nonce));
   memcpy(t.provider, prov->pk, GN_PK_LEN);
   memcpy(t.requester, req->pk, GN_PK_LEN);
   snprintf(t.offer_id, sizeof(t.offer_id), "o-3f2a9c1d7e4b");
@@ -80,257 +75,281 @@ static void make_agreement(const gn_identity *prov, const gn_identity *req, uint
   t.price_uper_hour = 400000;
   snprintf(t.currency, sizeof(t.currency), "EUR");
   t.max_s = max_s;
-  t.interval_s = 60;
+  t.interval_s = interval_s;
   t.requested_s = 1764670000;
-  t.simulated = false;
-  CHECK(gn_lease_request_seal(req, &t, ret_req));
-  CHECK(gn_agreement_seal(prov, ret_req->data, ret_req->len, 1764670001, gpus, count, ret_ag));
+  CHECK(gn_lease_request_seal(req, &t, &rq));
+  CHECK(gn_agreement_seal(prov, rq.data, rq.len, 1764670001, gpus, count, ret_ag));
+  gn_buf_done(&rq);
 }
 
-static char *hex_of(const gn_buf *b) {
-  char *h = malloc(b->len * 2 + 1);
-  if (!h)
+static uint8_t *ticks_for(uint64_t n) {
+  uint8_t *t = malloc(n * GN_BILL_TICK_LEN);
+  if (!t)
     exit(1);
-  sodium_bin2hex(h, b->len * 2 + 1, b->data, b->len);
-  return h;
+  for (uint64_t i = 0; i < n; i++) {
+    t[2 * i] = 1;
+    t[2 * i + 1] = (uint8_t)(i % 101);
+  }
+  return t;
 }
 
-static void write_file(const char *dir, const char *name, uint8_t mode, const void *p, size_t n) {
-  char path[512];
+/* The whole bill of a lease of `seconds` with a note every interval_s; the
+ * last interval goes into the final invoice. */
+typedef struct bill {
+  gn_buf ag;
+  gn_buf *notes, *resps;
+  size_t n;
+  gn_buf inv, inv_resp;
+} bill;
+
+static void bill_build(const gn_identity *prov, const gn_identity *req, uint64_t seconds, uint32_t interval_s,
+                       const uint8_t *ticks, bill *b) {
+  gn_bill_head h, next;
+  memset(b, 0, sizeof(*b));
+  make_agreement(prov, req, 1, seconds, interval_s, &b->ag);
+  CHECK(gn_bill_head_init(b->ag.data, b->ag.len, &h));
+  size_t cap = seconds / interval_s + 1;
+  b->notes = calloc(cap, sizeof(gn_buf));
+  b->resps = calloc(cap, sizeof(gn_buf));
+  if (!b->notes || !b->resps)
+    exit(1);
+  while (seconds - h.seconds > interval_s) {
+    gn_buf *nt = &b->notes[b->n], *rs = &b->resps[b->n];
+    CHECK(gn_bill_note_seal(prov, b->ag.data, b->ag.len, &h, ticks + 2 * h.seconds, interval_s,
+                            1764670001 + (int64_t)(h.seconds + interval_s), nt, &next));
+    CHECK(gn_bill_note_accept_seal(req, b->ag.data, b->ag.len, &next, rs));
+    h = next;
+    b->n++;
+  }
+  CHECK(gn_bill_invoice_seal(prov, b->ag.data, b->ag.len, &h, ticks + 2 * h.seconds, seconds - h.seconds,
+                             1764670001 + (int64_t)seconds, "expired", &b->inv, &next));
+  CHECK(
+      gn_bill_invoice_accept_seal(req, b->ag.data, b->ag.len, &next, 1764670001 + (int64_t)seconds + 5, &b->inv_resp));
+}
+
+static void bill_done(bill *b) {
+  for (size_t i = 0; i < b->n; i++) {
+    gn_buf_done(&b->notes[i]);
+    gn_buf_done(&b->resps[i]);
+  }
+  free(b->notes);
+  free(b->resps);
+  gn_buf_done(&b->ag);
+  gn_buf_done(&b->inv);
+  gn_buf_done(&b->inv_resp);
+}
+
+/* The bare chain: the same per-second hash, nothing else. */
+static double bare_chain_s(const bill *b, const uint8_t *ticks, uint64_t seconds, uint8_t out[32]) {
+  gn__tick_hasher th;
+  double t0 = now_s();
+  gn__genesis(b->ag.data, b->ag.len, out);
+  gn__tick_hasher_init(&th, "l-00c0ffee00c0ffee");
+  for (uint64_t i = 0; i < seconds; i++)
+    gn__tick_hasher_step(&th, out, i + 1, ticks[2 * i], ticks[2 * i + 1]);
+  return now_s() - t0;
+}
+
+static void bench_lease(const char *label, uint64_t seconds, uint32_t interval_s, const gn_identity *prov,
+                        const gn_identity *req) {
+  bill b;
+  uint8_t *ticks = ticks_for(seconds), chain[32];
+  double t0 = now_s();
+  bill_build(prov, req, seconds, interval_s, ticks, &b);
+  double build_s = now_s() - t0;
+  json_t *doc = NULL;
+  t0 = now_s();
+  CHECK(gn_bill_export(b.ag.data, b.ag.len, b.notes, b.resps, b.n, b.inv.data, b.inv.len, b.inv_resp.data,
+                       b.inv_resp.len, &doc));
+  char *text = json_dumps(doc, JSON_COMPACT);
+  double export_s = now_s() - t0;
+  json_decref(doc);
+  if (!text)
+    exit(1);
+  size_t size = strlen(text);
+  /* The audit as `gpunet invoice audit` runs it: parse the text, audit. Best
+   * of three, and of three bare chain walks interleaved with them. */
+  double audit_s = 1e9, chain_s = 1e9;
+  for (int k = 0; k < 3; k++) {
+    gn_bill_audit a;
+    json_error_t err;
+    t0 = now_s();
+    json_t *j = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    if (!j)
+      exit(1);
+    int r = gn_invoice_audit_json(j, &a);
+    double dt = now_s() - t0;
+    json_decref(j);
+    if (r != 0) {
+      fprintf(stderr, "audit of the %s export failed: %s\n", label, a.reason);
+      exit(1);
+    }
+    if (a.summary.seconds != seconds)
+      exit(1);
+    audit_s = dt < audit_s ? dt : audit_s;
+    double c = bare_chain_s(&b, ticks, seconds, chain);
+    chain_s = c < chain_s ? c : chain_s;
+    if (memcmp(chain, a.summary.chain_head, 32) != 0) {
+      fprintf(stderr, "the bare chain and the audited chain differ\n");
+      exit(1);
+    }
+  }
+  printf("%-8s %9" PRIu64 " %6" PRIu32 " %7zu %9.2f %9.3f %9.3f %6.1fx %9.2f %9.2f\n", label, seconds, interval_s, b.n,
+         (double)size / 1e6, audit_s, chain_s, audit_s / chain_s, build_s, export_s);
+  const char *dir = getenv("GN_BENCH_EXPORT_DIR"); /* keep the files, e.g. for `gpunet invoice audit` */
+  if (dir) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s-%" PRIu32 "s.json", dir, label, interval_s);
+    FILE *f = fopen(path, "w");
+    if (!f || fwrite(text, 1, size, f) != size || fclose(f) != 0)
+      fprintf(stderr, "cannot write %s\n", path);
+  }
+  free(text);
+  free(ticks);
+  bill_done(&b);
+}
+
+/* seal (provider) -> check (requester) -> accept (requester) -> open
+ * (provider), for notes of interval_s seconds, for about a second. */
+static void bench_round_trip(const gn_identity *prov, const gn_identity *req, uint32_t interval_s) {
+  gn_buf ag = {0};
+  gn_bill_head h, hp, next;
+  uint64_t max_s = GN_INVOICE_MAX_S;
+  make_agreement(prov, req, 1, max_s, interval_s, &ag);
+  CHECK(gn_bill_head_init(ag.data, ag.len, &h));
+  uint8_t *ticks = ticks_for(interval_s);
+  uint64_t n = 0;
+  char reason[512];
+  double t0 = now_s(), dt;
+  do {
+    gn_buf note = {0}, acc = {0};
+    gn_bill_response resp;
+    gn_bill_note no;
+    if (h.seconds + interval_s > max_s)
+      CHECK(gn_bill_head_init(ag.data, ag.len, &h));
+    CHECK(gn_bill_note_seal(prov, ag.data, ag.len, &h, ticks, interval_s, 1764670001, &note, &hp));
+    int r = gn_bill_note_check(note.data, note.len, ag.data, ag.len, &h, h.seconds + interval_s,
+                               gn_bill_tolerance_s(h.seconds + interval_s), 0, &next, &no, reason, sizeof(reason));
+    if (r != 0) {
+      fprintf(stderr, "round trip: %s\n", reason);
+      exit(1);
+    }
+    CHECK(gn_bill_note_accept_seal(req, ag.data, ag.len, &next, &acc));
+    CHECK(gn_bill_response_open(acc.data, acc.len, ag.data, ag.len, &resp));
+    CHECK(gn_bill_response_matches(&resp, &no));
+    h = hp;
+    gn_buf_done(&note);
+    gn_buf_done(&acc);
+    n++;
+    dt = now_s() - t0;
+  } while (dt < 1.0);
+  printf("debit-note round trip (seal, check, accept, open), %" PRIu32 " s notes: %.0f per second (%.1f us each)\n",
+         interval_s, (double)n / dt, dt / (double)n * 1e6);
+  free(ticks);
+  gn_buf_done(&ag);
+}
+
+/* --- fuzz seeds ------------------------------------------------------------*/
+
+static void write_file(const char *dir, const char *name, uint8_t mode, const uint8_t *p, size_t n) {
+  char path[1024];
   snprintf(path, sizeof(path), "%s/%s", dir, name);
   FILE *f = fopen(path, "wb");
-  if (!f)
+  if (!f || fwrite(&mode, 1, 1, f) != 1 || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0) {
+    fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
     exit(1);
-  fputc(mode, f);
-  fwrite(p, 1, n, f);
-  fclose(f);
+  }
 }
 
-static int examples(const char *outdir) {
-  char tmp[] = "/tmp/gn-billing-ex-XXXXXX";
-  char path[256], dir_inv[512], dir_ag[512];
-  gn_identity *prov = identity_from(1), *req = identity_from(2);
-  gn_buf rq = {0}, ag = {0}, inv = {0}, acc = {0}, rej = {0};
-  gn_ledger *l = NULL;
-  const char *lease = "l-00c0ffee00c0ffee";
-  if (!mkdtemp(tmp))
-    return 1;
-  snprintf(path, sizeof(path), "%s/ex.db", tmp);
-  sqlite3 *db = db_open(path);
-  CHECK(gn_ledger_open(db, &l));
-  make_agreement(prov, req, 1, 3600, lease, &rq, &ag);
-  CHECK(gn_ledger_begin_lease(l, lease, ag.data, ag.len));
-  static const uint8_t util[] = {37, 88, 91, GN_UTIL_UNKNOWN, 90};
-  for (int i = 0; i < 5; i++)
-    CHECK(gn_ledger_append_tick(l, lease, 1764670001 + i, 1, util[i], NULL));
-  CHECK(gn_invoice_seal(l, prov, lease, 1764670006, "released", &inv));
-  CHECK(gn_invoice_accept_seal(req, inv.data, inv.len, &acc));
-  CHECK(gn_invoice_reject_seal(req, inv.data, inv.len, "second 3 was not observed", &rej));
-  char pid[GN_NODE_ID_STRLEN], rid[GN_NODE_ID_STRLEN];
-  gn_node_id_format(prov->pk, pid);
-  gn_node_id_format(req->pk, rid);
-  printf("provider %s (Ed25519 seed 32 x 0x01)\nrequester %s (Ed25519 seed 32 x 0x02)\n", pid, rid);
-  struct {
-    const char *name;
-    gn_buf *b;
-  } envs[] = {{"lease_request", &rq},
-              {"lease_accept", &ag},
-              {"invoice", &inv},
-              {"invoice_accept", &acc},
-              {"invoice_reject", &rej}};
-  for (size_t i = 0; i < GN_ARRAY_SIZE(envs); i++) {
-    char *h = hex_of(envs[i].b);
-    printf("%s (%zu bytes):\n%s\n", envs[i].name, envs[i].b->len, h);
-    free(h);
-  }
-  json_t *j = NULL;
-  CHECK(gn_invoice_export(inv.data, inv.len, acc.data, acc.len, &j));
-  char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  printf("export:\n%s\n", text);
-
-  /* Seeds: the fuzz targets' first byte picks what the rest is fed to. */
-  snprintf(dir_inv, sizeof(dir_inv), "%s/fuzz_invoice", outdir);
-  snprintf(dir_ag, sizeof(dir_ag), "%s/fuzz_agreement", outdir);
-  mkdir(outdir, 0755);
-  mkdir(dir_inv, 0755);
-  mkdir(dir_ag, 0755);
+static void body_of(const gn_buf *env, gn_buf *ret) {
   gn_envelope e;
-  write_file(dir_inv, "invoice_env", 0, inv.data, inv.len);
-  CHECK(gn_envelope_open(inv.data, inv.len, &e));
-  write_file(dir_inv, "invoice_body", 1, e.body, e.body_len);
-  write_file(dir_inv, "export_json", 2, text, strlen(text));
-  write_file(dir_inv, "accept_env", 3, acc.data, acc.len);
-  write_file(dir_inv, "reject_env", 3, rej.data, rej.len);
-  write_file(dir_ag, "agreement_env", 0, ag.data, ag.len);
-  write_file(dir_ag, "request_env", 1, rq.data, rq.len);
-  CHECK(gn_envelope_open(ag.data, ag.len, &e));
-  write_file(dir_ag, "agreement_body", 2, e.body, e.body_len);
-  CHECK(gn_envelope_open(rq.data, rq.len, &e));
-  write_file(dir_ag, "request_body", 3, e.body, e.body_len);
-  free(text);
-  json_decref(j);
-  gn_ledger_free(l);
-  sqlite3_close(db);
-  gn_buf_done(&rq);
-  gn_buf_done(&ag);
-  gn_buf_done(&inv);
-  gn_buf_done(&acc);
-  gn_buf_done(&rej);
-  gn_identity_free(prov);
-  gn_identity_free(req);
-  snprintf(path, sizeof(path), "rm -rf '%s'", tmp);
-  return system(path) == 0 ? 0 : 1;
+  CHECK(gn_envelope_open(env->data, env->len, &e));
+  CHECK(gn_buf_append(ret, e.body, e.body_len));
 }
 
-static int bench(uint64_t n_committed, uint64_t n_batched) {
-  char path[256];
-  gn_identity *prov = NULL, *req = NULL;
-  gn_buf rq = {0}, ag = {0}, rq2 = {0}, ag2 = {0}, rq3 = {0}, ag3 = {0}, inv = {0};
-  gn_ledger *l = NULL;
-  double t0, t1;
-  /* Benchmark on the current directory's file system (a tmpfs /tmp would
-   * make fsync free and the numbers meaningless). */
-  const char *base = getenv("GN_BENCH_DIR") ? getenv("GN_BENCH_DIR") : ".";
-  snprintf(path, sizeof(path), "%s/gn-billing-bench-XXXXXX", base);
-  char *dir = strdup(path);
-  if (!dir || !mkdtemp(dir))
-    return 1;
-  snprintf(path, sizeof(path), "%s/bench.db", dir);
-  sqlite3 *db = db_open(path);
-  CHECK(gn_ledger_open(db, &l));
-  CHECK(gn_identity_generate(&prov));
-  CHECK(gn_identity_generate(&req));
-
-  /* 1. Tick append rate. */
-  make_agreement(prov, req, 1, GN_INVOICE_MAX_S, NULL, &rq, &ag);
-  gn_agreement a;
-  CHECK(gn_agreement_open(ag.data, ag.len, &a));
-  CHECK(gn_ledger_begin_lease(l, a.terms.lease_id, ag.data, ag.len));
-  t0 = now_s();
-  for (uint64_t i = 0; i < n_committed; i++)
-    CHECK(gn_ledger_append_tick(l, a.terms.lease_id, a.start_s + (int64_t)i, 1, 50, NULL));
-  t1 = now_s();
-  double committed_rate = (double)n_committed / (t1 - t0);
-  make_agreement(prov, req, 1, GN_INVOICE_MAX_S, NULL, &rq2, &ag2);
-  gn_agreement a2;
-  CHECK(gn_agreement_open(ag2.data, ag2.len, &a2));
-  CHECK(gn_ledger_begin_lease(l, a2.terms.lease_id, ag2.data, ag2.len));
-  t0 = now_s();
-  sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-  for (uint64_t i = 0; i < n_batched; i++)
-    CHECK(gn__ledger_append(l, a2.terms.lease_id, a2.start_s + (int64_t)i, 1, 50, false, NULL));
-  sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-  t1 = now_s();
-  double batched_rate = (double)n_batched / (t1 - t0);
-  /* Group commit: 100 leases, each second's ticks for all of them in one
-   * gn_ledger_append_ticks call (one fsync per second of metering). */
-  enum { LEASES = 100 };
-  gn_buf grq[LEASES], gag[LEASES];
-  gn_agreement ga[LEASES];
-  gn_tick_append batch[LEASES];
-  memset(grq, 0, sizeof(grq));
-  memset(gag, 0, sizeof(gag));
-  for (int i = 0; i < LEASES; i++) {
-    make_agreement(prov, req, 1, GN_INVOICE_MAX_S, NULL, &grq[i], &gag[i]);
-    CHECK(gn_agreement_open(gag[i].data, gag[i].len, &ga[i]));
-    CHECK(gn_ledger_begin_lease(l, ga[i].terms.lease_id, gag[i].data, gag[i].len));
-  }
-  uint64_t rounds = n_committed / 10 ? n_committed / 10 : 1;
-  t0 = now_s();
-  for (uint64_t s = 0; s < rounds; s++) {
-    for (int i = 0; i < LEASES; i++)
-      batch[i] = (gn_tick_append){ga[i].terms.lease_id, ga[i].start_s + (int64_t)s, 1, 50};
-    CHECK(gn_ledger_append_ticks(l, batch, LEASES, NULL));
-  }
-  t1 = now_s();
-  double group_rate = (double)(rounds * LEASES) / (t1 - t0);
-  for (int i = 0; i < LEASES; i++) {
-    gn_buf_done(&grq[i]);
-    gn_buf_done(&gag[i]);
-  }
-  printf("tick append, one commit per tick (WAL, synchronous=FULL): %8.0f ticks/s  (%" PRIu64 " ticks, %.3f ms/tick)\n",
-         committed_rate, n_committed, 1000.0 / committed_rate);
-  printf("tick append, one batched transaction (reference):        %8.0f ticks/s  (%" PRIu64 " ticks)\n", batched_rate,
-         n_batched);
-  printf("tick append, group commit of %d leases per second:       %8.0f ticks/s  (%" PRIu64 " commits)\n", LEASES,
-         group_rate, rounds);
-  printf("  ratio batched/committed: %.1fx. A lease needs 1 tick/s: one commit per tick keeps up with ~%.0f\n"
-         "  leases, group commit (100 leases per commit) with ~%.0f\n",
-         batched_rate / committed_rate, committed_rate, group_rate);
-
-  /* 2. A 24-hour invoice: build+sign against check and JSON audit. */
-  const uint64_t day = 86400;
-  make_agreement(prov, req, 4, day, NULL, &rq3, &ag3);
-  gn_agreement a3;
-  CHECK(gn_agreement_open(ag3.data, ag3.len, &a3));
-  CHECK(gn_ledger_begin_lease(l, a3.terms.lease_id, ag3.data, ag3.len));
-  sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-  for (uint64_t i = 0; i < day; i++)
-    CHECK(gn__ledger_append(l, a3.terms.lease_id, a3.start_s + (int64_t)i, i % 97 ? 4 : 3, (uint8_t)(i % 101), false,
-                            NULL));
-  sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-  t0 = now_s();
-  CHECK(gn_invoice_seal(l, prov, a3.terms.lease_id, a3.start_s + (int64_t)day, "expired", &inv));
-  t1 = now_s();
-  double build_s = t1 - t0;
-  gn_invoice_summary s;
-  char reason[512];
-  t0 = now_s();
-  CHECK(gn_invoice_check(inv.data, inv.len, ag3.data, ag3.len, day, 0, &s, reason, sizeof(reason)));
-  t1 = now_s();
-  double check_s = t1 - t0;
-  gn_buf acc = {0};
-  CHECK(gn_invoice_accept_seal(req, inv.data, inv.len, &acc));
-  json_t *j = NULL;
-  t0 = now_s();
-  CHECK(gn_invoice_export(inv.data, inv.len, acc.data, acc.len, &j));
-  char *text = json_dumps(j, JSON_COMPACT);
-  t1 = now_s();
-  double export_s = t1 - t0;
-  json_decref(j);
-  size_t text_len = strlen(text);
-  t0 = now_s();
-  json_error_t err;
-  j = json_loads(text, 0, &err);
-  if (!j)
-    return 1;
-  CHECK(gn_invoice_audit_json(j, &s, reason, sizeof(reason)));
-  t1 = now_s();
-  double audit_s = t1 - t0;
-  json_decref(j);
+/* The fuzz targets build the same lease (fixed keys, 1 GPU, max_s 3600,
+ * ticks of 1 GPU at util i % 101): a note of seconds 1..5 (accepted), a note
+ * of 6..10, an invoice continuing note 1 with 6..8. */
+static void seeds(const char *dir) {
+  gn_identity *prov = identity_from(1), *req = identity_from(2);
+  gn_buf ag = {0}, n1 = {0}, n2 = {0}, a1 = {0}, r2 = {0}, inv = {0}, ia = {0}, ir = {0}, body = {0};
+  gn_bill_head h0, h1, h2, hf;
+  char sub[900];
+  uint8_t *t = ticks_for(10);
+  make_agreement(prov, req, 1, 3600, 60, &ag);
+  CHECK(gn_bill_head_init(ag.data, ag.len, &h0));
+  CHECK(gn_bill_note_seal(prov, ag.data, ag.len, &h0, t, 5, 1764670006, &n1, &h1));
+  CHECK(gn_bill_note_accept_seal(req, ag.data, ag.len, &h1, &a1));
+  CHECK(gn_bill_note_seal(prov, ag.data, ag.len, &h1, t + 10, 5, 1764670011, &n2, &h2));
+  CHECK(gn_bill_note_reject_seal(req, ag.data, ag.len, n2.data, n2.len, "spending cap", &r2));
+  CHECK(gn_bill_invoice_seal(prov, ag.data, ag.len, &h1, t + 10, 3, 1764670009, "released", &inv, &hf));
+  CHECK(gn_bill_invoice_accept_seal(req, ag.data, ag.len, &hf, 1764670010, &ia));
+  CHECK(gn_bill_invoice_reject_seal(req, ag.data, ag.len, inv.data, inv.len, "second 7 not given", &ir));
+  gn_buf notes[2] = {n1, n2}, resps[2] = {a1, r2};
+  json_t *doc = NULL;
+  CHECK(gn_bill_export(ag.data, ag.len, notes, resps, 2, inv.data, inv.len, ia.data, ia.len, &doc));
+  char *text = json_dumps(doc, JSON_COMPACT);
+  json_decref(doc);
+  /* fuzz_note: 0 note env at h0, 1 note body signed here, 2 invoice body at
+   * h1, 3 response env, 4 note env at h1. */
+  snprintf(sub, sizeof(sub), "%s/fuzz_note", dir);
+  mkdir(sub, 0755);
+  write_file(sub, "note1_env", 0, n1.data, n1.len);
+  body_of(&n1, &body);
+  write_file(sub, "note1_body", 1, body.data, body.len);
+  body.len = 0;
+  body_of(&inv, &body);
+  write_file(sub, "invoice_body", 2, body.data, body.len);
+  write_file(sub, "debit_accept", 3, a1.data, a1.len);
+  write_file(sub, "debit_reject", 3, r2.data, r2.len);
+  write_file(sub, "invoice_accept", 3, ia.data, ia.len);
+  write_file(sub, "invoice_reject", 3, ir.data, ir.len);
+  write_file(sub, "note2_env", 4, n2.data, n2.len);
+  /* fuzz_invoice: 0 invoice env (old API), 1 invoice body, 2 export JSON,
+   * 3 response env for the fixed invoice. */
+  snprintf(sub, sizeof(sub), "%s/fuzz_invoice", dir);
+  mkdir(sub, 0755);
+  write_file(sub, "invoice_env", 0, inv.data, inv.len);
+  write_file(sub, "invoice_body", 1, body.data, body.len);
+  write_file(sub, "export_json", 2, (const uint8_t *)text, strlen(text));
+  write_file(sub, "accept_env", 3, ia.data, ia.len);
+  write_file(sub, "reject_env", 3, ir.data, ir.len);
+  printf("seeds written under %s/fuzz_note and %s/fuzz_invoice\n", dir, dir);
   free(text);
-  printf("24-hour invoice (86400 ticks, 4 GPUs): envelope %zu bytes (%.1f bytes/tick), JSON export %.1f MB\n", inv.len,
-         (double)inv.len / (double)day, (double)text_len / 1e6);
-  printf("  build+sign from the ledger: %7.1f ms\n", build_s * 1e3);
-  printf("  check (gn_invoice_check):   %7.1f ms  (%.2fx build+sign)\n", check_s * 1e3, check_s / build_s);
-  printf("  export to JSON text:        %7.1f ms\n", export_s * 1e3);
-  printf("  audit of the JSON file:     %7.1f ms  (%.2fx build+sign; parse + every signature, chain link, field)\n",
-         audit_s * 1e3, audit_s / build_s);
-  printf("  total %" PRIu64 " micro-EUR for %" PRIu64 " seconds\n", s.total_micro, s.seconds);
-
-  gn_buf_done(&acc);
-  gn_ledger_free(l);
-  sqlite3_close(db);
-  gn_buf_done(&rq);
+  free(t);
   gn_buf_done(&ag);
-  gn_buf_done(&rq2);
-  gn_buf_done(&ag2);
-  gn_buf_done(&rq3);
-  gn_buf_done(&ag3);
+  gn_buf_done(&n1);
+  gn_buf_done(&n2);
+  gn_buf_done(&a1);
+  gn_buf_done(&r2);
   gn_buf_done(&inv);
-  gn_identity_free(prov);
-  gn_identity_free(req);
-  snprintf(path, sizeof(path), "rm -rf '%s'", dir);
-  free(dir);
-  return system(path) == 0 ? 0 : 1;
+  gn_buf_done(&ia);
+  gn_buf_done(&ir);
+  gn_buf_done(&body);
 }
 
 int main(int argc, char **argv) {
   if (sodium_init() < 0)
     return 1;
-  if (argc >= 2 && strcmp(argv[1], "examples") == 0)
-    return examples(argc >= 3 ? argv[2] : "corpus");
-  uint64_t n = argc >= 2 ? strtoull(argv[1], NULL, 10) : 2000;
-  uint64_t nb = argc >= 3 ? strtoull(argv[2], NULL, 10) : 100000;
-  return bench(n ? n : 2000, nb ? nb : 100000);
+  if (argc >= 2 && strcmp(argv[1], "seeds") == 0) {
+    seeds(argc >= 3 ? argv[2] : "tests/fuzz/corpus");
+    return 0;
+  }
+  uint32_t interval_s = 60;
+  const char *env = getenv("GN_BENCH_INTERVAL_S");
+  if (env && atoi(env) > 0)
+    interval_s = (uint32_t)atoi(env);
+  gn_identity *prov = identity_from(1), *req = identity_from(2);
+  printf("billing v2: export (gpunet-invoice/2) of a whole lease, a debit note every interval_s, the final\n"
+         "invoice and its acceptance; audit = parse + gn_invoice_audit_json (every signature, voucher and second),\n"
+         "best of 3; chain = recomputing the bare tick hash chain of the same seconds, best of 3, same run\n");
+  printf("%-8s %9s %6s %7s %9s %9s %9s %7s %9s %9s\n", "lease", "seconds", "intvl", "notes", "export_MB", "audit_s",
+         "chain_s", "ratio", "build_s", "export_s");
+  bench_lease("1h", 3600, interval_s, prov, req);
+  bench_lease("24h", 86400, interval_s, prov, req);
+  bench_lease("30d", 2592000, interval_s, prov, req);
+  if (interval_s != 3600)
+    bench_lease("30d", 2592000, 3600, prov, req);
+  bench_round_trip(prov, req, interval_s);
+  return 0;
 }

@@ -355,6 +355,60 @@ static void test_audit_rejects_tampered_exports(void **state) {
   bill_done(&b);
 }
 
+/* A bill of 300 one-second notes: the signatures are checked on several
+ * threads; one bad voucher signature deep inside is still found, and named. */
+static void test_audit_many_notes_every_signature_checked(void **state) {
+  fixture *f = *state;
+  const gn_buf *ag = &f->agreement;
+  enum { N = 300 };
+  gn_buf notes[N], resps[N], inv = {0}, acc = {0};
+  gn_bill_head h, next;
+  gn_bill_audit a;
+  json_t *j = NULL;
+  memset(notes, 0, sizeof(notes));
+  memset(resps, 0, sizeof(resps));
+  uint8_t *t = fx_compact(1, N + 1, 2);
+  assert_int_equal(gn_bill_head_init(ag->data, ag->len, &h), 0);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(gn_bill_note_seal(f->provider, ag->data, ag->len, &h, t + 2 * i, 1, 0, &notes[i], &next), 0);
+    assert_int_equal(gn_bill_note_accept_seal(f->requester, ag->data, ag->len, &next, &resps[i]), 0);
+    h = next;
+  }
+  assert_int_equal(gn_bill_invoice_seal(f->provider, ag->data, ag->len, &h, t + 2 * N, 1, FX_START_S + N + 1,
+                                        "released", &inv, &next),
+                   0);
+  assert_int_equal(gn_bill_invoice_accept_seal(f->requester, ag->data, ag->len, &next, FX_START_S + N + 2, &acc), 0);
+  assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j), 0);
+  assert_int_equal(gn_invoice_audit_json(j, &a), 0);
+  assert_int_equal(a.notes_accepted, N);
+  assert_int_equal(a.summary.seconds, N + 1);
+  json_decref(j);
+  j = NULL;
+  resps[271].data[resps[271].len - 5] ^= 1;
+  assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j),
+                   GN_EAUDIT);
+  resps[271].data[resps[271].len - 5] ^= 1;
+  assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j), 0);
+  json_t *e = json_array_get(json_object_get(j, "notes"), 271);
+  const char *b64 = json_string_value(json_object_get(e, "response"));
+  char *bad = strdup(b64);
+  size_t len = strlen(bad);
+  bad[len - 8] = bad[len - 8] == 'A' ? 'B' : 'A';
+  json_object_set_new(e, "response", json_string(bad));
+  free(bad);
+  assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
+  assert_int_equal(a.verdict, GN_BILL_INVALID);
+  assert_non_null(strstr(a.reason, "notes[271].response"));
+  json_decref(j);
+  for (int i = 0; i < N; i++) {
+    gn_buf_done(&notes[i]);
+    gn_buf_done(&resps[i]);
+  }
+  gn_buf_done(&inv);
+  gn_buf_done(&acc);
+  free(t);
+}
+
 /* `gpunet invoice audit FILE` exit codes: 0 countersigned, 3 provider-only,
  * 4 rejected, 1 does not verify, 2 not an export. */
 static int run_audit(const char *gpunet, const char *file, char *out, size_t cap) {
@@ -437,6 +491,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_audit_rejected_invoice, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_requester_side_export, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_rejects_tampered_exports, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_many_notes_every_signature_checked, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_cli_exit_codes, setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
