@@ -281,6 +281,50 @@ static json_t *invoice_record_json(const gn_invoice_record *r) {
                    (json_int_t)r->created_s, "countersigned", r->summary.countersigned, "chain_head", head);
 }
 
+/* The bill of a lease this node holds with its machine (billing v2): what
+ * the requester's vouchers cover so far (the last accepted debit note, or
+ * the answered final invoice) and where the final invoice stands. */
+static json_t *lease_bill_json(gn_node *n, const gn_lease *l) {
+  gn_lease_info info;
+  memset(&info, 0, sizeof info);
+  if (l->prov)
+    gn_lease_prov_info(l->prov, &info);
+  else if (l->req)
+    gn_lease_req_info(l->req, (gn_lease_now){gn_mono_ms(), gn_unix_s()}, &info);
+  /* Once there is a final invoice, what it bills; before, what the
+   * accepted debit notes cover. */
+  uint64_t seconds = l->invoice_id[0] ? l->invoice_seconds : info.accepted_s;
+  uint64_t micro = l->invoice_id[0] ? l->invoice_micro : info.accepted_micro;
+  char total[32], price[32], provider[GN_NODE_ID_STRLEN], requester[GN_NODE_ID_STRLEN];
+  gn_price_format(micro, total, sizeof total);
+  gn_price_format(l->ag.terms.price_uper_hour, price, sizeof price);
+  gn_node_id_format(l->ag.terms.provider, provider);
+  gn_node_id_format(l->ag.terms.requester, requester);
+  const char *role = l->role == GN_ROLE_PROVIDER ? "provider" : "requester";
+  /* No final invoice yet: "open" while the lease runs, "ended" until the
+   * provider's invoice is issued or arrives. */
+  const char *status = l->invoice_status[0] ? l->invoice_status : l->state == GN_LEASE_ACTIVE ? "open" : "ended";
+  json_t *o =
+      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s, s:s, s:s, s:I, s:I, s:b}", "id",
+                l->invoice_id[0] ? l->invoice_id : l->id, "lease", l->id, "role", role, "status", status, "provider",
+                provider, "requester", requester, "gpu_model", l->ag.terms.gpu_model, "gpus",
+                (json_int_t)l->ag.terms.count, "seconds", (json_int_t)seconds, "total_micro", (json_int_t)micro,
+                "total", total, "price", price, "currency", l->ag.terms.currency, "start_s", (json_int_t)l->ag.start_s,
+                "end_s", (json_int_t)l->end_s, "countersigned", strcmp(status, "accepted") == 0);
+  json_object_set_new(o, "notes_accepted", json_integer((json_int_t)info.accepted_seq));
+  json_object_set_new(o, "vouched_s", json_integer((json_int_t)info.accepted_s));
+  json_object_set_new(o, "vouched_micro", json_integer((json_int_t)info.accepted_micro));
+  json_object_set_new(o, "pending_notes", json_integer((json_int_t)info.pending));
+  json_object_set_new(o, "settled", json_string(gn__settle_state(n, l->id, role)));
+  return o;
+}
+
+/* A lease with a billing machine, or one whose final invoice it answered
+ * or issued in this version (a record kept in node_leases). */
+static bool lease_billed_v2(const gn_lease *l) {
+  return l->prov || l->req || l->invoice_id[0];
+}
+
 static void api_invoices(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   gn_invoice_record *recs = NULL;
@@ -289,10 +333,32 @@ static void api_invoices(gn_ctl_req *req, void *ud) {
   if (r < 0)
     return gn_ctl_reply_error(req, 500, "cannot list invoices: %s", gn_strerror(r));
   json_t *arr = json_array();
-  for (size_t i = 0; i < cnt; i++)
-    json_array_insert_new(arr, 0, invoice_record_json(&recs[i]));
+  for (gn_lease *l = n->leases; l; l = l->next) /* newest first */
+    if (lease_billed_v2(l))
+      json_array_append_new(arr, lease_bill_json(n, l));
+  for (size_t i = 0; i < cnt; i++) { /* invoices of leases billed before v2 */
+    const gn_lease *l = gn__lease_find(n, recs[i].lease_id);
+    if (l && lease_billed_v2(l))
+      continue;
+    json_t *o = invoice_record_json(&recs[i]);
+    /* settle.c: where the lease's final settlement stands. */
+    json_object_set_new(o, "settled", json_string(gn__settle_state(n, recs[i].lease_id, recs[i].role)));
+    json_array_insert_new(arr, 0, o);
+  }
   gn_invoice_records_free(recs, cnt);
   gn_ctl_reply_json(req, 200, json_pack("{s:o}", "invoices", arr));
+}
+
+/* The lease an id names: a lease id, or the id of its final invoice; role
+ * (NULL for either) picks between a node's two sides of one lease. */
+static gn_lease *find_billed_lease(gn_node *n, const char *id, const char *role) {
+  for (gn_lease *l = n->leases; l; l = l->next) {
+    if (!lease_billed_v2(l) || (strcmp(l->id, id) != 0 && strcmp(l->invoice_id, id) != 0))
+      continue;
+    if (!role || strcmp(role, l->role == GN_ROLE_PROVIDER ? "provider" : "requester") == 0)
+      return l;
+  }
+  return NULL;
 }
 
 static int find_invoice(gn_node *n, gn_ctl_req *req, gn_invoice_record *rec) {
@@ -310,6 +376,13 @@ static int find_invoice(gn_node *n, gn_ctl_req *req, gn_invoice_record *rec) {
 }
 
 static void api_invoice(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const char *role = gn_ctl_req_query(req, "role");
+  if (role && strcmp(role, "provider") && strcmp(role, "requester"))
+    return gn_ctl_reply_error(req, 400, "role must be provider or requester");
+  const gn_lease *l = find_billed_lease(n, gn_ctl_req_param(req, "id"), role);
+  if (l)
+    return gn_ctl_reply_json(req, 200, json_pack("{s:o}", "invoice", lease_bill_json(n, l)));
   gn_invoice_record rec;
   if (find_invoice(ud, req, &rec) < 0)
     return;
@@ -318,6 +391,23 @@ static void api_invoice(gn_ctl_req *req, void *ud) {
 }
 
 static void api_invoice_export(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const char *role = gn_ctl_req_query(req, "role");
+  if (role && strcmp(role, "provider") && strcmp(role, "requester"))
+    return gn_ctl_reply_error(req, 400, "role must be provider or requester");
+  const gn_lease *l = find_billed_lease(n, gn_ctl_req_param(req, "id"), role);
+  if (l) {
+    /* gpunet-invoice/2, as this side holds it: the agreement, every note
+     * with its answer (vouchers and rejections alike), the final invoice and
+     * its answer (a rejection too: a disputed bill must not audit like an
+     * ordinary one). */
+    json_t *doc = NULL;
+    int r = gn_ledger_export(n->ledger, l->id, l->role == GN_ROLE_PROVIDER ? "provider" : "requester", &doc);
+    if (r < 0)
+      return gn_ctl_reply_error(req, r == GN_ENOTFOUND ? 404 : 500, "cannot export the bill of lease %s: %s", l->id,
+                                gn_strerror(r));
+    return gn_ctl_reply_json(req, 200, doc);
+  }
   gn_invoice_record rec;
   if (find_invoice(ud, req, &rec) < 0)
     return;

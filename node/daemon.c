@@ -51,17 +51,25 @@ static const char *const schema_sql =
     "CREATE TABLE IF NOT EXISTS node_jobs(id TEXT PRIMARY KEY, lease_id TEXT NOT NULL, role INTEGER NOT NULL,"
     " image TEXT NOT NULL, digest TEXT, cmd TEXT, env TEXT, state INTEGER NOT NULL, exit_code INTEGER,"
     " error TEXT, created_s INTEGER, ended_s INTEGER, log_len INTEGER NOT NULL DEFAULT 0);"
-    "CREATE TABLE IF NOT EXISTS job_nonces(nonce BLOB PRIMARY KEY, expires_s INTEGER NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS job_nonces(nonce BLOB PRIMARY KEY, expires_s INTEGER NOT NULL);"
+    /* Each lease's state machine (include/gpunet/lease.h), the newest
+     * PERSIST: what a restart resumes from. */
+    "CREATE TABLE IF NOT EXISTS lease_machines(id TEXT PRIMARY KEY, state BLOB NOT NULL);";
 
 /* Columns node_leases gained after its first release, added to an older
  * database at start (an existing column is left as it is). received_s is
  * the requester's own UTC of the agreement's arrival (0 on rows older than
- * it); bill_head the billing head of the last accepted note (the
- * requester's: what its next note must continue; the provider's likewise). */
+ * it; the requester's machine keeps its own copy, this one is for display);
+ * invoice_id and invoice_status say where the final invoice stands, for
+ * `gpunet invoices`. */
 static const char *const lease_columns[] = {
-    "received_s INTEGER NOT NULL DEFAULT 0", "max_spend_micro INTEGER NOT NULL DEFAULT 0",
-    "max_price INTEGER NOT NULL DEFAULT 0",  "bill_head BLOB",
-    "final_done INTEGER NOT NULL DEFAULT 0",
+    "received_s INTEGER NOT NULL DEFAULT 0",
+    "max_spend_micro INTEGER NOT NULL DEFAULT 0",
+    "max_price INTEGER NOT NULL DEFAULT 0",
+    "invoice_id TEXT",
+    "invoice_status TEXT",
+    "invoice_seconds INTEGER NOT NULL DEFAULT 0",
+    "invoice_micro INTEGER NOT NULL DEFAULT 0",
 };
 
 static int db_migrate(gn_node *n) {
@@ -104,18 +112,18 @@ void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(n->db,
                          "INSERT OR REPLACE INTO node_leases(id, role, peer, agreement, state, seconds, end_s,"
-                         " end_reason, invoice_done, received_s, max_spend_micro, max_price, bill_head, final_done)"
-                         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         " end_reason, invoice_done, received_s, max_spend_micro, max_price, invoice_id,"
+                         " invoice_status, invoice_seconds, invoice_micro)"
+                         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          -1, &st, NULL) != SQLITE_OK)
     goto out;
   sqlite3_bind_int64(st, 10, l->received_s);
   sqlite3_bind_int64(st, 11, (sqlite3_int64)l->max_spend_micro);
   sqlite3_bind_int64(st, 12, (sqlite3_int64)l->max_price_uper_hour);
-  if (l->bill_head_len)
-    sqlite3_bind_blob(st, 13, l->bill_head, (int)l->bill_head_len, SQLITE_STATIC);
-  else
-    sqlite3_bind_null(st, 13);
-  sqlite3_bind_int(st, 14, l->final_done);
+  sqlite3_bind_text(st, 13, l->invoice_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 14, l->invoice_status, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 15, (sqlite3_int64)l->invoice_seconds);
+  sqlite3_bind_int64(st, 16, (sqlite3_int64)l->invoice_micro);
   sqlite3_bind_text(st, 1, l->id, -1, SQLITE_STATIC);
   sqlite3_bind_int(st, 2, l->role);
   sqlite3_bind_blob(st, 3, l->peer, GN_PK_LEN, SQLITE_STATIC);
@@ -129,6 +137,38 @@ void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
     gn_log(GN_LOG_ERROR, "cannot save lease %s: %s", l->id, sqlite3_errmsg(n->db));
 out:
   sqlite3_finalize(st);
+}
+
+int gn__node_persist_machine(gn_node *n, const char *lease_id, const uint8_t *state, size_t len) {
+  sqlite3_stmt *st = NULL;
+  int r = GN_EDB;
+  if (len > INT_MAX || sqlite3_prepare_v2(n->db, "INSERT OR REPLACE INTO lease_machines(id, state) VALUES(?, ?)", -1,
+                                          &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 2, state, (int)len, SQLITE_STATIC);
+  if (sqlite3_step(st) == SQLITE_DONE)
+    r = 0;
+out:
+  sqlite3_finalize(st);
+  return r;
+}
+
+/* lease_id's newest machine state, appended to ret; GN_ENOTFOUND if none. */
+static int load_machine(gn_node *n, const char *lease_id, gn_buf *ret) {
+  sqlite3_stmt *st = NULL;
+  int r = GN_EDB;
+  if (sqlite3_prepare_v2(n->db, "SELECT state FROM lease_machines WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  int s = sqlite3_step(st);
+  if (s == SQLITE_ROW)
+    r = gn_buf_append(ret, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+  else
+    r = s == SQLITE_DONE ? GN_ENOTFOUND : GN_EDB;
+out:
+  sqlite3_finalize(st);
+  return r;
 }
 
 /* A job's row is committed without its own fsync (synchronous=NORMAL for
@@ -233,7 +273,8 @@ static void load_state(gn_node *n) {
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(n->db,
                          "SELECT id, role, peer, agreement, state, seconds, end_s, end_reason, invoice_done,"
-                         " received_s, max_spend_micro, max_price, bill_head, final_done"
+                         " received_s, max_spend_micro, max_price, invoice_id, invoice_status, invoice_seconds,"
+                         " invoice_micro"
                          " FROM node_leases ORDER BY rowid",
                          -1, &st, NULL) == SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -260,11 +301,12 @@ static void load_state(gn_node *n) {
       l->received_s = sqlite3_column_int64(st, 9);
       l->max_spend_micro = (uint64_t)sqlite3_column_int64(st, 10);
       l->max_price_uper_hour = (uint64_t)sqlite3_column_int64(st, 11);
-      if (sqlite3_column_bytes(st, 12) > 0 && (size_t)sqlite3_column_bytes(st, 12) <= sizeof l->bill_head) {
-        l->bill_head_len = (size_t)sqlite3_column_bytes(st, 12);
-        memcpy(l->bill_head, sqlite3_column_blob(st, 12), l->bill_head_len);
-      }
-      l->final_done = sqlite3_column_int(st, 13);
+      if (sqlite3_column_text(st, 12))
+        gn__strf(l->invoice_id, sizeof l->invoice_id, "%s", (const char *)sqlite3_column_text(st, 12));
+      if (sqlite3_column_text(st, 13))
+        gn__strf(l->invoice_status, sizeof l->invoice_status, "%s", (const char *)sqlite3_column_text(st, 13));
+      l->invoice_seconds = (uint64_t)sqlite3_column_int64(st, 14);
+      l->invoice_micro = (uint64_t)sqlite3_column_int64(st, 15);
       for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
         l->gpu_index[i] = -1;
       l->uid_slot = -1;
@@ -336,6 +378,24 @@ static void load_state(gn_node *n) {
   }
   remove_stale_cgroups(n);
   for (gn_lease *l = n->leases; l; l = l->next) {
+    l->timer_at_ms = UINT64_MAX;
+    gn_buf state = {0};
+    int r = load_machine(n, l->id, &state);
+    if (r == 0) {
+      /* The lease's machine resumes from its newest persisted state: a
+       * provider lease goes on metering (the seconds it was down are
+       * written idle, billed nothing), a requester lease is observed from
+       * our own UTC of receipt, an ended one re-sends or awaits its final
+       * invoice. */
+      r = l->role == GN_ROLE_PROVIDER ? gn__provider_restore(n, l, state.data, state.len)
+                                      : gn__requester_restore(n, l, state.data, state.len);
+      gn_buf_done(&state);
+      if (r < 0)
+        gn_log(GN_LOG_ERROR, "lease %s: cannot resume its billing state: %s", l->id, gn_strerror(r));
+      continue;
+    }
+    gn_buf_done(&state);
+    /* A lease of a run before billing state machines existed. */
     if (l->state != GN_LEASE_ACTIVE)
       continue;
     if (l->role == GN_ROLE_PROVIDER) {
@@ -394,8 +454,18 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
   json_t *gpus = json_array();
   for (uint32_t i = 0; i < l->ag.gpu_count; i++)
     json_array_append_new(gpus, json_string(l->ag.gpus[i]));
+  /* Seconds: metered (provider) or observed on our own clock (requester),
+   * as the lease's machine counts them. */
   uint64_t seconds = l->seconds;
-  if (l->role == GN_ROLE_REQUESTER && l->state == GN_LEASE_ACTIVE)
+  gn_lease_info info;
+  memset(&info, 0, sizeof info);
+  if (l->prov)
+    gn_lease_prov_info(l->prov, &info);
+  else if (l->req)
+    gn_lease_req_info(l->req, (gn_lease_now){gn_mono_ms(), gn_unix_s()}, &info);
+  if (l->prov || l->req)
+    seconds = info.seconds;
+  else if (l->role == GN_ROLE_REQUESTER && l->state == GN_LEASE_ACTIVE)
     seconds = (gn_mono_ms() - l->start_mono_ms) / 1000;
   if (seconds > l->ag.terms.max_s)
     seconds = l->ag.terms.max_s;
@@ -411,6 +481,15 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
       l->ag.terms.simulated);
   if (o) {
     json_object_set_new(o, "interval_s", json_integer(l->ag.terms.interval_s));
+    /* What the requester's vouchers cover so far (the last accepted note,
+     * or the countersigned final invoice). */
+    json_object_set_new(o, "accepted_s", json_integer((json_int_t)info.accepted_s));
+    json_object_set_new(o, "accepted_micro", json_integer((json_int_t)info.accepted_micro));
+    json_object_set_new(o, "notes_accepted", json_integer((json_int_t)info.accepted_seq));
+    if (l->invoice_id[0]) {
+      json_object_set_new(o, "invoice", json_string(l->invoice_id));
+      json_object_set_new(o, "invoice_status", json_string(l->invoice_status));
+    }
     if (l->role == GN_ROLE_REQUESTER) {
       json_object_set_new(o, "max_spend_micro", json_integer((json_int_t)l->max_spend_micro));
       json_object_set_new(o, "max_price_uper_hour", json_integer((json_int_t)l->max_price_uper_hour));
@@ -568,6 +647,8 @@ static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *u
       break;
     }
   gn_discovery_peer_down(n->disc, peer, gn_unix_s());
+  gn__provider_peer_down(n, peer);
+  gn__requester_peer_down(n, peer);
 }
 
 static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
@@ -604,6 +685,8 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_JOB_STOP:
   case GN_MSG_INVOICE_ACCEPT:
   case GN_MSG_INVOICE_REJECT:
+  case GN_MSG_DEBIT_ACCEPT:
+  case GN_MSG_DEBIT_REJECT:
     gn__provider_on_message(n, peer, env, raw, raw_len);
     break;
   case GN_MSG_LEASE_ACCEPT:
@@ -616,6 +699,7 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
     gn__requester_on_message(n, peer, env, raw, raw_len);
     break;
   case GN_MSG_INVOICE:
+  case GN_MSG_DEBIT_NOTE:
     gn__requester_on_message(n, peer, env, raw, raw_len);
     break;
   default:

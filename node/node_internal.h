@@ -7,6 +7,7 @@
 #include <gpunet/billing.h>
 #include <gpunet/discovery.h>
 #include <gpunet/identity.h>
+#include <gpunet/lease.h>
 #include <gpunet/node.h>
 #include <gpunet/offer.h>
 #include <gpunet/sandbox.h>
@@ -93,9 +94,15 @@ typedef struct gn_lease {
   int64_t received_s;
   uint64_t max_spend_micro;     /* requester: spending cap, 0 = none */
   uint64_t max_price_uper_hour; /* requester: the most it agreed to pay, 0 = none given */
-  uint8_t bill_head[128];       /* the billing head after the last accepted note (encoded), persisted */
-  size_t bill_head_len;         /* 0: none yet */
-  bool final_done;              /* requester: it answered one final invoice (at most one, ever) */
+  /* The lease's state machine (include/gpunet/lease.h): the protocol lives
+   * there; provider.c and requester.c feed it messages and time and do
+   * what it asks. NULL for a lease settled before this run (a record). */
+  struct gn_lease_prov *prov;
+  struct gn_lease_req *req;
+  uint64_t timer_at_ms;                    /* call the machine's timer then (UINT64_MAX: none) */
+  char invoice_id[GN_LEASE_ID_STRLEN];     /* "i-" + 16 hex of the final invoice's hash, "" before it */
+  char invoice_status[16];                 /* "issued", "accepted", "rejected", "" */
+  uint64_t invoice_seconds, invoice_micro; /* what the final invoice bills (cumulative), once known */
 } gn_lease;
 
 typedef struct gn_node gn_node;
@@ -233,6 +240,9 @@ gn_lease *gn__lease_find(gn_node *n, const char *id);
 gn_job *gn__job_find(gn_node *n, const char *id);
 void gn__node_persist_lease(gn_node *n, const gn_lease *l);
 void gn__node_persist_job(gn_node *n, const gn_job *j);
+/* The newest PERSIST of lease_id's machine, committed (fsynced) before it
+ * returns: GN_EDB if it could not be. */
+int gn__node_persist_machine(gn_node *n, const char *lease_id, const uint8_t *state, size_t len);
 gn_pending *gn__pending_add(gn_node *n, gn_ctl_req *req, int kind, const char *key, uint64_t timeout_ms);
 gn_pending *gn__pending_take(gn_node *n, int kind, const char *key);
 void gn__pending_free(gn_pending *p);
@@ -255,6 +265,10 @@ void gn__provider_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s);
 void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason);
 void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+void gn__provider_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+/* load_state: rebuilds a provider lease's machine from its newest persisted
+ * state and the ledger (an active lease resumes metering). */
+int gn__provider_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len);
 void gn__provider_stop_job(gn_node *n, gn_job *j);
 /* At start, before any lease: budgets from config and the host, whether
  * limits and user namespaces can be enforced. GN_EUNSUPPORTED (with why in
@@ -274,6 +288,10 @@ bool gn__userns_probe(char *why, size_t cap);
 void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
                               size_t raw_len);
 void gn__requester_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+void gn__requester_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+/* load_state: rebuilds a requester lease's machine (its observation from
+ * our own persisted UTC of receipt). */
+int gn__requester_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len);
 void gn__requester_tick(gn_node *n, uint64_t now_ms, int64_t now_s);
 void gn__api_rent(gn_ctl_req *req, void *ud);
 void gn__api_release(gn_ctl_req *req, void *ud);

@@ -408,6 +408,10 @@ static void reject_lease(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *
  * GPUs only to a request that accepts them. */
 #define GN_LEASE_CLOCK_WINDOW_S 300
 
+static gn_lease_now lease_now(void);
+static int prov_perform(gn_node *n, gn_lease *l, gn_lease_out *out);
+static void lease_end_local(gn_node *n, gn_lease *l, const char *reason);
+
 static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
   gn_lease_terms t;
   char reason[256];
@@ -508,7 +512,6 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
   memcpy(l->peer, peer, GN_PK_LEN);
   l->state = GN_LEASE_ACTIVE;
   l->start_mono_ms = gn_mono_ms();
-  gn_meter_start(&l->meter, l->start_mono_ms, t.max_s);
   for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
     l->gpu_index[i] = -1;
   l->uid_slot = n->userns_ok ? uid_slot_alloc(n) : -1;
@@ -516,9 +519,25 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
     l->gpu_index[i] = idx[i];
     gn__strf(n->gpu_leased_by[idx[i]], sizeof n->gpu_leased_by[0], "%s", l->id);
   }
+  l->timer_at_ms = UINT64_MAX;
   l->next = n->leases;
   n->leases = l;
   gn__node_persist_lease(n, l);
+  /* The machine meters from now; its first PERSIST is durable before the
+   * requester sees the agreement. */
+  gn_lease_out *out = calloc(1, sizeof *out);
+  r = out ? gn_lease_prov_new(n->id, l->agreement_env.data, l->agreement_env.len, lease_now(), &l->prov, out)
+          : GN_ENOMEM;
+  if (r == 0)
+    r = prov_perform(n, l, out);
+  gn_lease_out_done(out);
+  free(out);
+  if (r < 0) {
+    gn_log(GN_LOG_ERROR, "cannot start the billing of lease %s: %s", l->id, gn_strerror(r));
+    reject_lease(n, peer, t.lease_id, "provider could not start the lease's billing");
+    lease_end_local(n, l, "provider could not start the lease's billing");
+    return;
+  }
   char pid[GN_NODE_ID_STRLEN], price[32];
   gn_node_id_format(peer, pid);
   gn_price_format(t.price_uper_hour, price, sizeof price);
@@ -532,13 +551,37 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
   n->offers_dirty = true;
 }
 
-static void send_invoice(gn_node *n, gn_lease *l) {
-  if (!l->invoice_env.len || !peer_is_up(n, l->peer))
-    return;
-  gn_transport_send(n->tp, l->peer, l->invoice_env.data, l->invoice_env.len);
+/* --- the lease machine's glue ----------------------------------------------
+ *
+ * The protocol of a lease (metering schedule, debit notes, credit control,
+ * the final invoice) is the I/O-free machine of billing/lease_prov.c; what
+ * follows only feeds it messages and time and does what it asks, in order:
+ * ledger writes, persisting its state, sending, ending the lease. */
+
+static gn_lease_now lease_now(void) {
+  return (gn_lease_now){gn_mono_ms(), gn_unix_s()};
 }
 
-void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
+static uint8_t lease_util(gn_node *n, const gn_lease *l);
+
+/* The final invoice's id ("i-" + 16 hex of its hash: what `gpunet
+ * invoices` shows) and what it bills, kept with the lease. */
+static void lease_note_invoice(gn_lease *l, const uint8_t *env, size_t len) {
+  uint8_t h[32];
+  char hex[17];
+  gn_invoice_summary sum;
+  gn_bill_hash(env, len, h);
+  gn__hex(h, 8, hex);
+  gn__strf(l->invoice_id, sizeof l->invoice_id, "i-%s", hex);
+  if (gn_invoice_summarize(env, len, &sum) == 0) {
+    l->invoice_seconds = sum.seconds;
+    l->invoice_micro = sum.total_micro;
+  }
+}
+
+/* The lease is over on this node: its jobs are killed, its GPUs and offers
+ * freed, the requester told (LEASE_END). Once per lease. */
+static void lease_end_local(gn_node *n, gn_lease *l, const char *reason) {
   if (l->state != GN_LEASE_ACTIVE)
     return;
   for (gn_job *j = n->jobs; j; j = j->next)
@@ -548,63 +591,257 @@ void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
   l->end_s = gn_unix_s();
   gn__strf(l->end_reason, sizeof l->end_reason, "%s", reason);
   for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
-    if (l->gpu_index[i] >= 0)
+    if (l->gpu_index[i] >= 0 && strcmp(n->gpu_leased_by[l->gpu_index[i]], l->id) == 0)
       n->gpu_leased_by[l->gpu_index[i]][0] = 0;
-  gn_buf_done(&l->invoice_env);
-  int r = gn_invoice_seal(n->ledger, n->id, l->id, l->end_s, reason, &l->invoice_env);
-  if (r == 0)
-    r = gn_ledger_store_invoice(n->ledger, l->id, "provider", l->invoice_env.data, l->invoice_env.len, NULL, 0,
-                                "issued");
-  if (r < 0)
-    gn_log(GN_LOG_ERROR, "cannot invoice lease %s: %s", l->id, gn_strerror(r));
   gn__node_persist_lease(n, l);
   char price[32];
-  gn_price_format(gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, l->seconds), price, sizeof price);
-  gn_log(GN_LOG_INFO, "lease %s ended (%s): %llu seconds, %s %s", l->id, reason, (unsigned long long)l->seconds, price,
-         l->ag.terms.currency);
+  gn_lease_info info;
+  memset(&info, 0, sizeof info);
+  if (l->prov)
+    gn_lease_prov_info(l->prov, &info);
+  gn_price_format(gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, info.seconds), price, sizeof price);
+  gn_log(GN_LOG_INFO, "lease %s ended (%s): %llu seconds metered, at most %s %s", l->id, reason,
+         (unsigned long long)info.seconds, price, l->ag.terms.currency);
   lease_release_slot_if_idle(n, l);
   lease_cgroup_remove_if_idle(n, l);
   if (peer_is_up(n, l->peer))
     send_simple(n, l->peer, GN_MSG_LEASE_END, l->id, reason, l->end_s);
-  send_invoice(n, l);
   n->offers_dirty = true;
 }
 
-void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
-  /* Invoices the requester has not answered yet are sent again. */
-  for (gn_lease *l = n->leases; l; l = l->next)
-    if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ENDED && !l->invoice_done &&
-        memcmp(l->peer, peer, GN_PK_LEN) == 0) {
-      if (!l->invoice_env.len)
-        gn_invoice_seal(n->ledger, n->id, l->id, l->end_s, l->end_reason, &l->invoice_env);
-      send_invoice(n, l);
-    }
+/* Meters the seconds from..to a WRITE_TICKS asks for and commits them to
+ * the ledger (durable before the machine hears of them). Returns the
+ * ledger's error; the caller stops the lease on one, since a second that
+ * cannot be recorded must not be sold. */
+static int prov_write_ticks(gn_node *n, gn_lease *l, const gn_lease_action *a, gn_lease_out *out) {
+  if (a->to < a->from || a->to - a->from >= GN_LEASE_MAX_CATCHUP)
+    return GN_EINVAL;
+  size_t cnt = (size_t)(a->to - a->from + 1);
+  gn_tick_append *batch = calloc(cnt, sizeof *batch);
+  uint8_t *rec = malloc(cnt * GN_BILL_TICK_LEN);
+  int r = batch && rec ? 0 : GN_ENOMEM;
+  uint8_t util = a->idle ? GN_UTIL_UNKNOWN : lease_util(n, l);
+  uint32_t gpus = a->idle ? 0 : l->ag.terms.count;
+  int64_t now_s = gn_unix_s();
+  for (size_t i = 0; r == 0 && i < cnt; i++) {
+    batch[i] = (gn_tick_append){l->id, now_s, gpus, util};
+    rec[2 * i] = (uint8_t)gpus;
+    rec[2 * i + 1] = util;
+  }
+  if (r == 0)
+    r = gn_ledger_append_ticks(n->ledger, batch, cnt, NULL);
+  if (r == 0) {
+    n->ticks_total += cnt;
+    l->seconds = a->to;
+    r = gn_lease_prov_ticks(l->prov, lease_now(), a->from, rec, cnt, out);
+    if (r < 0)
+      gn_log(GN_LOG_ERROR, "lease %s: the machine refused seconds %llu..%llu: %s", l->id, (unsigned long long)a->from,
+             (unsigned long long)a->to, gn_strerror(r));
+    else
+      r = prov_perform(n, l, out);
+  }
+  free(batch);
+  free(rec);
+  return r;
 }
 
-/* The requester's answer to an invoice: it must be signed by the lease's
- * requester and name the exact invoice bytes this provider sent. */
-static void on_invoice_answer(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
-  for (gn_lease *l = n->leases; l; l = l->next) {
-    if (l->role != GN_ROLE_PROVIDER || !l->invoice_env.len || l->invoice_done || memcmp(l->peer, peer, GN_PK_LEN) != 0)
-      continue;
-    gn_invoice_response resp;
-    if (gn_invoice_response_open(raw, raw_len, l->invoice_env.data, l->invoice_env.len, &resp) < 0 ||
-        strcmp(resp.lease_id, l->id) != 0)
-      continue;
-    const char *status = resp.accepted ? "accepted" : "rejected";
-    int r = gn_ledger_store_invoice(n->ledger, l->id, "provider", l->invoice_env.data, l->invoice_env.len, raw, raw_len,
-                                    status);
-    if (r < 0)
-      gn_log(GN_LOG_ERROR, "cannot store the answer to invoice of lease %s: %s", l->id, gn_strerror(r));
-    if (resp.accepted)
-      gn_log(GN_LOG_INFO, "invoice for lease %s countersigned by the requester", l->id);
-    else
-      gn_log(GN_LOG_WARN, "requester rejected the invoice for lease %s: %s", l->id, resp.reason);
-    l->invoice_done = true;
-    gn__node_persist_lease(n, l);
+/* Performs a machine's actions in order and arms its timer. A PERSIST that
+ * fails stops what follows (nothing is sent that our disk does not hold). */
+static int prov_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
+  int r = 0;
+  /* The newest call's timer: a call made while these actions are performed
+   * (the ticks a WRITE_TICKS asked for) sets its own after this one. */
+  l->timer_at_ms = out->timer_at_ms;
+  for (size_t i = 0; i < out->n && r == 0; i++) {
+    const gn_lease_action *a = &out->act[i];
+    gn_log(GN_LOG_DEBUG, "lease %s: provider action %d (%llu..%llu, %zu bytes) %s", l->id, a->kind,
+           (unsigned long long)a->from, (unsigned long long)a->to, a->len, a->reason);
+    switch (a->kind) {
+    case GN_LEASE_ACT_SEND: {
+      /* Every note this provider issues is kept (before it can be
+       * answered), so the export holds the notes with their answers. */
+      gn_envelope env;
+      if (gn_envelope_open(a->data, a->len, &env) == 0 && env.type == GN_MSG_DEBIT_NOTE)
+        gn_ledger_store_note(n->ledger, l->id, "provider", a->data, a->len);
+      if (peer_is_up(n, l->peer))
+        gn_transport_send(n->tp, l->peer, a->data, a->len);
+      break;
+    }
+    case GN_LEASE_ACT_WRITE_TICKS: {
+      gn_lease_out *sub = calloc(1, sizeof *sub);
+      int w = sub ? prov_write_ticks(n, l, a, sub) : GN_ENOMEM;
+      gn_lease_out_done(sub);
+      free(sub);
+      if (w < 0) {
+        gn_log(GN_LOG_ERROR, "cannot record usage seconds of lease %s: %s; ending the lease", l->id, gn_strerror(w));
+        gn_lease_out *stop = calloc(1, sizeof *stop);
+        if (stop && gn_lease_prov_stop(l->prov, lease_now(), "provider ledger error", stop) == 0)
+          prov_perform(n, l, stop);
+        gn_lease_out_done(stop);
+        free(stop);
+        lease_end_local(n, l, "provider ledger error");
+      }
+      break;
+    }
+    case GN_LEASE_ACT_PERSIST:
+      r = gn__node_persist_machine(n, l->id, a->data, a->len);
+      if (r < 0)
+        gn_log(GN_LOG_ERROR, "cannot save the billing state of lease %s: %s", l->id, gn_strerror(r));
+      break;
+    case GN_LEASE_ACT_VOUCHER:
+      gn_ledger_store_note(n->ledger, l->id, "provider", a->data, a->len);
+      if (gn_ledger_store_response(n->ledger, l->id, "provider", a->data2, a->len2) < 0)
+        gn_log(GN_LOG_ERROR, "cannot store the requester's voucher for lease %s", l->id);
+      gn__settle_voucher(n, l, a->data2, a->len2);
+      break;
+    case GN_LEASE_ACT_END:
+      lease_end_local(n, l, a->reason[0] ? a->reason : "ended");
+      break;
+    case GN_LEASE_ACT_INVOICE:
+      if (gn_ledger_store_note(n->ledger, l->id, "provider", a->data, a->len) < 0)
+        gn_log(GN_LOG_ERROR, "cannot store the final invoice of lease %s", l->id);
+      lease_note_invoice(l, a->data, a->len);
+      gn__strf(l->invoice_status, sizeof l->invoice_status, "issued");
+      gn__node_persist_lease(n, l);
+      break;
+    case GN_LEASE_ACT_SETTLED:
+      if (gn_ledger_store_response(n->ledger, l->id, "provider", a->data2, a->len2) < 0)
+        gn_log(GN_LOG_ERROR, "cannot store the answer to the invoice of lease %s", l->id);
+      lease_note_invoice(l, a->data, a->len);
+      gn__strf(l->invoice_status, sizeof l->invoice_status, "%s", a->accepted ? "accepted" : "rejected");
+      l->invoice_done = true;
+      gn__node_persist_lease(n, l);
+      if (a->accepted) {
+        gn_log(GN_LOG_INFO, "invoice for lease %s countersigned by the requester", l->id);
+        gn__settle_final(n, l, a->data, a->len, a->data2, a->len2);
+      } else {
+        gn_log(GN_LOG_WARN, "requester rejected the invoice for lease %s: %s", l->id, a->reason);
+      }
+      break;
+    case GN_LEASE_ACT_REJECTED:
+      gn_log(GN_LOG_WARN, "requester rejected a debit note of lease %s: %s", l->id, a->reason);
+      if (gn_ledger_store_response(n->ledger, l->id, "provider", a->data, a->len) < 0)
+        gn_log(GN_LOG_WARN, "cannot store the rejection of a debit note of lease %s", l->id);
+      break;
+    default:
+      break;
+    }
+  }
+  return r;
+}
+
+/* Runs one call of lease l's machine on a fresh out (named `out` for the
+ * call) and performs what it asks (an error leaves it empty). */
+#define PROV_CALL(n, l, call)                                                                                          \
+  do {                                                                                                                 \
+    gn_lease_out *out = calloc(1, sizeof *out);                                                                        \
+    if (out && (l)->prov) {                                                                                            \
+      (void)(call);                                                                                                    \
+      prov_perform((n), (l), out);                                                                                     \
+    }                                                                                                                  \
+    gn_lease_out_done(out);                                                                                            \
+    free(out);                                                                                                         \
+  } while (0)
+
+void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
+  if (l->state != GN_LEASE_ACTIVE)
+    return;
+  if (l->prov)
+    PROV_CALL(n, l, gn_lease_prov_stop(l->prov, lease_now(), reason, out));
+  lease_end_local(n, l, reason); /* if the machine did not already */
+}
+
+void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_PROVIDER && l->prov && memcmp(l->peer, peer, GN_PK_LEN) == 0)
+      PROV_CALL(n, l, gn_lease_prov_peer(l->prov, lease_now(), true, out));
+}
+
+void gn__provider_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_PROVIDER && l->prov && memcmp(l->peer, peer, GN_PK_LEN) == 0)
+      PROV_CALL(n, l, gn_lease_prov_peer(l->prov, lease_now(), false, out));
+}
+
+/* The lease id a billing message names ("" if it has none). */
+static void body_lease_id(const gn_envelope *env, char out[GN_LEASE_ID_STRLEN]) {
+  gn_wire_doc doc;
+  out[0] = 0;
+  if (gn_wire_decode(env->body, env->body_len, &doc) < 0)
+    return;
+  if (doc.root->type != MSGPACK_OBJECT_MAP || gn_wire_get_str(doc.root, "lease_id", out, GN_LEASE_ID_STRLEN) < 0)
+    out[0] = 0;
+  gn_wire_doc_done(&doc);
+}
+
+/* The requester's answer to a debit note or the final invoice: for the
+ * machine of the lease it names, if it comes from that lease's requester. */
+static void on_bill_answer(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                           size_t raw_len) {
+  char lease_id[GN_LEASE_ID_STRLEN];
+  body_lease_id(env, lease_id);
+  gn_lease *l = lease_id[0] ? gn__lease_find(n, lease_id) : NULL;
+  if (!l || l->role != GN_ROLE_PROVIDER || !l->prov || memcmp(l->ag.terms.requester, peer, GN_PK_LEN) != 0) {
+    gn_log(GN_LOG_WARN, "%s for a lease this provider does not hold; ignored", gn_msg_type_name(env->type));
     return;
   }
-  gn_log(GN_LOG_WARN, "answer to an invoice this provider did not send, or does not verify; ignored");
+  int rc = 0;
+  PROV_CALL(n, l, (rc = gn_lease_prov_recv(l->prov, lease_now(), raw, raw_len, out)));
+  if (rc < 0)
+    gn_log(GN_LOG_WARN, "lease %s: %s that does not verify or match: %s; ignored", l->id, gn_msg_type_name(env->type),
+           gn_strerror(rc));
+}
+
+/* Rebuilds a lease's machine after a restart from its persisted state and
+ * the ledger's ticks since the last accepted note. An active lease goes on
+ * metering (the seconds this provider was down are written idle: gpus 0,
+ * billed nothing) with the GPUs its agreement names; its jobs died with the
+ * daemon. A settled lease needs no machine. */
+int gn__provider_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len) {
+  gn_lease_state_info si;
+  int r = gn_lease_state_peek(state, len, &si);
+  if (r < 0 || !si.provider || strcmp(si.lease_id, l->id) != 0)
+    return r < 0 ? r : GN_EINVAL;
+  if (si.phase == GN_LEASE_PHASE_SETTLED)
+    return 0;
+  uint64_t count = 0, n_ticks = 0;
+  uint8_t *ticks = NULL;
+  if (gn_ledger_tick_count(n->ledger, l->id, &count) == 0 && si.ticks_from >= 1 && count >= si.ticks_from)
+    n_ticks = count - si.ticks_from + 1;
+  if (n_ticks) {
+    ticks = malloc(n_ticks * GN_BILL_TICK_LEN);
+    r = ticks ? gn_ledger_ticks(n->ledger, l->id, si.ticks_from, n_ticks, ticks, NULL) : GN_ENOMEM;
+    if (r < 0) {
+      free(ticks);
+      return r;
+    }
+  }
+  if (si.phase == GN_LEASE_PHASE_ACTIVE) {
+    /* Its GPUs, by the UUIDs the agreement granted. */
+    for (uint32_t k = 0; k < l->ag.gpu_count && k < GN_LEASE_MAX_GPUS; k++)
+      for (size_t i = 0; i < n->gpus.count; i++)
+        if (strcmp(n->gpus.items[i].uuid, l->ag.gpus[k]) == 0 && !n->gpu_leased_by[i][0]) {
+          l->gpu_index[k] = (int)i;
+          gn__strf(n->gpu_leased_by[i], sizeof n->gpu_leased_by[0], "%s", l->id);
+        }
+    l->uid_slot = n->userns_ok ? uid_slot_alloc(n) : -1;
+    l->state = GN_LEASE_ACTIVE;
+  }
+  l->seconds = count;
+  gn_lease_out *out = calloc(1, sizeof *out);
+  r = out ? gn_lease_prov_restore(n->id, l->agreement_env.data, l->agreement_env.len, state, len, ticks, n_ticks,
+                                  lease_now(), &l->prov, out)
+          : GN_ENOMEM;
+  free(ticks);
+  if (r == 0)
+    r = prov_perform(n, l, out);
+  gn_lease_out_done(out);
+  free(out);
+  if (r == 0 && si.phase == GN_LEASE_PHASE_ACTIVE)
+    gn_log(GN_LOG_INFO, "lease %s resumes after the restart (%llu seconds metered before it)", l->id,
+           (unsigned long long)count);
+  n->offers_dirty = true;
+  return r;
 }
 
 /* --- jobs -------------------------------------------------------------------*/
@@ -1335,12 +1572,8 @@ static void on_lease_release(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn
   if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
     return;
   gn_lease *l = gn__lease_find(n, m.lease_id);
-  if (l && l->role == GN_ROLE_PROVIDER && memcmp(l->ag.terms.requester, peer, GN_PK_LEN) == 0) {
-    if (l->state == GN_LEASE_ACTIVE)
-      gn__provider_end_lease(n, l, "released by the requester");
-    else
-      send_invoice(n, l);
-  }
+  if (l && l->role == GN_ROLE_PROVIDER && l->prov && memcmp(l->ag.terms.requester, peer, GN_PK_LEN) == 0)
+    PROV_CALL(n, l, gn_lease_prov_release(l->prov, lease_now(), out));
   gn__jobmsg_done(&m);
 }
 
@@ -1361,7 +1594,9 @@ void gn__provider_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn
     break;
   case GN_MSG_INVOICE_ACCEPT:
   case GN_MSG_INVOICE_REJECT:
-    on_invoice_answer(n, peer, raw, raw_len);
+  case GN_MSG_DEBIT_ACCEPT:
+  case GN_MSG_DEBIT_REJECT:
+    on_bill_answer(n, peer, env, raw, raw_len);
     break;
   default:
     break;
@@ -1380,20 +1615,6 @@ static uint8_t lease_util(gn_node *n, const gn_lease *l) {
     }
   }
   return cnt ? (uint8_t)(sum / cnt) : GN_UTIL_UNKNOWN;
-}
-
-/* Commits one lease's due seconds; on failure the lease ends, since a
- * second that cannot be recorded must not be sold. */
-static void meter_commit(gn_node *n, gn_lease *l, const gn_tick_append *ticks, size_t cnt, bool committed) {
-  int r = committed ? 0 : gn_ledger_append_ticks(n->ledger, ticks, cnt, NULL);
-  if (r < 0) {
-    gn_log(GN_LOG_ERROR, "cannot record usage seconds of lease %s: %s; ending the lease", l->id, gn_strerror(r));
-    gn__provider_end_lease(n, l, "provider ledger error");
-    return;
-  }
-  gn_meter_advance(&l->meter, cnt);
-  l->seconds += cnt;
-  n->ticks_total += cnt;
 }
 
 static void on_disk_statfs(uv_fs_t *req) {
@@ -1427,43 +1648,12 @@ static void disk_check(gn_node *n, int64_t now_s) {
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   if (n->cfg.provide)
     disk_check(n, now_s);
-  /* All leases' due seconds go to the ledger in one transaction: one fsync
-   * per timer however many leases run, and still committed before they
-   * count anywhere, so a crash loses at most the second being written. */
-  enum { MAX_CATCHUP = 120 };
-  size_t cap = 0, n_ticks = 0;
+  /* Each lease's machine does what is due: the seconds it meters go to
+   * the ledger (one commit per lease and timer), debit notes, credit
+   * control, resends, expiry. */
   for (gn_lease *l = n->leases; l; l = l->next)
-    if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE)
-      cap += MAX_CATCHUP;
-  gn_tick_append *batch = cap ? calloc(cap, sizeof *batch) : NULL;
-  if (cap && !batch)
-    return;
-  for (gn_lease *l = n->leases; l; l = l->next) {
-    if (l->role != GN_ROLE_PROVIDER || l->state != GN_LEASE_ACTIVE)
-      continue;
-    uint64_t due = gn_meter_due(&l->meter, now_ms);
-    if (due > MAX_CATCHUP)
-      due = MAX_CATCHUP;
-    uint8_t util = due ? lease_util(n, l) : GN_UTIL_UNKNOWN;
-    for (uint64_t i = 0; i < due; i++)
-      batch[n_ticks++] = (gn_tick_append){l->id, now_s, l->ag.terms.count, util};
-  }
-  bool committed = n_ticks == 0 || gn_ledger_append_ticks(n->ledger, batch, n_ticks, NULL) == 0;
-  /* The batch is in lease order; walk it again to advance each meter, or,
-   * if the group commit failed, retry lease by lease to isolate the bad one. */
-  for (size_t i = 0; i < n_ticks;) {
-    size_t k = i;
-    while (k < n_ticks && batch[k].lease_id == batch[i].lease_id)
-      k++;
-    gn_lease *l = gn__lease_find(n, batch[i].lease_id);
-    if (l)
-      meter_commit(n, l, batch + i, k - i, committed);
-    i = k;
-  }
-  free(batch);
-  for (gn_lease *l = n->leases; l; l = l->next)
-    if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE && gn_meter_finished(&l->meter))
-      gn__provider_end_lease(n, l, "maximum duration reached");
+    if (l->role == GN_ROLE_PROVIDER && l->prov && now_ms >= l->timer_at_ms)
+      PROV_CALL(n, l, gn_lease_prov_timer(l->prov, lease_now(), out));
   if (n->cfg.provide && (n->offers_dirty || now_s - n->offer_published_s >= GN_OFFER_REFRESH_S))
     gn__provider_publish_offers(n, now_s);
 }

@@ -26,6 +26,27 @@ static int send_or_connect(gn_node *n, gn_pending *p, const uint8_t peer[GN_PK_L
   return r;
 }
 
+static gn_lease_now lease_now(void) {
+  return (gn_lease_now){gn_mono_ms(), gn_unix_s()};
+}
+
+static int req_perform(gn_node *n, gn_lease *l, gn_lease_out *out);
+static void lease_mark_ended(gn_lease *l, const char *reason, int64_t end_s);
+
+/* Runs one call of lease l's machine on a fresh out (named `out` for the
+ * call) and performs what it asks, also when the call returned an error:
+ * a rejected note is answered by the actions that come with GN_EAUDIT. */
+#define REQ_CALL(n, l, call)                                                                                           \
+  do {                                                                                                                 \
+    gn_lease_out *out = calloc(1, sizeof *out);                                                                        \
+    if (out && (l)->req) {                                                                                             \
+      (void)(call);                                                                                                    \
+      req_perform((n), (l), out);                                                                                      \
+    }                                                                                                                  \
+    gn_lease_out_done(out);                                                                                            \
+    free(out);                                                                                                         \
+  } while (0)
+
 void gn__requester_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   for (gn_pending *p = n->pending; p; p = p->next) {
     if (p->msg.len && memcmp(p->peer, peer, GN_PK_LEN) == 0) {
@@ -33,6 +54,9 @@ void gn__requester_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
       gn_buf_done(&p->msg);
     }
   }
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_REQUESTER && l->req && memcmp(l->peer, peer, GN_PK_LEN) == 0)
+      REQ_CALL(n, l, gn_lease_req_peer(l->req, lease_now(), true, out));
 }
 
 static const char *lease_provider_addr(gn_node *n, const gn_lease *l) {
@@ -341,6 +365,7 @@ static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
   if (why[0]) {
     gn_log(GN_LOG_WARN, "refusing the provider's acceptance of lease %s: %s", ag.terms.lease_id, why);
     gn_ctl_reply_error(p->req, 502, "the provider's acceptance of lease %s is refused: %s", ag.terms.lease_id, why);
+    send_release(n, peer, ag.terms.lease_id, "agreement refused by the requester");
     gn__pending_free(p);
     return;
   }
@@ -362,9 +387,34 @@ static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
   l->max_price_uper_hour = want ? want->max_price_uper_hour : 0;
   for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
     l->gpu_index[i] = -1;
+  l->timer_at_ms = UINT64_MAX;
+  /* Our observation starts now, on our clock; the machine persists our UTC
+   * of receipt before anything else happens. The ledger keeps the
+   * agreement so the notes we answer can be stored against it. */
+  gn_lease_out *out = calloc(1, sizeof *out);
+  r = out ? gn_lease_req_new(n->id, raw, raw_len, l->max_spend_micro, lease_now(), &l->req, out) : GN_ENOMEM;
+  if (r == 0) {
+    int lr = gn_ledger_begin_lease(n->ledger, l->id, raw, raw_len);
+    if (lr < 0)
+      gn_log(GN_LOG_WARN, "lease %s: cannot keep its agreement in the ledger: %s", l->id, gn_strerror(lr));
+  }
   l->next = n->leases;
   n->leases = l;
   gn__node_persist_lease(n, l);
+  if (r == 0)
+    r = req_perform(n, l, out);
+  gn_lease_out_done(out);
+  free(out);
+  if (r < 0) {
+    gn_log(GN_LOG_ERROR, "lease %s: cannot start checking its bills: %s; releasing it", l->id, gn_strerror(r));
+    lease_mark_ended(l, "the requester could not start checking its bills", 0);
+    gn__node_persist_lease(n, l);
+    send_release(n, peer, l->id, "the requester could not start checking its bills");
+    gn_ctl_reply_error(p->req, 500, "cannot start checking the bills of lease %s: %s; released it", l->id,
+                       gn_strerror(r));
+    gn__pending_free(p);
+    return;
+  }
   gn_log(GN_LOG_INFO, "lease %s active: %u x %s", l->id, ag.gpu_count, ag.terms.gpu_model);
   json_t *o = json_object();
   json_object_set_new(o, "lease", gn__lease_json(n, l));
@@ -372,15 +422,21 @@ static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
   gn__pending_free(p);
 }
 
-/* --- release and invoices ---------------------------------------------------*/
+/* --- the lease machine's glue: release, debit notes, invoices --------------
+ *
+ * Every bill of a lease is checked by the requester's machine
+ * (billing/lease_req.c) against our own observation and spending cap; what
+ * follows only feeds it messages and time and does what it asks. */
 
-static json_t *invoice_json(const gn_invoice_summary *s, const char *status) {
+static json_t *bill_json(const gn_lease *l, const gn_lease_info *info) {
   char total[32], price[32];
-  gn_price_format(s->total_micro, total, sizeof total);
-  gn_price_format(s->price_uper_hour, price, sizeof price);
-  return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "id", s->invoice_id, "lease", s->lease_id, "status",
-                   status, "seconds", (json_int_t)s->seconds, "total_micro", (json_int_t)s->total_micro, "total", total,
-                   "price", price, "currency", s->currency);
+  uint64_t seconds = l->invoice_id[0] ? l->invoice_seconds : info->accepted_s;
+  uint64_t micro = l->invoice_id[0] ? l->invoice_micro : info->accepted_micro;
+  gn_price_format(micro, total, sizeof total);
+  gn_price_format(l->ag.terms.price_uper_hour, price, sizeof price);
+  return json_pack("{s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "id", l->invoice_id[0] ? l->invoice_id : "", "lease",
+                   l->id, "status", l->invoice_status[0] ? l->invoice_status : "open", "seconds", (json_int_t)seconds,
+                   "total_micro", (json_int_t)micro, "total", total, "price", price, "currency", l->ag.terms.currency);
 }
 
 static void lease_mark_ended(gn_lease *l, const char *reason, int64_t end_s) {
@@ -393,6 +449,109 @@ static void lease_mark_ended(gn_lease *l, const char *reason, int64_t end_s) {
   gn__strf(l->end_reason, sizeof l->end_reason, "%s", reason);
 }
 
+/* The final invoice's id ("i-" + 16 hex of its hash: what `gpunet
+ * invoices` shows) and what it bills, kept with the lease. */
+static void lease_note_invoice(gn_lease *l, const uint8_t *env, size_t len) {
+  uint8_t h[32];
+  char hex[17];
+  gn_invoice_summary sum;
+  gn_bill_hash(env, len, h);
+  gn__hex(h, 8, hex);
+  gn__strf(l->invoice_id, sizeof l->invoice_id, "i-%s", hex);
+  if (gn_invoice_summarize(env, len, &sum) == 0) {
+    l->invoice_seconds = sum.seconds;
+    l->invoice_micro = sum.total_micro;
+  }
+}
+
+/* The release waiting for the final invoice gets its answer. */
+static void release_answer(gn_node *n, gn_lease *l) {
+  gn_pending *p = gn__pending_take(n, GN_PENDING_RELEASE, l->id);
+  if (!p)
+    return;
+  gn_lease_info info;
+  gn_lease_req_info(l->req, lease_now(), &info);
+  json_t *o = json_object();
+  json_object_set_new(o, "lease", gn__lease_json(n, l));
+  json_object_set_new(o, "invoice", bill_json(l, &info));
+  gn_ctl_reply_json(p->req, 200, o);
+  gn__pending_free(p);
+}
+
+/* Performs the requester machine's actions in order and arms its timer. A
+ * PERSIST that fails stops what follows: nothing we sign leaves before our
+ * record of it is durable. */
+static int req_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
+  int r = 0;
+  /* The newest call's timer: a call made while these actions are performed
+   * (the ticks a WRITE_TICKS asked for) sets its own after this one. */
+  l->timer_at_ms = out->timer_at_ms;
+  for (size_t i = 0; i < out->n && r == 0; i++) {
+    const gn_lease_action *a = &out->act[i];
+    gn_log(GN_LOG_DEBUG, "lease %s: requester action %d (%zu bytes) %s", l->id, a->kind, a->len, a->reason);
+    switch (a->kind) {
+    case GN_LEASE_ACT_SEND:
+      if (n->tp && gn_transport_is_up(n->tp, l->peer))
+        gn_transport_send(n->tp, l->peer, a->data, a->len);
+      break;
+    case GN_LEASE_ACT_PERSIST:
+      r = gn__node_persist_machine(n, l->id, a->data, a->len);
+      if (r < 0)
+        gn_log(GN_LOG_ERROR, "cannot save the billing state of lease %s: %s", l->id, gn_strerror(r));
+      break;
+    case GN_LEASE_ACT_VOUCHER: /* a debit note we accepted, and our voucher */
+      gn_ledger_store_note(n->ledger, l->id, "requester", a->data, a->len);
+      gn_ledger_store_response(n->ledger, l->id, "requester", a->data2, a->len2);
+      gn__settle_voucher(n, l, a->data2, a->len2);
+      break;
+    case GN_LEASE_ACT_REJECTED: /* a debit note or invoice we rejected, and our rejection */
+      gn_log(GN_LOG_WARN, "lease %s: rejected a bill from the provider: %s", l->id, a->reason);
+      if (gn_ledger_store_note(n->ledger, l->id, "requester", a->data, a->len) == 0)
+        gn_ledger_store_response(n->ledger, l->id, "requester", a->data2, a->len2);
+      break;
+    case GN_LEASE_ACT_END:
+      if (l->state == GN_LEASE_ACTIVE) {
+        lease_mark_ended(l, a->reason[0] ? a->reason : "ended", 0);
+        gn__node_persist_lease(n, l);
+        gn_log(GN_LOG_INFO, "lease %s ended: %s", l->id, l->end_reason);
+      }
+      break;
+    case GN_LEASE_ACT_SETTLED: /* the one final invoice we answered */
+      gn_ledger_store_note(n->ledger, l->id, "requester", a->data, a->len);
+      gn_ledger_store_response(n->ledger, l->id, "requester", a->data2, a->len2);
+      lease_note_invoice(l, a->data, a->len);
+      gn__strf(l->invoice_status, sizeof l->invoice_status, "%s", a->accepted ? "accepted" : "rejected");
+      l->invoice_done = true;
+      if (l->state == GN_LEASE_ACTIVE)
+        lease_mark_ended(l, "ended by the provider", 0);
+      gn__node_persist_lease(n, l);
+      if (a->accepted) {
+        gn_log(GN_LOG_INFO, "final invoice of lease %s checks out; countersigned", l->id);
+        gn__settle_voucher(n, l, a->data2, a->len2);
+        gn__settle_final(n, l, a->data, a->len, a->data2, a->len2);
+      } else {
+        gn_log(GN_LOG_WARN, "final invoice of lease %s rejected: %s", l->id, a->reason);
+      }
+      release_answer(n, l);
+      break;
+    case GN_LEASE_ACT_RELEASE: {
+      gn_buf env = {0};
+      if (release_seal(n, l->id, "released by the requester", &env) == 0 && n->tp) {
+        if (gn_transport_is_up(n->tp, l->peer))
+          gn_transport_send(n->tp, l->peer, env.data, env.len);
+        else if (lease_provider_addr(n, l))
+          gn_transport_connect(n->tp, lease_provider_addr(n, l));
+      }
+      gn_buf_done(&env);
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  return r;
+}
+
 void gn__api_release(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   const char *id = gn_ctl_req_param(req, "id");
@@ -401,84 +560,79 @@ void gn__api_release(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, 404, "no lease %s", id);
   if (l->role != GN_ROLE_REQUESTER)
     return gn_ctl_reply_error(req, 409, "lease %s is one this node provides; only its requester can release it", id);
-  if (l->invoice_done) {
+  if (l->invoice_done || !l->req) {
+    gn_lease_info info;
+    memset(&info, 0, sizeof info);
+    if (l->req)
+      gn_lease_req_info(l->req, lease_now(), &info);
     json_t *o = json_object();
     json_object_set_new(o, "lease", gn__lease_json(n, l));
-    json_object_set_new(o, "invoice", json_null());
+    json_object_set_new(o, "invoice", l->invoice_id[0] ? bill_json(l, &info) : json_null());
     return gn_ctl_reply_json(req, 200, o);
   }
+  if (gn__pending_take(n, GN_PENDING_RELEASE, l->id))
+    return gn_ctl_reply_error(req, 409, "lease %s is being released already; wait for that answer", id);
   gn_pending *p = gn__pending_add(n, req, GN_PENDING_RELEASE, l->id, GN_RELEASE_TIMEOUT_MS);
   if (!p)
     return gn_ctl_reply_error(req, 500, "out of memory");
   memcpy(p->peer, l->peer, GN_PK_LEN);
-  lease_mark_ended(l, "released by the requester", 0);
-  gn__node_persist_lease(n, l);
-  gn_buf env = {0};
-  int r = release_seal(n, l->id, "released by the requester", &env);
-  if (r == 0)
-    r = send_or_connect(n, p, l->peer, lease_provider_addr(n, l), env.data, env.len);
-  gn_buf_done(&env);
-  if (r < 0)
-    gn_log(GN_LOG_WARN, "cannot send the release of %s yet: %s (waiting for the provider)", l->id, gn_strerror(r));
+  if (l->state == GN_LEASE_ACTIVE) {
+    lease_mark_ended(l, "released by the requester", 0);
+    gn__node_persist_lease(n, l);
+  }
+  REQ_CALL(n, l, gn_lease_req_release(l->req, lease_now(), out));
 }
 
-static void on_invoice(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                       size_t raw_len) {
+/* A debit note or the final invoice from a provider: for the machine of the
+ * lease it names, only if we hold that lease with that provider. Bills for
+ * leases we do not hold are refused (never answered: we sign nothing about
+ * a lease that is not ours). */
+static void on_bill(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                    size_t raw_len) {
   gn_wire_doc doc;
-  char lease_id[GN_LEASE_ID_STRLEN];
+  char lease_id[GN_LEASE_ID_STRLEN] = "";
   if (gn_wire_decode(env->body, env->body_len, &doc) < 0)
     return;
-  int r = doc.root->type == MSGPACK_OBJECT_MAP ? gn_wire_get_str(doc.root, "lease_id", lease_id, sizeof lease_id)
-                                               : GN_EINVAL;
+  if (doc.root->type != MSGPACK_OBJECT_MAP || gn_wire_get_str(doc.root, "lease_id", lease_id, sizeof lease_id) < 0)
+    lease_id[0] = 0;
   gn_wire_doc_done(&doc);
-  if (r < 0)
+  gn_lease *l = lease_id[0] ? gn__lease_find(n, lease_id) : NULL;
+  if (!l || l->role != GN_ROLE_REQUESTER || !l->req || memcmp(l->peer, peer, GN_PK_LEN) != 0) {
+    gn_log(GN_LOG_WARN, "%s for lease %s, which this node does not hold with that provider; refused",
+           gn_msg_type_name(env->type), lease_id[0] ? lease_id : "?");
     return;
-  gn_lease *l = gn__lease_find(n, lease_id);
-  if (!l || l->role != GN_ROLE_REQUESTER || memcmp(l->peer, peer, GN_PK_LEN) != 0) {
-    gn_log(GN_LOG_WARN, "invoice for unknown lease %s; ignored", lease_id);
-    return;
   }
-  lease_mark_ended(l, "ended by the provider", 0);
-  gn_invoice_summary sum;
-  char reason[512] = "";
-  gn_buf answer = {0};
-  const char *status = "accepted";
-  char status_buf[600];
-  r = gn_invoice_check(raw, raw_len, l->agreement_env.data, l->agreement_env.len, l->seconds, GN_INVOICE_TOLERANCE_S,
-                       &sum, reason, sizeof reason);
-  if (r == 0) {
-    r = gn_invoice_accept_seal(n->id, raw, raw_len, &answer);
-    if (r == 0) {
-      gn_ledger_store_invoice(n->ledger, l->id, "requester", raw, raw_len, answer.data, answer.len, "accepted");
-      gn_log(GN_LOG_INFO, "invoice for lease %s checks out (%llu s); countersigned", l->id,
-             (unsigned long long)sum.seconds);
-    }
-  } else {
-    if (!reason[0])
-      gn__strf(reason, sizeof reason, "%s", gn_strerror(r));
-    memset(&sum, 0, sizeof sum);
-    gn__strf(sum.lease_id, sizeof sum.lease_id, "%s", l->id);
-    gn__strf(status_buf, sizeof status_buf, "rejected: %s", reason);
-    status = status_buf;
-    gn_log(GN_LOG_WARN, "invoice for lease %s rejected: %s", l->id, reason);
-    /* A rejected invoice is kept only if it is at least signed correctly
-     * (store verifies that); the rejection is what we send either way. */
-    gn_invoice_reject_seal(n->id, raw, raw_len, reason, &answer);
-    gn_ledger_store_invoice(n->ledger, l->id, "requester", raw, raw_len, answer.data, answer.len, "rejected");
-  }
-  if (answer.len)
-    gn_transport_send(n->tp, peer, answer.data, answer.len);
-  gn_buf_done(&answer);
-  l->invoice_done = true;
-  gn__node_persist_lease(n, l);
-  gn_pending *p = gn__pending_take(n, GN_PENDING_RELEASE, l->id);
-  if (p) {
-    json_t *o = json_object();
-    json_object_set_new(o, "lease", gn__lease_json(n, l));
-    json_object_set_new(o, "invoice", invoice_json(&sum, status));
-    gn_ctl_reply_json(p->req, 200, o);
-    gn__pending_free(p);
-  }
+  int rc = 0;
+  REQ_CALL(n, l, (rc = gn_lease_req_recv(l->req, lease_now(), raw, raw_len, out)));
+  if (rc < 0 && rc != GN_EAUDIT)
+    gn_log(GN_LOG_WARN, "lease %s: %s ignored: %s", l->id, gn_msg_type_name(env->type), gn_strerror(rc));
+}
+
+void gn__requester_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_REQUESTER && l->req && memcmp(l->peer, peer, GN_PK_LEN) == 0)
+      REQ_CALL(n, l, gn_lease_req_peer(l->req, lease_now(), false, out));
+}
+
+/* Rebuilds a lease's machine after a restart: its observation restarts
+ * from our own persisted UTC of receipt (the machine's state holds it),
+ * never from the provider's start_s. */
+int gn__requester_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len) {
+  gn_lease_state_info si;
+  int r = gn_lease_state_peek(state, len, &si);
+  if (r < 0 || si.provider || strcmp(si.lease_id, l->id) != 0)
+    return r < 0 ? r : GN_EINVAL;
+  if (si.phase == GN_LEASE_PHASE_SETTLED)
+    return 0;
+  gn_lease_out *out = calloc(1, sizeof *out);
+  r = out ? gn_lease_req_restore(n->id, l->agreement_env.data, l->agreement_env.len, state, len, lease_now(), &l->req,
+                                 out)
+          : GN_ENOMEM;
+  if (r == 0)
+    r = req_perform(n, l, out);
+  gn_lease_out_done(out);
+  free(out);
+  return r;
 }
 
 /* --- jobs -------------------------------------------------------------------*/
@@ -844,9 +998,11 @@ static void on_lease_reject_or_end(gn_node *n, const uint8_t peer[GN_PK_LEN], co
   } else {
     gn_lease *l = gn__lease_find(n, m.lease_id);
     if (l && l->role == GN_ROLE_REQUESTER && memcmp(l->peer, peer, GN_PK_LEN) == 0 && l->state == GN_LEASE_ACTIVE) {
-      lease_mark_ended(l, m.reason[0] ? m.reason : "ended by the provider", m.end_s);
+      /* Our observation stops now (on our clock, whatever end_s says). */
+      lease_mark_ended(l, m.reason[0] ? m.reason : "ended by the provider", 0);
       gn__node_persist_lease(n, l);
       gn_log(GN_LOG_INFO, "lease %s ended by the provider: %s", l->id, l->end_reason);
+      REQ_CALL(n, l, gn_lease_req_ended(l->req, lease_now(), l->end_reason, out));
     }
   }
   gn__jobmsg_done(&m);
@@ -869,7 +1025,8 @@ void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
     on_job_log(n, peer, env);
     break;
   case GN_MSG_INVOICE:
-    on_invoice(n, peer, env, raw, raw_len);
+  case GN_MSG_DEBIT_NOTE:
+    on_bill(n, peer, env, raw, raw_len);
     break;
   default:
     break;
@@ -878,15 +1035,9 @@ void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
 
 void gn__requester_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   (void)now_s;
-  for (gn_lease *l = n->leases; l; l = l->next) {
-    if (l->role != GN_ROLE_REQUESTER || l->state != GN_LEASE_ACTIVE)
-      continue;
-    /* The provider ends the lease at its maximum; if it never says so, stop
-     * counting on our side a little later so our record stays bounded. */
-    if (now_ms - l->start_mono_ms > (l->ag.terms.max_s + 30) * 1000) {
-      lease_mark_ended(l, "maximum duration reached", 0);
-      l->seconds = l->ag.terms.max_s;
-      gn__node_persist_lease(n, l);
-    }
-  }
+  /* Each machine does what is due: resending a release, re-sending our
+   * acceptance, ending our observation at the lease's maximum. */
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_REQUESTER && l->req && now_ms >= l->timer_at_ms)
+      REQ_CALL(n, l, gn_lease_req_timer(l->req, lease_now(), out));
 }
