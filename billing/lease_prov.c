@@ -146,7 +146,8 @@ struct gn_lease_prov {
   bool asked_idle;
   gn_buf ticks; /* records of seconds head.seconds+1 .. metered */
 
-  gn_bill_head head; /* after the last accepted note */
+  gn_bill_head head;         /* after the last accepted note */
+  gn_buf acc_note, acc_resp; /* that note and its acceptance (re-emitted after a restart) */
   prov_pend pend[GN_LEASE_MAX_PENDING];
   size_t n_pend;
   bool unacc; /* a note issued after the last acceptance is unanswered */
@@ -166,6 +167,9 @@ struct gn_lease_prov {
   char settle_reason[256];
 };
 
+static int prov_emit_settled(gn_lease_prov *m, gn_lease_out *out);
+static int prov_emit_voucher(gn_lease_prov *m, gn_lease_out *out);
+
 static uint64_t prov_timeout_ms(const gn_lease_prov *m) {
   return (uint64_t)m->interval_s * 2u * 1000u; /* payment_timeout_s = grace_s = 2 * interval_s */
 }
@@ -183,6 +187,8 @@ gn_lease_prov *gn_lease_prov_free(gn_lease_prov *m) {
   pend_clear(m);
   gn_buf_done(&m->ag);
   gn_buf_done(&m->ticks);
+  gn_buf_done(&m->acc_note);
+  gn_buf_done(&m->acc_resp);
   gn_buf_done(&m->invoice);
   gn_buf_done(&m->inv_resp);
   free(m);
@@ -224,7 +230,7 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
   gn_buf b = {0};
   bool ended = m->phase != GN_LEASE_PHASE_ACTIVE;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, ended ? 11 : 7);
+  gn_wire_put_map(&w, ended ? 13 : 9);
   gn_wire_put_str(&w, "v");
   gn_wire_put_u64(&w, GN__LEASE_STATE_VERSION);
   gn_wire_put_str(&w, "role");
@@ -236,6 +242,10 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
   gn__lease_put_head(&w, "head", &m->head);
   gn_wire_put_str(&w, "metered");
   gn_wire_put_u64(&w, m->metered);
+  gn_wire_put_str(&w, "acc_note");
+  gn_wire_put_bin(&w, m->acc_note.data, m->acc_note.len);
+  gn_wire_put_str(&w, "acc_resp");
+  gn_wire_put_bin(&w, m->acc_resp.data, m->acc_resp.len);
   gn_wire_put_str(&w, "pend");
   gn_wire_put_array(&w, (uint32_t)m->n_pend);
   for (size_t i = 0; i < m->n_pend; i++) {
@@ -304,16 +314,18 @@ static int prov_end(gn_lease_prov *m, gn_lease_now now, const char *reason, gn_l
   m->asked_to = m->idle_to = m->metered;
   int64_t min_end = m->agr.start_s + (int64_t)m->metered;
   m->end_s = now.utc_s > min_end ? now.utc_s : min_end;
+  /* Persisted before END: a crash in between restarts an ended lease (its
+   * jobs are not restarted), never an active one whose jobs were killed. */
+  int r = prov_seal_invoice(m);
+  if (r == 0)
+    r = prov_persist(m, out);
+  if (r < 0)
+    return r;
   gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_END);
   if (!a)
     return GN_ENOMEM;
   gn__lease_reason(a->reason, sizeof(a->reason), m->end_reason);
-  int r = prov_seal_invoice(m);
-  if (r == 0)
-    r = prov_persist(m, out);
-  if (r == 0)
-    r = prov_issue_invoice(m, now, out);
-  return r;
+  return prov_issue_invoice(m, now, out);
 }
 
 /* The seconds the newest note (or the head) covers. */
@@ -475,6 +487,17 @@ static int prov_restore_state(gn_lease_prov *m, const uint8_t *state, size_t len
       gn_wire_get_array(doc.root, "pend", GN_LEASE_MAX_PENDING, &pend) < 0)
     goto out;
   m->phase = (int)phase;
+  {
+    const uint8_t *an, *ar;
+    size_t anl, arl;
+    if (gn_wire_get_bin_ref(doc.root, "acc_note", GN_MSG_MAX, &an, &anl) < 0 ||
+        gn_wire_get_bin_ref(doc.root, "acc_resp", GN_MSG_MAX, &ar, &arl) < 0)
+      goto out;
+    if (gn_buf_append(&m->acc_note, an, anl) < 0 || gn_buf_append(&m->acc_resp, ar, arl) < 0) {
+      r = GN_ENOMEM;
+      goto out;
+    }
+  }
   for (uint32_t i = 0; i < pend->size; i++) {
     const msgpack_object *o = &pend->ptr[i];
     const uint8_t *p;
@@ -563,11 +586,24 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
       goto fail;
     m->inv_backoff_ms = gn__lease_resend_ms(m->interval_s);
     m->inv_resend_at_ms = now.mono_ms;
+    gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_INVOICE);
+    if (!a) {
+      r = GN_ENOMEM;
+      goto fail;
+    }
+    if ((r = gn__lease_act_bytes(out, a, false, m->invoice.data, m->invoice.len)) < 0)
+      goto fail;
   } else {
     if ((r = prov_seal_invoice(m)) < 0)
       goto fail;
     pend_clear(m);
   }
+  /* What the glue records is emitted again: a crash may have fallen between
+   * the PERSIST and these. */
+  if (m->head.seq > 0 && m->acc_note.len && (r = prov_emit_voucher(m, out)) < 0)
+    goto fail;
+  if (m->phase == GN_LEASE_PHASE_SETTLED && (r = prov_emit_settled(m, out)) < 0)
+    goto fail;
   if ((r = prov_step(m, now, out)) < 0)
     goto fail;
   *ret = m;
@@ -602,16 +638,23 @@ int gn_lease_prov_ticks(gn_lease_prov *m, gn_lease_now now, uint64_t from, const
   return prov_step(m, now, out);
 }
 
-/* The requester accepted pending note i: it is the new head. */
-static int prov_accepted(gn_lease_prov *m, gn_lease_now now, size_t i, const uint8_t *resp, size_t resp_len,
-                         gn_lease_out *out) {
+/* Emits the voucher of the head: after an acceptance, and again after a
+ * restart (the glue stores it idempotently). */
+static int prov_emit_voucher(gn_lease_prov *m, gn_lease_out *out) {
   gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_VOUCHER);
   if (!a)
     return GN_ENOMEM;
-  int r = gn__lease_act_bytes(out, a, false, m->pend[i].env.data, m->pend[i].env.len);
-  if (r == 0)
-    r = gn__lease_act_bytes(out, a, true, resp, resp_len);
-  if (r < 0)
+  int r = gn__lease_act_bytes(out, a, false, m->acc_note.data, m->acc_note.len);
+  return r < 0 ? r : gn__lease_act_bytes(out, a, true, m->acc_resp.data, m->acc_resp.len);
+}
+
+/* The requester accepted pending note i: it is the new head. */
+static int prov_accepted(gn_lease_prov *m, gn_lease_now now, size_t i, const uint8_t *resp, size_t resp_len,
+                         gn_lease_out *out) {
+  int r;
+  m->acc_note.len = m->acc_resp.len = 0;
+  if ((r = gn_buf_append(&m->acc_note, m->pend[i].env.data, m->pend[i].env.len)) < 0 ||
+      (r = gn_buf_append(&m->acc_resp, resp, resp_len)) < 0)
     return r;
   uint64_t drop = m->pend[i].next.seconds - m->head.seconds;
   memmove(m->ticks.data, m->ticks.data + drop * GN_BILL_TICK_LEN, m->ticks.len - drop * GN_BILL_TICK_LEN);
@@ -619,13 +662,23 @@ static int prov_accepted(gn_lease_prov *m, gn_lease_now now, size_t i, const uin
   m->head = m->pend[i].next;
   /* Every other pending note continues the old head: void now. */
   pend_clear(m);
-  if (m->phase == GN_LEASE_PHASE_ENDED) {
-    /* The final invoice must continue the note just accepted. */
-    if ((r = prov_seal_invoice(m)) < 0 || (r = prov_persist(m, out)) < 0)
-      return r;
-    return prov_issue_invoice(m, now, out);
-  }
-  return prov_persist(m, out);
+  /* An ended lease's final invoice must continue the note just accepted. */
+  if (m->phase == GN_LEASE_PHASE_ENDED && (r = prov_seal_invoice(m)) < 0)
+    return r;
+  if ((r = prov_persist(m, out)) < 0 || (r = prov_emit_voucher(m, out)) < 0)
+    return r;
+  return m->phase == GN_LEASE_PHASE_ENDED ? prov_issue_invoice(m, now, out) : 0;
+}
+
+/* Emits SETTLED: on the answer, and again after a restart. */
+static int prov_emit_settled(gn_lease_prov *m, gn_lease_out *out) {
+  gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_SETTLED);
+  if (!a)
+    return GN_ENOMEM;
+  a->accepted = m->inv_accepted;
+  gn__lease_reason(a->reason, sizeof(a->reason), m->settle_reason);
+  int r = gn__lease_act_bytes(out, a, false, m->invoice.data, m->invoice.len);
+  return r < 0 ? r : gn__lease_act_bytes(out, a, true, m->inv_resp.data, m->inv_resp.len);
 }
 
 int gn_lease_prov_recv(gn_lease_prov *m, gn_lease_now now, const uint8_t *env, size_t len, gn_lease_out *out) {
@@ -692,17 +745,8 @@ int gn_lease_prov_recv(gn_lease_prov *m, gn_lease_now now, const uint8_t *env, s
   if ((r = gn_buf_append(&m->inv_resp, env, len)) < 0)
     goto out;
   pend_clear(m);
-  gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_SETTLED);
-  if (!a) {
-    r = GN_ENOMEM;
-    goto out;
-  }
-  a->accepted = resp.accepted;
-  gn__lease_reason(a->reason, sizeof(a->reason), resp.reason);
-  if ((r = gn__lease_act_bytes(out, a, false, m->invoice.data, m->invoice.len)) < 0 ||
-      (r = gn__lease_act_bytes(out, a, true, env, len)) < 0)
-    goto out;
-  r = prov_persist(m, out);
+  if ((r = prov_persist(m, out)) == 0)
+    r = prov_emit_settled(m, out);
 out:
   if (r >= 0)
     r = prov_step(m, now, out);

@@ -24,6 +24,7 @@ struct gn_lease_req {
   uint64_t stop_obs;
 
   gn_bill_head head;      /* after the last note we accepted */
+  gn_buf acc_note;        /* that note (its voucher is re-emitted after a restart) */
   gn_bill_head prev_head; /* the head before it (has_prev) */
   bool has_prev;
 
@@ -35,13 +36,15 @@ struct gn_lease_req {
   /* The final invoice we answered (SETTLED). */
   uint8_t final_hash[32];
   bool final_accepted;
-  gn_buf final_resp;
+  gn_buf final_inv, final_resp;
 };
 
 gn_lease_req *gn_lease_req_free(gn_lease_req *m) {
   if (!m)
     return NULL;
   gn_buf_done(&m->ag);
+  gn_buf_done(&m->acc_note);
+  gn_buf_done(&m->final_inv);
   gn_buf_done(&m->final_resp);
   free(m);
   return NULL;
@@ -86,7 +89,7 @@ static int req_persist(gn_lease_req *m, gn_lease_out *out) {
   gn_wire_writer w;
   gn_buf b = {0};
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 16);
+  gn_wire_put_map(&w, 18);
   gn_wire_put_str(&w, "v");
   gn_wire_put_u64(&w, GN__LEASE_STATE_VERSION);
   gn_wire_put_str(&w, "role");
@@ -117,8 +120,14 @@ static int req_persist(gn_lease_req *m, gn_lease_out *out) {
   gn_wire_put_bool(&w, m->final_accepted);
   gn_wire_put_str(&w, "final_resp");
   gn_wire_put_bin(&w, m->final_resp.data, m->final_resp.len);
+  gn_wire_put_str(&w, "final_inv");
+  gn_wire_put_bin(&w, m->final_inv.data, m->final_inv.len);
+  gn_wire_put_str(&w, "acc_note");
+  gn_wire_put_bin(&w, m->acc_note.data, m->acc_note.len);
   int r = gn_wire_writer_take(&w, &b);
   gn_wire_writer_done(&w);
+  if (r == 0 && b.len > GN_LEASE_STATE_MAX)
+    r = GN_ETOOBIG;
   gn_lease_action *a = r == 0 ? gn__lease_act(out, GN_LEASE_ACT_PERSIST) : NULL;
   if (r == 0 && !a)
     r = GN_ENOMEM;
@@ -134,16 +143,22 @@ static int req_send(gn_lease_out *out, const uint8_t *p, size_t n) {
 }
 
 /* The lease is over for us (released, the provider said so, or its final
- * invoice came): observation stops at now. */
-static int req_end(gn_lease_req *m, gn_lease_now now, const char *reason, gn_lease_out *out) {
+ * invoice came): observation stops at now. True if it just ended: the caller
+ * persists, then emits END (req_emit_end), so that a crash in between
+ * restarts an ended lease. */
+static bool req_end(gn_lease_req *m, gn_lease_now now, const char *reason) {
   if (!m->stopped) {
     m->stop_obs = req_observed(m, now);
     m->stopped = true;
   }
   if (m->phase != GN_LEASE_PHASE_ACTIVE)
-    return 0;
+    return false;
   m->phase = GN_LEASE_PHASE_ENDED;
   gn__lease_reason(m->end_reason, sizeof(m->end_reason), reason);
+  return true;
+}
+
+static int req_emit_end(gn_lease_req *m, gn_lease_out *out) {
   gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_END);
   if (!a)
     return GN_ENOMEM;
@@ -164,6 +179,26 @@ static int req_step(gn_lease_req *m, gn_lease_now now, gn_lease_out *out) {
   }
   gn__lease_timer(out, m->rel_resend_at_ms);
   return 0;
+}
+
+/* The voucher of the head (after an acceptance, and again after a restart:
+ * the glue stores it idempotently; the acceptance is deterministic). */
+static int req_emit_voucher(gn_lease_req *m, const gn_buf *acc, gn_lease_out *out) {
+  gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_VOUCHER);
+  if (!a)
+    return GN_ENOMEM;
+  int r = gn__lease_act_bytes(out, a, false, m->acc_note.data, m->acc_note.len);
+  return r < 0 ? r : gn__lease_act_bytes(out, a, true, acc->data, acc->len);
+}
+
+static int req_emit_settled(gn_lease_req *m, const char *reason, gn_lease_out *out) {
+  gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_SETTLED);
+  if (!a)
+    return GN_ENOMEM;
+  a->accepted = m->final_accepted;
+  gn__lease_reason(a->reason, sizeof(a->reason), reason);
+  int r = gn__lease_act_bytes(out, a, false, m->final_inv.data, m->final_inv.len);
+  return r < 0 ? r : gn__lease_act_bytes(out, a, true, m->final_resp.data, m->final_resp.len);
 }
 
 int gn_lease_req_new(const gn_identity *id, const uint8_t *agreement_env, size_t agreement_len,
@@ -220,6 +255,18 @@ static int req_restore_state(gn_lease_req *m, const uint8_t *state, size_t len) 
     r = GN_ENOMEM;
     goto out;
   }
+  if (gn_wire_get_bin_ref(doc.root, "final_inv", GN_MSG_MAX, &p, &n) < 0)
+    goto out;
+  if (gn_buf_append(&m->final_inv, p, n) < 0) {
+    r = GN_ENOMEM;
+    goto out;
+  }
+  if (gn_wire_get_bin_ref(doc.root, "acc_note", GN_MSG_MAX, &p, &n) < 0)
+    goto out;
+  if (gn_buf_append(&m->acc_note, p, n) < 0) {
+    r = GN_ENOMEM;
+    goto out;
+  }
   r = 0;
 out:
   gn_wire_doc_done(&doc);
@@ -247,6 +294,22 @@ int gn_lease_req_restore(const gn_identity *id, const uint8_t *agreement_env, si
   m->peer_up = false;
   m->rel_backoff_ms = gn__lease_resend_ms(m->interval_s);
   m->rel_resend_at_ms = now.mono_ms;
+  /* What the glue records is emitted again: a crash may have fallen between
+   * the PERSIST and these. */
+  if (m->head.seq > 0 && m->acc_note.len) {
+    gn_buf acc = {0};
+    r = gn_bill_note_accept_seal(m->id, m->ag.data, m->ag.len, &m->head, &acc);
+    if (r == 0)
+      r = req_emit_voucher(m, &acc, out);
+    gn_buf_done(&acc);
+  }
+  if (r == 0 && m->phase == GN_LEASE_PHASE_SETTLED)
+    r = req_emit_settled(m, "", out);
+  if (r < 0) {
+    gn_lease_req_free(m);
+    gn__lease_out_reset(out);
+    return r;
+  }
   *ret = m;
   return 0;
 }
@@ -269,30 +332,25 @@ static int req_note(gn_lease_req *m, gn_lease_now now, const uint8_t *env, size_
   gn_buf resp = {0};
   char reason[256] = "";
   uint64_t obs = req_observed(m, now);
+  /* Once the final invoice is answered no note is: one still in flight from
+   * before the end is obsolete, and nothing is owed for one sent after. */
+  if (m->phase == GN_LEASE_PHASE_SETTLED)
+    return GN_ESTATE;
   int r = gn_bill_note_check(env, len, m->ag.data, m->ag.len, &m->head, obs, gn_bill_tolerance_s(obs),
                              m->max_spend_micro, &next, &note, reason, sizeof(reason));
   if (r == GN_ESTATE) {
     /* The provider missed our acceptance (or repeats a note): ours again. */
     return m->phase == GN_LEASE_PHASE_SETTLED ? 0 : req_resend_accept(m, out);
   }
-  if (r == 0 && m->phase == GN_LEASE_PHASE_SETTLED) {
-    snprintf(reason, sizeof(reason), "the final invoice of this lease was already answered");
-    r = GN_EAUDIT;
-  }
   if (r == 0) {
-    gn_lease_action *a;
+    if ((r = gn_bill_note_accept_seal(m->id, m->ag.data, m->ag.len, &next, &resp)) < 0)
+      goto out;
     m->prev_head = m->head;
     m->has_prev = true;
     m->head = next;
-    if ((r = gn_bill_note_accept_seal(m->id, m->ag.data, m->ag.len, &m->head, &resp)) < 0 ||
-        (r = req_persist(m, out)) < 0)
-      goto out;
-    if (!(a = gn__lease_act(out, GN_LEASE_ACT_VOUCHER))) {
-      r = GN_ENOMEM;
-      goto out;
-    }
-    if ((r = gn__lease_act_bytes(out, a, false, env, len)) < 0 ||
-        (r = gn__lease_act_bytes(out, a, true, resp.data, resp.len)) < 0)
+    m->acc_note.len = 0;
+    if ((r = gn_buf_append(&m->acc_note, env, len)) < 0 || (r = req_persist(m, out)) < 0 ||
+        (r = req_emit_voucher(m, &resp, out)) < 0)
       goto out;
     r = req_send(out, resp.data, resp.len);
     goto out;
@@ -323,23 +381,18 @@ static int req_settle(gn_lease_req *m, gn_lease_now now, const uint8_t *env, siz
                       bool accepted, const char *reason, gn_lease_out *out) {
   gn_bill_hash(env, len, m->final_hash);
   m->final_accepted = accepted;
-  m->final_resp.len = 0;
+  m->final_resp.len = m->final_inv.len = 0;
   int r = gn_buf_append(&m->final_resp, resp->data, resp->len);
   if (r == 0)
-    r = req_end(m, now, accepted ? "the provider ended the lease" : "final invoice rejected", out);
+    r = gn_buf_append(&m->final_inv, env, len);
+  bool ended = req_end(m, now, accepted ? "the provider ended the lease" : "final invoice rejected");
   m->phase = GN_LEASE_PHASE_SETTLED;
   if (r == 0)
     r = req_persist(m, out);
-  gn_lease_action *a = r == 0 ? gn__lease_act(out, GN_LEASE_ACT_SETTLED) : NULL;
-  if (r == 0 && !a)
-    r = GN_ENOMEM;
-  if (r == 0) {
-    a->accepted = accepted;
-    gn__lease_reason(a->reason, sizeof(a->reason), reason);
-    r = gn__lease_act_bytes(out, a, false, env, len);
-  }
+  if (r == 0 && ended)
+    r = req_emit_end(m, out);
   if (r == 0)
-    r = gn__lease_act_bytes(out, a, true, resp->data, resp->len);
+    r = req_emit_settled(m, reason, out);
   if (r == 0)
     r = req_send(out, resp->data, resp->len);
   return r;
@@ -426,9 +479,10 @@ int gn_lease_req_release(gn_lease_req *m, gn_lease_now now, gn_lease_out *out) {
   m->released = true;
   m->rel_backoff_ms = gn__lease_resend_ms(m->interval_s);
   m->rel_resend_at_ms = now.mono_ms;
-  int r = req_end(m, now, "released", out);
-  if (r == 0)
-    r = req_persist(m, out);
+  bool ended = req_end(m, now, "released");
+  int r = req_persist(m, out);
+  if (r == 0 && ended)
+    r = req_emit_end(m, out);
   return r < 0 ? r : req_step(m, now, out);
 }
 
@@ -439,9 +493,12 @@ int gn_lease_req_ended(gn_lease_req *m, gn_lease_now now, const char *reason, gn
   char why[64];
   snprintf(why, sizeof(why), "provider: %s", reason ? reason : "ended");
   bool was = m->stopped;
-  int r = req_end(m, now, why, out);
-  if (r == 0 && !was)
+  bool ended = req_end(m, now, why);
+  int r = 0;
+  if (!was || ended)
     r = req_persist(m, out);
+  if (r == 0 && ended)
+    r = req_emit_end(m, out);
   return r < 0 ? r : req_step(m, now, out);
 }
 

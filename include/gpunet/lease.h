@@ -12,8 +12,11 @@
  *    gn_lease_out, which it empties first and fills with actions;
  *  - the caller performs the actions IN ORDER (a PERSIST before the SEND
  *    that follows it: the state must be durable before the peer can act on
- *    the message), then arms one timer at out.timer_at_ms (monotonic ms,
- *    UINT64_MAX = none) that calls gn_lease_*_timer;
+ *    the message; an END comes after the PERSIST that records it), then
+ *    arms one timer at out.timer_at_ms (monotonic ms, UINT64_MAX = none)
+ *    that calls gn_lease_*_timer. The timer of the latest call replaces the
+ *    previous one: a call made while performing another call's actions
+ *    (gn_lease_prov_ticks for its WRITE_TICKS) is the latest;
  *  - bytes in actions belong to the gn_lease_out and stay valid until the
  *    next call that takes the same out, or gn_lease_out_done.
  *
@@ -92,19 +95,26 @@ enum gn_lease_act_kind {
    * durably before performing the actions after it. */
   GN_LEASE_ACT_PERSIST,
   /* A countersigned debit note: data = the note, data2 = the requester's
-   * DEBIT_ACCEPT (the cumulative payment voucher). Store it (settlement). */
+   * DEBIT_ACCEPT (the cumulative payment voucher). Store it (settlement),
+   * idempotently: a restored machine emits its last one again (a crash may
+   * have fallen between the PERSIST before it and the store). */
   GN_LEASE_ACT_VOUCHER,
   /* The lease ended, reason says why (provider: kill its jobs, stop
    * metering, free its GPUs, send LEASE_END with the reason; requester: the
-   * lease is over for it, stop sending jobs). Emitted once per lease. */
+   * lease is over for it, stop sending jobs). Emitted once per lease, after
+   * the PERSIST that records the end; a crash in between leaves no END: a
+   * glue restoring a machine whose phase (gn_lease_*_info) is not ACTIVE
+   * treats the lease as ended (no jobs restarted). */
   GN_LEASE_ACT_END,
   /* Provider: the final invoice was sealed (data): store it as "issued"
    * (it is re-sealed, and emitted again, if a late acceptance moves the
-   * head it continues before the requester answered). */
+   * head it continues before the requester answered; a restored machine
+   * whose lease ended emits it again: store it idempotently). */
   GN_LEASE_ACT_INVOICE,
   /* The final invoice was answered: data = the invoice, data2 = the
    * INVOICE_ACCEPT or INVOICE_REJECT, accepted says which, reason holds the
-   * rejection's reason. Provider: on receipt; requester: when it answered. */
+   * rejection's reason. Provider: on receipt; requester: when it answered.
+   * Emitted again by a restored machine (store it idempotently). */
   GN_LEASE_ACT_SETTLED,
   /* A debit note was rejected (requester: by us, with data = the note and
    * data2 = our DEBIT_REJECT; provider: by the requester, data = the
@@ -251,8 +261,10 @@ gn_lease_req *gn_lease_req_free(gn_lease_req *m);
  * our acceptance again; anything else is rejected with a reason (REJECTED,
  * SEND of the DEBIT_REJECT). The first final invoice that passes is
  * countersigned (PERSIST, SETTLED, SEND); another one is rejected, the same
- * one again gets the same acceptance. Returns GN_EAUDIT when it rejected,
- * GN_EPROTO for what is not such a message for this lease (nothing sent). */
+ * one again gets the same acceptance; once the final invoice is answered a
+ * note gets no answer (GN_ESTATE). Returns GN_EAUDIT when it rejected,
+ * GN_EPROTO for what is not such a message for this lease, GN_EPERM for one
+ * not signed by the agreement's provider (nothing sent for these). */
 int gn_lease_req_recv(gn_lease_req *m, gn_lease_now now, const uint8_t *env, size_t len, gn_lease_out *out);
 /* The user releases the lease: observation stops now, RELEASE is emitted and
  * repeated (resend interval) until the final invoice arrives. */

@@ -417,9 +417,11 @@ static void test_prov_release_ends_with_invoice_after_last_accepted(void **state
   assert_int_equal(pv_recv(p, &acc), 0);
   pv_until(p, 23500);
   assert_int_equal(gn_lease_prov_release(p->m, pv_now(p), &o), 0);
-  /* END first (kill jobs), then the invoice is persisted, stored and sent. */
-  assert_true(lh_pos(&o, GN_LEASE_ACT_END) < lh_pos(&o, GN_LEASE_ACT_PERSIST));
-  assert_true(lh_pos(&o, GN_LEASE_ACT_PERSIST) < lh_pos(&o, GN_LEASE_ACT_SEND));
+  /* The end is persisted first, then END (kill jobs), then the invoice is
+   * stored and sent. */
+  assert_true(lh_pos(&o, GN_LEASE_ACT_PERSIST) < lh_pos(&o, GN_LEASE_ACT_END));
+  assert_true(lh_pos(&o, GN_LEASE_ACT_END) < lh_pos(&o, GN_LEASE_ACT_INVOICE));
+  assert_true(lh_pos(&o, GN_LEASE_ACT_INVOICE) < lh_pos(&o, GN_LEASE_ACT_SEND));
   pv_handle(p, &o);
   assert_string_equal(p->end_reason, "released");
   gn_bill_head fin;
