@@ -94,7 +94,9 @@ gn_wait_until 10 "the requester's ledger settlement" settled "$R" || fail "the r
 # The webhook answered 503 first: the retry comes 2 s later.
 gn_wait_until 20 "the provider's webhook settlement" settled "$P" || fail "the provider did not settle: $(gn_cli "$P" --json balance)"
 [ "$(bal "$P" .driver)" = webhook ] || fail "the provider's driver is not the webhook"
-[ "$(bal "$P" .pending)" = 0 ] && [ "$(bal "$P" .failed)" = 0 ] || fail "items left: $(gn_cli "$P" --json balance)"
+if [ "$(bal "$P" .pending)" != 0 ] || [ "$(bal "$P" .failed)" != 0 ]; then
+  fail "items left: $(gn_cli "$P" --json balance)"
+fi
 [ "$(bal "$P" '.balances[0].outstanding_micro')" = 0 ] || fail "the provider has an outstanding amount"
 ok "both sides settled $total micro EUR (requester: ledger driver; provider: webhook)"
 
@@ -107,8 +109,8 @@ gn_cli "$R" balance | grep -q "we owe" || fail "gpunet balance (table) on the re
 ok "gpunet invoices shows the lease settled on both sides"
 
 # --- 3. what the webhook received ---------------------------------------------
-[ -f "$hook/0.json" ] && [ -f "$hook/1.json" ] || fail "the webhook got $(ls "$hook" | grep -c json) request(s), want 2"
-[ ! -f "$hook/2.json" ] || fail "the webhook got a third request after the 200"
+reqs=("$hook"/*.json)
+[ ${#reqs[@]} = 2 ] || fail "the webhook got ${#reqs[@]} request(s), want 2 (503, then 200)"
 key0=$(sed -n 's/^Idempotency-Key: //Ip' "$hook/0.hdr" | tr -d '\r')
 key1=$(sed -n 's/^Idempotency-Key: //Ip' "$hook/1.hdr" | tr -d '\r')
 inv_hash=$(jq -r .invoice_hash "$hook/1.json")
@@ -118,8 +120,9 @@ cmp -s "$hook/0.json" "$hook/1.json" || fail "the retry sent another body"
 grep -q "^path: /gpunet/settle" "$hook/1.hdr" || fail "posted to another path"
 [ "$(jq -r .lease "$hook/1.json")" = "$lease" ] || fail "body names another lease"
 [ "$(jq -r .amount_micro "$hook/1.json")" = "$total" ] || fail "body amount $(jq -r .amount_micro "$hook/1.json"), want $total"
-[ "$(jq -r .provider "$hook/1.json")" = "$pid_p" ] && [ "$(jq -r .requester "$hook/1.json")" = "$pid_r" ] ||
+if [ "$(jq -r .provider "$hook/1.json")" != "$pid_p" ] || [ "$(jq -r .requester "$hook/1.json")" != "$pid_r" ]; then
   fail "body names other parties"
+fi
 jq -r .voucher "$hook/1.json" | base64 -d >"$work/voucher.bin" || fail "the voucher is not base64"
 [ -s "$work/voucher.bin" ] || fail "empty voucher"
 jq .export "$hook/1.json" >"$work/export.json"
