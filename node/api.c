@@ -311,6 +311,8 @@ static json_t *lease_bill_json(gn_node *n, const gn_lease *l) {
                 (json_int_t)l->ag.terms.count, "seconds", (json_int_t)seconds, "total_micro", (json_int_t)micro,
                 "total", total, "price", price, "currency", l->ag.terms.currency, "start_s", (json_int_t)l->ag.start_s,
                 "end_s", (json_int_t)l->end_s, "countersigned", strcmp(status, "accepted") == 0);
+  /* When the bill was made: the end of the lease (its final invoice), else its start. */
+  json_object_set_new(o, "created_s", json_integer(l->end_s ? l->end_s : l->ag.start_s));
   json_object_set_new(o, "notes_accepted", json_integer((json_int_t)info.accepted_seq));
   json_object_set_new(o, "vouched_s", json_integer((json_int_t)info.accepted_s));
   json_object_set_new(o, "vouched_micro", json_integer((json_int_t)info.accepted_micro));

@@ -469,6 +469,11 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
     seconds = (gn_mono_ms() - l->start_mono_ms) / 1000;
   if (seconds > l->ag.terms.max_s)
     seconds = l->ag.terms.max_s;
+  uint64_t cost = gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds);
+  if (l->invoice_id[0]) { /* once invoiced: what the final invoice bills */
+    seconds = l->invoice_seconds;
+    cost = l->invoice_micro;
+  }
   json_t *o = json_pack(
       "{s:s, s:s, s:s, s:s, s:i, s:o, s:I, s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:I, s:I, s:b}", "id", l->id, "role",
       l->role == GN_ROLE_PROVIDER ? "provider" : "requester", "peer", peer, "gpu_model", l->ag.terms.gpu_model, "count",
@@ -477,8 +482,7 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
       "ends_s", (json_int_t)(l->ag.start_s + (int64_t)l->ag.terms.max_s), "state",
       l->state == GN_LEASE_ACTIVE ? "active" : "ended", "ended_reason",
       l->state == GN_LEASE_ACTIVE ? NULL : l->end_reason, "seconds", (json_int_t)seconds, "cost_micro",
-      (json_int_t)gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds), "simulated",
-      l->ag.terms.simulated);
+      (json_int_t)cost, "simulated", l->ag.terms.simulated);
   if (o) {
     json_object_set_new(o, "interval_s", json_integer(l->ag.terms.interval_s));
     /* What the requester's vouchers cover so far (the last accepted note,
