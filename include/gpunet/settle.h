@@ -100,14 +100,19 @@ int gn_settle_voucher_open(const uint8_t *agreement_env, size_t agreement_len, c
 
 /* Records a voucher we received (role PROVIDER) or signed (role REQUESTER)
  * as the lease's highest, committed before it returns. self_pk must be the
- * agreement's party of that role (GN_EPERM). Refused, changing nothing:
- * anything gn_settle_voucher_open refuses; an amount or seconds below the
- * lease's recorded voucher (GN_EAUDIT: vouchers only ever increase); a debit
- * voucher whose seq is not above the recorded one's while its amount is the
- * same or a different voucher after a final voucher (GN_ESTATE); a voucher
- * for a lease recorded with another agreement (GN_EPERM). Recording the same
- * voucher again, or a debit voucher that is not newer than the one recorded
- * (a duplicate that arrived late), returns 0 and changes nothing. */
+ * agreement's party of that role (GN_EPERM). Against the voucher recorded for
+ * the lease (if any), refused and changing nothing:
+ *  - anything gn_settle_voucher_open refuses;
+ *  - a newer voucher (a debit voucher of a higher seq, or the final one)
+ *    whose amount or seconds are lower (GN_EAUDIT: vouchers only increase);
+ *  - a different voucher for the same note, or an older note's voucher for
+ *    more (GN_EAUDIT: the requester signed two stories);
+ *  - after the final voucher, a second final voucher or a debit voucher for
+ *    more (GN_ESTATE);
+ *  - a voucher of a lease id recorded under another agreement (GN_EPERM).
+ * The same voucher again, an older note's voucher for no more (a duplicate
+ * that arrived late) and, after the final voucher, a debit voucher for no
+ * more return 0 and keep the recorded one. */
 int gn_settle_record_voucher(gn_settle *s, gn_settle_role role, const uint8_t *agreement_env, size_t agreement_len,
                              const uint8_t *voucher_env, size_t voucher_len, int64_t now_s);
 /* The recorded (highest) voucher of a lease; GN_ENOTFOUND if none.
