@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* --- image references -----------------------------------------------------*/
 
@@ -299,15 +300,33 @@ int gn_runtime_argv_run(const gn_runtime *rt, const char *state_root, const char
 int gn_runtime_argv_kill(const gn_runtime *rt, const char *state_root, const char *id, const char *signal,
                          char ***ret_argv);
 int gn_runtime_argv_delete(const gn_runtime *rt, const char *state_root, const char *id, char ***ret_argv);
+/* Whether the runtime keeps state for container id under state_root (runc
+ * and crun: a directory state_root/id). `run` removes it when the container
+ * has ended and been destroyed, so a delete after it would only start the
+ * runtime again for nothing; true unless known to be absent. */
+bool gn_runtime_has_state(const char *state_root, const char *id);
 char **gn_argv_free(char **argv);
 
-/* Runs argv (argv[0] a path) to completion: fork, exec, wait. ret_status
- * gets the exit code, or 128 + signal number. stdin/stdout/stderr are
- * inherited. Blocking: for tests and the daemon's cleanup (kill, delete),
- * never for a job, which the daemon watches with uv_spawn. */
+/* Runs argv (argv[0] a path) to completion: spawn, wait. ret_status gets
+ * the exit code, or 128 + signal number (127: argv[0] cannot be run).
+ * stdin/stdout/stderr are inherited. Blocking: for tests and the daemon's
+ * cleanup (kill, delete), never for a job (gn_runtime_spawn). */
 int gn_runtime_exec(char **argv, int *ret_status);
 /* The same with the child's stdio redirected to the given fds (-1: inherit).
  * Descriptors above 2 are closed in the child. */
 int gn_runtime_exec_io(char *const *argv, int stdin_fd, int stdout_fd, int stderr_fd, int *ret_status);
+/* Starts argv without waiting for it, the way the daemon starts a job's
+ * `runc run`: stdin from /dev/null, stdout and stderr onto the given fds,
+ * the other descriptors closed, default signal dispositions, empty signal
+ * mask; with posix_spawn (vfork-like: no copy of the daemon's page tables).
+ * ret_pidfd gets a pidfd (close-on-exec, the caller's to close) that turns
+ * readable when the process ends; reap it then with gn_runtime_reap.
+ * GN_EUNSUPPORTED without pidfds (Linux before 5.3): nothing started. */
+int gn_runtime_spawn(char *const *argv, int stdout_fd, int stderr_fd, pid_t *ret_pid, int *ret_pidfd);
+/* Whether gn_runtime_spawn can work here (the kernel has pidfd_open). */
+bool gn_runtime_spawn_supported(void);
+/* Reaps pid, started by gn_runtime_spawn, without blocking: ret_status as
+ * gn_runtime_exec's; -EAGAIN while it runs. */
+int gn_runtime_reap(pid_t pid, int *ret_status);
 
 #endif

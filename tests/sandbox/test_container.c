@@ -91,6 +91,22 @@ static void test_container_echo_hello(void **state) {
   assert_string_equal(r.out, "hello\n");
 }
 
+/* `run` to the container's end leaves no state for a delete to remove:
+ * what lets the daemon skip starting the runtime again after each job. */
+static void test_container_run_leaves_no_runtime_state(void **state) {
+  (void)state;
+  NEED_CONTAINERS();
+  const char *const argv[] = {"/bin/sh", "-c", "exit 4", NULL};
+  gn_bundle_spec spec = {.argv = argv};
+  job_result r;
+  run_job(&spec, &r);
+  assert_int_equal(r.status, 4);
+  char state_dir[512], id[64];
+  snprintf(state_dir, sizeof(state_dir), "%s/state", work);
+  snprintf(id, sizeof(id), "gn-test-%d-%d", (int)getpid(), job_counter);
+  assert_false(gn_runtime_has_state(state_dir, id));
+}
+
 static void test_container_exit_code_passes_through(void **state) {
   (void)state;
   NEED_CONTAINERS();
@@ -190,6 +206,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_container_echo_hello),
       cmocka_unit_test(test_container_exit_code_passes_through),
+      cmocka_unit_test(test_container_run_leaves_no_runtime_state),
       cmocka_unit_test(test_container_root_readonly_tmp_writable),
       cmocka_unit_test(test_container_sees_only_loopback),
       cmocka_unit_test(test_container_has_no_capabilities_and_own_pid_ns),
