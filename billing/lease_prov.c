@@ -230,7 +230,7 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
   gn_buf b = {0};
   bool ended = m->phase != GN_LEASE_PHASE_ACTIVE;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, ended ? 13 : 9);
+  gn_wire_put_map(&w, ended ? 14 : 9);
   gn_wire_put_str(&w, "v");
   gn_wire_put_u64(&w, GN__LEASE_STATE_VERSION);
   gn_wire_put_str(&w, "role");
@@ -265,6 +265,8 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
     gn_wire_put_bin(&w, m->inv_resp.data, m->inv_resp.len);
     gn_wire_put_str(&w, "accepted");
     gn_wire_put_bool(&w, m->inv_accepted);
+    gn_wire_put_str(&w, "settle_reason");
+    gn_wire_put_str(&w, m->settle_reason);
   }
   int r = gn_wire_writer_take(&w, &b);
   gn_wire_writer_done(&w);
@@ -284,9 +286,15 @@ static int prov_send(gn_lease_out *out, const gn_buf *env) {
   return a ? gn__lease_act_bytes(out, a, false, env->data, env->len) : GN_ENOMEM;
 }
 
-/* Seals the final invoice continuing the head with the seconds since it. */
+/* Seals the final invoice continuing the head with the seconds since it.
+ * Trailing seconds of no GPU (the idle gap a restart wrote, when the lease
+ * ended right after it) cost nothing and are left out: the requester's
+ * observation may have stopped (its release) while this provider was down,
+ * and seconds it did not observe would get the whole invoice rejected. */
 static int prov_seal_invoice(gn_lease_prov *m) {
   uint64_t n = m->metered - m->head.seconds;
+  while (n > 0 && m->ticks.data[(n - 1) * GN_BILL_TICK_LEN] == 0)
+    n--;
   gn_buf_done(&m->invoice);
   return gn_bill_invoice_seal(m->id, m->ag.data, m->ag.len, &m->head, m->ticks.data, n, m->end_s, m->end_reason,
                               &m->invoice, &m->final);
@@ -519,7 +527,8 @@ static int prov_restore_state(gn_lease_prov *m, const uint8_t *state, size_t len
     if (gn_wire_get_i64(doc.root, "end_s", &m->end_s) < 0 ||
         gn_wire_get_str(doc.root, "end_reason", m->end_reason, sizeof(m->end_reason)) < 0 ||
         gn_wire_get_bin_ref(doc.root, "resp", GN_MSG_MAX, &p, &n) < 0 ||
-        gn_wire_get_bool(doc.root, "accepted", &m->inv_accepted) < 0)
+        gn_wire_get_bool(doc.root, "accepted", &m->inv_accepted) < 0 ||
+        gn_wire_get_str(doc.root, "settle_reason", m->settle_reason, sizeof(m->settle_reason)) < 0)
       goto out;
     if (gn_buf_append(&m->inv_resp, p, n) < 0) {
       r = GN_ENOMEM;
@@ -538,6 +547,7 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
                           gn_lease_prov **ret, gn_lease_out *out) {
   gn_lease_prov *m = NULL;
   uint64_t metered = 0;
+  char down[64] = "";
   if (!out || !state || state_len > GN_LEASE_STATE_MAX || (n && !ticks))
     return GN_EINVAL;
   gn__lease_out_reset(out);
@@ -575,6 +585,11 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
       elapsed = m->max_s;
     if (elapsed > m->metered)
       m->idle_to = elapsed;
+    /* Down for longer than the grace an unreachable requester gets: the
+     * lease is over (its jobs died with the provider, and a release sent
+     * meanwhile could not arrive); nothing after the last tick is billed. */
+    if (elapsed - m->metered > prov_timeout_ms(m) / 1000u && elapsed > m->metered)
+      snprintf(down, sizeof(down), "provider down for %llu s", (unsigned long long)(elapsed - m->metered));
     m->anchor_tick = m->idle_to;
     m->anchor_ms = now.mono_ms;
     m->unacc = m->n_pend > 0;
@@ -603,6 +618,8 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
   if (m->head.seq > 0 && m->acc_note.len && (r = prov_emit_voucher(m, out)) < 0)
     goto fail;
   if (m->phase == GN_LEASE_PHASE_SETTLED && (r = prov_emit_settled(m, out)) < 0)
+    goto fail;
+  if (down[0] && (r = prov_end(m, now, down, out)) < 0)
     goto fail;
   if ((r = prov_step(m, now, out)) < 0)
     goto fail;

@@ -36,6 +36,7 @@ struct gn_lease_req {
   /* The final invoice we answered (SETTLED). */
   uint8_t final_hash[32];
   bool final_accepted;
+  char final_reason[256]; /* our rejection's reason */
   gn_buf final_inv, final_resp;
 };
 
@@ -89,7 +90,7 @@ static int req_persist(gn_lease_req *m, gn_lease_out *out) {
   gn_wire_writer w;
   gn_buf b = {0};
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 18);
+  gn_wire_put_map(&w, 19);
   gn_wire_put_str(&w, "v");
   gn_wire_put_u64(&w, GN__LEASE_STATE_VERSION);
   gn_wire_put_str(&w, "role");
@@ -124,6 +125,8 @@ static int req_persist(gn_lease_req *m, gn_lease_out *out) {
   gn_wire_put_bin(&w, m->final_inv.data, m->final_inv.len);
   gn_wire_put_str(&w, "acc_note");
   gn_wire_put_bin(&w, m->acc_note.data, m->acc_note.len);
+  gn_wire_put_str(&w, "final_reason");
+  gn_wire_put_str(&w, m->final_reason);
   int r = gn_wire_writer_take(&w, &b);
   gn_wire_writer_done(&w);
   if (r == 0 && b.len > GN_LEASE_STATE_MAX)
@@ -261,7 +264,8 @@ static int req_restore_state(gn_lease_req *m, const uint8_t *state, size_t len) 
     r = GN_ENOMEM;
     goto out;
   }
-  if (gn_wire_get_bin_ref(doc.root, "acc_note", GN_MSG_MAX, &p, &n) < 0)
+  if (gn_wire_get_bin_ref(doc.root, "acc_note", GN_MSG_MAX, &p, &n) < 0 ||
+      gn_wire_get_str(doc.root, "final_reason", m->final_reason, sizeof(m->final_reason)) < 0)
     goto out;
   if (gn_buf_append(&m->acc_note, p, n) < 0) {
     r = GN_ENOMEM;
@@ -304,7 +308,7 @@ int gn_lease_req_restore(const gn_identity *id, const uint8_t *agreement_env, si
     gn_buf_done(&acc);
   }
   if (r == 0 && m->phase == GN_LEASE_PHASE_SETTLED)
-    r = req_emit_settled(m, "", out);
+    r = req_emit_settled(m, m->final_reason, out);
   if (r < 0) {
     gn_lease_req_free(m);
     gn__lease_out_reset(out);
@@ -381,6 +385,7 @@ static int req_settle(gn_lease_req *m, gn_lease_now now, const uint8_t *env, siz
                       bool accepted, const char *reason, gn_lease_out *out) {
   gn_bill_hash(env, len, m->final_hash);
   m->final_accepted = accepted;
+  gn__lease_reason(m->final_reason, sizeof(m->final_reason), reason);
   m->final_resp.len = m->final_inv.len = 0;
   int r = gn_buf_append(&m->final_resp, resp->data, resp->len);
   if (r == 0)

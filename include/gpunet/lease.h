@@ -198,7 +198,9 @@ int gn_lease_prov_new(const gn_identity *id, const uint8_t *agreement_env, size_
  * 2 bytes each, as written). The seconds between the last one and what the
  * provider's own UTC says elapsed since start_s (capped at max_s) were not
  * given: the machine asks to write them idle. An ACTIVE lease goes on
- * metering (the peer is taken as down until gn_lease_prov_peer says up); an
+ * metering (the peer is taken as down until gn_lease_prov_peer says up),
+ * unless the provider was down longer than grace_s: then it ends at once
+ * ("provider down for N s"; the final invoice bills up to the last tick). An
  * ENDED one re-sends its final invoice once the peer is up. GN_EINVAL if the
  * state does not belong to this agreement, GN_EAUDIT if the ticks do not
  * fit it. */

@@ -556,6 +556,54 @@ static void test_prov_restart_writes_downtime_idle(void **state) {
   gn_lease_out_done(&o);
 }
 
+static void test_prov_restart_after_long_downtime_ends_lease(void **state) {
+  pv *p = *state;
+  gn_lease_out o = {0};
+  pv_until(p, 7500);
+  p->m = gn_lease_prov_free(p->m);
+  /* Back 21 s after the last tick: more than grace_s (2 intervals). */
+  p->utc0 = START_S + 28;
+  p->now_ms = 0;
+  assert_int_equal(gn_lease_prov_restore(p->prov, p->ag.data, p->ag.len, p->state.data, p->state.len, p->ledger.data,
+                                         p->ledger.len / 2, pv_now(p), &p->m, &o),
+                   0);
+  assert_int_equal(lh_count(&o, GN_LEASE_ACT_WRITE_TICKS), 0);
+  pv_handle(p, &o);
+  assert_true(p->ended);
+  assert_non_null(strstr(p->end_reason, "provider down"));
+  gn_bill_head h0, fin;
+  gn_bill_note note;
+  assert_int_equal(gn_bill_head_init(p->ag.data, p->ag.len, &h0), 0);
+  assert_int_equal(gn_bill_note_open(p->invoice.data, p->invoice.len, p->ag.data, p->ag.len, &h0, &fin, &note, NULL, 0),
+                   0);
+  assert_int_equal(note.seconds, 7);
+  gn_lease_out_done(&o);
+}
+
+static void test_prov_invoice_leaves_out_trailing_idle_seconds(void **state) {
+  pv *p = *state;
+  gn_lease_out o = {0};
+  pv_until(p, 5500);
+  p->m = gn_lease_prov_free(p->m);
+  /* Down 10 s (within grace): the gap is written idle, then released. */
+  p->utc0 = START_S + 15;
+  p->now_ms = 0;
+  assert_int_equal(gn_lease_prov_restore(p->prov, p->ag.data, p->ag.len, p->state.data, p->state.len, p->ledger.data,
+                                         p->ledger.len / 2, pv_now(p), &p->m, &o),
+                   0);
+  pv_handle(p, &o);
+  assert_int_equal(p->ledger.len / 2, 15);
+  assert_int_equal(gn_lease_prov_release(p->m, pv_now(p), &o), 0);
+  pv_handle(p, &o);
+  gn_bill_head h0, fin;
+  gn_bill_note note;
+  assert_int_equal(gn_bill_head_init(p->ag.data, p->ag.len, &h0), 0);
+  assert_int_equal(gn_bill_note_open(p->invoice.data, p->invoice.len, p->ag.data, p->ag.len, &h0, &fin, &note, NULL, 0),
+                   0);
+  assert_int_equal(note.seconds, 5); /* 6..15 had no GPU and cost nothing */
+  gn_lease_out_done(&o);
+}
+
 static void test_prov_restart_after_end_resends_same_invoice(void **state) {
   pv *p = *state;
   gn_lease_out o = {0};
@@ -621,6 +669,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prov_late_acceptance_reseals_invoice, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_expires_at_max_s, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restart_writes_downtime_idle, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_restart_after_long_downtime_ends_lease, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_invoice_leaves_out_trailing_idle_seconds, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restart_after_end_resends_same_invoice, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restore_refuses_other_lease_state, pv_setup, pv_teardown),
   };
