@@ -609,40 +609,118 @@ static void lease_end_local(gn_node *n, gn_lease *l, const char *reason) {
   n->offers_dirty = true;
 }
 
-/* Meters the seconds from..to a WRITE_TICKS asks for and commits them to
- * the ledger (durable before the machine hears of them). Returns the
- * ledger's error; the caller stops the lease on one, since a second that
- * cannot be recorded must not be sold. */
-static int prov_write_ticks(gn_node *n, gn_lease *l, const gn_lease_action *a, gn_lease_out *out) {
+/* The seconds from..from+cnt-1 a WRITE_TICKS asked for, metered: every
+ * one with the same GPUs and utilization (the lease's, or none when idle). */
+typedef struct tick_req {
+  gn_lease *l;
+  uint64_t from;
+  size_t cnt;
+  uint32_t gpus;
+  uint8_t util;
+} tick_req;
+
+/* While gn__provider_tick runs the machines' timers, their WRITE_TICKS
+ * are gathered here and committed together: one transaction (one fsync)
+ * per timer however many leases run, still durable before any machine
+ * hears of them. NULL otherwise (a tick asked for at another time is
+ * written at once). On the loop only. */
+typedef struct tick_batch {
+  tick_req *v;
+  size_t n, cap;
+} tick_batch;
+static tick_batch *tick_batching;
+
+static int tick_req_of(gn_node *n, gn_lease *l, const gn_lease_action *a, tick_req *ret) {
   if (a->to < a->from || a->to - a->from >= GN_LEASE_MAX_CATCHUP)
     return GN_EINVAL;
-  size_t cnt = (size_t)(a->to - a->from + 1);
-  gn_tick_append *batch = calloc(cnt, sizeof *batch);
-  uint8_t *rec = malloc(cnt * GN_BILL_TICK_LEN);
-  int r = batch && rec ? 0 : GN_ENOMEM;
-  uint8_t util = a->idle ? GN_UTIL_UNKNOWN : lease_util(n, l);
-  uint32_t gpus = a->idle ? 0 : l->ag.terms.count;
+  *ret = (tick_req){l, a->from, (size_t)(a->to - a->from + 1), a->idle ? 0 : l->ag.terms.count,
+                    a->idle ? GN_UTIL_UNKNOWN : lease_util(n, l)};
+  return 0;
+}
+
+/* Appends the seconds of k requests to the ledger in one transaction. */
+static int ticks_commit(gn_node *n, const tick_req *v, size_t k) {
+  size_t total = 0;
+  for (size_t i = 0; i < k; i++)
+    total += v[i].cnt;
+  gn_tick_append *rows = calloc(total ? total : 1, sizeof *rows);
+  if (!rows)
+    return GN_ENOMEM;
   int64_t now_s = gn_unix_s();
-  for (size_t i = 0; r == 0 && i < cnt; i++) {
-    batch[i] = (gn_tick_append){l->id, now_s, gpus, util};
-    rec[2 * i] = (uint8_t)gpus;
-    rec[2 * i + 1] = util;
-  }
+  size_t m = 0;
+  for (size_t i = 0; i < k; i++)
+    for (size_t t = 0; t < v[i].cnt; t++)
+      rows[m++] = (gn_tick_append){v[i].l->id, now_s, v[i].gpus, v[i].util};
+  int r = total ? gn_ledger_append_ticks(n->ledger, rows, total, NULL) : 0;
+  free(rows);
   if (r == 0)
-    r = gn_ledger_append_ticks(n->ledger, batch, cnt, NULL);
+    n->ticks_total += total;
+  return r;
+}
+
+/* A ledger error (or a machine refusing what was written) stops the lease:
+ * a second that cannot be recorded must not be sold. */
+static void ticks_failed(gn_node *n, gn_lease *l, int rc) {
+  gn_log(GN_LOG_ERROR, "cannot record usage seconds of lease %s: %s; ending the lease", l->id, gn_strerror(rc));
+  gn_lease_out *stop = calloc(1, sizeof *stop);
+  if (stop && gn_lease_prov_stop(l->prov, lease_now(), "provider ledger error", stop) == 0)
+    prov_perform(n, l, stop);
+  gn_lease_out_done(stop);
+  free(stop);
+  lease_end_local(n, l, "provider ledger error");
+}
+
+/* Tells the machine the seconds of req are written (their compact
+ * records) and performs what follows (a debit note every interval). */
+static int ticks_report(gn_node *n, const tick_req *req) {
+  gn_lease *l = req->l;
+  uint8_t *rec = malloc(req->cnt * GN_BILL_TICK_LEN);
+  gn_lease_out *out = calloc(1, sizeof *out);
+  int r = rec && out ? 0 : GN_ENOMEM;
+  for (size_t i = 0; r == 0 && i < req->cnt; i++) {
+    rec[2 * i] = (uint8_t)req->gpus;
+    rec[2 * i + 1] = req->util;
+  }
   if (r == 0) {
-    n->ticks_total += cnt;
-    l->seconds = a->to;
-    r = gn_lease_prov_ticks(l->prov, lease_now(), a->from, rec, cnt, out);
+    l->seconds = req->from + req->cnt - 1;
+    r = gn_lease_prov_ticks(l->prov, lease_now(), req->from, rec, req->cnt, out);
     if (r < 0)
-      gn_log(GN_LOG_ERROR, "lease %s: the machine refused seconds %llu..%llu: %s", l->id, (unsigned long long)a->from,
-             (unsigned long long)a->to, gn_strerror(r));
+      gn_log(GN_LOG_ERROR, "lease %s: the machine refused seconds %llu..%llu: %s", l->id, (unsigned long long)req->from,
+             (unsigned long long)(req->from + req->cnt - 1), gn_strerror(r));
     else
       r = prov_perform(n, l, out);
   }
-  free(batch);
+  gn_lease_out_done(out);
+  free(out);
   free(rec);
   return r;
+}
+
+/* A WRITE_TICKS: gathered into the timer's group commit, or written now. */
+static void prov_write_ticks(gn_node *n, gn_lease *l, const gn_lease_action *a) {
+  tick_req req;
+  int r = tick_req_of(n, l, a, &req);
+  if (r == 0 && tick_batching) {
+    tick_batch *b = tick_batching;
+    if (b->n == b->cap) {
+      size_t ncap = b->cap ? 2 * b->cap : 16;
+      tick_req *v = realloc(b->v, ncap * sizeof *v);
+      if (v) {
+        b->v = v;
+        b->cap = ncap;
+      }
+    }
+    if (b->n < b->cap) {
+      b->v[b->n++] = req;
+      return;
+    }
+  }
+  if (r == 0)
+    r = ticks_commit(n, &req, 1);
+  if (r == 0)
+    r = ticks_report(n, &req);
+  if (r < 0)
+    ticks_failed(n, l, r);
 }
 
 /* Performs a machine's actions in order and arms its timer. A PERSIST that
@@ -667,22 +745,9 @@ static int prov_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
         gn_transport_send(n->tp, l->peer, a->data, a->len);
       break;
     }
-    case GN_LEASE_ACT_WRITE_TICKS: {
-      gn_lease_out *sub = calloc(1, sizeof *sub);
-      int w = sub ? prov_write_ticks(n, l, a, sub) : GN_ENOMEM;
-      gn_lease_out_done(sub);
-      free(sub);
-      if (w < 0) {
-        gn_log(GN_LOG_ERROR, "cannot record usage seconds of lease %s: %s; ending the lease", l->id, gn_strerror(w));
-        gn_lease_out *stop = calloc(1, sizeof *stop);
-        if (stop && gn_lease_prov_stop(l->prov, lease_now(), "provider ledger error", stop) == 0)
-          prov_perform(n, l, stop);
-        gn_lease_out_done(stop);
-        free(stop);
-        lease_end_local(n, l, "provider ledger error");
-      }
+    case GN_LEASE_ACT_WRITE_TICKS:
+      prov_write_ticks(n, l, a);
       break;
-    }
     case GN_LEASE_ACT_PERSIST:
       r = gn__node_persist_machine(n, l->id, a->data, a->len);
       if (r < 0)
@@ -1648,12 +1713,26 @@ static void disk_check(gn_node *n, int64_t now_s) {
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   if (n->cfg.provide)
     disk_check(n, now_s);
-  /* Each lease's machine does what is due: the seconds it meters go to
-   * the ledger (one commit per lease and timer), debit notes, credit
-   * control, resends, expiry. */
+  /* Each lease's machine does what is due: debit notes, credit control,
+   * resends, expiry, and the seconds it meters, which all leases commit to
+   * the ledger together (one fsync per timer however many leases run),
+   * before any machine hears of them. If the group commit fails, each
+   * lease's seconds are tried alone, so one bad lease stops only itself. */
+  tick_batch batch = {0};
+  tick_batching = &batch;
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_PROVIDER && l->prov && now_ms >= l->timer_at_ms)
       PROV_CALL(n, l, gn_lease_prov_timer(l->prov, lease_now(), out));
+  tick_batching = NULL;
+  int committed = batch.n ? ticks_commit(n, batch.v, batch.n) : 0;
+  for (size_t i = 0; i < batch.n; i++) {
+    int r = committed == 0 ? 0 : ticks_commit(n, &batch.v[i], 1);
+    if (r == 0)
+      r = ticks_report(n, &batch.v[i]);
+    if (r < 0)
+      ticks_failed(n, batch.v[i].l, r);
+  }
+  free(batch.v);
   if (n->cfg.provide && (n->offers_dirty || now_s - n->offer_published_s >= GN_OFFER_REFRESH_S))
     gn__provider_publish_offers(n, now_s);
 }
