@@ -76,18 +76,14 @@ typedef struct gn_lease {
   gn_agreement ag;
   gn_buf agreement_env;
   gn_lease_state state;
-  uint64_t start_mono_ms; /* our own observation of the lease start */
+  uint64_t start_mono_ms; /* requester: our own observation of the lease start (a lease without machine) */
   uint64_t end_mono_ms;
-  gn_meter meter;   /* provider: the per-second meter */
   uint64_t seconds; /* provider: ticks written; requester: seconds observed */
   int64_t end_s;
   char end_reason[128];
-  int gpu_index[GN_LEASE_MAX_GPUS];  /* provider: which local GPUs */
-  int uid_slot;                      /* provider: user namespace slot, -1 when none is held */
-  bool invoice_done;                 /* requester: invoice checked */
-  bool invoice_sent;                 /* provider: invoice sent and acknowledged? */
-  gn_buf invoice_env;                /* provider: to resend until answered */
-  struct gn_pending *release_waiter; /* requester: DELETE waiting for the invoice */
+  int gpu_index[GN_LEASE_MAX_GPUS]; /* provider: which local GPUs */
+  int uid_slot;                     /* provider: user namespace slot, -1 when none is held */
+  bool invoice_done;                /* the final invoice was answered */
   /* requester: our own UTC when the agreement arrived. The observation of
    * the lease (observed_s, against which every note is checked) is measured
    * from it, also after a restart; never from the provider's start_s. */

@@ -11,7 +11,6 @@
 #define GN_RENT_INTERVAL_S 60    /* debit notes every minute unless rent asks otherwise */
 #define GN_JOB_TIMEOUT_MS 20000
 #define GN_RELEASE_TIMEOUT_MS 20000
-#define GN_INVOICE_TOLERANCE_S 3
 
 /* Sends now if the peer is up; otherwise connects and leaves the envelope on
  * the pending entry for gn__requester_peer_up. */
