@@ -178,8 +178,12 @@ static int audit_walk(const gn__bill_ctx *ctxp, const bill_item *notes, size_t n
     } else {
       /* Unanswered or rejected: evidence, not part of the bill; it must
        * still be a note of this lease signed by its provider. */
-      if (gn__bill_peek_sig(notes[i].env, notes[i].len, rcs[i], &ctx, &no, why, sizeof(why)) < 0 || no.final) {
-        invalid(a, "notes[%zu]: %s", i, no.final ? "a final invoice listed among the notes" : why);
+      if (gn__bill_peek_sig(notes[i].env, notes[i].len, rcs[i], &ctx, &no, why, sizeof(why)) < 0) {
+        invalid(a, "notes[%zu]: %s", i, why);
+        return 0;
+      }
+      if (no.final) {
+        invalid(a, "notes[%zu]: a final invoice listed among the notes", i);
         return 0;
       }
       if (notes[i].resp && gn_bill_response_matches(&r, &no) < 0) {

@@ -1,20 +1,23 @@
 /* Billing: money arithmetic, lease agreements, the per-second meter, the
- * hash-chained tick ledger in SQLite, invoices and their audit.
+ * hash-chained tick ledger in SQLite, debit notes, final invoices, their
+ * answers (the payment vouchers), and the export and its audit.
  *
- * The flow (docs/protocol.md (section 2) has the wire details):
+ * The flow (notes/billing2.md, docs/protocol.md section 2 for the wire):
  *  requester: gn_lease_terms_init, fill the terms, gn_lease_request_seal;
  *  provider:  gn_lease_request_open, decide, gn_agreement_seal; both sides
  *             keep the agreement envelope bytes;
  *  provider:  gn_ledger_begin_lease, gn_meter_start; on each timer
- *             gn_meter_due -> gn_ledger_append_tick x n -> gn_meter_advance,
- *             then re-arm with gn_meter_next_ms; every interval_s
- *             gn_invoice_seal(..., "interval") (a cumulative debit note);
- *  requester: gn_invoice_check (against its agreement and observed seconds)
- *             and gn_invoice_check_continues (against the last note it
- *             accepted), then gn_invoice_accept_seal or gn_invoice_reject_seal;
- *  provider:  gn_invoice_response_open; both: gn_ledger_store_invoice;
- *  at the end the same with the final invoice; gn_invoice_export writes the
- *  JSON that gn_invoice_audit_json (`gpunet invoice audit`) verifies alone. */
+ *             gn_meter_due -> gn_ledger_append_ticks -> gn_meter_advance;
+ *  then the lease machines (include/gpunet/lease.h) drive the "Billing v2"
+ *  functions below: every interval_s a debit note from gn_ledger_ticks,
+ *  checked and answered by the requester, and at the end the final invoice
+ *  continuing the last accepted note; both sides keep what they sent and got
+ *  (gn_ledger_store_note / _response) and gn_ledger_export writes the file
+ *  that gn_invoice_audit_json (`gpunet invoice audit`) verifies alone.
+ *  The older invoice functions (gn_invoice_seal ... gn_invoice_response_open,
+ *  gn_ledger_store_invoice, gn_invoice_export) make and take a final invoice
+ *  that continues no note, in the same v2 format, for node/ until it has
+ *  moved to the machines. */
 #ifndef GPUNET_BILLING_H
 #define GPUNET_BILLING_H
 
@@ -183,12 +186,12 @@ int gn_ledger_verify_chain(gn_ledger *l, const char *lease_id, char *reason, siz
  * carries only the seconds since the last accepted note. */
 #define GN_INVOICE_MAX_S 3456000u
 
-/* Builds and signs the provider's GN_MSG_INVOICE for a lease from its ledger
- * ticks: cumulative from second 1, so the same call also makes the interval
- * debit notes (end_reason "interval"). The provider must be the agreement's
- * (GN_EPERM); the stored chain is re-verified first (GN_EAUDIT if broken).
- * end_s earlier than the last tick is raised to it. end_reason: at most 63
- * bytes, e.g. "released", "expired", "interval", "job-exited". */
+/* OLD API. Builds and signs the provider's final GN_MSG_INVOICE for a lease
+ * from all its ledger ticks: seq 0, from 1 (it continues no debit note; a
+ * debit note is GN_MSG_DEBIT_NOTE, gn_bill_note_seal). The provider must be
+ * the agreement's (GN_EPERM); the stored chain is re-verified first
+ * (GN_EAUDIT if broken). end_s earlier than start_s + seconds is raised to
+ * it. end_reason: 1..63 printable bytes, e.g. "released", "expired". */
 int gn_invoice_seal(gn_ledger *l, const gn_identity *provider, const char *lease_id, int64_t end_s,
                     const char *end_reason, gn_buf *ret_env);
 

@@ -305,15 +305,25 @@ static void seeds(const char *dir) {
   write_file(sub, "invoice_accept", 3, ia.data, ia.len);
   write_file(sub, "invoice_reject", 3, ir.data, ir.len);
   write_file(sub, "note2_env", 4, n2.data, n2.len);
-  /* fuzz_invoice: 0 invoice env (old API), 1 invoice body, 2 export JSON,
-   * 3 response env for the fixed invoice. */
+  /* fuzz_invoice: 0 invoice env (old API: continues no note; the same bytes
+   * as the target's fixed invoice), 1 its body, 2 export JSON, 3 response
+   * envs for the fixed invoice. */
+  gn_buf inv0 = {0}, ia0 = {0}, ir0 = {0};
+  CHECK(gn_bill_invoice_seal(prov, ag.data, ag.len, &h0, t, 5, 1764670006, "released", &inv0, &hf));
+  CHECK(gn_bill_invoice_accept_seal(req, ag.data, ag.len, &hf, 1764670007, &ia0));
+  CHECK(gn_bill_invoice_reject_seal(req, ag.data, ag.len, inv0.data, inv0.len, "second 3 not given", &ir0));
   snprintf(sub, sizeof(sub), "%s/fuzz_invoice", dir);
   mkdir(sub, 0755);
-  write_file(sub, "invoice_env", 0, inv.data, inv.len);
+  write_file(sub, "invoice_env", 0, inv0.data, inv0.len);
+  body.len = 0;
+  body_of(&inv0, &body);
   write_file(sub, "invoice_body", 1, body.data, body.len);
   write_file(sub, "export_json", 2, (const uint8_t *)text, strlen(text));
-  write_file(sub, "accept_env", 3, ia.data, ia.len);
-  write_file(sub, "reject_env", 3, ir.data, ir.len);
+  write_file(sub, "accept_env", 3, ia0.data, ia0.len);
+  write_file(sub, "reject_env", 3, ir0.data, ir0.len);
+  gn_buf_done(&inv0);
+  gn_buf_done(&ia0);
+  gn_buf_done(&ir0);
   printf("seeds written under %s/fuzz_note and %s/fuzz_invoice\n", dir, dir);
   free(text);
   free(t);

@@ -293,6 +293,16 @@ static void e_not_base64(json_t *d, fixture *f, bill *b) {
   (void)f, (void)b;
   json_object_set_new(note_at(d, 2), "note", json_string("!!"));
 }
+static void e_note_garbage(json_t *d, fixture *f, bill *b) {
+  (void)f, (void)b;
+  json_object_set_new(note_at(d, 2), "note", json_string("AAAA"));
+  json_object_set_new(note_at(d, 2), "response", json_null());
+}
+static void e_invoice_among_notes(json_t *d, fixture *f, bill *b) {
+  (void)f;
+  set_b64(note_at(d, 2), "note", &b->inv);
+  json_object_set_new(note_at(d, 2), "response", json_null());
+}
 static void e_format(json_t *d, fixture *f, bill *b) {
   (void)f, (void)b;
   json_object_set_new(d, "format", json_string("gpunet-invoice/1"));
@@ -327,6 +337,9 @@ static const audit_case cases[] = {
     {"another agreement", e_agreement, "response is for lease", GN_EAUDIT},
     {"final voucher signed by the provider", e_response_by_provider, "not by the lease's requester", GN_EAUDIT},
     {"note not base64", e_not_base64, "notes[2].note is missing or not base64", GN_EAUDIT},
+    {"unanswered note that is not an envelope", e_note_garbage, "notes[2]: note envelope does not verify", GN_EAUDIT},
+    {"final invoice among the notes", e_invoice_among_notes, "notes[2]: a final invoice listed among the notes",
+     GN_EAUDIT},
     {"old format", e_format, "not a gpunet invoice export", GN_EINVAL},
     {"no notes array", e_no_notes, "not a gpunet invoice export", GN_EINVAL},
 };

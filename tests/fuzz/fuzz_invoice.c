@@ -1,9 +1,13 @@
-/* libFuzzer target for invoices. The first input byte picks the entry point:
- * 0 an invoice envelope (gn_invoice_check, summarize, export), 1 an invoice
- * body signed here by the fixed provider (reaching the agreement, chain and
- * total checks behind the signature), 2 JSON text for gn_invoice_audit_json,
- * 3 an accept/reject envelope for a fixed invoice. Nothing may crash, leak,
- * or succeed without the reason buffer being a terminated string. */
+/* libFuzzer target for final invoices and the export audit. The first input
+ * byte picks the entry point: 0 an invoice envelope (the older API node/
+ * calls: gn_invoice_check, summarize, check_continues, export, accept), 1 an
+ * invoice body signed here by the fixed provider (reaching the agreement,
+ * window, chain and total checks behind the signature), 2 JSON text for
+ * gn_invoice_audit_json, 3 an accept/reject envelope for a fixed invoice.
+ * Nothing may crash or leak; a verdict is one of the four and its reason a
+ * terminated string; what verifies obeys the lease (max_s, window, checked
+ * totals); what we export audits with a verdict other than invalid. The seed
+ * corpus is written by `scripts/bench/billing seeds` (same keys and lease). */
 #include <gpunet/billing.h>
 
 #include "../../billing/billing_int.h"
@@ -18,8 +22,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static gn_identity *prov, *req;
 static gn_buf agreement, invoice;
 
-/* The same fixed identities, lease and times as `scripts/bench/billing
- * examples`, which wrote the seed corpus: its agreement bytes are identical. */
 static gn_identity *identity_from(uint8_t b) {
   uint8_t seed[crypto_sign_SEEDBYTES];
   gn_identity *id = calloc(1, sizeof(*id));
@@ -35,8 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   static const char *const gpus[1] = {"GPU-8f1c2a3b-5d6e-4f70-8192-a3b4c5d6e7f8"};
   gn_lease_terms t;
   gn_buf rq = {0};
-  sqlite3 *db = NULL;
-  gn_ledger *l = NULL;
+  gn_bill_head h;
   if (sodium_init() < 0)
     abort();
   prov = identity_from(1);
@@ -57,23 +58,37 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if (gn_lease_request_seal(req, &t, &rq) < 0 ||
       gn_agreement_seal(prov, rq.data, rq.len, 1764670001, gpus, 1, &agreement) < 0)
     abort();
-  if (sqlite3_open(":memory:", &db) != SQLITE_OK ||
-      sqlite3_exec(db, "PRAGMA synchronous=FULL", NULL, NULL, NULL) != SQLITE_OK || gn_ledger_open(db, &l) < 0 ||
-      gn_ledger_begin_lease(l, t.lease_id, agreement.data, agreement.len) < 0)
+  static const uint8_t ticks[10] = {1, 0, 1, 1, 1, 2, 1, 3, 1, 4};
+  if (gn_bill_head_init(agreement.data, agreement.len, &h) < 0 ||
+      gn_bill_invoice_seal(prov, agreement.data, agreement.len, &h, ticks, 5, 1764670006, "released", &invoice, NULL) <
+          0)
     abort();
-  for (int i = 0; i < 5; i++)
-    if (gn_ledger_append_tick(l, t.lease_id, 1764670001 + i, 1, 50, NULL) < 0)
-      abort();
-  if (gn_invoice_seal(l, prov, t.lease_id, 1764670006, "released", &invoice) < 0)
-    abort();
-  gn_ledger_free(l);
-  sqlite3_close(db);
   gn_buf_done(&rq);
   return 0;
 }
 
 static void reason_ok(const char *reason, size_t cap) {
   if (!memchr(reason, 0, cap))
+    __builtin_trap();
+}
+
+static void audit_ok(const json_t *j, bool must_verify) {
+  gn_bill_audit a;
+  int rc = gn_invoice_audit_json(j, &a);
+  reason_ok(a.reason, sizeof(a.reason));
+  if (rc != 0 && rc != GN_EAUDIT && rc != GN_EINVAL)
+    __builtin_trap();
+  if ((rc == 0) != (a.verdict == GN_BILL_COUNTERSIGNED))
+    __builtin_trap();
+  if (rc == GN_EAUDIT && a.verdict != GN_BILL_PROVIDER_ONLY && a.verdict != GN_BILL_REJECTED &&
+      a.verdict != GN_BILL_INVALID)
+    __builtin_trap();
+  if (must_verify && (rc == GN_EINVAL || a.verdict == GN_BILL_INVALID))
+    __builtin_trap();
+  /* Whatever verifies stays within the lease. */
+  if (a.verdict != GN_BILL_INVALID && rc != GN_EINVAL &&
+      (a.summary.seconds > 3600 || a.summary.total_micro > gn_price_cost(400000, 1, a.summary.seconds) ||
+       (a.has_invoice && a.summary.seconds > (uint64_t)(a.summary.end_s - a.summary.start_s))))
     __builtin_trap();
 }
 
@@ -84,21 +99,27 @@ static void invoice_env(const uint8_t *p, size_t n) {
   reason_ok(reason, sizeof(reason));
   if (rc != 0 && rc != GN_EAUDIT)
     __builtin_trap();
-  /* A verified invoice never bills past the lease or above full use. */
-  if (rc == 0 && (s.seconds > 3600 || s.total_micro > gn_price_cost(s.price_uper_hour, s.gpus, s.seconds)))
+  /* A verified invoice never bills past the lease, its window or full use. */
+  if (rc == 0 && (s.seconds > 3600 || s.seconds > (uint64_t)(s.end_s - s.start_s) ||
+                  s.total_micro > gn_price_cost(s.price_uper_hour, s.gpus, s.seconds)))
     __builtin_trap();
   (void)gn_invoice_summarize(p, n, &s);
   /* A continuation verifies the invoice too, so it can only pass if the check did. */
   if (gn_invoice_check_continues(p, n, invoice.data, invoice.len, reason, sizeof(reason)) == 0 && rc != 0)
     __builtin_trap();
   reason_ok(reason, sizeof(reason));
+  gn_buf acc = {0};
+  int ar = gn_invoice_accept_seal(req, p, n, &acc);
+  if (ar == 0 && rc != 0) /* never countersign what does not verify */
+    __builtin_trap();
   json_t *j = NULL;
-  if (gn_invoice_export(p, n, NULL, 0, &j) == 0) {
-    /* What we export must audit. */
-    if (rc != 0 || gn_invoice_audit_json(j, &s, reason, sizeof(reason)) != 0)
+  if (gn_invoice_export(p, n, acc.len ? acc.data : NULL, acc.len, &j) == 0) {
+    if (rc != 0)
       __builtin_trap();
+    audit_ok(j, true);
     json_decref(j);
   }
+  gn_buf_done(&acc);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -120,21 +141,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   case 2: {
     json_error_t err;
-    char reason[512];
-    gn_invoice_summary s;
     json_t *j = json_loadb((const char *)p, n, 0, &err);
     if (j) {
-      int rc = gn_invoice_audit_json(j, &s, reason, sizeof(reason));
-      reason_ok(reason, sizeof(reason));
-      if (rc != 0 && rc != GN_EAUDIT && rc != GN_EINVAL)
-        __builtin_trap();
+      audit_ok(j, false);
       json_decref(j);
     }
     break;
   }
   default: {
     gn_invoice_response r;
+    gn_bill_response br;
     (void)gn_invoice_response_open(p, n, invoice.data, invoice.len, &r);
+    (void)gn_bill_response_open(p, n, agreement.data, agreement.len, &br);
     break;
   }
   }
