@@ -623,8 +623,14 @@ int gn_ledger_list_invoices(gn_ledger *l, const char *role, gn_invoice_record **
       recs = p;
       cap = ncap;
     }
-    if ((r = record_from_row(st, &recs[n])) < 0)
-      goto out;
+    if ((r = record_from_row(st, &recs[n])) < 0) {
+      /* A row of the older invoice format (tick hash v1, 12-byte records)
+       * no longer decodes: listed no more, but not failing the list. */
+      if (r == GN_ENOMEM || r == GN_EDB)
+        goto out;
+      r = 0;
+      continue;
+    }
     n++;
   }
   if (rc != SQLITE_DONE) {

@@ -287,7 +287,8 @@ gn_invoice_record *gn_invoice_records_free(gn_invoice_record *recs, size_t n);
  * provider's row first when a node holds both). GN_ENOTFOUND if none. */
 int gn_ledger_get_invoice(gn_ledger *l, const char *id, const char *role, gn_invoice_record *ret);
 /* All invoices (role NULL) or one role's, oldest first; *ret is NULL when
- * there are none. Free with gn_invoice_records_free. */
+ * there are none. Rows of the pre-v2 format (which no longer decode) are
+ * left out. Free with gn_invoice_records_free. */
 int gn_ledger_list_invoices(gn_ledger *l, const char *role, gn_invoice_record **ret, size_t *ret_n);
 
 /* OLD API (until node/ moves to gn_ledger_export): the gpunet-invoice/2

@@ -388,6 +388,30 @@ static void test_ledger_stores_and_lists_invoices(void **state) {
   gn_buf_done(&acc);
 }
 
+/* A node upgraded from the pre-v2 format still lists its other invoices: a
+ * row that no longer decodes is left out, not an error for the whole list. */
+static void test_ledger_lists_around_old_format_rows(void **state) {
+  fixture *f = *state;
+  gn_buf inv = {0};
+  gn_invoice_record *list = NULL;
+  size_t n = 0;
+  fx_ticks(f, 5, 1);
+  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 5, "released", &inv), 0);
+  assert_int_equal(
+      gn_ledger_store_invoice(f->ledger, f->terms.lease_id, "provider", inv.data, inv.len, NULL, 0, "issued"), 0);
+  assert_int_equal(
+      sqlite3_exec(f->db,
+                   "INSERT INTO invoices(lease_id, role, invoice_id, invoice, status, created_s, updated_s)"
+                   " VALUES('l-old', 'provider', 'i-old', x'9501', 'issued', 1, 1)",
+                   NULL, NULL, NULL),
+      SQLITE_OK);
+  assert_int_equal(gn_ledger_list_invoices(f->ledger, NULL, &list, &n), 0);
+  assert_int_equal(n, 1);
+  assert_string_equal(list[0].lease_id, f->terms.lease_id);
+  gn_invoice_records_free(list, n);
+  gn_buf_done(&inv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_ledger_refuses_weak_synchronous, fx_setup, fx_teardown),
@@ -402,6 +426,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ledger_detects_rows_edited_behind_its_back, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_enforces_lease_limits, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_ledger_stores_and_lists_invoices, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_ledger_lists_around_old_format_rows, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
