@@ -43,13 +43,13 @@ echo '{"hello": "world"}' >"$tmp/not-invoice.json"
 set +e
 out=$("$G" invoice audit "$tmp/not-invoice.json" 2>&1); rc=$?
 set -e
-[ $rc = 1 ] || fail "audit of a non-invoice exited $rc"
+[ $rc = 2 ] || fail "audit of a non-invoice exited $rc, want 2 (not an export)"
 [[ $out == "audit FAILED: "*"not a gpunet invoice export"* ]] || fail "audit said: $out"
 echo 'not json at all' >"$tmp/garbage"
 set +e
 out=$("$G" --json invoice audit "$tmp/garbage"); rc=$?
 set -e
-[ $rc = 1 ] && [[ $out == *'"ok": false'* ]] || fail "--json audit of garbage: rc $rc: $out"
+[ $rc = 2 ] && [[ $out == *'"ok": false'* ]] || fail "--json audit of garbage: rc $rc: $out"
 
 set +e
 "$G" frobnicate >/dev/null 2>&1; rc=$?
