@@ -444,6 +444,11 @@ static void lease_mark_ended(gn_lease *l, const char *reason, int64_t end_s) {
   l->state = GN_LEASE_ENDED;
   l->end_mono_ms = gn_mono_ms();
   l->seconds = (l->end_mono_ms - l->start_mono_ms) / 1000;
+  if (l->req) { /* our observation, as the machine keeps it (also across a restart) */
+    gn_lease_info info;
+    gn_lease_req_info(l->req, lease_now(), &info);
+    l->seconds = info.seconds;
+  }
   l->end_s = end_s ? end_s : gn_unix_s();
   gn__strf(l->end_reason, sizeof l->end_reason, "%s", reason);
 }
