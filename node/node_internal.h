@@ -136,7 +136,10 @@ struct gn_job {
   bool log_cut;     /* output past GN_JOB_LOG_MAX was dropped */
   char log_path[4096];
   /* provider side */
-  uv_process_t proc;
+  uv_process_t proc;   /* the runtime, started by uv_spawn where the kernel has no pidfds */
+  uv_poll_t exit_poll; /* else: started by gn_runtime_spawn, its end seen on pidfd */
+  int pidfd;           /* -1 when none */
+  pid_t pid;
   uv_pipe_t out_pipe;
   uv_pipe_t err_pipe;
   char work_err[512];

@@ -6,8 +6,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -978,6 +980,7 @@ typedef struct gn_task {
 
 static void job_prepare_work(gn_job *j);
 static void job_prepare_done(gn_node *n, gn_job *j, int status);
+static void job_signal(gn_job *j, int sig);
 static void job_cleanup_done(gn_node *n, gn_job *j);
 
 static void task_work(uv_work_t *w) {
@@ -992,7 +995,10 @@ static void task_work(uv_work_t *w) {
     gn_runtime_exec(t->argv, &status);
     break;
   case TASK_FINISH:
-    if (t->argv)
+    /* `run` deletes the container it ran to its end: after a `run` started
+     * here (j->pid), a delete is needed only when it could not (killed, or
+     * failed half way), which leaves the runtime's state behind. */
+    if (t->argv && (j->pid <= 0 || gn_runtime_has_state(j->node->run_dir, j->container_id)))
       gn_runtime_exec(t->argv, &status);
     if (j->bundle[0])
       gn_rm_tree(j->bundle);
@@ -1031,7 +1037,7 @@ static void task_after(uv_work_t *w, int status) {
     j->kill_busy = false;
     /* If the runtime could not signal the container, end the runtime itself. */
     if (j->proc_running)
-      uv_process_kill(&j->proc, SIGTERM);
+      job_signal(j, SIGTERM);
     break;
   case TASK_FINISH:
     job_cleanup_done(n, j);
@@ -1095,6 +1101,27 @@ static int task_submit_ex(gn_node *n, gn_job *j, int kind, char **argv, const ch
 
 static int task_submit(gn_node *n, gn_job *j, int kind, char **argv) {
   return task_submit_ex(n, j, kind, argv, NULL);
+}
+
+/* The runtime's first cgroup.procs write waits for an RCU grace period
+ * (8-16 ms here) unless the kernel's cgroup migration lock is warm; warmed
+ * on the pool while the job is prepared, it is when the runtime gets there.
+ * Not a task: it holds no job, nothing waits for it, and a warming already
+ * under way makes it return at once. */
+static void warm_work(uv_work_t *w) {
+  (void)w;
+  gn_cgroup_attach_warm();
+}
+
+static void warm_after(uv_work_t *w, int status) {
+  (void)status;
+  free(w);
+}
+
+static void cgroup_lock_warm(gn_node *n) {
+  uv_work_t *w = malloc(sizeof *w);
+  if (w && uv_queue_work(n->loop, w, warm_work, warm_after) < 0)
+    free(w);
 }
 
 /* The lease's cgroup (made by its first job's preparation) goes once the
@@ -1218,12 +1245,109 @@ static void on_job_output(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   gn_wire_writer_done(&w);
 }
 
+static void job_runtime_ended(gn_job *j, int exit_code) {
+  j->proc_running = false;
+  j->exit_code = exit_code;
+  j->state = j->stop_requested ? GN_JOB_STOPPED : GN_JOB_EXITED;
+}
+
 static void on_job_exit(uv_process_t *p, int64_t status, int term_signal) {
   gn_job *j = p->data;
-  j->proc_running = false;
-  j->exit_code = term_signal ? 128 + term_signal : (int)status;
-  j->state = j->stop_requested ? GN_JOB_STOPPED : GN_JOB_EXITED;
+  job_runtime_ended(j, term_signal ? 128 + term_signal : (int)status);
   uv_close((uv_handle_t *)p, on_job_handle_closed);
+}
+
+static void on_job_pidfd_closed(uv_handle_t *h) {
+  gn_job *j = h->data;
+  close(j->pidfd);
+  j->pidfd = -1;
+  on_job_handle_closed(h);
+}
+
+/* The runtime's pidfd turned readable: it has ended, and is reaped here. */
+static void on_job_pidfd(uv_poll_t *h, int status, int events) {
+  gn_job *j = h->data;
+  (void)events;
+  int code = -1;
+  int r = gn_runtime_reap(j->pid, &code);
+  if (r == -EAGAIN && status >= 0)
+    return;
+  if (r == -EAGAIN) {
+    /* The pidfd cannot be watched: end the runtime (the container goes
+     * with the cleanup's delete) rather than lose track of it. */
+    gn_log(GN_LOG_ERROR, "job %s: cannot watch its runtime (%s); killing it", j->id, uv_strerror(status));
+    kill(j->pid, SIGKILL);
+    while (waitpid(j->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (r == 0) {
+    job_runtime_ended(j, code);
+  } else {
+    job_runtime_ended(j, -1);
+    j->state = GN_JOB_FAILED;
+    gn__strf(j->error, sizeof j->error, "lost the runtime's exit status: %s",
+             r == -EAGAIN ? uv_strerror(status) : gn_strerror(r));
+  }
+  uv_close((uv_handle_t *)h, on_job_pidfd_closed);
+}
+
+/* Signals the runtime of a running job (its pid is not reaped before its
+ * handle says it ended, so it names no other process). */
+static void job_signal(gn_job *j, int sig) {
+  if (j->pidfd >= 0)
+    kill(j->pid, sig);
+  else
+    uv_process_kill(&j->proc, sig);
+}
+
+/* Starts the runtime with gn_runtime_spawn (posix_spawn: no copy of the
+ * daemon's page tables, about a millisecond sooner than uv_spawn's fork
+ * here), its stdout and stderr on socket pairs read on the loop (as
+ * uv_spawn's are), its end watched on its pidfd. GN_EUNSUPPORTED (no
+ * pidfds): nothing done. Otherwise the job's handles are open: 0, it runs;
+ * an error: nothing runs and the handles are closing, the last close
+ * finishing the job. */
+static int job_spawn(gn_node *n, gn_job *j, char **argv) {
+  if (!gn_runtime_spawn_supported())
+    return GN_EUNSUPPORTED;
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, r = 0;
+  bool started = false;
+  uv_pipe_init(n->loop, &j->out_pipe, 0);
+  uv_pipe_init(n->loop, &j->err_pipe, 0);
+  j->out_pipe.data = j->err_pipe.data = j->exit_poll.data = j;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, out) < 0 ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, err) < 0)
+    r = -errno;
+  if (r == 0 && (r = uv_pipe_open(&j->out_pipe, out[0])) == 0)
+    out[0] = -1; /* the handle's now */
+  if (r == 0 && (r = uv_pipe_open(&j->err_pipe, err[0])) == 0)
+    err[0] = -1;
+  if (r == 0 && (r = gn_runtime_spawn(argv, out[1], err[1], &j->pid, &j->pidfd)) == 0)
+    started = true;
+  if (r == 0)
+    r = uv_poll_init(n->loop, &j->exit_poll, j->pidfd);
+  for (int i = 0; i < 2; i++) { /* the child's ends, and ours no handle took */
+    if (out[i] >= 0)
+      close(out[i]);
+    if (err[i] >= 0)
+      close(err[i]);
+  }
+  if (r == 0) {
+    j->handles_open = 3;
+    uv_poll_start(&j->exit_poll, UV_READABLE, on_job_pidfd);
+    return 0;
+  }
+  if (started) { /* not watchable: ended here, the cleanup's delete removes what it made */
+    kill(j->pid, SIGKILL);
+    while (waitpid(j->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    close(j->pidfd);
+    j->pidfd = -1;
+  }
+  j->handles_open = 2;
+  uv_close((uv_handle_t *)&j->out_pipe, on_job_handle_closed);
+  uv_close((uv_handle_t *)&j->err_pipe, on_job_handle_closed);
+  return r;
 }
 
 /* The job's environment: the image's, replaced and extended by the job's,
@@ -1388,9 +1512,12 @@ static void job_prepare_done(gn_node *n, gn_job *j, int status) {
   gn_lease *l = job_lease(n, j);
   if (j->work_log[0])
     gn_log(GN_LOG_WARN, "job %s: %s", j->id, j->work_log);
-  if (status < 0 || j->work_rc < 0 || j->stop_requested || !l || l->state != GN_LEASE_ACTIVE) {
-    j->state = j->stop_requested || (l && l->state != GN_LEASE_ACTIVE) ? GN_JOB_STOPPED : GN_JOB_FAILED;
-    if (j->state == GN_JOB_FAILED)
+  /* j->error set on the loop already: failed before it could run. */
+  if (status < 0 || j->work_rc < 0 || j->stop_requested || j->error[0] || !l || l->state != GN_LEASE_ACTIVE) {
+    j->state = j->error[0]                                               ? GN_JOB_FAILED
+               : j->stop_requested || (l && l->state != GN_LEASE_ACTIVE) ? GN_JOB_STOPPED
+                                                                         : GN_JOB_FAILED;
+    if (j->state == GN_JOB_FAILED && !j->error[0])
       gn__strf(j->error, sizeof j->error, "%s",
                j->work_err[0] ? j->work_err : gn_strerror(status < 0 ? GN_EIO : j->work_rc));
     job_finish(n, j);
@@ -1398,7 +1525,21 @@ static void job_prepare_done(gn_node *n, gn_job *j, int status) {
   }
   char **argv = NULL;
   int r = gn_runtime_argv_run(&n->rt, n->run_dir, j->bundle, j->container_id, &argv);
-  if (r == 0) {
+  j->pidfd = -1;
+  if (r == 0 && (r = job_spawn(n, j, argv)) != GN_EUNSUPPORTED) {
+    if (r == 0) {
+      j->proc_running = true;
+      j->state = GN_JOB_RUNNING;
+      uv_read_start((uv_stream_t *)&j->out_pipe, on_job_alloc, on_job_output);
+      uv_read_start((uv_stream_t *)&j->err_pipe, on_job_alloc, on_job_output);
+      send_job_status(n, j, l);
+      gn__node_persist_job(n, j);
+      gn_log(GN_LOG_INFO, "job %s running %s", j->id, j->image);
+    } else { /* the handles are closing: the last close finishes the job */
+      j->state = GN_JOB_FAILED;
+      gn__strf(j->error, sizeof j->error, "cannot start %s: %s", argv[0], gn_strerror(r));
+    }
+  } else if (r == GN_EUNSUPPORTED) {
     uv_pipe_init(n->loop, &j->out_pipe, 0);
     uv_pipe_init(n->loop, &j->err_pipe, 0);
     j->out_pipe.data = j->err_pipe.data = j->proc.data = j;
@@ -1524,17 +1665,23 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
     goto reject;
   }
   /* The nonce is remembered (durably) until long after the manifest's
-   * expiry, so a replay is refused even across restarts. */
+   * expiry, so a replay is refused even across restarts. Looked up here;
+   * its row is written, with its fsync, once the job's preparation is on
+   * the pool, and still before anything of the job can run (that waits for
+   * a later turn of this loop). */
   sqlite3_stmt *st = NULL;
-  sqlite3_prepare_v2(n->db, "INSERT INTO job_nonces(nonce, expires_s) VALUES(?, ?)", -1, &st, NULL);
+  sqlite3_prepare_v2(n->db, "SELECT 1 FROM job_nonces WHERE nonce = ?", -1, &st, NULL);
   sqlite3_bind_blob(st, 1, m.nonce, sizeof m.nonce, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, m.expires_s);
   r = sqlite3_step(st);
   sqlite3_finalize(st);
   if (r != SQLITE_DONE) {
-    gn__strf(reason, sizeof reason, "manifest nonce already seen: replayed manifest");
+    gn__strf(reason, sizeof reason, "%s",
+             r == SQLITE_ROW ? "manifest nonce already seen: replayed manifest" : "cannot check the manifest's nonce");
     goto reject;
   }
+  uint8_t nonce[sizeof m.nonce];
+  memcpy(nonce, m.nonce, sizeof nonce);
+  int64_t nonce_expires_s = m.expires_s;
 
   gn_job *j = calloc(1, sizeof *j);
   if (!j) {
@@ -1586,13 +1733,27 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
     j->id_count = GN_USERNS_SIZE;
   }
   j->cpu_quota_us = lease_cpu_quota_us(n, l);
-  /* The worker starts first: the job's row, its "pulling" status and the
-   * log line are written while it prepares (they only read the job). */
-  if (task_submit(n, j, TASK_PREPARE, NULL) < 0) {
+  /* The worker starts first: the nonce's row, the job's row, its "pulling"
+   * status and the log line are written while it prepares (they only read
+   * the job), and the warming of the cgroup lock begins with it. */
+  if (n->have_runtime)
+    cgroup_lock_warm(n);
+  int queued = task_submit(n, j, TASK_PREPARE, NULL);
+  sqlite3_prepare_v2(n->db, "INSERT INTO job_nonces(nonce, expires_s) VALUES(?, ?)", -1, &st, NULL);
+  sqlite3_bind_blob(st, 1, nonce, sizeof nonce, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, nonce_expires_s);
+  r = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (queued < 0) {
     j->state = GN_JOB_FAILED;
     gn__strf(j->error, sizeof j->error, "provider out of memory");
     job_finish(n, j);
     return;
+  }
+  if (r != SQLITE_DONE) { /* the preparation finds it and stops; nothing runs */
+    gn_log(GN_LOG_ERROR, "job %s: cannot record its manifest's nonce: %s", j->id, sqlite3_errmsg(n->db));
+    gn__strf(j->error, sizeof j->error, "the provider cannot record the manifest's nonce");
+    j->cancel = 1;
   }
   gn__node_persist_job(n, j);
   send_job_status(n, j, l);
@@ -1616,7 +1777,7 @@ void gn__provider_stop_job(gn_node *n, gn_job *j) {
     j->kill_busy = true;
     return;
   }
-  uv_process_kill(&j->proc, SIGTERM);
+  job_signal(j, SIGTERM);
 }
 
 static void on_job_stop(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
