@@ -601,13 +601,6 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
       goto fail;
     m->inv_backoff_ms = gn__lease_resend_ms(m->interval_s);
     m->inv_resend_at_ms = now.mono_ms;
-    gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_INVOICE);
-    if (!a) {
-      r = GN_ENOMEM;
-      goto fail;
-    }
-    if ((r = gn__lease_act_bytes(out, a, false, m->invoice.data, m->invoice.len)) < 0)
-      goto fail;
   } else {
     if ((r = prov_seal_invoice(m)) < 0)
       goto fail;
@@ -617,6 +610,15 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
    * the PERSIST and these. */
   if (m->head.seq > 0 && m->acc_note.len && (r = prov_emit_voucher(m, out)) < 0)
     goto fail;
+  if (m->phase == GN_LEASE_PHASE_ENDED) {
+    gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_INVOICE);
+    if (!a) {
+      r = GN_ENOMEM;
+      goto fail;
+    }
+    if ((r = gn__lease_act_bytes(out, a, false, m->invoice.data, m->invoice.len)) < 0)
+      goto fail;
+  }
   if (m->phase == GN_LEASE_PHASE_SETTLED && (r = prov_emit_settled(m, out)) < 0)
     goto fail;
   if (down[0] && (r = prov_end(m, now, down, out)) < 0)

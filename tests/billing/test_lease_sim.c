@@ -33,7 +33,7 @@
  * by minutes (never rejected, even across a requester restart), and a
  * requester that never answers (stopped by I4).
  *
- * GN_SIM_SEEDS=N runs N random seeds (default 3000; 300 in a sanitizer
+ * GN_SIM_SEEDS=N runs N random seeds (default 3000; 1000 in a sanitizer
  * build, so the ASan+UBSan suite stays well under a minute); GN_SIM_SEED=S
  * runs only seed S (a failure prints it); GN_SIM_VERBOSE=1 traces every
  * event; GN_SIM_BENCH=1 runs the random seeds and prints seeds per second
@@ -61,7 +61,7 @@
 #define SIM_SANITIZED 0
 #endif
 
-#define SIM_DEFAULT_SEEDS (SIM_SANITIZED ? 300u : 3000u)
+#define SIM_DEFAULT_SEEDS (SIM_SANITIZED ? 1000u : 3000u)
 #define SIM_EPOCH_S 1764670000LL
 #define SIM_MAX_MSGS 2048
 #define SIM_MAX_EVENTS 64
@@ -70,7 +70,7 @@
 
 enum { P = 0, R = 1 };
 enum { MSG_ENV = 1, MSG_RELEASE, MSG_END };
-enum { EV_CRASH = 1, EV_RESTART, EV_PART_START, EV_PART_END, EV_RELEASE, EV_HEAL };
+enum { EV_CRASH = 1, EV_RESTART, EV_PART_START, EV_PART_END, EV_RELEASE, EV_FORGE, EV_HEAL };
 
 typedef struct sim_cfg {
   uint64_t seed;
@@ -80,7 +80,7 @@ typedef struct sim_cfg {
   int64_t utc_off_ms[2];
   uint64_t rate_ppm[2]; /* monotonic clock speed, 1000000 = true */
   bool silent;          /* the requester never answers */
-  bool overbill;        /* the provider's meter runs fast */
+  bool overbill;        /* the provider's meter runs fast, or it forges notes (EV_FORGE) */
   bool honest_clean;    /* no loss, no fault that can delay past the tolerance: expect no rejection at all */
   uint64_t release_ms;  /* UINT64_MAX: never (expiry) */
   uint64_t heal_ms;     /* from here the link is perfect and both run */
@@ -108,7 +108,7 @@ typedef struct sim_node {
 
 typedef struct sim_stats {
   uint64_t seeds, notes_accepted, notes_rejected, invoices_accepted, invoices_rejected, unpaid_ends, unreachable_ends,
-      crashes, steps, rej_cap, rej_observed, rej_other;
+      crashes, steps, rej_cap, rej_observed, rej_other, forged;
 } sim_stats;
 
 typedef struct sim {
@@ -145,7 +145,7 @@ typedef struct sim {
   uint64_t unacc_mono;
   bool p_peer_up;
   uint64_t p_down_mono;
-  uint8_t seen_notes[64][32];
+  uint8_t seen_notes[512][32]; /* every note the provider's machine sent */
   size_t n_seen;
 
   /* requester */
@@ -513,6 +513,12 @@ static void req_accepted_bill(sim *s, const uint8_t *env, size_t len, bool final
   gn_bill_hash(env, len, h);
   if (!final && memcmp(h, s->r_head.note_hash, 32) == 0)
     return; /* emitted again after a restart */
+  if (!final) {
+    bool issued = false;
+    for (size_t i = 0; i < s->n_seen && !issued; i++)
+      issued = memcmp(s->seen_notes[i], h, 32) == 0;
+    CHECK(s, issued, "I2: the requester accepted a note the provider's machine never issued (a forged one)");
+  }
   int r = gn_bill_note_open(env, len, s->ag.data, s->ag.len, &s->r_head, &next, &note, reason, sizeof(reason));
   CHECK(s, r == 0 && note.final == final, "I1: the requester accepted a %s that does not continue its last: %s",
         final ? "final invoice" : "note", reason);
@@ -766,6 +772,13 @@ static void scenario_random(sim *s) {
       at += len;
     }
   }
+  if (rnd(s, 10) == 0) {
+    /* A provider that also sends notes over-billing the requester. */
+    unsigned k = 1 + (unsigned)rnd(s, 4);
+    for (unsigned i = 0; i < k; i++)
+      add_ev(s, 1 + rnd(s, span), EV_FORGE, P, false);
+    clean = false;
+  }
   c->honest_clean = clean && c->max_spend == 0;
 }
 
@@ -794,6 +807,30 @@ static void finish_events(sim *s) {
   s->c.heal_ms = last + 1;
   add_ev(s, s->c.heal_ms, EV_HEAL, 0, false);
   qsort(s->ev, s->n_ev, sizeof(s->ev[0]), ev_cmp);
+}
+
+/* A dishonest provider (with its real key) sends a note continuing the
+ * requester's head that bills more seconds than it observed. */
+static void forge_note(sim *s) {
+  if (!s->n[R].exists || !s->n[R].alive || !s->session_up || s->r_settled)
+    return;
+  /* More than it can have observed when the note arrives (the longest
+   * delay later), by 2..31 s. */
+  uint64_t obs = true_observed(s) + s->c.delay_max_ms / 1000u + 1;
+  uint64_t total = obs + gn_bill_tolerance_s(obs) + 2 + rnd(s, 30);
+  if (total > s->c.max_s || total <= s->r_head.seconds)
+    return;
+  uint64_t n = total - s->r_head.seconds;
+  uint8_t *t = lh_ticks(n, (uint8_t)s->c.count);
+  gn_buf env = {0};
+  gn_bill_head next;
+  if (t && gn_bill_note_seal(s->pid, s->ag.data, s->ag.len, &s->r_head, t, n, utc_of(s, P), &env, &next) == 0) {
+    trace(s, "forged note of %" PRIu64 " s (observed %" PRIu64 ")", total, obs);
+    s->st.forged++;
+    send_msg(s, R, MSG_ENV, env.data, env.len);
+  }
+  free(t);
+  gn_buf_done(&env);
 }
 
 static void do_event(sim *s, const sim_ev *e) {
@@ -831,6 +868,9 @@ static void do_event(sim *s, const sim_ev *e) {
       req_release(s);
     else
       s->release_pending = true;
+    break;
+  case EV_FORGE:
+    forge_note(s);
     break;
   case EV_HEAL:
     trace(s, "heal");
@@ -1007,6 +1047,7 @@ static int sim_run(sim *s, sim_stats *st) {
   st->rej_cap += s->st.rej_cap;
   st->rej_observed += s->st.rej_observed;
   st->rej_other += s->st.rej_other;
+  st->forged += s->st.forged;
   return s->failed ? -1 : 0;
 }
 
@@ -1052,10 +1093,10 @@ static void print_stats(const char *what, const sim_stats *st, double secs) {
           "lease simulator (%s): %" PRIu64 " seeds in %.2f s (%.0f seeds/s); %" PRIu64 " notes accepted, %" PRIu64
           " rejected; final invoices %" PRIu64 " countersigned, %" PRIu64 " rejected (%" PRIu64
           " spending cap, %" PRIu64 " beyond observation, %" PRIu64 " other); %" PRIu64 " unpaid and %" PRIu64
-          " unreachable ends; %" PRIu64 " crashes; %" PRIu64 " steps\n",
+          " unreachable ends; %" PRIu64 " crashes; %" PRIu64 " steps; %" PRIu64 " forged notes\n",
           what, st->seeds, secs, secs > 0 ? (double)st->seeds / secs : 0.0, st->notes_accepted, st->notes_rejected,
           st->invoices_accepted, st->invoices_rejected, st->rej_cap, st->rej_observed, st->rej_other, st->unpaid_ends,
-          st->unreachable_ends, st->crashes, st->steps);
+          st->unreachable_ends, st->crashes, st->steps, st->forged);
 }
 
 static double now_s(void) {
@@ -1132,14 +1173,24 @@ static void test_sim_overbilling_provider(void **state) {
     s->c.overbill = true;
     s->c.interval_s = 10;
     s->c.max_s = 300;
-    s->c.rate_ppm[P] = 1300000 + rnd(s, 1700000); /* 1.3x .. 3x */
     s->c.loss_pm = (uint32_t)rnd(s, 200);
+    bool forging = seed % 2 == 0;
+    if (forging) {
+      /* An honest meter, but notes that claim more than passed. */
+      for (int k = 0; k < 6; k++)
+        add_ev(s, 5000 + rnd(s, 250000), EV_FORGE, P, false);
+    } else {
+      s->c.rate_ppm[P] = 1300000 + rnd(s, 1700000); /* a meter 1.3x .. 3x too fast */
+    }
     int r = sim_run(s, &st);
     if (r < 0)
       fprintf(stderr, "overbilling seed %" PRIu64 ": %s\n", seed, s->why);
     assert_int_equal(r, 0);
     /* Caught: a note or the final invoice rejected, never a clean pass. */
-    assert_true(s->st.notes_rejected > 0 || !s->r_settled_acc);
+    if (forging)
+      assert_true(s->st.forged == 0 || s->st.notes_rejected > 0);
+    else
+      assert_true(s->st.notes_rejected > 0 || !s->r_settled_acc);
     sim_done(s);
     free(s);
   }
