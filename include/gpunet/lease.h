@@ -36,12 +36,22 @@
  * Persistence: each machine emits GN_LEASE_ACT_PERSIST with an opaque blob
  * (msgpack, at most GN_LEASE_STATE_MAX bytes) that replaces the previous one
  * for that lease; restore takes the newest blob back. The provider's blob
- * holds its last accepted note's head, the notes still unanswered (so a late
- * acceptance still matches after a crash) and the end; the requester's holds
- * the UTC at which IT received the agreement (its observation restarts from
- * that, never from the provider's start_s), its head, its last acceptance
- * (re-sent when the provider missed it), the spending cap and the final
- * invoice it countersigned, if any. */
+ * holds its head (after the last accepted note), that note and its
+ * acceptance, the notes still unanswered (so a late acceptance still matches
+ * after a crash) and the end; the requester's holds the UTC at which IT
+ * received the agreement (its observation restarts from that, never from the
+ * provider's start_s), its head and the note that led to it (its acceptance
+ * is deterministic: re-sealed when the provider missed it), the spending cap,
+ * and the final invoice it answered with its answer. A restored machine
+ * emits its last VOUCHER, its final INVOICE (provider, ended) and SETTLED
+ * again: a crash may have fallen between a PERSIST and those records, so the
+ * glue stores them idempotently.
+ *
+ * Rules worth knowing (the simulator checks them): the final invoice
+ * continues the last ACCEPTED note and leaves out trailing seconds of no GPU
+ * (they cost nothing); a provider restored after being down longer than
+ * grace_s ends the lease at once; a requester answers at most one final
+ * invoice per lease and no note after it. */
 #ifndef GPUNET_LEASE_H
 #define GPUNET_LEASE_H
 
@@ -217,8 +227,9 @@ int gn_lease_prov_ticks(gn_lease_prov *m, gn_lease_now now, uint64_t from, const
                         gn_lease_out *out);
 /* A message from the lease's requester: GN_MSG_DEBIT_ACCEPT, DEBIT_REJECT,
  * INVOICE_ACCEPT or INVOICE_REJECT. An acceptance of a note still pending
- * moves the head (VOUCHER, PERSIST); a rejection ends the lease; an answer
- * to the final invoice settles it. Returns GN_EPROTO/GN_ESIG/GN_EPERM/
+ * moves the head (PERSIST, VOUCHER; after the end the final invoice is
+ * sealed again to continue it: INVOICE, SEND); a rejection ends the lease;
+ * an answer to the final invoice settles it (PERSIST, SETTLED). Returns GN_EPROTO/GN_ESIG/GN_EPERM/
  * GN_EDIGEST for what does not verify or match (nothing changes: the caller
  * may log it), 0 for a duplicate it ignored. */
 int gn_lease_prov_recv(gn_lease_prov *m, gn_lease_now now, const uint8_t *env, size_t len, gn_lease_out *out);
@@ -261,10 +272,12 @@ gn_lease_req *gn_lease_req_free(gn_lease_req *m);
  * VOUCHER, SEND of the DEBIT_ACCEPT); one that continues the note before
  * our head (the provider missed our acceptance), or is the head itself, gets
  * our acceptance again; anything else is rejected with a reason (REJECTED,
- * SEND of the DEBIT_REJECT). The first final invoice that passes is
- * countersigned (PERSIST, SETTLED, SEND); another one is rejected, the same
- * one again gets the same acceptance; once the final invoice is answered a
- * note gets no answer (GN_ESTATE). Returns GN_EAUDIT when it rejected,
+ * SEND of the DEBIT_REJECT). The first final invoice is answered, once:
+ * countersigned if it passes, rejected otherwise (PERSIST, END, SETTLED,
+ * SEND), except one that continues the note before our head, which gets our
+ * acceptance of the head again (the provider seals it anew); the same
+ * invoice again gets the same answer, another one a rejection; once the
+ * final invoice is answered a note gets no answer (GN_ESTATE). Returns GN_EAUDIT when it rejected,
  * GN_EPROTO for what is not such a message for this lease, GN_EPERM for one
  * not signed by the agreement's provider (nothing sent for these). */
 int gn_lease_req_recv(gn_lease_req *m, gn_lease_now now, const uint8_t *env, size_t len, gn_lease_out *out);
