@@ -150,7 +150,7 @@ static int audit_unreadable(cli *c, const char *reason) {
   return CLI_USAGE;
 }
 
-static int invoice_audit(cli *c, const char *file) {
+static int invoice_audit(cli *c, const char *file, unsigned flags) {
   struct stat st;
   char reason[512] = "";
   if (stat(file, &st) < 0) {
@@ -173,7 +173,7 @@ static int invoice_audit(cli *c, const char *file) {
     json_decref(doc);
     return cli_fail("out of memory");
   }
-  int r = gn_invoice_audit_json(doc, a);
+  int r = gn_invoice_audit_json_flags(doc, flags, a);
   json_decref(doc);
   if (r == GN_EINVAL || r == GN_ENOMEM) {
     int ret = r == GN_ENOMEM ? cli_fail("out of memory") : audit_unreadable(c, a->reason[0] ? a->reason : file);
@@ -236,14 +236,18 @@ static int invoice_audit(cli *c, const char *file) {
 }
 
 int cmd_invoice(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"out", required_argument, NULL, 'o'}, {"help", no_argument, NULL, 'h'}, {0}};
+  static const struct option opts[] = {
+      {"out", required_argument, NULL, 'o'}, {"linked", no_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'}, {0}};
   const char *out = NULL;
+  unsigned flags = 0;
   int o;
   optind = 0;
   opterr = 0;
   while ((o = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
     if (o == 'o')
       out = optarg;
+    else if (o == 'l')
+      flags |= GN_BILL_AUDIT_LINKED; /* intermediate vouchers checked by their hash links */
     else if (o == 'h')
       return cli_print_usage(cli_find_cmd("invoice"));
     else
@@ -262,6 +266,8 @@ int cmd_invoice(cli *c, int argc, char **argv) {
   const char *arg = argv[optind + 1];
   if (out && strcmp(sub, "export") != 0)
     return cli_usage_error("invoice", "--out only applies to export");
+  if (flags && strcmp(sub, "audit") != 0)
+    return cli_usage_error("invoice", "--linked only applies to audit");
   int ir = strcmp(sub, "audit") != 0 ? cli_check_id("invoice", "invoice or lease", arg) : -1;
   if (ir >= 0)
     return ir;
@@ -272,5 +278,5 @@ int cmd_invoice(cli *c, int argc, char **argv) {
       return cli_usage_error("invoice", "export: missing --out FILE");
     return invoice_export(c, arg, out);
   }
-  return invoice_audit(c, arg);
+  return invoice_audit(c, arg, flags);
 }

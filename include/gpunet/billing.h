@@ -505,7 +505,9 @@ int gn_ledger_export(gn_ledger *l, const char *lease_id, const char *role, struc
  * "response": b64|null}...], "invoice": b64|null, "response": b64|null,
  * "summary": {...}} (base64: sodium's original variant, with padding).
  * Builds it from envelopes; notes in any order (the export sorts by seq).
- * Everything must verify (GN_EAUDIT otherwise). */
+ * It must audit with GN_BILL_AUDIT_LINKED to a verdict other than invalid
+ * (GN_EAUDIT otherwise): the exporter checks every second and the
+ * signatures that bind them; the reader's audit checks every signature. */
 int gn_bill_export(const uint8_t *agreement_env, size_t agreement_len, const gn_buf *notes,
                    const gn_buf *note_responses, size_t n_notes, const uint8_t *invoice_env, size_t invoice_len,
                    const uint8_t *response_env, size_t response_len, struct json_t **ret_json);
@@ -536,5 +538,15 @@ typedef struct gn_bill_audit {
  * PROVIDER_ONLY, REJECTED or INVALID and ret->reason; GN_EINVAL if doc is not
  * a gpunet-invoice/2 export (ret->reason says so); GN_ENOMEM. */
 int gn_invoice_audit_json(const struct json_t *doc, gn_bill_audit *ret);
+/* The same with flags. GN_BILL_AUDIT_LINKED: check the signatures of the
+ * accepted notes before the last accepted one, and of their vouchers, by
+ * their hash links instead (each accepted note's bytes, signature included,
+ * are hashed into the next one's prev, up to a checked signature): every
+ * second is still verified against signatures of both parties; only the
+ * validity of each superseded intermediate voucher's own signature bytes is
+ * not. A 30-day lease with a note a minute has 86,400 signatures (~3 s of
+ * Ed25519 on one core); linked, a handful. */
+#define GN_BILL_AUDIT_LINKED 1u
+int gn_invoice_audit_json_flags(const struct json_t *doc, unsigned flags, gn_bill_audit *ret);
 
 #endif

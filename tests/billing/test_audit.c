@@ -397,22 +397,61 @@ static void test_audit_many_notes_every_signature_checked(void **state) {
   assert_int_equal(a.summary.seconds, N + 1);
   json_decref(j);
   j = NULL;
-  resps[271].data[resps[271].len - 5] ^= 1;
-  assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j),
-                   GN_EAUDIT);
+  /* A voucher whose signature is bad deep inside: the exporter's own
+   * (linked) check lets it through, the reader's full audit names it... */
   resps[271].data[resps[271].len - 5] ^= 1;
   assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j), 0);
-  json_t *e = json_array_get(json_object_get(j, "notes"), 271);
-  const char *b64 = json_string_value(json_object_get(e, "response"));
-  char *bad = strdup(b64);
-  size_t len = strlen(bad);
-  bad[len - 8] = bad[len - 8] == 'A' ? 'B' : 'A';
-  json_object_set_new(e, "response", json_string(bad));
-  free(bad);
   assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
   assert_int_equal(a.verdict, GN_BILL_INVALID);
-  assert_non_null(strstr(a.reason, "notes[271].response"));
+  assert_non_null(strstr(a.reason, "notes[271].response: response signature does not verify"));
+  /* ...and a linked audit, like the exporter's, does not check that
+   * superseded voucher's own signature (the bill is bound by the later
+   * ones)... */
+  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_LINKED, &a), 0);
+  assert_int_equal(a.summary.seconds, N + 1);
+  json_t *e;
+  const char *b64;
+  char *bad;
+  size_t len;
+  /* ...but any byte of an accepted note, its signature included, is. */
+  e = json_array_get(json_object_get(j, "notes"), 150);
+  b64 = json_string_value(json_object_get(e, "note"));
+  bad = strdup(b64);
+  len = strlen(bad);
+  bad[len - 8] = bad[len - 8] == 'A' ? 'B' : 'A';
+  json_object_set_new(e, "note", json_string(bad));
+  free(bad);
+  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_LINKED, &a), GN_EAUDIT);
+  assert_int_equal(a.verdict, GN_BILL_INVALID);
+  assert_non_null(strstr(a.reason, "notes[150].response is not an acceptance of that note"));
   json_decref(j);
+  j = NULL;
+  /* A provider that rewrites note 150 (re-signed) and forges its voucher to
+   * match (the requester's key named, the signature bytes broken): the
+   * linked audit does not check that voucher's signature, but note 151 no
+   * longer continues note 150. */
+  gn_buf n150 = {0}, v150 = {0};
+  gn_bill_head h149, h150;
+  gn_bill_note no150;
+  char why[512];
+  assert_int_equal(gn_bill_head_init(ag->data, ag->len, &h149), 0);
+  for (int i = 0; i < 150; i++)
+    assert_int_equal(
+        gn_bill_note_open(notes[i].data, notes[i].len, ag->data, ag->len, &h149, &h149, NULL, why, sizeof(why)), 0);
+  uint8_t zero_tick[2] = {0, 0};
+  assert_int_equal(gn_bill_note_seal(f->provider, ag->data, ag->len, &h149, zero_tick, 1, 0, &n150, &h150), 0);
+  assert_int_equal(gn_bill_note_accept_seal(f->requester, ag->data, ag->len, &h150, &v150), 0);
+  v150.data[v150.len - 3] ^= 1;
+  gn_buf keep_n = notes[150], keep_v = resps[150];
+  notes[150] = n150;
+  resps[150] = v150;
+  assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j),
+                   GN_EAUDIT);
+  assert_int_equal(gn_bill_note_open(n150.data, n150.len, ag->data, ag->len, &h149, NULL, &no150, why, sizeof(why)), 0);
+  notes[150] = keep_n;
+  resps[150] = keep_v;
+  gn_buf_done(&n150);
+  gn_buf_done(&v150);
   for (int i = 0; i < N; i++) {
     gn_buf_done(&notes[i]);
     gn_buf_done(&resps[i]);
