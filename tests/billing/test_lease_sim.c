@@ -77,6 +77,7 @@ typedef struct sim_cfg {
   uint32_t interval_s, count;
   uint64_t max_s, price, max_spend;
   uint32_t loss_pm, dup_pm, delay_min_ms, delay_max_ms;
+  uint32_t stall_pm, stall_max_ms; /* the provider's loop runs a timer late (a catch-up follows) */
   int64_t utc_off_ms[2];
   uint64_t rate_ppm[2]; /* monotonic clock speed, 1000000 = true */
   bool silent;          /* the requester never answers */
@@ -108,7 +109,7 @@ typedef struct sim_node {
 
 typedef struct sim_stats {
   uint64_t seeds, notes_accepted, notes_rejected, invoices_accepted, invoices_rejected, unpaid_ends, unreachable_ends,
-      crashes, steps, rej_cap, rej_observed, rej_other, forged;
+      crashes, steps, rej_cap, rej_observed, rej_other, forged, catchups;
 } sim_stats;
 
 typedef struct sim {
@@ -139,6 +140,7 @@ typedef struct sim {
   uint8_t p_inv_hash[32];
   bool p_has_inv, p_settled, p_settled_acc;
   int64_t p_start_s;
+  uint64_t p_stall_ms;              /* the next provider timer runs this late */
   uint64_t sched_ticks, sched_mono; /* I5: seconds accounted for at the incarnation's start */
   /* I4 */
   bool unacc;
@@ -311,6 +313,7 @@ static void prov_write(sim *s, const gn_lease_action *a) {
   if (s->failed)
     return;
   uint64_t n = a->to - a->from + 1;
+  s->st.catchups += !a->idle && n > 1;
   for (uint64_t k = 0; k < n; k++) {
     uint8_t t[2] = {a->idle ? 0 : (uint8_t)s->c.count, (uint8_t)rnd(s, 101)};
     gn_buf_append(&s->ledger, t, 2);
@@ -331,6 +334,7 @@ static void prov_write(sim *s, const gn_lease_action *a) {
 static void prov_out(sim *s, const gn_lease_out *o) {
   /* This call's timer; a nested call (WRITE_TICKS -> ticks) replaces it. */
   s->n[P].timer = o->timer_at_ms;
+  s->p_stall_ms = !s->healed && chance_pm(s, s->c.stall_pm) ? rnd(s, (uint64_t)s->c.stall_max_ms + 1) : 0;
   for (size_t i = 0; i < o->n && !s->failed && s->n[P].alive; i++) {
     const gn_lease_action *a = &o->act[i];
     if (s->n[P].crash_armed && chance_pm(s, 250)) {
@@ -738,6 +742,10 @@ static void scenario_random(sim *s) {
   }
   c->delay_min_ms = 1 + (uint32_t)rnd(s, 50);
   c->delay_max_ms = c->delay_min_ms + (uint32_t)rnd(s, clean ? 500 : (rnd(s, 4) == 0 ? 4000 : 800));
+  if (rnd(s, 3) == 0) {
+    c->stall_pm = 50 + (uint32_t)rnd(s, 300);
+    c->stall_max_ms = 500 + (uint32_t)rnd(s, 4000);
+  }
   c->utc_off_ms[P] = (int64_t)rnd(s, 1200001) - 600000;
   c->utc_off_ms[R] = (int64_t)rnd(s, 1200001) - 600000;
   c->rate_ppm[P] = 1000000 - 100 + rnd(s, 201);
@@ -894,7 +902,7 @@ static void do_event(sim *s, const sim_ev *e) {
 static void check_credit(sim *s) {
   if (!s->n[P].alive || s->p_ended)
     return;
-  uint64_t mono = mono_of(s, P), lim = (uint64_t)s->c.interval_s * 2000u + SIM_SLACK_MS;
+  uint64_t mono = mono_of(s, P), lim = (uint64_t)s->c.interval_s * 2000u + SIM_SLACK_MS + s->c.stall_max_ms;
   CHECK(s, !s->unacc || mono - s->unacc_mono <= lim,
         "I4: a debit note unanswered for %" PRIu64 " ms and the lease still runs", mono - s->unacc_mono);
   CHECK(s, s->p_peer_up || mono - s->p_down_mono <= lim,
@@ -966,6 +974,8 @@ static int sim_run(sim *s, sim_stats *st) {
         mi = i;
       }
     uint64_t t_p = s->n[P].alive ? true_of(s, P, s->n[P].timer) : UINT64_MAX;
+    if (t_p != UINT64_MAX)
+      t_p += s->p_stall_ms;
     uint64_t t_r = s->n[R].alive && s->n[R].exists ? true_of(s, R, s->n[R].timer) : UINT64_MAX;
     uint64_t t = t_ag;
     int which = 0;
@@ -1048,6 +1058,7 @@ static int sim_run(sim *s, sim_stats *st) {
   st->rej_observed += s->st.rej_observed;
   st->rej_other += s->st.rej_other;
   st->forged += s->st.forged;
+  st->catchups += s->st.catchups;
   return s->failed ? -1 : 0;
 }
 
@@ -1093,10 +1104,11 @@ static void print_stats(const char *what, const sim_stats *st, double secs) {
           "lease simulator (%s): %" PRIu64 " seeds in %.2f s (%.0f seeds/s); %" PRIu64 " notes accepted, %" PRIu64
           " rejected; final invoices %" PRIu64 " countersigned, %" PRIu64 " rejected (%" PRIu64
           " spending cap, %" PRIu64 " beyond observation, %" PRIu64 " other); %" PRIu64 " unpaid and %" PRIu64
-          " unreachable ends; %" PRIu64 " crashes; %" PRIu64 " steps; %" PRIu64 " forged notes\n",
+          " unreachable ends; %" PRIu64 " crashes; %" PRIu64 " steps; %" PRIu64 " forged notes; %" PRIu64
+          " catch-ups\n",
           what, st->seeds, secs, secs > 0 ? (double)st->seeds / secs : 0.0, st->notes_accepted, st->notes_rejected,
           st->invoices_accepted, st->invoices_rejected, st->rej_cap, st->rej_observed, st->rej_other, st->unpaid_ends,
-          st->unreachable_ends, st->crashes, st->steps, st->forged);
+          st->unreachable_ends, st->crashes, st->steps, st->forged, st->catchups);
 }
 
 static double now_s(void) {
