@@ -864,7 +864,7 @@ static void on_bill_answer(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_e
  * metering (the seconds this provider was down are written idle: gpus 0,
  * billed nothing) with the GPUs its agreement names; its jobs died with the
  * daemon. A settled lease needs no machine. */
-int gn__provider_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len) {
+static int restore_machine(gn_node *n, gn_lease *l, const uint8_t *state, size_t len) {
   gn_lease_state_info si;
   int r = gn_lease_state_peek(state, len, &si);
   if (r < 0 || !si.provider || strcmp(si.lease_id, l->id) != 0)
@@ -904,10 +904,21 @@ int gn__provider_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t l
     r = prov_perform(n, l, out);
   gn_lease_out_done(out);
   free(out);
-  if (r == 0 && si.phase == GN_LEASE_PHASE_ACTIVE)
+  if (r == 0 && si.phase == GN_LEASE_PHASE_ACTIVE && l->state == GN_LEASE_ACTIVE)
     gn_log(GN_LOG_INFO, "lease %s resumes after the restart (%llu seconds metered before it)", l->id,
            (unsigned long long)count);
   n->offers_dirty = true;
+  return r;
+}
+
+int gn__provider_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len) {
+  int r = restore_machine(n, l, state, len);
+  if (r < 0 && l->state == GN_LEASE_ACTIVE) {
+    /* Without its machine the lease cannot be billed: it ends here, its
+     * GPUs free (what its ledger and bill_msgs hold stays exportable). */
+    l->prov = gn_lease_prov_free(l->prov);
+    lease_end_local(n, l, "provider could not resume the lease's billing after a restart");
+  }
   return r;
 }
 

@@ -574,8 +574,9 @@ void gn__api_release(gn_ctl_req *req, void *ud) {
     json_object_set_new(o, "invoice", l->invoice_id[0] ? bill_json(l, &info) : json_null());
     return gn_ctl_reply_json(req, 200, o);
   }
-  if (gn__pending_take(n, GN_PENDING_RELEASE, l->id))
-    return gn_ctl_reply_error(req, 409, "lease %s is being released already; wait for that answer", id);
+  for (const gn_pending *q = n->pending; q; q = q->next)
+    if (q->kind == GN_PENDING_RELEASE && strcmp(q->key, l->id) == 0)
+      return gn_ctl_reply_error(req, 409, "lease %s is being released already; wait for that answer", id);
   gn_pending *p = gn__pending_add(n, req, GN_PENDING_RELEASE, l->id, GN_RELEASE_TIMEOUT_MS);
   if (!p)
     return gn_ctl_reply_error(req, 500, "out of memory");
@@ -623,19 +624,29 @@ void gn__requester_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
  * never from the provider's start_s. */
 int gn__requester_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len) {
   gn_lease_state_info si;
+  gn_lease_out *out = NULL;
   int r = gn_lease_state_peek(state, len, &si);
-  if (r < 0 || si.provider || strcmp(si.lease_id, l->id) != 0)
-    return r < 0 ? r : GN_EINVAL;
-  if (si.phase == GN_LEASE_PHASE_SETTLED)
+  if (r == 0 && (si.provider || strcmp(si.lease_id, l->id) != 0))
+    r = GN_EINVAL;
+  if (r == 0 && si.phase == GN_LEASE_PHASE_SETTLED)
     return 0;
-  gn_lease_out *out = calloc(1, sizeof *out);
-  r = out ? gn_lease_req_restore(n->id, l->agreement_env.data, l->agreement_env.len, state, len, lease_now(), &l->req,
-                                 out)
-          : GN_ENOMEM;
+  if (r == 0)
+    out = calloc(1, sizeof *out);
+  if (r == 0)
+    r = out ? gn_lease_req_restore(n->id, l->agreement_env.data, l->agreement_env.len, state, len, lease_now(), &l->req,
+                                   out)
+            : GN_ENOMEM;
   if (r == 0)
     r = req_perform(n, l, out);
   gn_lease_out_done(out);
   free(out);
+  if (r < 0 && l->state == GN_LEASE_ACTIVE) {
+    /* Without its machine no bill of this lease can be checked, so none is
+     * countersigned: the lease is over for us. */
+    l->req = gn_lease_req_free(l->req);
+    lease_mark_ended(l, "the requester could not resume checking the lease's bills after a restart", 0);
+    gn__node_persist_lease(n, l);
+  }
   return r;
 }
 
