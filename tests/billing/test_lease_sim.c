@@ -70,7 +70,7 @@
 
 enum { P = 0, R = 1 };
 enum { MSG_ENV = 1, MSG_RELEASE, MSG_END };
-enum { EV_CRASH = 1, EV_RESTART, EV_PART_START, EV_PART_END, EV_RELEASE, EV_FORGE, EV_HEAL };
+enum { EV_CRASH = 1, EV_RESTART, EV_PART_START, EV_PART_END, EV_RELEASE, EV_STOP, EV_FORGE, EV_HEAL };
 
 typedef struct sim_cfg {
   uint64_t seed;
@@ -780,6 +780,8 @@ static void scenario_random(sim *s) {
       at += len;
     }
   }
+  if (rnd(s, 15) == 0)
+    add_ev(s, 1 + rnd(s, span), EV_STOP, P, false);
   if (rnd(s, 10) == 0) {
     /* A provider that also sends notes over-billing the requester. */
     unsigned k = 1 + (unsigned)rnd(s, 4);
@@ -879,6 +881,16 @@ static void do_event(sim *s, const sim_ev *e) {
     break;
   case EV_FORGE:
     forge_note(s);
+    break;
+  case EV_STOP:
+    /* The provider ends the lease itself (an operator, a shutdown). */
+    if (s->n[P].alive) {
+      gn_lease_out o = {0};
+      trace(s, "P stops the lease");
+      CHECK(s, gn_lease_prov_stop(s->pm, now_of(s, P), "operator", &o) == 0, "gn_lease_prov_stop");
+      prov_out(s, &o);
+      gn_lease_out_done(&o);
+    }
     break;
   case EV_HEAL:
     trace(s, "heal");
