@@ -6,7 +6,8 @@
  * gn_invoice_audit_json, 3 an accept/reject envelope for a fixed invoice.
  * Nothing may crash or leak; a verdict is one of the four and its reason a
  * terminated string; what verifies obeys the lease (max_s, window, checked
- * totals); what we export audits with a verdict other than invalid. The seed
+ * totals); what we export audits with a verdict other than invalid; the
+ * linked audit agrees with the full one wherever the full one verifies. The seed
  * corpus is written by `scripts/bench/billing seeds` (same keys and lease). */
 #include <gpunet/billing.h>
 
@@ -84,6 +85,14 @@ static void audit_ok(const json_t *j, bool must_verify) {
       a.verdict != GN_BILL_INVALID)
     __builtin_trap();
   if (must_verify && (rc == GN_EINVAL || a.verdict == GN_BILL_INVALID))
+    __builtin_trap();
+  /* The linked audit checks fewer signatures, never less of the bill: where
+   * the full audit reaches a verdict, the linked one reaches the same. */
+  gn_bill_audit b;
+  int lr = gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_LINKED, &b);
+  reason_ok(b.reason, sizeof(b.reason));
+  if ((lr == GN_EINVAL) != (rc == GN_EINVAL) ||
+      (rc != GN_EINVAL && a.verdict != GN_BILL_INVALID && b.verdict != a.verdict))
     __builtin_trap();
   /* Whatever verifies stays within the lease. */
   if (a.verdict != GN_BILL_INVALID && rc != GN_EINVAL &&
