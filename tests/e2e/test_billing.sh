@@ -180,7 +180,9 @@ start_s=$(lease_field start_s "$R" "$lease")
 ok "lease from a provider whose clock is $((start_s - t_rent)) s ahead"
 accepted() { [ "$(lease_field notes_accepted "$R" "$lease")" -ge "$1" ]; }
 gn_wait_until 15 "a debit note accepted" accepted 1 || fail "no debit note accepted from the fast-clock provider"
-kill -9 "$(cat "$R/gpunetd.pid")"
+pid_r=$(cat "$R/gpunetd.pid")
+kill -9 "$pid_r"
+wait "$pid_r" 2>/dev/null || true # reaped here, quietly (it is this shell's child)
 sleep 1
 gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_prov"
 [ "$(lease_field state "$R" "$lease")" = active ] || fail "the restarted requester lost lease $lease"
