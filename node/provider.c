@@ -635,7 +635,14 @@ static tick_batch *tick_batching;
 static int tick_req_of(gn_node *n, gn_lease *l, const gn_lease_action *a, tick_req *ret) {
   if (a->to < a->from || a->to - a->from >= GN_LEASE_MAX_CATCHUP)
     return GN_EINVAL;
-  *ret = (tick_req){l, a->from, (size_t)(a->to - a->from + 1), a->idle ? 0 : l->ag.terms.count,
+  /* The GPUs the lease really has here (after a restart, a GPU of its
+   * agreement this host no longer shows is not billed). */
+  uint32_t gpus = 0;
+  for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
+    gpus += l->gpu_index[i] >= 0;
+  if (gpus > l->ag.terms.count)
+    gpus = l->ag.terms.count;
+  *ret = (tick_req){l, a->from, (size_t)(a->to - a->from + 1), a->idle ? 0 : gpus,
                     a->idle ? GN_UTIL_UNKNOWN : lease_util(n, l)};
   return 0;
 }
@@ -885,12 +892,17 @@ static int restore_machine(gn_node *n, gn_lease *l, const uint8_t *state, size_t
   }
   if (si.phase == GN_LEASE_PHASE_ACTIVE) {
     /* Its GPUs, by the UUIDs the agreement granted. */
+    int got = 0; /* gpu_index stays dense: its users stop at the first -1 */
     for (uint32_t k = 0; k < l->ag.gpu_count && k < GN_LEASE_MAX_GPUS; k++)
       for (size_t i = 0; i < n->gpus.count; i++)
         if (strcmp(n->gpus.items[i].uuid, l->ag.gpus[k]) == 0 && !n->gpu_leased_by[i][0]) {
-          l->gpu_index[k] = (int)i;
+          l->gpu_index[got++] = (int)i;
           gn__strf(n->gpu_leased_by[i], sizeof n->gpu_leased_by[0], "%s", l->id);
+          break;
         }
+    if ((uint32_t)got < l->ag.gpu_count)
+      gn_log(GN_LOG_WARN, "lease %s: %u of its %u GPUs are not on this host any more; they are not billed", l->id,
+             l->ag.gpu_count - (uint32_t)got, l->ag.gpu_count);
     l->uid_slot = n->userns_ok ? uid_slot_alloc(n) : -1;
     l->state = GN_LEASE_ACTIVE;
   }
