@@ -352,6 +352,19 @@ static json_t *summary_json(const gn_bill_audit *a) {
   return o;
 }
 
+typedef struct sort_item {
+  uint64_t key;
+  size_t pos;
+  bill_item item;
+} sort_item;
+
+static int sort_cmp(const void *a, const void *b) {
+  const sort_item *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
 int gn_bill_export(const uint8_t *agreement_env, size_t agreement_len, const gn_buf *notes,
                    const gn_buf *note_responses, size_t n_notes, const uint8_t *invoice_env, size_t invoice_len,
                    const uint8_t *response_env, size_t response_len, struct json_t **ret_json) {
@@ -373,10 +386,9 @@ int gn_bill_export(const uint8_t *agreement_env, size_t agreement_len, const gn_
       items[i].resp_len = note_responses[i].len;
     }
   }
-  /* Sort by seq, an accepted note before others of its seq: the audit walks
-   * accepted notes in order. Insertion sort on (seq, !accepted): exports are
-   * built rarely and callers usually pass them in order. */
-  uint64_t *keys = calloc(n_notes ? n_notes : 1, sizeof(*keys));
+  /* Sort by seq, an accepted note before others of its seq, then by the
+   * given order (a stable sort): the audit walks accepted notes in order. */
+  sort_item *keys = calloc(n_notes ? n_notes : 1, sizeof(*keys));
   if (!keys)
     goto out;
   gn__bill_ctx ctx;
@@ -392,18 +404,13 @@ int gn_bill_export(const uint8_t *agreement_env, size_t agreement_len, const gn_
       acc = items[i].resp && gn__bill_response_open_sig(items[i].resp, items[i].resp_len, 0, &ctx, &rr, NULL, 0) == 0 &&
             rr.accepted;
     }
-    keys[i] = seq * 2 + (acc ? 0 : 1);
+    keys[i].key = seq * 2 + (acc ? 0 : 1);
+    keys[i].pos = i;
+    keys[i].item = items[i];
   }
-  for (size_t i = 1; i < n_notes; i++) {
-    for (size_t j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
-      uint64_t k = keys[j];
-      bill_item t = items[j];
-      keys[j] = keys[j - 1];
-      items[j] = items[j - 1];
-      keys[j - 1] = k;
-      items[j - 1] = t;
-    }
-  }
+  qsort(keys, n_notes, sizeof(*keys), sort_cmp);
+  for (size_t i = 0; i < n_notes; i++)
+    items[i] = keys[i].item;
   free(keys);
   /* The exporter's own check of what it is about to write (the daemon's
    * loop waits for it): linked, which still binds every second to checked

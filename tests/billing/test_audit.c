@@ -195,6 +195,24 @@ static void test_audit_requester_side_export(void **state) {
   bill_done(&b);
 }
 
+/* Notes given in any order are exported in seq order (the accepted one of a
+ * seq first) and audit the same. */
+static void test_audit_export_sorts_the_notes(void **state) {
+  fixture *f = *state;
+  bill b;
+  gn_bill_audit a;
+  json_t *j = NULL;
+  make_bill(f, ANSWER_ACCEPT, &b);
+  gn_buf notes[3] = {b.notes[2], b.notes[1], b.notes[0]}, resps[3] = {b.resps[2], b.resps[1], b.resps[0]};
+  assert_int_equal(gn_bill_export(f->agreement.data, f->agreement.len, notes, resps, 3, b.inv.data, b.inv.len,
+                                  b.inv_resp.data, b.inv_resp.len, &j),
+                   0);
+  assert_int_equal(gn_invoice_audit_json(j, &a), 0);
+  assert_int_equal(a.notes_accepted, 2);
+  json_decref(j);
+  bill_done(&b);
+}
+
 /* --- tampered exports --------------------------------------------------------*/
 
 static void set_b64(json_t *o, const char *key, const gn_buf *b) {
@@ -542,6 +560,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_audit_no_final_invoice_is_a_provider_only_claim, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_rejected_invoice, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_requester_side_export, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_export_sorts_the_notes, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_rejects_tampered_exports, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_many_notes_every_signature_checked, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_cli_exit_codes, setup, fx_teardown),
