@@ -259,6 +259,10 @@ int gn__bill_verify_sig(const uint8_t *env, size_t len, int sig_rc, bool final, 
              bd->seq, head->seq);
     goto out;
   }
+  if (!final && head->seq == UINT64_MAX) {
+    r = gn__fail(reason, cap, "the head's seq cannot grow (it is the largest)");
+    goto out;
+  }
   const uint64_t want_seq = final ? head->seq : head->seq + 1;
   if (bd->seq != want_seq) {
     r = gn__fail(reason, cap, "%s has seq %" PRIu64 " but the last accepted note is %" PRIu64 " (expected %" PRIu64 ")",
