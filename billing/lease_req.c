@@ -445,8 +445,14 @@ static int req_invoice(gn_lease_req *m, gn_lease_now now, const uint8_t *env, si
   if (m->has_prev && gn_bill_note_open(env, len, m->ag.data, m->ag.len, &m->prev_head, &ignored, &note, NULL, 0) == 0 &&
       note.final)
     return req_resend_accept(m, out);
+  /* Our one answer goes to the final invoice of this lease that continues
+   * our head and fails only our limits (observation, spending cap): that is
+   * the dispute. Anything else (another lease's, a broken chain) is
+   * rejected without using it up. */
+  bool dispute =
+      gn_bill_note_open(env, len, m->ag.data, m->ag.len, &m->head, &ignored, &note, NULL, 0) == 0 && note.final;
   if ((r = gn_bill_invoice_reject_seal(m->id, m->ag.data, m->ag.len, env, len, reason, &resp)) == 0)
-    r = req_settle(m, now, env, len, &resp, false, reason, out);
+    r = dispute ? req_settle(m, now, env, len, &resp, false, reason, out) : req_send(out, resp.data, resp.len);
   gn_buf_done(&resp);
   return r < 0 ? r : GN_EAUDIT;
 }

@@ -272,10 +272,12 @@ gn_lease_req *gn_lease_req_free(gn_lease_req *m);
  * VOUCHER, SEND of the DEBIT_ACCEPT); one that continues the note before
  * our head (the provider missed our acceptance), or is the head itself, gets
  * our acceptance again; anything else is rejected with a reason (REJECTED,
- * SEND of the DEBIT_REJECT). The first final invoice is answered, once:
- * countersigned if it passes, rejected otherwise (PERSIST, END, SETTLED,
- * SEND), except one that continues the note before our head, which gets our
- * acceptance of the head again (the provider seals it anew); the same
+ * SEND of the DEBIT_REJECT). The first final invoice that continues our
+ * head is answered, once: countersigned if it passes, rejected if it fails
+ * our observation or spending cap (PERSIST, END, SETTLED, SEND); one that
+ * continues the note before our head gets our acceptance of the head again
+ * (the provider seals it anew); any other (another lease's, a broken chain)
+ * gets a rejection (SEND) that does not use up the one answer; the same
  * invoice again gets the same answer, another one a rejection; once the
  * final invoice is answered a note gets no answer (GN_ESTATE). Returns GN_EAUDIT when it rejected,
  * GN_EPROTO for what is not such a message for this lease, GN_EPERM for one

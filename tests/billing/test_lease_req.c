@@ -309,6 +309,42 @@ static void test_req_ignores_other_signer(void **state) {
   gn_buf_done(&forged);
 }
 
+static void test_req_refuses_bills_of_another_lease(void **state) {
+  rq *q = *state;
+  gn_buf ag2 = {0}, note = {0}, inv = {0};
+  lh_lease t2 = q->terms;
+  t2.nonce = 8; /* the same parties, another lease */
+  assert_int_equal(lh_agreement(q->prov, q->req, &t2, &ag2), 0);
+  gn_bill_head h2, n2, fin;
+  assert_int_equal(gn_bill_head_init(ag2.data, ag2.len, &h2), 0);
+  uint8_t *t = lh_ticks(5, COUNT);
+  assert_int_equal(gn_bill_note_seal(q->prov, ag2.data, ag2.len, &h2, t, 5, START_S, &note, &n2), 0);
+  assert_int_equal(gn_bill_invoice_seal(q->prov, ag2.data, ag2.len, &h2, t, 5, START_S + 10, "released", &inv, &fin),
+                   0);
+  assert_int_equal(rq_recv(q, 10000, &note), GN_EAUDIT);
+  assert_int_equal(lh_count(&q->out, GN_LEASE_ACT_VOUCHER), 0);
+  assert_null(lh_sent(&q->out, GN_MSG_DEBIT_ACCEPT));
+  /* Rejected, without using up the one answer of this lease. */
+  assert_int_equal(rq_recv(q, 10000, &inv), GN_EAUDIT);
+  assert_null(lh_sent(&q->out, GN_MSG_INVOICE_ACCEPT));
+  assert_non_null(lh_sent(&q->out, GN_MSG_INVOICE_REJECT));
+  assert_int_equal(lh_count(&q->out, GN_LEASE_ACT_SETTLED), 0);
+  gn_lease_info info;
+  gn_lease_req_info(q->m, rq_now(q, 10000), &info);
+  assert_int_equal(info.accepted_s, 0);
+  assert_int_not_equal(info.phase, GN_LEASE_PHASE_SETTLED);
+  /* This lease's own final invoice is still countersigned. */
+  gn_buf mine = {0};
+  rq_invoice(q, &q->ph, 9, "released", &mine);
+  assert_int_equal(rq_recv(q, 10000, &mine), 0);
+  assert_non_null(lh_sent(&q->out, GN_MSG_INVOICE_ACCEPT));
+  gn_buf_done(&mine);
+  free(t);
+  gn_buf_done(&ag2);
+  gn_buf_done(&note);
+  gn_buf_done(&inv);
+}
+
 static void test_req_release_repeats_until_invoice(void **state) {
   rq *q = *state;
   assert_int_equal(gn_lease_req_release(q->m, rq_now(q, 10400), &q->out), 0);
@@ -405,6 +441,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_req_countersigns_one_final_invoice, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_invoice_after_missed_acceptance_gets_it_again, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_ignores_other_signer, rq_setup, rq_teardown),
+      cmocka_unit_test_setup_teardown(test_req_refuses_bills_of_another_lease, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_release_repeats_until_invoice, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_observation_stops_at_release, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_restart_observes_from_own_receipt, rq_setup_backdated, rq_teardown),
