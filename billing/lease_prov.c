@@ -588,7 +588,7 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
     /* Down for longer than the grace an unreachable requester gets: the
      * lease is over (its jobs died with the provider, and a release sent
      * meanwhile could not arrive); nothing after the last tick is billed. */
-    if (elapsed - m->metered > prov_timeout_ms(m) / 1000u && elapsed > m->metered)
+    if (elapsed > m->metered && elapsed - m->metered > prov_timeout_ms(m) / 1000u)
       snprintf(down, sizeof(down), "provider down for %llu s", (unsigned long long)(elapsed - m->metered));
     m->anchor_tick = m->idle_to;
     m->anchor_ms = now.mono_ms;
