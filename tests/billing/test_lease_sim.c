@@ -3,8 +3,9 @@
  * delays, duplicates and reorders messages and partitions, with crashes of
  * either side (restart from the persisted state and, for the provider, the
  * ledger; a crash may also fall between two actions, or between a ledger
- * write and its report), clocks with offsets and drift, and a release or
- * the expiry. Everything comes from one seed: identities, scenario, link.
+ * write and its report), clocks with offsets and drift, a provider loop that
+ * runs timers late (catch-ups), and a release, a stop by the provider or the
+ * expiry. Everything comes from one seed: identities, scenario, link.
  *
  * Invariants, checked as the run goes and at its end:
  *  I1 never a second billed twice: the notes the requester accepted form one
@@ -16,28 +17,35 @@
  *     continues the last note the provider saw accepted.
  *  I2 never more billed than observed: anything the requester accepts bills
  *     at most its true observation (from receipt of the agreement to the end
- *     it learned of) + gn_bill_tolerance_s + 1 s (whole-second clocks).
+ *     it learned of) + gn_bill_tolerance_s + 1 s (whole-second clocks), is
+ *     within its spending cap, and is a note the provider's machine issued
+ *     (never a forged one).
  *  I3 a stopped lease stops billing: no tick is asked for after the
- *     provider's END, and a release that reaches an active provider ends it
- *     at once.
+ *     provider's END, a release that reaches an active provider ends it at
+ *     once, and the final invoice bills no second after the END (it may
+ *     leave out trailing seconds of no GPU, nothing else).
  *  I4 credit control: a note unanswered for more than 2 * interval_s, or a
  *     requester unreachable for more than 2 * interval_s, ends the lease
- *     within that + 1 s (the stated slack) of the provider's clock.
+ *     within that + 1 s (the stated slack; + the loop's stall in scenarios
+ *     that stall it) of the provider's clock.
  *  I5 metering schedule: second i is asked for only once the provider's
  *     monotonic clock says i whole seconds passed (since the start, or since
  *     a restart that accounted for the seconds its UTC says passed).
  *  I6 liveness: once the link heals and both run, the lease settles: both
- *     sides hold the same final invoice, countersigned or rejected alike.
- * Plus adversaries: a provider whose meter runs fast (over-billing: never
- * accepted beyond I2, and caught), an honest provider whose UTC clock is off
- * by minutes (never rejected, even across a requester restart), and a
- * requester that never answers (stopped by I4).
+ *     sides hold the same final invoice, countersigned or rejected alike; on
+ *     a clean link (no loss, fault or cap) nothing at all is rejected.
+ * Plus adversaries: a provider whose meter runs fast or that forges notes
+ * billing more than passed (never accepted beyond I2, and caught), an honest
+ * provider whose UTC clock is off by minutes (never rejected, even across a
+ * requester restart), and a requester that never answers (stopped by I4).
  *
- * GN_SIM_SEEDS=N runs N random seeds (default 3000; 1000 in a sanitizer
- * build, so the ASan+UBSan suite stays well under a minute); GN_SIM_SEED=S
- * runs only seed S (a failure prints it); GN_SIM_VERBOSE=1 traces every
- * event; GN_SIM_BENCH=1 runs the random seeds and prints seeds per second
- * (scripts/bench/billing). */
+ * GN_SIM_SEEDS=N runs N random seeds from GN_SIM_FIRST_SEED (default 1):
+ * 3000 by default, 1000 in a sanitizer build (about 3 s either way on this
+ * machine, so the ASan+UBSan suite stays well under a minute);
+ * GN_SIM_SEED=S runs only seed S (a failure prints it); GN_SIM_VERBOSE=1
+ * traces every event; GN_SIM_REASONS=1 prints why final invoices were
+ * rejected; GN_SIM_BENCH=1 runs the random seeds (2000, or GN_SIM_SEEDS)
+ * and prints seeds per second (scripts/bench/billing). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
