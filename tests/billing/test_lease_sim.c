@@ -40,8 +40,9 @@
  * requester restart), and a requester that never answers (stopped by I4).
  *
  * GN_SIM_SEEDS=N runs N random seeds from GN_SIM_FIRST_SEED (default 1):
- * 3000 by default, 1000 in a sanitizer build (about 3 s either way on this
- * machine, so the ASan+UBSan suite stays well under a minute);
+ * 3000 by default (about 6 s here, Debug or Release: signing dominates),
+ * 1000 in a sanitizer build (about 3.5 s, the fixed scenarios included, so
+ * the ASan+UBSan suite stays well under a minute);
  * GN_SIM_SEED=S runs only seed S (a failure prints it); GN_SIM_VERBOSE=1
  * traces every event; GN_SIM_REASONS=1 prints why final invoices were
  * rejected; GN_SIM_BENCH=1 runs the random seeds (2000, or GN_SIM_SEEDS)
