@@ -13,6 +13,7 @@ struct gn_lease_req {
   gn_agreement agr;
   uint32_t interval_s;
   uint64_t max_spend_micro;
+  uint64_t cap_s; /* observed seconds at which the spending cap releases the lease (UINT64_MAX: never) */
   int phase;
 
   /* Observation on our own clocks: observed_s = base_obs + whole seconds of
@@ -169,7 +170,48 @@ static int req_emit_end(gn_lease_req *m, gn_lease_out *out) {
   return 0;
 }
 
+/* With a spending cap, the lease is released once the observation reaches
+ * the last second s at which even the most an honest provider may bill (s
+ * plus the tolerance) stays within the cap: the final invoice is then paid
+ * in full instead of rejected for crossing the cap. */
+static uint64_t req_cap_s(const gn_lease_req *m) {
+  const gn_lease_terms *t = &m->agr.terms;
+  uint64_t lo = 0, hi = t->max_s;
+  if (m->max_spend_micro == 0)
+    return UINT64_MAX;
+  if (gn_price_cost(t->price_uper_hour, t->count, hi + gn_bill_tolerance_s(hi)) <= m->max_spend_micro)
+    return UINT64_MAX; /* the whole lease fits */
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (gn_price_cost(t->price_uper_hour, t->count, mid + gn_bill_tolerance_s(mid)) <= m->max_spend_micro)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+static int req_do_release(gn_lease_req *m, gn_lease_now now, const char *reason, gn_lease_out *out) {
+  m->released = true;
+  m->rel_backoff_ms = gn__lease_resend_ms(m->interval_s);
+  m->rel_resend_at_ms = now.mono_ms;
+  bool ended = req_end(m, now, reason);
+  int r = req_persist(m, out);
+  if (r == 0 && ended)
+    r = req_emit_end(m, out);
+  return r;
+}
+
 static int req_step(gn_lease_req *m, gn_lease_now now, gn_lease_out *out) {
+  if (m->cap_s != UINT64_MAX && !m->released && !m->stopped && m->phase == GN_LEASE_PHASE_ACTIVE) {
+    if (req_observed(m, now) >= m->cap_s) {
+      int r = req_do_release(m, now, "spending cap reached", out);
+      if (r < 0)
+        return r;
+    } else {
+      gn__lease_timer(out, m->anchor_ms + (m->cap_s - m->base_obs) * 1000u);
+    }
+  }
   if (!m->released || m->phase == GN_LEASE_PHASE_SETTLED || !m->peer_up)
     return 0;
   if (now.mono_ms >= m->rel_resend_at_ms) {
@@ -214,10 +256,11 @@ int gn_lease_req_new(const gn_identity *id, const uint8_t *agreement_env, size_t
   if (r < 0)
     return r;
   m->max_spend_micro = max_spend_micro;
+  m->cap_s = req_cap_s(m);
   m->recv_s = now.utc_s;
   m->anchor_ms = now.mono_ms;
   m->peer_up = true;
-  if ((r = req_persist(m, out)) < 0) {
+  if ((r = req_persist(m, out)) < 0 || (r = req_step(m, now, out)) < 0) {
     gn_lease_req_free(m);
     gn__lease_out_reset(out);
     return r;
@@ -295,6 +338,7 @@ int gn_lease_req_restore(const gn_identity *id, const uint8_t *agreement_env, si
    * UTC that went back counts as no time at all. */
   m->base_obs = now.utc_s > m->recv_s ? (uint64_t)(now.utc_s - m->recv_s) : 0;
   m->anchor_ms = now.mono_ms;
+  m->cap_s = req_cap_s(m);
   m->peer_up = false;
   m->rel_backoff_ms = gn__lease_resend_ms(m->interval_s);
   m->rel_resend_at_ms = now.mono_ms;
@@ -309,6 +353,8 @@ int gn_lease_req_restore(const gn_identity *id, const uint8_t *agreement_env, si
   }
   if (r == 0 && m->phase == GN_LEASE_PHASE_SETTLED)
     r = req_emit_settled(m, m->final_reason, out);
+  if (r == 0)
+    r = req_step(m, now, out);
   if (r < 0) {
     gn_lease_req_free(m);
     gn__lease_out_reset(out);
@@ -487,13 +533,7 @@ int gn_lease_req_release(gn_lease_req *m, gn_lease_now now, gn_lease_out *out) {
   gn__lease_out_reset(out);
   if (m->released || m->phase == GN_LEASE_PHASE_SETTLED)
     return req_step(m, now, out);
-  m->released = true;
-  m->rel_backoff_ms = gn__lease_resend_ms(m->interval_s);
-  m->rel_resend_at_ms = now.mono_ms;
-  bool ended = req_end(m, now, "released");
-  int r = req_persist(m, out);
-  if (r == 0 && ended)
-    r = req_emit_end(m, out);
+  int r = req_do_release(m, now, "released", out);
   return r < 0 ? r : req_step(m, now, out);
 }
 

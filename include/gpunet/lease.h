@@ -256,8 +256,12 @@ typedef struct gn_lease_req gn_lease_req;
  * persisted as the time of receipt and observed_s counts from now.mono_ms.
  * id is the requester's identity (borrowed; must be the agreement's
  * requester: GN_EPERM). max_spend_micro: the most it will ever accept in
- * total for this lease (0 = no cap); beyond it every note is rejected
- * ("spending cap ..."). Emits PERSIST. */
+ * total for this lease (0 = no cap): the machine releases the lease itself
+ * ("spending cap reached": PERSIST, END, RELEASE) once its observation
+ * reaches the last second s at which s + gn_bill_tolerance_s(s) seconds of
+ * all its GPUs still cost at most the cap, so that an honest final invoice
+ * is paid in full; a note or invoice beyond the cap is rejected ("spending
+ * cap ..."). Emits PERSIST. */
 int gn_lease_req_new(const gn_identity *id, const uint8_t *agreement_env, size_t agreement_len,
                      uint64_t max_spend_micro, gn_lease_now now, gn_lease_req **ret, gn_lease_out *out);
 /* Rebuilds a requester machine from its newest persisted state: observed_s

@@ -186,31 +186,53 @@ static void test_req_resends_acceptance_provider_missed(void **state) {
   gn_buf_done(&first);
 }
 
-static void test_req_spending_cap(void **state) {
+static void test_req_spending_cap_releases_in_time(void **state) {
   rq *q = *state;
-  gn_buf a = {0}, b = {0};
+  /* 20000 micro is 10 s of 2 GPUs: released at 5 s observed, so that even
+   * the 5 s tolerance on top stays within the cap. */
+  assert_int_equal(q->out.timer_at_ms, 5000);
+  assert_int_equal(gn_lease_req_timer(q->m, rq_now(q, 4999), &q->out), 0);
+  assert_int_equal(lh_count(&q->out, GN_LEASE_ACT_RELEASE), 0);
+  assert_int_equal(gn_lease_req_timer(q->m, rq_now(q, 5000), &q->out), 0);
+  assert_int_equal(lh_count(&q->out, GN_LEASE_ACT_RELEASE), 1);
+  assert_true(lh_pos(&q->out, GN_LEASE_ACT_PERSIST) < lh_pos(&q->out, GN_LEASE_ACT_END));
+  const gn_lease_action *end = lh_find(&q->out, GN_LEASE_ACT_END, 0);
+  assert_non_null(end);
+  assert_non_null(strstr(end->reason, "spending cap"));
+  /* The honest final invoice (the provider heard of it 5 s later) is paid. */
+  gn_buf inv = {0};
+  rq_invoice(q, &q->ph, 10, "released", &inv);
+  assert_int_equal(rq_recv(q, 11000, &inv), 0);
+  assert_non_null(lh_sent(&q->out, GN_MSG_INVOICE_ACCEPT));
+  gn_buf_done(&inv);
+}
+
+static void test_req_spending_cap_refuses_beyond(void **state) {
+  rq *q = *state;
+  gn_buf a = {0}, b = {0}, st = {0}, inv = {0};
   gn_bill_head na, nb;
-  rq_note(q, &q->ph, 10, COUNT, &a, &na);
-  assert_int_equal(rq_recv(q, 10100, &a), 0); /* 20000: at the cap */
-  rq_note(q, &na, 10, COUNT, &b, &nb);
-  assert_int_equal(rq_recv(q, 20100, &b), GN_EAUDIT);
+  /* Its timer ran late: 12 s observed when a note of 15 s (30000) comes,
+   * within the observation but over the cap. */
+  rq_note(q, &q->ph, 15, COUNT, &b, &nb);
+  assert_int_equal(rq_recv(q, 12000, &b), GN_EAUDIT);
   const gn_lease_action *rj = lh_find(&q->out, GN_LEASE_ACT_REJECTED, 0);
   assert_non_null(rj);
   assert_non_null(strstr(rj->reason, "spending cap"));
   assert_non_null(lh_sent(&q->out, GN_MSG_DEBIT_REJECT));
-  /* The cap survives a restart. */
-  const gn_lease_action *p = NULL;
-  gn_buf st = {0};
-  assert_int_equal(rq_recv(q, 20150, &a), 0); /* stale: our acceptance again */
-  assert_int_equal(gn_lease_req_release(q->m, rq_now(q, 20200), &q->out), 0);
+  assert_int_equal(lh_count(&q->out, GN_LEASE_ACT_RELEASE), 1); /* and the cap releases it */
+  const gn_lease_action *p = lh_find(&q->out, GN_LEASE_ACT_PERSIST, 0);
+  assert_non_null(p);
+  /* 10 s (20000, the cap) is accepted. */
+  rq_note(q, &q->ph, 10, COUNT, &a, &na);
+  assert_int_equal(rq_recv(q, 12100, &a), 0);
   p = lh_find(&q->out, GN_LEASE_ACT_PERSIST, 0);
   assert_non_null(p);
   assert_int_equal(gn_buf_append(&st, p->data, p->len), 0);
+  /* The cap survives a restart: a final invoice over it is the dispute. */
   q->m = gn_lease_req_free(q->m);
   assert_int_equal(
       gn_lease_req_restore(q->req, q->ag.data, q->ag.len, st.data, st.len, rq_now(q, 30000), &q->m, &q->out), 0);
-  gn_buf inv = {0};
-  rq_invoice(q, &na, 5, "released", &inv);
+  rq_invoice(q, &na, 2, "released", &inv);
   assert_int_equal(rq_recv(q, 30000, &inv), GN_EAUDIT);
   const gn_lease_action *set = lh_find(&q->out, GN_LEASE_ACT_SETTLED, 0);
   assert_non_null(set);
@@ -437,7 +459,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_req_accepts_honest_note, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_rejects_beyond_observation, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_resends_acceptance_provider_missed, rq_setup, rq_teardown),
-      cmocka_unit_test_setup_teardown(test_req_spending_cap, rq_setup_cap, rq_teardown),
+      cmocka_unit_test_setup_teardown(test_req_spending_cap_releases_in_time, rq_setup_cap, rq_teardown),
+      cmocka_unit_test_setup_teardown(test_req_spending_cap_refuses_beyond, rq_setup_cap, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_countersigns_one_final_invoice, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_invoice_after_missed_acceptance_gets_it_again, rq_setup, rq_teardown),
       cmocka_unit_test_setup_teardown(test_req_ignores_other_signer, rq_setup, rq_teardown),
