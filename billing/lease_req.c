@@ -122,8 +122,12 @@ static int req_persist(gn_lease_req *m, gn_lease_out *out) {
   gn_wire_put_bool(&w, m->final_accepted);
   gn_wire_put_str(&w, "final_resp");
   gn_wire_put_bin(&w, m->final_resp.data, m->final_resp.len);
+  /* The answered invoice is kept only for re-emitting SETTLED; one so big
+   * that it would not fit beside the rest (a hostile provider's) is left
+   * out: its hash and our answer are what matter. */
+  bool keep_inv = m->final_inv.len + m->acc_note.len + m->final_resp.len <= GN_LEASE_STATE_MAX - 65536u;
   gn_wire_put_str(&w, "final_inv");
-  gn_wire_put_bin(&w, m->final_inv.data, m->final_inv.len);
+  gn_wire_put_bin(&w, m->final_inv.data, keep_inv ? m->final_inv.len : 0);
   gn_wire_put_str(&w, "acc_note");
   gn_wire_put_bin(&w, m->acc_note.data, m->acc_note.len);
   gn_wire_put_str(&w, "final_reason");
