@@ -28,7 +28,7 @@ typedef struct pv {
   gn_buf ledger; /* compact ticks written, second 1 first */
   uint64_t writes, idle_writes;
   gn_buf state;
-  gn_buf notes[32]; /* every DEBIT_NOTE sent, in order (repeats too) */
+  gn_buf notes[256]; /* every DEBIT_NOTE sent, in order (repeats too) */
   size_t n_notes;
   gn_buf invoice; /* the last INVOICE action */
   size_t n_invoice_actions, n_invoice_sends, n_vouchers, n_rejected;
@@ -144,6 +144,10 @@ static int pv_setup_terms(void **state, uint64_t max_s, uint32_t interval_s) {
 
 static int pv_setup(void **state) {
   return pv_setup_terms(state, 100, 10);
+}
+
+static int pv_setup_long(void **state) {
+  return pv_setup_terms(state, 3600, 10);
 }
 
 static int pv_teardown(void **state) {
@@ -632,6 +636,40 @@ static void test_prov_restart_after_end_resends_same_invoice(void **state) {
   gn_lease_out_done(&o);
 }
 
+/* A provider restarted again and again (each restart gives the requester a
+ * new payment timeout) keeps at most GN_LEASE_MAX_PENDING unanswered notes:
+ * one more ends the lease as unpaid rather than forget one. */
+static void test_prov_pending_notes_bounded(void **state) {
+  pv *p = *state;
+  gn_lease_out o = {0};
+  uint64_t mono = 0;
+  for (int k = 0; k < GN_LEASE_MAX_PENDING + 2 && !p->ended; k++) {
+    pv_until(p, mono + 10000);
+    gn_lease_info info;
+    gn_lease_prov_info(p->m, &info);
+    assert_true(info.pending <= GN_LEASE_MAX_PENDING);
+    if (p->ended)
+      break;
+    /* Crash and come back at once on a new clock, the requester reachable. */
+    p->m = gn_lease_prov_free(p->m);
+    p->utc0 += (int64_t)((p->now_ms - mono) / 1000);
+    mono = 0;
+    p->now_ms = 0;
+    gn_lease_state_info si;
+    assert_int_equal(gn_lease_state_peek(p->state.data, p->state.len, &si), 0);
+    assert_int_equal(gn_lease_prov_restore(p->prov, p->ag.data, p->ag.len, p->state.data, p->state.len,
+                                           p->ledger.data + (si.ticks_from - 1) * 2,
+                                           p->ledger.len / 2 - (si.ticks_from - 1), pv_now(p), &p->m, &o),
+                     0);
+    pv_handle(p, &o);
+    assert_int_equal(gn_lease_prov_peer(p->m, pv_now(p), true, &o), 0);
+    pv_handle(p, &o);
+  }
+  assert_true(p->ended);
+  assert_non_null(strstr(p->end_reason, "too many debit notes"));
+  gn_lease_out_done(&o);
+}
+
 static void test_prov_restore_refuses_other_lease_state(void **state) {
   pv *p = *state;
   gn_buf ag2 = {0};
@@ -672,6 +710,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prov_restart_after_long_downtime_ends_lease, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_invoice_leaves_out_trailing_idle_seconds, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restart_after_end_resends_same_invoice, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_pending_notes_bounded, pv_setup_long, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restore_refuses_other_lease_state, pv_setup, pv_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
