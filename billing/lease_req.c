@@ -432,7 +432,7 @@ out:
 
 /* Answers a final invoice: settles the lease for us either way. */
 static int req_settle(gn_lease_req *m, gn_lease_now now, const uint8_t *env, size_t len, const gn_buf *resp,
-                      bool accepted, const char *reason, gn_lease_out *out) {
+                      bool accepted, const char *reason, const char *note_end_reason, gn_lease_out *out) {
   gn_bill_hash(env, len, m->final_hash);
   m->final_accepted = accepted;
   gn__lease_reason(m->final_reason, sizeof(m->final_reason), reason);
@@ -440,7 +440,11 @@ static int req_settle(gn_lease_req *m, gn_lease_now now, const uint8_t *env, siz
   int r = gn_buf_append(&m->final_resp, resp->data, resp->len);
   if (r == 0)
     r = gn_buf_append(&m->final_inv, env, len);
-  bool ended = req_end(m, now, accepted ? "the provider ended the lease" : "final invoice rejected");
+  char why[64];
+  snprintf(why, sizeof(why), "%s", accepted ? "the provider ended the lease" : "final invoice rejected");
+  if (accepted && note_end_reason && note_end_reason[0])
+    snprintf(why, sizeof(why), "provider: %.50s", note_end_reason);
+  bool ended = req_end(m, now, why);
   m->phase = GN_LEASE_PHASE_SETTLED;
   if (r == 0)
     r = req_persist(m, out);
@@ -484,7 +488,7 @@ static int req_invoice(gn_lease_req *m, gn_lease_now now, const uint8_t *env, si
                             m->max_spend_micro, &fin, &note, reason, sizeof(reason));
   if (r == 0) {
     if ((r = gn_bill_invoice_accept_seal(m->id, m->ag.data, m->ag.len, &fin, now.utc_s, &resp)) == 0)
-      r = req_settle(m, now, env, len, &resp, true, "", out);
+      r = req_settle(m, now, env, len, &resp, true, "", note.end_reason, out);
     gn_buf_done(&resp);
     return r;
   }
@@ -502,7 +506,7 @@ static int req_invoice(gn_lease_req *m, gn_lease_now now, const uint8_t *env, si
   bool dispute =
       gn_bill_note_open(env, len, m->ag.data, m->ag.len, &m->head, &ignored, &note, NULL, 0) == 0 && note.final;
   if ((r = gn_bill_invoice_reject_seal(m->id, m->ag.data, m->ag.len, env, len, reason, &resp)) == 0)
-    r = dispute ? req_settle(m, now, env, len, &resp, false, reason, out) : req_send(out, resp.data, resp.len);
+    r = dispute ? req_settle(m, now, env, len, &resp, false, reason, NULL, out) : req_send(out, resp.data, resp.len);
   gn_buf_done(&resp);
   return r < 0 ? r : GN_EAUDIT;
 }

@@ -256,6 +256,7 @@ static void test_req_countersigns_one_final_invoice(void **state) {
   assert_non_null(set);
   assert_true(set->accepted);
   assert_int_equal(lh_count(&q->out, GN_LEASE_ACT_END), 1);
+  assert_string_equal(lh_find(&q->out, GN_LEASE_ACT_END, 0)->reason, "provider: released");
   const gn_lease_action *s = lh_sent(&q->out, GN_MSG_INVOICE_ACCEPT);
   assert_non_null(s);
   assert_int_equal(gn_buf_append(&first, s->data, s->len), 0);
