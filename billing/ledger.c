@@ -846,7 +846,8 @@ int gn_ledger_export(gn_ledger *l, const char *lease_id, const char *role, struc
    * (normally one) the answered one, then the latest. */
   if (sqlite3_prepare_v2(l->db,
                          "SELECT final, env, response FROM bill_msgs WHERE lease_id = ?1 AND role = ?2"
-                         " ORDER BY final, seq, answer DESC, created_s",
+                         " ORDER BY final, CASE WHEN final THEN answer = 0 END, CASE WHEN final THEN -answer END,"
+                         " CASE WHEN final THEN -seq END, seq, answer DESC, created_s",
                          -1, &st, NULL) != SQLITE_OK)
     goto out;
   sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
