@@ -53,10 +53,13 @@ static const cli_cmd commands[] = {
      "  --max-price P       never pay more than P per GPU-hour (in the offer's\n"
      "                      currency): dearer offers are refused, and the lease\n"
      "                      asks the offer's price, never more\n"
-     "  --max-spend AMOUNT  spending cap for the whole lease: debit notes beyond\n"
-     "                      it are refused, so the provider stops the lease\n"
-     "  --interval S        seconds between debit notes (default 60; the\n"
-     "                      provider refuses one outside its own bounds)\n"},
+     "  --max-spend AMOUNT  spending cap for the whole lease: this node releases\n"
+     "                      the lease itself while an honest final bill still\n"
+     "                      fits under the cap, and refuses any debit note or\n"
+     "                      invoice beyond it\n"
+     "  --interval S        seconds between debit notes, 1..86400 (default 60;\n"
+     "                      the provider refuses one outside its own bounds,\n"
+     "                      10..3600 unless configured otherwise)\n"},
     {"leases", cmd_leases, "list leases",
      "Usage: gpunet leases\n"
      "Lists leases, as requester or provider, with elapsed time and cost.\n"},
@@ -85,17 +88,27 @@ static const cli_cmd commands[] = {
      "Stops a running job.\n"},
     {"invoices", cmd_invoices, "list invoices",
      "Usage: gpunet invoices\n"
-     "Lists invoices this node issued or received.\n"},
+     "Lists the bills of this node's leases, as provider or requester: the\n"
+     "final invoice, or the running bill of a lease not yet invoiced (its\n"
+     "STATUS), its duration and total, and whether it is SETTLED (settled,\n"
+     "pending, failed, or no: no final voucher went to the settlement driver).\n"},
     {"invoice", cmd_invoice, "show, export or audit an invoice",
      "Usage: gpunet invoice show ID\n"
      "       gpunet invoice export ID --out FILE\n"
-     "       gpunet invoice audit FILE\n"
-     "show prints an invoice's summary; export writes the self-contained,\n"
-     "signed invoice document to FILE; audit re-verifies such a file with no\n"
-     "daemon (every signature, the tick hash chain, each second's price and the\n"
-     "totals) and exits 1 if anything does not check out.\n"},
+     "       gpunet invoice audit FILE [--full]\n"
+     "show prints an invoice's summary (ID: an invoice or its lease); export\n"
+     "writes the self-contained, signed invoice document (the agreement, every\n"
+     "debit note and voucher, the final invoice and its answer) to FILE; audit\n"
+     "re-verifies such a file with no daemon: every second's tick and the hash\n"
+     "chain, every total, and the signatures that bind them (accepted debit\n"
+     "notes before the last one are checked through their hash links; --full\n"
+     "also verifies each of their signatures and vouchers one by one).\n"
+     "audit exits 0: countersigned by the requester, and it all verifies;\n"
+     "3: a provider-only claim (no countersigned final invoice; says what the\n"
+     "requester's vouchers cover); 4: rejected by the requester (prints why);\n"
+     "1: does not verify; 2: usage error, or FILE is not an invoice export.\n"},
     {"balance", cmd_balance, "show what peers owe this node and what it owes",
-     "Usage: gpunet balance [--retry]\n"
+     "Usage: gpunet balance [--json] [--retry]\n"
      "Shows, per counterparty and currency, the sum of the highest payment\n"
      "voucher of each lease (signed by the requester with every debit note and\n"
      "final invoice it accepts): what a peer owes this node as provider, what\n"
@@ -131,7 +144,10 @@ static void print_help(FILE *out) {
                "  --version       print the version\n"
                "  (--data-dir, --json and --version may come before or after COMMAND,\n"
                "   but not after the \"--\" that starts a job's command)\n"
-               "  -h, --help      this help; `gpunet COMMAND --help` for a command\n");
+               "  -h, --help      this help; `gpunet COMMAND --help` for a command\n"
+               "\nExit status: 0 done, 1 failed, 2 usage error (run -f and logs -f: the\n"
+               "job's exit code); invoice audit: 0 countersigned and verified, 3 a\n"
+               "provider-only claim, 4 rejected by the requester, 1 does not verify.\n");
 }
 
 static int usage_global(const char *fmt, const char *arg) {
