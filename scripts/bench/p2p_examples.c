@@ -1,6 +1,13 @@
-/* Prints real hex examples of the p2p messages for docs/protocol.md (section 1) and,
- * given a directory, writes the fuzzers' seed corpus. Deterministic: keys
- * come from fixed seeds, so the output is the same on every run. */
+/* Prints the hex examples of docs/protocol.md section 1 (PEERS, OFFER,
+ * OFFER_WITHDRAW, the Noise handshake and the first transport frame) and,
+ * given a directory, writes the fuzzers' seed corpus. Deterministic: the
+ * node keys A and B and the Noise keys are the ones the document gives, so
+ * every block printed is, byte for byte, the document's (which
+ * tests/p2p/test_protocol_doc.c checks; GN_DOC_PRINT=1 makes that test print
+ * them as well). Build against a build dir's p2p library, e.g.:
+ *   cc -std=c11 -D_GNU_SOURCE -Iinclude -Ip2p scripts/bench/p2p_examples.c \
+ *     build/libgpunet_p2p.a $(pkg-config --cflags --libs libsodium libuv msgpack sqlite3) \
+ *     -o build/p2p_examples && build/p2p_examples [CORPUS_DIR] */
 #include <gpunet/offer.h>
 
 #include <sodium.h>
@@ -39,10 +46,28 @@ static void save(const char *dir, const char *sub, const char *name, const uint8
   fclose(f);
 }
 
-static void det_rng(void *ud, uint8_t *out, size_t len) {
-  uint8_t *ctr = ud;
-  randombytes_buf_deterministic(out, len, ctr);
-  ctr[0]++;
+/* Hands a session its Noise keys in the order it draws them: the static key
+ * when it is created, then the ephemeral key for its first handshake
+ * message (as tests/p2p/test_protocol_doc.c does). */
+typedef struct keyfeed {
+  uint8_t keys[2][32];
+  int next;
+} keyfeed;
+
+static void feed_rng(void *ud, uint8_t *out, size_t len) {
+  keyfeed *k = ud;
+  if (len != 32 || k->next >= 2) {
+    fprintf(stderr, "p2p_examples: the session drew %zu random bytes, not a key of the document\n", len);
+    exit(1);
+  }
+  memcpy(out, k->keys[k->next++], 32);
+}
+
+static void key_line(const char *name, const uint8_t k[32]) {
+  printf("%-22s = ", name);
+  for (int i = 0; i < 32; i++)
+    printf("%02x", k[i]);
+  printf("\n");
 }
 
 int main(int argc, char **argv) {
@@ -67,6 +92,7 @@ int main(int argc, char **argv) {
   gn_wire_put_str(&w, "addr");
   gn_wire_put_str(&w, "192.0.2.7:7400");
   gn_wire_writer_take(&w, &body);
+  gn_wire_writer_done(&w);
   gn_envelope_seal(a, GN_MSG_PEERS, body.data, body.len, &env);
   hex("PEERS body", body.data, body.len);
   hex("PEERS envelope", env.data, env.len);
@@ -106,54 +132,68 @@ int main(int argc, char **argv) {
   save(dir, "fuzz_envelope", "withdraw", env.data, env.len);
   save(dir, "fuzz_offer", "withdraw_envelope", env.data, env.len);
 
-  /* The handshake: B dials A; deterministic keys so the bytes repeat. */
-  uint8_t seed_a[randombytes_SEEDBYTES] = {0xa}, seed_b[randombytes_SEEDBYTES] = {0xb};
-  gn_session_cfg ca = {.initiator = false, .id = a, .listen_addr = "192.0.2.1:7400", .rng = det_rng, .rng_ud = seed_a};
-  gn_session_cfg cb = {.initiator = true, .id = b, .listen_addr = "", .rng = det_rng, .rng_ud = seed_b};
+  /* The handshake of section 1.3: B dials A, which listens at 192.0.2.1:7400;
+   * each side's Noise static and ephemeral keys are the document's. */
+  keyfeed ka = {{{0}}, 0}, kb = {{{0}}, 0};
+  memset(ka.keys[0], 0xa1, 32);
+  memset(ka.keys[1], 0xa2, 32);
+  memset(kb.keys[0], 0xb1, 32);
+  memset(kb.keys[1], 0xb2, 32);
+  const struct {
+    const char *name;
+    const uint8_t *priv;
+  } keys[] = {{"A.noise_static", ka.keys[0]},
+              {"A.noise_ephemeral", ka.keys[1]},
+              {"B.noise_static", kb.keys[0]},
+              {"B.noise_ephemeral", kb.keys[1]}};
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    uint8_t pub[32];
+    char name[32];
+    crypto_scalarmult_base(pub, keys[i].priv);
+    snprintf(name, sizeof(name), "%s_priv", keys[i].name);
+    key_line(name, keys[i].priv);
+    snprintf(name, sizeof(name), "%s_pub", keys[i].name);
+    key_line(name, pub);
+  }
+  printf("\n");
+  gn_session_cfg ca = {.initiator = false, .id = a, .listen_addr = "192.0.2.1:7400", .rng = feed_rng, .rng_ud = &ka};
+  gn_session_cfg cb = {.initiator = true, .id = b, .listen_addr = "", .rng = feed_rng, .rng_ud = &kb};
   gn_session *sa, *sb;
-  gn__session_new(&ca, &sa);
-  gn__session_new(&cb, &sb);
-  gn__session_start(sb);
-  const char *names[] = {"handshake frame 1 (initiator -> responder: e)",
-                         "handshake frame 2 (responder -> initiator: e, ee, s, es + payload)",
-                         "handshake frame 3 (initiator -> responder: s, se + payload)"};
+  if (gn__session_new(&ca, &sa) < 0 || gn__session_new(&cb, &sb) < 0 || gn__session_start(sb) < 0) {
+    fprintf(stderr, "p2p_examples: cannot start the example sessions\n");
+    return 1;
+  }
+  const char *names[] = {"frame 1", "frame 2", "frame 3"};
   gn_session *from = sb, *to = sa;
   for (int i = 0; i < 3; i++) {
     gn_buf out = {0};
-    gn__session_take_output(from, &out);
+    size_t used;
+    gn_session_event ev;
+    if (gn__session_take_output(from, &out) < 0 || gn__session_feed(to, out.data, out.len, &used, &ev) < 0) {
+      fprintf(stderr, "p2p_examples: %s of the handshake failed\n", names[i]);
+      return 1;
+    }
     hex(names[i], out.data, out.len);
     if (i == 0)
       save(dir, "fuzz_noise_session", "msg1", out.data, out.len);
-    size_t used;
-    gn_session_event ev;
-    gn__session_feed(to, out.data, out.len, &used, &ev);
     gn_buf_done(&out);
     gn_session *t = from;
     from = to;
     to = t;
   }
-  gn__session_send(sb, env.data, env.len);
-  gn_buf out = {0};
-  gn__session_take_output(sb, &out);
-  hex("transport frame carrying the OFFER_WITHDRAW envelope", out.data, out.len);
-  gn_buf_done(&out);
-  gn__session_free(sa);
-  gn__session_free(sb);
 
-  /* A handshake payload as a session builds it, for a Noise static key of
-   * 32 bytes of 0x33 (sessions draw a fresh one each time). */
-  uint8_t s_priv[32], s_pub[32], sigmsg[sizeof(GN_SESSION_STATIC_PREFIX) + 32], sig[GN_SIG_LEN];
-  memset(s_priv, 0x33, sizeof(s_priv));
-  crypto_scalarmult_base(s_pub, s_priv);
+  /* A's identity payload inside frame 2: its sig is over A's Noise static
+   * public key (Ed25519 signatures are deterministic). */
+  uint8_t s_pub[32], sigmsg[sizeof(GN_SESSION_STATIC_PREFIX) + 32], sig[GN_SIG_LEN];
+  crypto_scalarmult_base(s_pub, ka.keys[0]);
   memcpy(sigmsg, GN_SESSION_STATIC_PREFIX, sizeof(GN_SESSION_STATIC_PREFIX));
   memcpy(sigmsg + sizeof(GN_SESSION_STATIC_PREFIX), s_pub, 32);
   gn_identity_sign(a, sigmsg, sizeof(sigmsg), sig);
-  hex("Noise static public key of the payload example", s_pub, 32);
   body.len = 0;
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 4);
   gn_wire_put_str(&w, "v");
-  gn_wire_put_u64(&w, 1);
+  gn_wire_put_u64(&w, GN_PROTO_VERSION);
   gn_wire_put_str(&w, "id");
   gn_wire_put_bin(&w, a->pk, 32);
   gn_wire_put_str(&w, "sig");
@@ -162,8 +202,19 @@ int main(int argc, char **argv) {
   gn_wire_put_str(&w, "192.0.2.1:7400");
   gn_wire_writer_take(&w, &body);
   gn_wire_writer_done(&w);
-  hex("handshake payload (plaintext, before Noise encryption)", body.data, body.len);
+  hex("payload of frame 2", body.data, body.len);
   save(dir, "fuzz_wire", "handshake_payload", body.data, body.len);
+
+  /* B's first transport frame (section 1.4): the OFFER_WITHDRAW envelope. */
+  gn_buf out = {0};
+  if (gn__session_send(sb, env.data, env.len) < 0 || gn__session_take_output(sb, &out) < 0) {
+    fprintf(stderr, "p2p_examples: the transport frame failed\n");
+    return 1;
+  }
+  hex("transport frame 1 from B", out.data, out.len);
+  gn_buf_done(&out);
+  gn__session_free(sa);
+  gn__session_free(sb);
 
   gn_buf_done(&body);
   gn_buf_done(&env);
