@@ -118,7 +118,7 @@ static void print_lease_line(const json_t *l, const char *verb) {
     if (cli_int(l, "max_spend_micro", 0) > 0) {
       char cap[64];
       cli_fmt_money((uint64_t)cli_int(l, "max_spend_micro", 0), cli_str(l, "currency"), cap, sizeof(cap));
-      printf("  spending cap %s: no note beyond it is accepted\n", cap);
+      printf("  spending cap %s: the lease is released before its bill can pass it\n", cap);
     }
   } else
     printf("  ran %s, cost %s%s%s\n", dur, cost, cli_str(l, "ended_reason") ? ", ended: " : "",
