@@ -106,7 +106,8 @@ static const cli_cmd commands[] = {
      "audit exits 0: countersigned by the requester, and it all verifies;\n"
      "3: a provider-only claim (no countersigned final invoice; says what the\n"
      "requester's vouchers cover); 4: rejected by the requester (prints why);\n"
-     "1: does not verify; 2: usage error, or FILE is not an invoice export.\n"},
+     "1: does not verify; 2: usage error, or FILE is not an invoice export.\n"
+     "`gpunet invoice audit --help` says what each check covers.\n"},
     {"balance", cmd_balance, "show what peers owe this node and what it owes",
      "Usage: gpunet balance [--json] [--retry]\n"
      "Shows, per counterparty and currency, the sum of the highest payment\n"
