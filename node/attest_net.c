@@ -20,9 +20,16 @@ static bool io_is_up(void *ctx, const uint8_t peer[GN_PK_LEN]) {
   return gn_transport_is_up(n->tp, peer);
 }
 
+/* The agent dials an offer's provider from inside gn_attest_agent_verify
+ * (verify_call below): the session must prove the key the offer names. */
 static void io_connect(void *ctx, const char *addr) {
   gn_node *n = ctx;
-  gn_transport_connect(n->tp, addr);
+  if (!n->attest_dial_key) {
+    gn_log(GN_LOG_WARN, "attestation: not dialling %s without the key expected there", addr);
+    n->attest_dial_rc = GN_EINVAL;
+    return;
+  }
+  n->attest_dial_rc = gn_transport_connect_peer(n->tp, addr, n->attest_dial_key);
 }
 
 typedef struct pool_task {
@@ -149,35 +156,106 @@ void gn__attest_shutdown(gn_node *n) {
   n->attest_n = 0;
 }
 
-/* A requester's check before it rents: the agent's callback, in the
- * requester's shape. */
-typedef struct begin_ctx {
+/* A verification someone waits for: the requester's check before it rents
+ * (done) or POST /v1/attest (req). On the node's list until the agent
+ * answers, so that a dial refused for another key answers it at once
+ * (answered; the agent's own answer comes later, at its timeout, and is
+ * dropped). */
+typedef struct gn__attest_wait {
+  struct gn__attest_wait *next;
   gn_node *n;
-  gn_attest_done_fn done;
+  uint8_t peer[GN_PK_LEN];
+  bool answered;
+  gn_attest_done_fn done; /* the requester's, or NULL */
   void *ud;
-} begin_ctx;
+  gn_ctl_req *req; /* POST /v1/attest */
+  char offer_id[GN_OFFER_ID_STRLEN];
+  char provider[GN_NODE_ID_STRLEN];
+} gn__attest_wait;
 
-static void begin_done(void *ud, int rc, const gn_attest_result *res, const gn_attest_result *mem, const char *err) {
-  (void)mem;
-  begin_ctx c = *(begin_ctx *)ud;
-  free(ud);
-  c.done(c.n, c.ud, rc, res, err);
+static void api_attest_answer(gn__attest_wait *w, int rc, const gn_attest_result *res, const gn_attest_result *mem,
+                              const char *err);
+
+static void wait_answer(gn__attest_wait *w, int rc, const gn_attest_result *res, const gn_attest_result *mem,
+                        const char *err) {
+  w->answered = true;
+  if (w->done)
+    w->done(w->n, w->ud, rc, res, err);
+  else
+    api_attest_answer(w, rc, res, mem, err);
 }
 
-int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done, void *ud) {
+static void wait_unlink(gn__attest_wait *w) {
+  for (gn__attest_wait **pp = &w->n->attest_waits; *pp; pp = &(*pp)->next)
+    if (*pp == w) {
+      *pp = w->next;
+      break;
+    }
+}
+
+static void verify_done(void *ud, int rc, const gn_attest_result *res, const gn_attest_result *mem, const char *err) {
+  gn__attest_wait *w = ud;
+  wait_unlink(w);
+  if (!w->answered)
+    wait_answer(w, rc, res, mem, err);
+  free(w);
+}
+
+/* Starts the agent's verification of offer e for w, its dial held to the
+ * provider's key. Returns 0 (w belongs to the agent), GN_EPERM when the
+ * offer's address is already up under another key (w is answered later by
+ * the agent, and must not be answered by the caller), or another error
+ * (verify refused: the caller frees w). */
+static int verify_call(gn_node *n, const gn_offer_entry *e, gn__attest_wait *w) {
   gn_attest_agent *a = agent_of(n);
   if (!a)
     return GN_ECLOSED;
-  begin_ctx *c = malloc(sizeof *c);
-  if (!c)
-    return GN_ENOMEM;
-  *c = (begin_ctx){.n = n, .done = done, .ud = ud};
-  int r = gn_attest_agent_verify(a, &e->offer, begin_done, c);
+  w->n = n;
+  memcpy(w->peer, e->offer.provider, GN_PK_LEN);
+  n->attest_dial_key = e->offer.provider;
+  n->attest_dial_rc = 0;
+  int r = gn_attest_agent_verify(a, &e->offer, verify_done, w);
+  n->attest_dial_key = NULL;
   if (r < 0)
-    free(c);
+    return r;
+  w->next = n->attest_waits;
+  n->attest_waits = w;
+  if (n->attest_dial_rc == GN_EPERM) {
+    w->answered = true;
+    return GN_EPERM;
+  }
+  return 0;
+}
+
+int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done, void *ud) {
+  gn__attest_wait *w = calloc(1, sizeof *w);
+  if (!w)
+    return GN_ENOMEM;
+  w->done = done;
+  w->ud = ud;
+  int r = verify_call(n, e, w);
+  if (r < 0 && r != GN_EPERM)
+    free(w);
   return r;
 }
 
+void gn__attest_dial_refused(gn_node *n, const char *addr, const uint8_t expected[GN_PK_LEN],
+                             const uint8_t got[GN_PK_LEN]) {
+  char want[GN_NODE_ID_STRLEN], is[GN_NODE_ID_STRLEN], err[300];
+  gn_node_id_format(expected, want);
+  gn_node_id_format(got, is);
+  gn__strf(err, sizeof err, "cannot reach provider %s: the node at %s is %s, not the provider its offer names", want,
+           addr, is);
+  /* From the head again after each answer: it may change the list. */
+  for (;;) {
+    gn__attest_wait *w = n->attest_waits;
+    while (w && (w->answered || memcmp(w->peer, expected, GN_PK_LEN) != 0))
+      w = w->next;
+    if (!w)
+      break;
+    wait_answer(w, GN_EPERM, NULL, NULL, err);
+  }
+}
 /* --- views and the API --------------------------------------------------------*/
 
 void gn__offer_attest_verdict(const gn_offer *o, char *buf, size_t cap) {
@@ -216,25 +294,17 @@ static json_t *mem_result_json(const gn_attest_result *m) {
                    (json_int_t)m->elapsed_ms);
 }
 
-typedef struct api_attest_ctx {
-  gn_ctl_req *req;
-  char offer_id[GN_OFFER_ID_STRLEN];
-  char provider[GN_NODE_ID_STRLEN];
-} api_attest_ctx;
-
-static void api_attest_done(void *ud, int rc, const gn_attest_result *res, const gn_attest_result *mem,
-                            const char *err) {
-  api_attest_ctx *c = ud;
+static void api_attest_answer(gn__attest_wait *w, int rc, const gn_attest_result *res, const gn_attest_result *mem,
+                              const char *err) {
   if (rc < 0) {
-    gn_ctl_reply_error(c->req, rc == GN_ETIMEDOUT ? 504 : 502, "%s", err ? err : gn_strerror(rc));
+    gn_ctl_reply_error(w->req, rc == GN_ETIMEDOUT ? 504 : 502, "%s", err ? err : gn_strerror(rc));
   } else {
     json_t *o = gn__attest_result_json(res);
-    json_object_set_new(o, "offer", json_string(c->offer_id));
-    json_object_set_new(o, "provider", json_string(c->provider));
+    json_object_set_new(o, "offer", json_string(w->offer_id));
+    json_object_set_new(o, "provider", json_string(w->provider));
     json_object_set_new(o, "memory", mem ? mem_result_json(mem) : json_null());
-    gn_ctl_reply_json(c->req, 200, o);
+    gn_ctl_reply_json(w->req, 200, o);
   }
-  free(c);
 }
 
 void gn__api_attest(gn_ctl_req *req, void *ud) {
@@ -253,16 +323,20 @@ void gn__api_attest(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, 404, "no offer or provider %s in the offer table (see: gpunet offers)", target);
   if (memcmp(e->offer.provider, n->id->pk, GN_PK_LEN) == 0)
     return gn_ctl_reply_error(req, 400, "offer %s is this node's own; see its self-check with: gpunet gpus", e->id);
-  api_attest_ctx *c = calloc(1, sizeof *c);
-  if (!c)
+  gn__attest_wait *w = calloc(1, sizeof *w);
+  if (!w)
     return gn_ctl_reply_error(req, 500, "out of memory");
-  c->req = req;
-  gn__strf(c->offer_id, sizeof c->offer_id, "%s", e->id);
-  gn_node_id_format(e->offer.provider, c->provider);
-  gn_attest_agent *a = agent_of(n);
-  int r = a ? gn_attest_agent_verify(a, &e->offer, api_attest_done, c) : GN_ECLOSED;
+  w->req = req;
+  gn__strf(w->offer_id, sizeof w->offer_id, "%s", e->id);
+  gn_node_id_format(e->offer.provider, w->provider);
+  int r = verify_call(n, e, w);
+  if (r == GN_EPERM)
+    return gn_ctl_reply_error(req, 502,
+                              "cannot reach provider %s: the node at %s is another one, not the provider its offer "
+                              "names",
+                              w->provider, e->offer.addr);
   if (r < 0) {
-    free(c);
+    free(w);
     return gn_ctl_reply_error(req, r == GN_ENOTFOUND ? 409 : 500, "cannot attest %s: %s", e->offer.gpu_model,
                               r == GN_ENOTFOUND ? "no attestation class for this GPU model" : gn_strerror(r));
   }

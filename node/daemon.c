@@ -622,6 +622,27 @@ static int disc_connect(void *ud, const char *addr) {
   return gn_transport_connect(n->tp, addr);
 }
 
+/* A PEERS entry: the session must prove the key it was advertised with. */
+static int disc_connect_peer(void *ud, const char *addr, const uint8_t expect[GN_PK_LEN]) {
+  gn_node *n = ud;
+  return gn_transport_connect_peer(n->tp, addr, expect);
+}
+
+/* A dial for a known key (a PEERS entry, an offer's provider) reached
+ * another node: its session was closed unused. What waited for that
+ * provider learns it now, rather than at its timeout. */
+static void on_refused(gn_transport *t, const char *addr, const uint8_t expected[GN_PK_LEN],
+                       const uint8_t got[GN_PK_LEN], void *ud) {
+  (void)t;
+  gn_node *n = ud;
+  char want[GN_NODE_ID_STRLEN], is[GN_NODE_ID_STRLEN];
+  gn_node_id_format(expected, want);
+  gn_node_id_format(got, is);
+  gn_log(GN_LOG_WARN, "refused the session with %s: it was advertised as %s but the node there is %s", addr, want, is);
+  gn__requester_dial_refused(n, addr, expected, got);
+  gn__attest_dial_refused(n, addr, expected, got);
+}
+
 static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
   (void)t;
   gn_node *n = ud;
@@ -922,11 +943,13 @@ int gn__node_main(int argc, char **argv) {
     fprintf(stderr, "gpunetd: cannot listen on %s: %s\n", n->cfg.listen, gn_strerror(r));
     return 1;
   }
+  gn_transport_set_refused_cb(n->tp, on_refused);
   gn_discovery_io io = {disc_send, disc_connect, n};
   if ((r = gn_discovery_new(n->id, &io, n->offers, &n->disc)) < 0) {
     fprintf(stderr, "gpunetd: cannot start discovery: %s\n", gn_strerror(r));
     return 1;
   }
+  gn_discovery_set_connect_peer(n->disc, disc_connect_peer);
   gn_discovery_set_self_addr(n->disc, gn_transport_listen_addr(n->tp));
   for (size_t i = 0; i < n->cfg.bootstrap_count; i++)
     gn_discovery_add_bootstrap(n->disc, n->cfg.bootstrap[i]);

@@ -201,7 +201,10 @@ struct gn_node {
   size_t peer_count;
   gn_attest_local attest[GN_ATTEST_MODELS];
   size_t attest_n;
-  gn_attest_agent *attest_agent; /* attest_net.c: both sides of attestation */
+  gn_attest_agent *attest_agent;        /* attest_net.c: both sides of attestation */
+  struct gn__attest_wait *attest_waits; /* attest_net.c: verifications whose callers wait */
+  const uint8_t *attest_dial_key;       /* attest_net.c: the key the agent's dial expects, during a verify call */
+  int attest_dial_rc;                   /* attest_net.c: that dial's result */
   uv_timer_t tick_timer;
   uv_signal_t sig_int, sig_term;
   uint64_t offer_seq;
@@ -288,6 +291,10 @@ void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
                               size_t raw_len);
 void gn__requester_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
 void gn__requester_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+/* A dial to addr expecting provider `expected` reached node `got`: the lease
+ * requests still waiting to be sent to `expected` fail now. */
+void gn__requester_dial_refused(gn_node *n, const char *addr, const uint8_t expected[GN_PK_LEN],
+                                const uint8_t got[GN_PK_LEN]);
 /* load_state: rebuilds a requester lease's machine (its observation from
  * our own persisted UTC of receipt). */
 int gn__requester_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len);
@@ -330,9 +337,15 @@ void gn__attest_start_local(gn_node *n);
 void gn__attest_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
                            size_t raw_len);
 void gn__attest_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+/* A dial to addr expecting provider `expected` reached node `got`: the
+ * verifications of `expected` still waiting for their session fail now. */
+void gn__attest_dial_refused(gn_node *n, const char *addr, const uint8_t expected[GN_PK_LEN],
+                             const uint8_t got[GN_PK_LEN]);
 void gn__attest_tick(gn_node *n, uint64_t now_ms);
 /* Challenges the provider of offer e; done is called exactly once (from a
- * later loop callback) unless this returns an error. */
+ * later loop callback) unless this returns an error: GN_EPERM when the
+ * offer's address is up under another node's key. A session to that address
+ * that proves another key fails it too (done with GN_EPERM). */
 int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done, void *ud);
 void gn__api_attest(gn_ctl_req *req, void *ud);
 const gn_attest_local *gn__attest_local_find(const gn_node *n, const char *model);

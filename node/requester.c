@@ -13,7 +13,10 @@
 #define GN_RELEASE_TIMEOUT_MS 20000
 
 /* Sends now if the peer is up; otherwise connects and leaves the envelope on
- * the pending entry for gn__requester_peer_up. */
+ * the pending entry for gn__requester_peer_up. The dial holds the session to
+ * peer's key: a node answering at addr under another key is refused
+ * (gn__requester_dial_refused), GN_EPERM at once when addr is already up
+ * under another key. */
 static int send_or_connect(gn_node *n, gn_pending *p, const uint8_t peer[GN_PK_LEN], const char *addr,
                            const uint8_t *env, size_t len) {
   memcpy(p->peer, peer, GN_PK_LEN);
@@ -21,8 +24,28 @@ static int send_or_connect(gn_node *n, gn_pending *p, const uint8_t peer[GN_PK_L
     return gn_transport_send(n->tp, peer, env, len);
   int r = gn_buf_append(&p->msg, env, len);
   if (r == 0)
-    r = addr && addr[0] ? gn_transport_connect(n->tp, addr) : GN_ENOTFOUND;
+    r = addr && addr[0] ? gn_transport_connect_peer(n->tp, addr, peer) : GN_ENOTFOUND;
   return r;
+}
+
+void gn__requester_dial_refused(gn_node *n, const char *addr, const uint8_t expected[GN_PK_LEN],
+                                const uint8_t got[GN_PK_LEN]) {
+  char want[GN_NODE_ID_STRLEN], is[GN_NODE_ID_STRLEN];
+  gn_node_id_format(expected, want);
+  gn_node_id_format(got, is);
+  for (gn_pending **pp = &n->pending; *pp;) {
+    gn_pending *p = *pp;
+    if (p->kind != GN_PENDING_RENT || !p->msg.len || memcmp(p->peer, expected, GN_PK_LEN) != 0) {
+      pp = &p->next;
+      continue;
+    }
+    *pp = p->next;
+    gn_log(GN_LOG_WARN, "lease request %s not sent: the node at %s is %s, not provider %s", p->key, addr, is, want);
+    gn_ctl_reply_error(p->req, 502,
+                       "cannot reach provider %s: the node at %s is %s, not the provider its offer names; not renting",
+                       want, addr, is);
+    gn__pending_free(p);
+  }
 }
 
 static gn_lease_now lease_now(void) {
@@ -185,7 +208,13 @@ static void rent_send(gn_node *n, gn_ctl_req *req, const gn_offer_entry *e, cons
   gn_log(GN_LOG_INFO, "requesting lease %s: %u x %s from %s", t.lease_id, t.count, t.gpu_model, pid);
   r = send_or_connect(n, p, t.provider, e->offer.addr, env.data, env.len);
   gn_buf_done(&env);
-  if (r < 0) {
+  if (r == GN_EPERM) {
+    gn__pending_free(gn__pending_take(n, GN_PENDING_RENT, t.lease_id));
+    gn_ctl_reply_error(req, 502,
+                       "cannot reach provider %s: the node at %s is another one, not the provider its offer names; not "
+                       "renting",
+                       pid, e->offer.addr);
+  } else if (r < 0) {
     gn__pending_free(gn__pending_take(n, GN_PENDING_RENT, t.lease_id));
     gn_ctl_reply_error(req, 502, "cannot reach provider %s at %s: %s", pid, e->offer.addr, gn_strerror(r));
   }
@@ -305,6 +334,15 @@ void gn__api_rent(gn_ctl_req *req, void *ud) {
     c->want = want;
     c->allow_sim = allow_sim;
     int r = gn__attest_begin(n, e, rent_after_attest, c);
+    if (r == GN_EPERM) {
+      free(c);
+      char pid[GN_NODE_ID_STRLEN];
+      gn_node_id_format(e->offer.provider, pid);
+      return gn_ctl_reply_error(req, 502,
+                                "cannot reach provider %s: the node at %s is another one, not the provider its offer "
+                                "names; not renting",
+                                pid, e->offer.addr);
+    }
     if (r < 0) {
       free(c);
       return gn_ctl_reply_error(
@@ -544,7 +582,7 @@ static int req_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
         if (gn_transport_is_up(n->tp, l->peer))
           gn_transport_send(n->tp, l->peer, env.data, env.len);
         else if (lease_provider_addr(n, l))
-          gn_transport_connect(n->tp, lease_provider_addr(n, l));
+          gn_transport_connect_peer(n->tp, lease_provider_addr(n, l), l->peer);
       }
       gn_buf_done(&env);
       break;
