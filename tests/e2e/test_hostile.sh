@@ -27,6 +27,11 @@ P2=$nodes/p2 # RTX 3090: does not allowlist the loopback registry
 P3=$nodes/p3 # A100: default image limits: bombs against them, one to stop, SIGTERM
 P4=$nodes/p4 # H100: a small memory budget
 tag=$$-$RANDOM
+# A number of this run's own, in every job command the suite finds on the
+# host by its command line (gn_hostile_pid): another run of the suite at the
+# same time would otherwise run the same commands, and its processes would be
+# taken for this run's.
+u=$((10000 + ($$ * 7919 + RANDOM) % 90000))
 pass=0
 failed=0
 keep=0
@@ -216,29 +221,36 @@ case_uids() {
   fi
 }
 
+# lease_procs LEASE: how many host processes are in LEASE's cgroups (its
+# jobs' pids cgroups below gpunet/LEASE, v1 or v2), counted from every
+# process's /proc/PID/cgroup: lease ids are this run's own, so a parallel run
+# of the suite (or anything else on the host) does not count.
+lease_procs() {
+  grep -l -E "^[0-9]+:([^:]*,)?pids(,[^:]*)?:/gpunet/$1/|^0::/gpunet/$1/" /proc/[0-9]*/cgroup 2>/dev/null | wc -l
+}
 case_forkbomb() {
   local job pid pmax pcur before peak n quota u0 u1 used limit
-  before=$(ls -d /proc/[0-9]* 2>/dev/null | wc -l)
+  before=$(lease_procs "$leaseA")
   # Four spinning shells for the CPU limit, then a process bomb (each child
   # sleeps, so it costs pids rather than CPU).
   # A failed fork ends busybox sh, so the bomb runs in a subshell and the
   # job's shell says when it is over.
-  job=$(jstart "$leaseA" sh -c "sleep 303 & for k in 1 2 3 4; do sh -c 'while :; do :; done' & done;
-    (i=0; while [ \$i -lt 3000 ]; do sleep 302 & i=\$((i+1)); done) 2>/dev/null; echo bombed; wait")
+  job=$(jstart "$leaseA" sh -c "sleep 303$u & for k in 1 2 3 4; do sh -c 'while :; do :; done' & done;
+    (i=0; while [ \$i -lt 3000 ]; do sleep 302$u & i=\$((i+1)); done) 2>/dev/null; echo bombed; wait")
   [ -n "$job" ] || { miss "could not start the job"; return; }
   bombed() { gn_cli "$R" logs "$1" | grep -q bombed; }
   bombed_or_ended() { bombed "$1" || jended "$1"; }
   gn_wait_until 60 "the fork bomb to go off" bombed_or_ended "$job"
   bombed "$job" || { miss "the bomb did not go off: $(jjson "$job")"; gn_cli "$R" stop "$job" >/dev/null; return; }
-  pid=$(gn_hostile_pid "sleep 303") || { miss "cannot find the job's process on the host"; gn_cli "$R" stop "$job" >/dev/null; return; }
-  peak=$(ls -d /proc/[0-9]* 2>/dev/null | wc -l)
+  pid=$(gn_hostile_pid "sleep 303$u") || { miss "cannot find the job's process on the host"; gn_cli "$R" stop "$job" >/dev/null; return; }
+  peak=$(lease_procs "$leaseA")
   pmax=$(gn_hostile_cg "$pid" pids-max)
   pcur=$(gn_hostile_cg "$pid" pids-current)
   n=$((peak - before))
   if [ -z "$pmax" ] || [ "$pmax" = max ]; then
-    miss "no pids limit on the job (pids.max=${pmax:-?}, $n new host processes)"
+    miss "no pids limit on the job (pids.max=${pmax:-?}, $n new processes in the lease's cgroups)"
   elif [ "$pcur" -gt "$pmax" ] || [ "$n" -gt $((pmax + 64)) ]; then
-    miss "pids limit $pmax did not hold: $pcur in the cgroup, $n new host processes"
+    miss "pids limit $pmax did not hold: $pcur in the cgroup, $n new processes in the lease's cgroups"
   fi
   quota=$(gn_hostile_cg "$pid" cpu-quota)
   if [ -z "$quota" ] || [ "$quota" = max ]; then
@@ -251,16 +263,16 @@ case_forkbomb() {
     limit=$(awk -v q="$quota" 'BEGIN{printf "%.2f", q*1.25+0.05}')
     awk -v u="$used" -v l="$limit" 'BEGIN{exit !(u > l)}' && miss "4 spinning shells used $used CPUs, quota $quota"
   fi
-  echo "   fork-bomb: pids.max=$pmax current=$pcur new-host-processes=$n cpu-quota=$quota used=${used:-?} CPUs"
+  echo "   fork-bomb: pids.max=$pmax current=$pcur new-in-lease-cgroups=$n cpu-quota=$quota used=${used:-?} CPUs"
   gn_cli "$R" stop "$job" >/dev/null
   gn_wait_until 20 "the fork bomb to stop" jended "$job" || miss "gpunet stop did not end the fork bomb"
   local left
   for _ in $(seq 50); do
-    left=$(($(ls -d /proc/[0-9]* 2>/dev/null | wc -l) - before))
-    [ "$left" -le 20 ] && break
+    left=$(($(lease_procs "$leaseA") - before))
+    [ "$left" -le 0 ] && break
     sleep 0.2
   done
-  [ "$left" -le 20 ] || miss "$left processes left on the host after the bomb was stopped"
+  [ "$left" -le 0 ] || miss "$left processes left in the lease's cgroups after the bomb was stopped"
 }
 
 case_memory_sum() {
@@ -270,7 +282,7 @@ case_memory_sum() {
   local jobs=() j k o pid lim sum=0 running=0 refused=0 total
   total=$(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) * 1024))
   for k in 1 2 3 4 5 6 7 8; do
-    o=$(gn_cli "$R" --json run "$leaseA" --image "$img" "${mem4g[@]}" -- sleep "31$k" 2>&1)
+    o=$(gn_cli "$R" --json run "$leaseA" --image "$img" "${mem4g[@]}" -- sleep "31$k$u" 2>&1)
     j=$(jq -r '.job.id // empty' <<<"$o" 2>/dev/null)
     if [ -n "$j" ]; then
       jobs+=("$j")
@@ -294,11 +306,11 @@ case_memory_sum() {
     esac
   done
   for k in 1 2 3 4 5 6 7 8; do
-    pid=$(gn_hostile_pid "sleep 31$k") || continue
+    pid=$(gn_hostile_pid "sleep 31$k$u") || continue
     lim=$(gn_hostile_cg "$pid" memory-max)
     running=$((running + 1))
     if [ "$lim" = max ] || [ -z "$lim" ]; then
-      miss "job 'sleep 31$k' runs with no memory limit"
+      miss "job 'sleep 31$k$u' runs with no memory limit"
       lim=$total
     fi
     sum=$((sum + lim))
@@ -315,7 +327,7 @@ case_memory_budget() {
   local budget job pid lim j
   budget=$(awk '/^MemTotal:/ {printf "%d", $2 * 1024 * 0.1}' /proc/meminfo)
   [ -n "$leaseP4" ] || { miss "no lease on the provider with a small memory budget (${p4_note:-})"; return; }
-  out=$(gn_cli "$R" --json run "$leaseP4" --image "$img" "${mem4g[@]}" -- sleep 321 2>&1)
+  out=$(gn_cli "$R" --json run "$leaseP4" --image "$img" "${mem4g[@]}" -- sleep "321$u" 2>&1)
   job=$(jq -r '.job.id // empty' <<<"$out" 2>/dev/null)
   if [ -z "$job" ]; then
     grep -qi memory <<<"$out" || miss "refused without naming memory: $(one "$out")"
@@ -327,7 +339,7 @@ case_memory_budget() {
     grep -qi memory <<<"$j" || miss "job ended without naming memory: $j"
     return
   fi
-  pid=$(gn_hostile_pid "sleep 321")
+  pid=$(gn_hostile_pid "sleep 321$u")
   lim=$(gn_hostile_cg "$pid" memory-max)
   echo "   memory-budget: job runs with memory limit $lim, budget $budget"
   if [ "$lim" = max ] || [ -z "$lim" ] || [ "$lim" -gt "$budget" ]; then
@@ -521,15 +533,15 @@ case_traversal_id() {
 case_signals() {
   # Lease B runs a sleeper; lease A's job tries to see it and kill it.
   local jb pid hu
-  jb=$(jstart "$leaseB" sleep 304)
+  jb=$(jstart "$leaseB" sleep "304$u")
   [ -n "$jb" ] || { miss "could not start lease B's job"; return; }
   gn_wait_until 30 "lease B's job to run" jended_or_running "$jb"
   jrunning "$jb" || { miss "lease B's job never ran: $(jjson "$jb")"; return; }
-  for _ in $(seq 50); do pid=$(gn_hostile_pid "sleep 304") && break; sleep 0.2; done
+  for _ in $(seq 50); do pid=$(gn_hostile_pid "sleep 304$u") && break; sleep 0.2; done
   [ -n "$pid" ] || { miss "cannot find lease B's process on the host"; return; }
   hu=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")
   [ "$hu" = 0 ] && miss "lease B's job runs as host uid 0"
-  jrun "$leaseA" "echo seen=\$(ps | grep -c 'sleep 30[4]'); kill -9 $pid; echo kill-rc=\$?; kill -9 -1; sleep 1"
+  jrun "$leaseA" "echo seen=\$(ps | grep -c 'sleep 30[4]$u'); kill -9 $pid; echo kill-rc=\$?; kill -9 -1; sleep 1"
   ran || { gn_cli "$R" stop "$jb" >/dev/null; return; }
   sleep 0.5
   grep -q "^seen=0$" <<<"$out" || miss "lease A's job sees lease B's process: $(one "$out")"
