@@ -2,14 +2,13 @@
  * command-line flags, applied in that order. */
 #include <gpunet/billing.h>
 #include <gpunet/node.h>
+#include <gpunet/paths.h>
 #include <gpunet/settle.h>
 
 #include <ctype.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define CFG_MAX_LINE 4096
@@ -134,16 +133,6 @@ static int path_fmt(char *buf, size_t cap, const char *a, const char *b) {
   return n < 0 || (size_t)n >= cap ? GN_ETOOBIG : 0;
 }
 
-int gn_config_default_data_dir(char *buf, size_t cap) {
-  const char *x = getenv("XDG_DATA_HOME");
-  if (x && x[0] == '/')
-    return path_fmt(buf, cap, x, "/gpunet");
-  const char *home = getenv("HOME");
-  if (!home || !home[0])
-    return GN_ENOTFOUND;
-  return path_fmt(buf, cap, home, "/.local/share/gpunet");
-}
-
 int gn_config_default_path(const char *data_dir, char *buf, size_t cap) {
   char p[PATH_MAX];
   if (data_dir && data_dir[0] && path_fmt(p, sizeof(p), data_dir, "/gpunet.conf") == 0 && access(p, F_OK) == 0)
@@ -161,7 +150,7 @@ int gn_config_default_path(const char *data_dir, char *buf, size_t cap) {
 
 void gn_config_defaults(gn_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
-  if (gn_config_default_data_dir(cfg->data_dir, sizeof(cfg->data_dir)) < 0)
+  if (gn_data_dir_default(cfg->data_dir, sizeof(cfg->data_dir)) < 0)
     cfg->data_dir[0] = '\0';
   snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:7946");
   cfg->price_uper_hour = 400000;
@@ -727,131 +716,5 @@ int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_
     snprintf(err, cap, "settle_driver webhook needs settle_url (the endpoint settlements are POSTed to)");
     return GN_EINVAL;
   }
-  return r;
-}
-
-/* --- the default file --------------------------------------------------------*/
-
-static const char default_conf[] = "# gpunet configuration. One `key = value` per line; '#' starts a comment.\n"
-                                   "# Every key can be overridden by the gpunetd flag of the same name, with\n"
-                                   "# underscores written as dashes (max_hours = 8 is --max-hours 8).\n"
-                                   "# The values shown commented out are the defaults.\n"
-                                   "\n"
-                                   "# Peer address this node listens on (HOST:PORT).\n"
-                                   "#listen = 127.0.0.1:7946\n"
-                                   "\n"
-                                   "# Peers to join the overlay through; repeat the key for several.\n"
-                                   "#bootstrap = 192.0.2.10:7946\n"
-                                   "\n"
-                                   "# Offer this machine's GPUs for rent.\n"
-                                   "#provide = false\n"
-                                   "\n"
-                                   "# Price per GPU-hour, in currency units, and the currency.\n"
-                                   "#price = 0.40\n"
-                                   "#currency = EUR\n"
-                                   "\n"
-                                   "# Longest lease this node accepts, in hours.\n"
-                                   "#max_hours = 24\n"
-                                   "\n"
-                                   "# Billing intervals a provider agrees to (seconds): a lease's requester gets\n"
-                                   "# a debit note to countersign every interval, and a lease whose note stays\n"
-                                   "# unanswered for two intervals is stopped.\n"
-                                   "#interval_min_s = 10\n"
-                                   "#interval_max_s = 3600\n"
-                                   "\n"
-                                   "# Settlement of countersigned final invoices: ledger (this node's own\n"
-                                   "# book, see gpunet balance) or webhook (each final voucher and invoice is\n"
-                                   "# POSTed to settle_url with an Idempotency-Key, retried until answered 2xx).\n"
-                                   "#settle_driver = ledger\n"
-                                   "#settle_url = https://billing.example/gpunet\n"
-                                   "\n"
-                                   "# For development without an NVIDIA GPU: offer a simulated one. Offers and\n"
-                                   "# attestations say so, and requesters refuse them unless allow_simulated.\n"
-                                   "#simulate_gpu = RTX 4090\n"
-                                   "#allow_simulated = false\n"
-                                   "\n"
-                                   "# OCI runtime: runc, crun or a path; empty means detect.\n"
-                                   "#runtime =\n"
-                                   "\n"
-                                   "# debug, info, warn or error.\n"
-                                   "#log_level = info\n"
-                                   "\n"
-                                   "# What a provider lets all jobs of all leases use together. A job that does\n"
-                                   "# not fit in what is left is refused, saying why. A lease's CPU share is its\n"
-                                   "# GPUs' part of job_cpu_share (1 of 2 GPUs: half of it).\n"
-                                   "#job_memory_share = 0.5\n"
-                                   "#job_cpu_share = 0.75\n"
-                                   "#job_pids_max = 16384\n"
-                                   "\n"
-                                   "# Disk for images (pulled layers and unpacked roots; older unused ones are\n"
-                                   "# removed past it), and the free space kept for the ledger.\n"
-                                   "#store_max = 64G\n"
-                                   "#disk_reserve = 1G\n"
-                                   "\n"
-                                   "# Registries on loopback, link-local, private or this host's own addresses\n"
-                                   "# are refused unless named here (repeat the key, or separate by commas).\n"
-                                   "#registry_allow = 127.0.0.1\n"
-                                   "\n"
-                                   "# Where cgroups cannot enforce a job's memory, pids and CPU limits, or the\n"
-                                   "# host has no user namespaces, a provider refuses jobs (or to provide at\n"
-                                   "# all) unless allowed here; its offers (ISOLATION in `gpunet offers`) and\n"
-                                   "# `gpunet status` then say so.\n"
-                                   "#allow_unenforced_limits = false\n"
-                                   "#allow_no_userns = false\n";
-
-/* mkdir -p with mode 0700 for what it creates. */
-static int mkdirs(const char *dir) {
-  char p[PATH_MAX];
-  if (path_fmt(p, sizeof(p), dir, "") < 0)
-    return GN_ETOOBIG;
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/')
-      continue;
-    *s = '\0';
-    if (mkdir(p, 0700) < 0 && errno != EEXIST)
-      return -errno;
-    *s = '/';
-  }
-  if (mkdir(p, 0700) < 0 && errno != EEXIST)
-    return -errno;
-  return 0;
-}
-
-int gn_config_write_default(const char *path) {
-  char dir[PATH_MAX], tmp[PATH_MAX];
-  if (!path || path_fmt(dir, sizeof(dir), path, "") < 0 || path_fmt(tmp, sizeof(tmp), path, ".tmp") < 0)
-    return GN_EINVAL;
-  char *slash = strrchr(dir, '/');
-  if (slash && slash != dir) {
-    *slash = '\0';
-    int r = mkdirs(dir);
-    if (r < 0)
-      return r;
-  }
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    return -errno;
-  int r = 0;
-  size_t off = 0, len = sizeof(default_conf) - 1;
-  while (off < len) {
-    ssize_t n = write(fd, default_conf + off, len - off);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      r = -errno;
-      break;
-    }
-    off += (size_t)n;
-  }
-  if (r == 0 && fchmod(fd, 0600) < 0)
-    r = -errno;
-  if (r == 0 && fsync(fd) < 0)
-    r = -errno;
-  if (close(fd) < 0 && r == 0)
-    r = -errno;
-  if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
-  if (r < 0)
-    unlink(tmp);
   return r;
 }

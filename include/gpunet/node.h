@@ -124,12 +124,11 @@ typedef struct gn_config {
  * should print gn_config_usage() or its version and exit 0. */
 enum { GN_CONFIG_HELP = 1, GN_CONFIG_VERSION = 2 };
 
-/* The default data directory: $XDG_DATA_HOME/gpunet, else
- * $HOME/.local/share/gpunet. GN_ETOOBIG if it does not fit, GN_ENOTFOUND
- * when neither variable is set. */
-int gn_config_default_data_dir(char *buf, size_t cap);
 /* Where the config file is looked for when --config is not given. */
 int gn_config_default_path(const char *data_dir, char *buf, size_t cap);
+/* The data directory defaults to gn_data_dir_default (gpunet/paths.h),
+ * empty when it has none. (The commented default file is the CLI's: `gpunet
+ * init`, cli/conf.c.) */
 void gn_config_defaults(gn_config *cfg);
 /* Reads `key = value` lines. A missing file is an error unless missing_ok.
  * On error writes a message naming the file and line to err and leaves cfg
@@ -142,9 +141,6 @@ int gn_config_parse_args(gn_config *cfg, int argc, char *const *argv, char *err,
  * config file, then every flag. cfg must be fresh (not yet holding strings). */
 int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_t cap);
 const char *gn_config_usage(void);
-/* Writes a commented default config file (0600, directory 0700 created if
- * missing), atomically replacing any existing one. */
-int gn_config_write_default(const char *path);
 /* Frees what cfg holds; cfg may be reused after gn_config_defaults. */
 void gn_config_done(gn_config *cfg);
 

@@ -81,9 +81,17 @@ static void test_config_data_dir_falls_back_to_home(void **state) {
   fixture *f = *state;
   unsetenv("XDG_DATA_HOME");
   char buf[256], want[256];
-  assert_int_equal(gn_config_default_data_dir(buf, sizeof(buf)), 0);
+  /* The data dir is p2p's gn_data_dir_default (tests/p2p/test_paths.c). */
+  gn_config c;
+  gn_config_defaults(&c);
   snprintf(want, sizeof(want), "%s/.local/share/gpunet", f->dir);
-  assert_string_equal(buf, want);
+  assert_string_equal(c.data_dir, want);
+  gn_config_done(&c);
+  unsetenv("HOME");
+  gn_config_defaults(&c);
+  assert_string_equal(c.data_dir, "");
+  gn_config_done(&c);
+  setenv("HOME", f->dir, 1);
   assert_int_equal(gn_config_default_path("/nonexistent", buf, sizeof(buf)), 0);
   snprintf(want, sizeof(want), "%s/gpunet/gpunet.conf", f->xdg_config);
   assert_string_equal(buf, want);
@@ -437,34 +445,6 @@ static void test_config_parse_does_not_reorder_argv(void **state) {
   gn_config_done(&c);
 }
 
-static void test_config_written_default_is_private_and_loads(void **state) {
-  fixture *f = *state;
-  char path[256];
-  snprintf(path, sizeof(path), "%s/new/deeper/gpunet.conf", f->dir);
-  assert_int_equal(gn_config_write_default(path), 0);
-  struct stat st;
-  assert_int_equal(stat(path, &st), 0);
-  assert_int_equal(st.st_mode & 0777, 0600);
-  char dir[256];
-  snprintf(dir, sizeof(dir), "%s/new/deeper", f->dir);
-  assert_int_equal(stat(dir, &st), 0);
-  assert_int_equal(st.st_mode & 0777, 0700);
-  gn_config c, d;
-  gn_config_defaults(&c);
-  gn_config_defaults(&d);
-  char err[256] = "";
-  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), 0);
-  /* Everything in it is commented out: loading it changes nothing. */
-  memset(c.config_path, 0, sizeof(c.config_path));
-  assert_memory_equal(&c, &d, sizeof(c));
-  /* Writing again replaces it. */
-  write_file(path, "junk\n");
-  assert_int_equal(gn_config_write_default(path), 0);
-  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof(err)), 0);
-  gn_config_done(&c);
-  gn_config_done(&d);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_config_defaults, setup, teardown),
@@ -479,7 +459,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_config_explicit_config_flag, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_flag_errors_table, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_parse_does_not_reorder_argv, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_config_written_default_is_private_and_loads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_budget_flags, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_registry_allow_is_bounded, setup, teardown),
   };
