@@ -191,7 +191,10 @@ static int global_option(cli *c, int argc, char **argv, int *i, bool *have_dir) 
  * variable). The commands' value options, long and short; keep in step
  * with their getopt tables. */
 static bool value_follows(const char *a) {
-  static const char *const longs[] = {"--image", "--env", "--gpu", "--hours", "--count", "--out", "--sort"};
+  /* Every option of every command that takes a value (keep in step with
+   * the commands' getopt tables: grep required_argument cli/). */
+  static const char *const longs[] = {"--image", "--env",       "--gpu",       "--hours",    "--count",  "--out",
+                                      "--sort",  "--max-price", "--max-spend", "--interval", "--memory", "--pids"};
   static const char shorts[] = "eno";
   if (a[0] != '-' || !a[1])
     return false;
