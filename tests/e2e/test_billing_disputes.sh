@@ -3,9 +3,9 @@
 # Billing disputes end to end (issue 7), with real daemons over real
 # sockets, for the two findings test_billing.sh leaves to unit tests:
 #  1. a renter that disconnects (kill -9, not restarted) stops being
-#     metered within the grace period; its provider holds a provider-only
-#     claim (audit exit 3) and, once the renter is back, the countersigned
-#     bill (exit 0);
+#     metered within the grace period and its running job is killed; its
+#     provider holds a provider-only claim (audit exit 3) and, once the
+#     renter is back, the countersigned bill (exit 0);
 #  2. a provider that bills more seconds than it gives (its whole process
 #     runs at twice the speed under libfaketime, monotonic clock included)
 #     has its debit note rejected, the lease stops, the requester rejects
@@ -47,6 +47,7 @@ ticks_of() { # NODE LEASE: seconds metered in NODE's ledger
   sqlite3 "$1/gpunet.db" "SELECT count(*) FROM ticks WHERE lease_id='$2'"
 }
 
+gn_e2e_registry e2e/busybox:1
 gn_e2e_start_provider --interval-min-s 2 "${gn_e2e_compat[@]}"
 gn_e2e_start_requester
 gn_e2e_wait_offer 30
@@ -57,6 +58,13 @@ lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated --n
 [[ $lease == l-* ]] || fail "rent gave no lease: $lease"
 accepted() { [ "$(lease_field notes_accepted "$P" "$lease")" -ge "$1" ]; }
 gn_wait_until 15 "a debit note accepted" accepted 1 || fail "the requester accepted no debit note"
+# A job that would run for an hour (its sleep is this test's own mark).
+mark=$((3000 + RANDOM % 600))
+job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sleep "$mark" | jq -r .job.id)
+job_state() { gn_cli "$P" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state'; }
+running() { [ "$(job_state)" = running ]; }
+gn_wait_until 20 "job $job to run" running || fail "job $job never ran: $(job_state)"
+pgrep -fx "sleep $mark" >/dev/null || fail "the job's process is not on the host"
 pid_r=$(cat "$R/gpunetd.pid")
 # Killed and reaped in one quiet block (it is this shell's child: bash
 # would otherwise report the kill on stderr).
@@ -74,6 +82,10 @@ ticks=$(ticks_of "$P" "$lease")
 sleep 2
 [ "$(ticks_of "$P" "$lease")" = "$ticks" ] || fail "the provider meters a lease it stopped"
 ok "renter killed: the provider stopped the lease after ${took} ms (grace $((2 * interval)) s): $reason; $ticks seconds metered, none after"
+gone() { [ "$(job_state)" != running ] && ! pgrep -fx "sleep $mark" >/dev/null; }
+gn_wait_until 10 "the job of the stopped lease to be killed" gone ||
+  fail "the job of a stopped lease still runs: $(job_state)"
+ok "the stopped lease's job is killed ($(job_state))"
 export_bill "$P" "$lease" "$work/gone.json"
 rc=0
 audit_rc "$work/gone.json" || rc=$?
