@@ -156,6 +156,13 @@ bool gn__lease_id_ok(const char *s);
 /* 1..cap-1 bytes of printable ASCII (0x20..0x7e). */
 bool gn__printable(const char *s);
 
+/* Strict base64 (RFC 4648 alphabet, '=' padding to a multiple of 4, no
+ * whitespace, unused bits zero): exactly what sodium_base642bin accepts with
+ * sodium_base64_VARIANT_ORIGINAL and no ignored characters, decoded by
+ * table (an export is public: no need for constant time). GN_EINVAL for
+ * anything else or more than cap bytes. */
+int gn__b64_decode(const char *s, size_t n, uint8_t *out, size_t cap, size_t *ret_len);
+
 /* snprintf into reason if reason is not NULL; returns GN_EAUDIT. */
 int gn__fail(char *reason, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

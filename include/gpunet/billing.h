@@ -505,9 +505,8 @@ int gn_ledger_export(gn_ledger *l, const char *lease_id, const char *role, struc
  * "response": b64|null}...], "invoice": b64|null, "response": b64|null,
  * "summary": {...}} (base64: sodium's original variant, with padding).
  * Builds it from envelopes; notes in any order (the export sorts by seq).
- * It must audit with GN_BILL_AUDIT_LINKED to a verdict other than invalid
- * (GN_EAUDIT otherwise): the exporter checks every second and the
- * signatures that bind them; the reader's audit checks every signature. */
+ * It must audit (gn_invoice_audit_json, the default linked audit) to a
+ * verdict other than invalid (GN_EAUDIT otherwise). */
 int gn_bill_export(const uint8_t *agreement_env, size_t agreement_len, const gn_buf *notes,
                    const gn_buf *note_responses, size_t n_notes, const uint8_t *invoice_env, size_t invoice_len,
                    const uint8_t *response_env, size_t response_len, struct json_t **ret_json);
@@ -530,23 +529,32 @@ typedef struct gn_bill_audit {
   char end_reason[64];
 } gn_bill_audit;
 
-/* Audits an export with no daemon: every signature, note and voucher, the
+/* Audits an export with no daemon (what `gpunet invoice audit` runs): the
  * tick chain of every second (accepted notes' ticks then the invoice's),
  * totals with checked arithmetic, the window (seconds <= max_s and <=
- * end_s - start_s), and that "summary" says what the signed data says.
+ * end_s - start_s), that "summary" says what the signed data says, and the
+ * signatures that bind the bill. By default (linked) the accepted notes
+ * before the last accepted one, and their vouchers, are checked by their
+ * hash links instead of one signature at a time: each accepted note's bytes,
+ * signature included, are hashed into the next one's prev, up to the last
+ * note and the final invoice whose signatures are checked, as are the
+ * requester's cumulative voucher and countersignature over them. A changed
+ * superseded note breaks the links, and a superseded voucher is covered by
+ * the later cumulative ones: every second is bound to checked signatures of
+ * both parties, and a forged superseded signature cannot change a second, a
+ * total or the verdict; unanswered and rejected notes and their
+ * answers are checked one by one. A 30-day lease with a note a minute has
+ * 86,400 signatures (~3 s of Ed25519 on one core); linked, a handful.
+ * GN_BILL_AUDIT_FULL also checks each superseded signature (forensics: a
+ * broken one makes the bill invalid). Both use all CPUs for the signatures
+ * and the chain and give the same verdict and reason whatever the threads
+ * did.
  * Returns 0 only for GN_BILL_COUNTERSIGNED; GN_EAUDIT with ret->verdict
  * PROVIDER_ONLY, REJECTED or INVALID and ret->reason; GN_EINVAL if doc is not
- * a gpunet-invoice/2 export (ret->reason says so); GN_ENOMEM. */
+ * a gpunet-invoice/2 export, or for unknown flags (ret->reason says so);
+ * GN_ENOMEM. */
 int gn_invoice_audit_json(const struct json_t *doc, gn_bill_audit *ret);
-/* The same with flags. GN_BILL_AUDIT_LINKED: check the signatures of the
- * accepted notes before the last accepted one, and of their vouchers, by
- * their hash links instead (each accepted note's bytes, signature included,
- * are hashed into the next one's prev, up to a checked signature): every
- * second is still verified against signatures of both parties; only the
- * validity of each superseded intermediate voucher's own signature bytes is
- * not. A 30-day lease with a note a minute has 86,400 signatures (~3 s of
- * Ed25519 on one core); linked, a handful. */
-#define GN_BILL_AUDIT_LINKED 1u
+#define GN_BILL_AUDIT_FULL 2u
 int gn_invoice_audit_json_flags(const struct json_t *doc, unsigned flags, gn_bill_audit *ret);
 
 #endif

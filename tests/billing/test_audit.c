@@ -1,7 +1,9 @@
 /* Tests of the gpunet-invoice/2 export built from the ledger
  * (gn_ledger_export) and its daemon-free audit (gn_invoice_audit_json, and
- * `gpunet invoice audit` exit codes 0/3/4/1/2): the four verdicts, and a
- * table of tampered exports that must each be invalid with a reason. */
+ * `gpunet invoice audit` exit codes 0/3/4/1/2, --full, --help): the four
+ * verdicts, a table of tampered exports that must each be invalid with a
+ * reason (by default and with --full: only a superseded voucher's own
+ * signature is --full's alone), and the parallel pass. */
 #include "billing/fixture.h"
 
 #include <jansson.h>
@@ -335,31 +337,38 @@ typedef struct audit_case {
   edit_fn edit;
   const char *want;
   int rc;
+  /* Only --full (GN_BILL_AUDIT_FULL) finds it: a superseded voucher's own
+   * signature bytes, bound by the later cumulative voucher; the default
+   * audit's verdict on the bill is unchanged (countersigned). */
+  bool full_only;
 } audit_case;
 
 static const audit_case cases[] = {
     {"summary seconds edited", e_summary_seconds, "summary.seconds in the file says 1 but the signed data says 150",
-     GN_EAUDIT},
-    {"summary status edited", e_summary_status, "summary.status in the file says \"rejected\"", GN_EAUDIT},
-    {"summary field added", e_summary_extra, "summary has fields the signed data does not give", GN_EAUDIT},
-    {"accepted note re-signed with a changed tick", e_note_tick, "notes[1] (accepted by the requester)", GN_EAUDIT},
-    {"accepted notes swapped", e_notes_swapped, "notes[0] (accepted by the requester): debit note has seq 2",
-     GN_EAUDIT},
-    {"accepted note removed", e_note_removed, "seq 2 but the last accepted note is 0", GN_EAUDIT},
-    {"voucher signature", e_note_response_sig, "notes[0].response: response signature does not verify", GN_EAUDIT},
+     GN_EAUDIT, false},
+    {"summary status edited", e_summary_status, "summary.status in the file says \"rejected\"", GN_EAUDIT, false},
+    {"summary field added", e_summary_extra, "summary has fields the signed data does not give", GN_EAUDIT, false},
+    {"accepted note re-signed with a changed tick", e_note_tick, "notes[1] (accepted by the requester)", GN_EAUDIT,
+     false},
+    {"accepted notes swapped", e_notes_swapped, "notes[0] (accepted by the requester): debit note has seq 2", GN_EAUDIT,
+     false},
+    {"accepted note removed", e_note_removed, "seq 2 but the last accepted note is 0", GN_EAUDIT, false},
+    {"voucher signature", e_note_response_sig, "notes[0].response: response signature does not verify", GN_EAUDIT,
+     true},
     {"voucher of another note", e_response_of_other_note, "notes[0].response is not an acceptance of that note",
-     GN_EAUDIT},
-    {"invoice window too short", e_invoice_window, "its window end_s - start_s holds only 100", GN_EAUDIT},
+     GN_EAUDIT, false},
+    {"invoice window too short", e_invoice_window, "its window end_s - start_s holds only 100", GN_EAUDIT, false},
     {"note voucher as the final voucher", e_invoice_response_is_a_note_voucher,
-     "response does not answer this final invoice", GN_EAUDIT},
-    {"another agreement", e_agreement, "response is for lease", GN_EAUDIT},
-    {"final voucher signed by the provider", e_response_by_provider, "not by the lease's requester", GN_EAUDIT},
-    {"note not base64", e_not_base64, "notes[2].note is missing or not base64", GN_EAUDIT},
-    {"unanswered note that is not an envelope", e_note_garbage, "notes[2]: note envelope does not verify", GN_EAUDIT},
+     "response does not answer this final invoice", GN_EAUDIT, false},
+    {"another agreement", e_agreement, "response is for lease", GN_EAUDIT, false},
+    {"final voucher signed by the provider", e_response_by_provider, "not by the lease's requester", GN_EAUDIT, false},
+    {"note not base64", e_not_base64, "notes[2].note is missing or not base64", GN_EAUDIT, false},
+    {"unanswered note that is not an envelope", e_note_garbage, "notes[2]: note envelope does not verify", GN_EAUDIT,
+     false},
     {"final invoice among the notes", e_invoice_among_notes, "notes[2]: a final invoice listed among the notes",
-     GN_EAUDIT},
-    {"old format", e_format, "not a gpunet invoice export", GN_EINVAL},
-    {"no notes array", e_no_notes, "not a gpunet invoice export", GN_EINVAL},
+     GN_EAUDIT, false},
+    {"old format", e_format, "not a gpunet invoice export", GN_EINVAL, false},
+    {"no notes array", e_no_notes, "not a gpunet invoice export", GN_EINVAL, false},
 };
 
 static void test_audit_rejects_tampered_exports(void **state) {
@@ -369,19 +378,29 @@ static void test_audit_rejects_tampered_exports(void **state) {
   json_t *clean = export_of(f);
   gn_bill_audit a;
   assert_int_equal(gn_invoice_audit_json(clean, &a), 0);
+  assert_int_equal(gn_invoice_audit_json_flags(clean, GN_BILL_AUDIT_FULL, &a), 0);
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
     json_t *doc = json_deep_copy(clean);
     cases[i].edit(doc, f, &b);
-    int rc = gn_invoice_audit_json(doc, &a);
+    /* --full finds every case; the default (linked) audit every one but a
+     * superseded voucher's own signature, with the same reason. */
+    int rc = gn_invoice_audit_json_flags(doc, GN_BILL_AUDIT_FULL, &a);
     if (rc != cases[i].rc || a.verdict != GN_BILL_INVALID || !strstr(a.reason, cases[i].want))
-      fail_msg("%s: rc %d, verdict %d, reason \"%s\", want %d \"%s\"", cases[i].name, rc, a.verdict, a.reason,
+      fail_msg("%s (full): rc %d, verdict %d, reason \"%s\", want %d \"%s\"", cases[i].name, rc, a.verdict, a.reason,
                cases[i].rc, cases[i].want);
+    rc = gn_invoice_audit_json(doc, &a);
+    if (cases[i].full_only ? rc != 0 || a.verdict != GN_BILL_COUNTERSIGNED || a.summary.seconds != 150
+                           : rc != cases[i].rc || a.verdict != GN_BILL_INVALID || !strstr(a.reason, cases[i].want))
+      fail_msg("%s (default): rc %d, verdict %d, reason \"%s\"", cases[i].name, rc, a.verdict, a.reason);
     json_decref(doc);
   }
-  json_decref(clean);
   json_t *arr = json_array();
   assert_int_equal(gn_invoice_audit_json(arr, &a), GN_EINVAL);
   assert_int_equal(gn_invoice_audit_json(NULL, &a), GN_EINVAL);
+  /* Flags it does not know (1 was the earlier LINKED, now the default). */
+  assert_int_equal(gn_invoice_audit_json_flags(clean, 1u, &a), GN_EINVAL);
+  assert_non_null(strstr(a.reason, "unknown audit flags"));
+  json_decref(clean);
   json_decref(arr);
   bill_done(&b);
 }
@@ -413,19 +432,21 @@ static void test_audit_many_notes_every_signature_checked(void **state) {
   assert_int_equal(gn_invoice_audit_json(j, &a), 0);
   assert_int_equal(a.notes_accepted, N);
   assert_int_equal(a.summary.seconds, N + 1);
+  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_FULL, &a), 0);
+  assert_int_equal(a.notes_accepted, N);
+  assert_int_equal(a.summary.seconds, N + 1);
   json_decref(j);
   j = NULL;
-  /* A voucher whose signature is bad deep inside: the exporter's own
-   * (linked) check lets it through, the reader's full audit names it... */
+  /* A voucher whose signature is bad deep inside: the exporter's own check
+   * and the default audit (linked) let it through, --full names it... */
   resps[271].data[resps[271].len - 5] ^= 1;
   assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j), 0);
-  assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
+  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_FULL, &a), GN_EAUDIT);
   assert_int_equal(a.verdict, GN_BILL_INVALID);
   assert_non_null(strstr(a.reason, "notes[271].response: response signature does not verify"));
-  /* ...and a linked audit, like the exporter's, does not check that
-   * superseded voucher's own signature (the bill is bound by the later
-   * ones)... */
-  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_LINKED, &a), 0);
+  /* ...because the default audit does not check that superseded voucher's
+   * own signature (the bill is bound by the later ones)... */
+  assert_int_equal(gn_invoice_audit_json(j, &a), 0);
   assert_int_equal(a.summary.seconds, N + 1);
   json_t *e;
   const char *b64;
@@ -439,7 +460,7 @@ static void test_audit_many_notes_every_signature_checked(void **state) {
   bad[len - 8] = bad[len - 8] == 'A' ? 'B' : 'A';
   json_object_set_new(e, "note", json_string(bad));
   free(bad);
-  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_LINKED, &a), GN_EAUDIT);
+  assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
   assert_int_equal(a.verdict, GN_BILL_INVALID);
   assert_non_null(strstr(a.reason, "notes[150].response is not an acceptance of that note"));
   json_decref(j);
@@ -479,17 +500,121 @@ static void test_audit_many_notes_every_signature_checked(void **state) {
   free(t);
 }
 
+/* The parallel pass verifies each accepted note against the head its
+ * predecessor claims; the walk uses that only where it is the head it
+ * reached. A note replaced by another valid one (re-signed, its voucher
+ * too) in a bill of 200: both audits name the next note, with the reason of
+ * a one-thread walk, and the bill before it is what the audits counted. */
+static void test_audit_parallel_pass_same_reason(void **state) {
+  fixture *f = *state;
+  const gn_buf *ag = &f->agreement;
+  enum { N = 200, BAD = 120 };
+  gn_buf notes[N], resps[N], inv = {0}, acc = {0};
+  gn_bill_head h, next, h_bad;
+  gn_bill_audit a, b;
+  json_t *j = NULL;
+  memset(notes, 0, sizeof(notes));
+  memset(resps, 0, sizeof(resps));
+  uint8_t *t = fx_compact(1, N + 1, 2);
+  assert_int_equal(gn_bill_head_init(ag->data, ag->len, &h), 0);
+  for (int i = 0; i < N; i++) {
+    if (i == BAD)
+      h_bad = h;
+    assert_int_equal(gn_bill_note_seal(f->provider, ag->data, ag->len, &h, t + 2 * i, 1, 0, &notes[i], &next), 0);
+    assert_int_equal(gn_bill_note_accept_seal(f->requester, ag->data, ag->len, &next, &resps[i]), 0);
+    h = next;
+  }
+  assert_int_equal(gn_bill_invoice_seal(f->provider, ag->data, ag->len, &h, t + 2 * N, 1, FX_START_S + N + 1,
+                                        "released", &inv, &next),
+                   0);
+  assert_int_equal(gn_bill_invoice_accept_seal(f->requester, ag->data, ag->len, &next, FX_START_S + N + 2, &acc), 0);
+  assert_int_equal(gn_bill_export(ag->data, ag->len, notes, resps, N, inv.data, inv.len, acc.data, acc.len, &j), 0);
+  assert_int_equal(gn_invoice_audit_json(j, &a), 0);
+  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_FULL, &b), 0);
+  assert_memory_equal(a.summary.chain_head, b.summary.chain_head, 32);
+  assert_int_equal(a.summary.total_micro, b.summary.total_micro);
+  /* Note BAD replaced: a GPU idle in its second, signed and accepted. */
+  gn_buf nb = {0}, vb = {0};
+  uint8_t idle[2] = {0, 0};
+  assert_int_equal(gn_bill_note_seal(f->provider, ag->data, ag->len, &h_bad, idle, 1, 0, &nb, &next), 0);
+  assert_int_equal(gn_bill_note_accept_seal(f->requester, ag->data, ag->len, &next, &vb), 0);
+  set_b64(note_at(j, BAD), "note", &nb);
+  set_b64(note_at(j, BAD), "response", &vb);
+  assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
+  assert_int_equal(gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_FULL, &b), GN_EAUDIT);
+  assert_int_equal(a.verdict, GN_BILL_INVALID);
+  assert_int_equal(b.verdict, GN_BILL_INVALID);
+  assert_string_equal(a.reason, b.reason);
+  assert_non_null(strstr(a.reason, "notes[121] (accepted by the requester): debit note does not continue the last "
+                                   "accepted note"));
+  assert_int_equal(a.notes_accepted, BAD + 1);
+  /* The same audit again: the same reason (whatever the threads did). */
+  for (int k = 0; k < 5; k++) {
+    assert_int_equal(gn_invoice_audit_json(j, &b), GN_EAUDIT);
+    assert_string_equal(a.reason, b.reason);
+  }
+  json_decref(j);
+  gn_buf_done(&nb);
+  gn_buf_done(&vb);
+  for (int i = 0; i < N; i++) {
+    gn_buf_done(&notes[i]);
+    gn_buf_done(&resps[i]);
+  }
+  gn_buf_done(&inv);
+  gn_buf_done(&acc);
+  free(t);
+}
+
+/* The export's base64 decoder takes exactly what sodium_base642bin takes
+ * (original variant, padding, no whitespace, unused bits zero), and gives
+ * the same bytes: random strings over the alphabet, '=' and a few others. */
+static void test_audit_base64_as_sodium(void **state) {
+  (void)state;
+  static const char chars[] = "AQgwBaz09+/=-_ \n=AP";
+  uint32_t x = 12345;
+  char s[24];
+  uint8_t mine[24], theirs[24];
+  size_t accepted = 0;
+  for (int it = 0; it < 200000; it++) {
+    x = x * 1103515245u + 12345u;
+    size_t n = (x >> 16) % 13;
+    for (size_t i = 0; i < n; i++) {
+      x = x * 1103515245u + 12345u;
+      s[i] = chars[(x >> 16) % (sizeof(chars) - 1)];
+    }
+    size_t ml = 0, tl = 0;
+    const char *end = NULL;
+    int m = gn__b64_decode(s, n, mine, sizeof(mine), &ml);
+    int r = sodium_base642bin(theirs, sizeof(theirs), s, n, NULL, &tl, &end, sodium_base64_VARIANT_ORIGINAL);
+    bool ok = r == 0 && end == s + n;
+    if ((m == 0) != ok || (ok && (ml != tl || memcmp(mine, theirs, tl) != 0)))
+      fail_msg("\"%.*s\": ours %d (%zu bytes), sodium's %d (%zu bytes)", (int)n, s, m, ml, r, tl);
+    accepted += ok;
+  }
+  assert_true(accepted > 1000); /* the strings do reach valid base64 */
+  /* Too small a buffer is refused, not overrun. */
+  size_t ml = 0;
+  assert_int_equal(gn__b64_decode("QUJD", 4, mine, 2, &ml), GN_EINVAL);
+  assert_int_equal(gn__b64_decode("QUJD", 4, mine, 3, &ml), 0);
+  assert_int_equal(ml, 3);
+  assert_memory_equal(mine, "ABC", 3);
+}
+
 /* `gpunet invoice audit FILE` exit codes: 0 countersigned, 3 provider-only,
  * 4 rejected, 1 does not verify, 2 not an export. */
-static int run_audit(const char *gpunet, const char *file, char *out, size_t cap) {
+static int run_audit_with(const char *gpunet, const char *args, const char *file, char *out, size_t cap) {
   char cmd[1024];
-  snprintf(cmd, sizeof(cmd), "'%s' invoice audit '%s' 2>&1", gpunet, file);
+  snprintf(cmd, sizeof(cmd), "'%s' invoice audit %s '%s' 2>&1", gpunet, args, file);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   size_t n = fread(out, 1, cap - 1, p);
   out[n] = 0;
   int st = pclose(p);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run_audit(const char *gpunet, const char *file, char *out, size_t cap) {
+  return run_audit_with(gpunet, "", file, out, cap);
 }
 
 static void write_export(fixture *f, const char *name, char *path, size_t cap) {
@@ -538,8 +663,42 @@ static void test_audit_cli_exit_codes(void **state) {
   write_export(f, "ok.json", path, sizeof(path));
   assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 0);
   assert_non_null(strstr(out, "audit OK"));
-  /* Tampered: 1; not an export: 2. */
+  assert_int_equal(run_audit_with(gpunet, "--full", path, out, sizeof(out)), 0);
+  assert_non_null(strstr(out, "audit OK"));
+  assert_int_equal(run_audit_with(gpunet, "--linked", path, out, sizeof(out)), 0); /* the default, still accepted */
+  assert_int_equal(run_audit_with(gpunet, "--json", path, out, sizeof(out)), 0);
+  assert_non_null(strstr(out, "\"verdict\": \"countersigned\""));
+  assert_int_equal(run_audit_with(gpunet, "--full --linked", path, out, sizeof(out)), 2);
+  assert_non_null(strstr(out, "exclude each other"));
+  /* --help lists the options and every exit code. */
+  assert_int_equal(run_audit_with(gpunet, "--help", path, out, sizeof(out)), 0);
+  static const char *const help[] = {"--full",
+                                     "--json",
+                                     "Exit status",
+                                     "  0  a final invoice countersigned",
+                                     "  3  a provider-only claim",
+                                     "  4  the requester rejected",
+                                     "  1  the file does not verify",
+                                     "  2  usage error"};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(help); i++)
+    if (!strstr(out, help[i]))
+      fail_msg("invoice audit --help does not say \"%s\":\n%s", help[i], out);
+  /* A superseded voucher's own signature broken: bound by the later
+   * voucher, so the default audit's verdict stands; --full names it (1). */
   json_t *j = export_of(f);
+  gn_buf broken = {0};
+  assert_int_equal(gn_buf_append(&broken, b.resps[0].data, b.resps[0].len), 0);
+  broken.data[broken.len - 2] ^= 1;
+  set_b64(note_at(j, 0), "response", &broken);
+  gn_buf_done(&broken);
+  snprintf(path, sizeof(path), "%s/superseded.json", f->dir);
+  assert_int_equal(json_dump_file(j, path, JSON_COMPACT), 0);
+  json_decref(j);
+  assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 0);
+  assert_int_equal(run_audit_with(gpunet, "--full", path, out, sizeof(out)), 1);
+  assert_non_null(strstr(out, "notes[0].response: response signature does not verify"));
+  /* Tampered: 1; not an export, or no file: 2. */
+  j = export_of(f);
   json_object_set_new(json_object_get(j, "summary"), "total_micro", json_integer(1));
   snprintf(path, sizeof(path), "%s/bad.json", f->dir);
   assert_int_equal(json_dump_file(j, path, JSON_COMPACT), 0);
@@ -548,6 +707,9 @@ static void test_audit_cli_exit_codes(void **state) {
   assert_non_null(strstr(out, "audit FAILED"));
   snprintf(path, sizeof(path), "%s/gpunet.db", f->dir);
   assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 2);
+  snprintf(path, sizeof(path), "%s/no-such-file.json", f->dir);
+  assert_int_equal(run_audit(gpunet, path, out, sizeof(out)), 2);
+  assert_non_null(strstr(out, "cannot read"));
   gn_buf_done(&acc);
   gn_buf_done(&rej);
   bill_done(&b);
@@ -563,6 +725,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_audit_export_sorts_the_notes, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_rejects_tampered_exports, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_audit_many_notes_every_signature_checked, setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_audit_parallel_pass_same_reason, setup, fx_teardown),
+      cmocka_unit_test(test_audit_base64_as_sodium),
       cmocka_unit_test_setup_teardown(test_audit_cli_exit_codes, setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,8 +7,9 @@
  * Nothing may crash or leak; a verdict is one of the four and its reason a
  * terminated string; what verifies obeys the lease (max_s, window, checked
  * totals); what we export audits with a verdict other than invalid; the
- * linked audit agrees with the full one wherever the full one verifies. The seed
- * corpus is written by `scripts/bench/billing seeds` (same keys and lease). */
+ * default (linked) audit agrees with the full one wherever the full one
+ * verifies. The seed corpus is written by `scripts/bench/billing seeds`
+ * (same keys and lease). */
 #include <gpunet/billing.h>
 
 #include "../../billing/billing_int.h"
@@ -75,7 +76,7 @@ static void reason_ok(const char *reason, size_t cap) {
 
 static void audit_ok(const json_t *j, bool must_verify) {
   gn_bill_audit a;
-  int rc = gn_invoice_audit_json(j, &a);
+  int rc = gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_FULL, &a);
   reason_ok(a.reason, sizeof(a.reason));
   if (rc != 0 && rc != GN_EAUDIT && rc != GN_EINVAL)
     __builtin_trap();
@@ -86,10 +87,10 @@ static void audit_ok(const json_t *j, bool must_verify) {
     __builtin_trap();
   if (must_verify && (rc == GN_EINVAL || a.verdict == GN_BILL_INVALID))
     __builtin_trap();
-  /* The linked audit checks fewer signatures, never less of the bill: where
-   * the full audit reaches a verdict, the linked one reaches the same. */
+  /* The default (linked) audit checks fewer signatures, never less of the
+   * bill: where the full audit reaches a verdict, it reaches the same. */
   gn_bill_audit b;
-  int lr = gn_invoice_audit_json_flags(j, GN_BILL_AUDIT_LINKED, &b);
+  int lr = gn_invoice_audit_json(j, &b);
   reason_ok(b.reason, sizeof(b.reason));
   if ((lr == GN_EINVAL) != (rc == GN_EINVAL) ||
       (rc != GN_EINVAL && a.verdict != GN_BILL_INVALID && b.verdict != a.verdict))
