@@ -5,7 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-/* Durability: gn_ledger_append_tick commits every tick in its own transaction
+/* Durability: gn_ledger_append_ticks commits its ticks in one transaction
  * before it returns. With the caller's journal_mode=WAL and synchronous=FULL,
  * SQLite fsyncs the WAL at every commit, so a committed tick survives a crash
  * or power loss, and a crash can only lose the tick whose transaction had not
@@ -302,11 +302,6 @@ out:
   return r;
 }
 
-int gn_ledger_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util,
-                          gn_tick *ret_tick) {
-  return gn__ledger_append(l, lease_id, t_s, gpus, util, true, ret_tick);
-}
-
 int gn_ledger_append_ticks(gn_ledger *l, const gn_tick_append *ticks, size_t n, gn_tick *ret_ticks) {
   gn_tick *out = NULL;
   int r = 0, rc;
@@ -463,59 +458,6 @@ int gn_ledger_verify_chain(gn_ledger *l, const char *lease_id, char *reason, siz
 
 static bool role_ok(const char *role) {
   return role && (strcmp(role, "provider") == 0 || strcmp(role, "requester") == 0);
-}
-
-static bool status_ok(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n == 0 || n >= sizeof(((gn_invoice_record *)0)->status))
-    return false;
-  for (size_t i = 0; i < n; i++)
-    if (!((s[i] >= 'a' && s[i] <= 'z') || s[i] == '_' || s[i] == '-'))
-      return false;
-  return true;
-}
-
-int gn_ledger_store_invoice(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *invoice_env,
-                            size_t invoice_len, const uint8_t *accept_env, size_t accept_len, const char *status) {
-  gn_invoice_summary sum;
-  gn_invoice_response resp;
-  uint8_t hash[GN__HASH_LEN];
-  char id[GN_LEASE_ID_STRLEN];
-  sqlite3_stmt *st = NULL;
-  int r;
-  if (!l || !lease_id || !role_ok(role) || !invoice_env || !status_ok(status) || (accept_len && !accept_env))
-    return GN_EINVAL;
-  /* Only what verifies is kept, so everything listed later can be shown
-   * without re-checking and exported as it is. */
-  if ((r = gn_invoice_summarize(invoice_env, invoice_len, &sum)) < 0)
-    return r;
-  if (strcmp(sum.lease_id, lease_id) != 0)
-    return GN_EINVAL;
-  if (accept_len && (r = gn_invoice_response_open(accept_env, accept_len, invoice_env, invoice_len, &resp)) < 0)
-    return r;
-  gn__invoice_hash(invoice_env, invoice_len, hash);
-  gn__invoice_id(hash, id);
-  if (sqlite3_prepare_v2(
-          l->db,
-          "INSERT INTO invoices(lease_id, role, invoice_id, invoice, accept, status, created_s, updated_s)"
-          " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) ON CONFLICT(lease_id, role) DO UPDATE SET"
-          " invoice_id = excluded.invoice_id, invoice = excluded.invoice, accept = excluded.accept,"
-          " status = excluded.status, updated_s = excluded.updated_s",
-          -1, &st, NULL) != SQLITE_OK)
-    return GN_EDB;
-  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
-  sqlite3_bind_blob(st, 4, invoice_env, (int)invoice_len, SQLITE_STATIC);
-  if (accept_len)
-    sqlite3_bind_blob(st, 5, accept_env, (int)accept_len, SQLITE_STATIC);
-  else
-    sqlite3_bind_null(st, 5);
-  sqlite3_bind_text(st, 6, status, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 7, gn_unix_s());
-  r = sqlite3_step(st) == SQLITE_DONE ? 0 : GN_EDB;
-  sqlite3_finalize(st);
-  return r;
 }
 
 void gn_invoice_record_done(gn_invoice_record *r) {
@@ -889,7 +831,7 @@ int gn_ledger_export(gn_ledger *l, const char *lease_id, const char *role, struc
   sqlite3_finalize(st);
   st = NULL;
   if (!have_inv) {
-    /* A final invoice kept the older way (gn_ledger_store_invoice). */
+    /* A final invoice kept in the invoices table of older nodes. */
     gn_invoice_record rec;
     r = gn_ledger_get_invoice(l, lease_id, role, &rec);
     if (r == 0) {

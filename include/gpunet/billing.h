@@ -14,10 +14,10 @@
  *  continuing the last accepted note; both sides keep what they sent and got
  *  (gn_ledger_store_note / _response) and gn_ledger_export writes the file
  *  that gn_invoice_audit_json (`gpunet invoice audit`) verifies alone.
- *  The older invoice functions (gn_invoice_seal ... gn_invoice_response_open,
- *  gn_ledger_store_invoice, gn_invoice_export) make and take a final invoice
- *  that continues no note, in the same v2 format, for node/ until it has
- *  moved to the machines. */
+ *  What remains from before the debit notes reads a final invoice that
+ *  continues no note, in the same v2 format: gn_invoice_summarize,
+ *  gn_invoice_check, gn_invoice_response_open, the invoices table of older
+ *  nodes (gn_ledger_get_invoice / _list_invoices) and gn_invoice_export. */
 #ifndef GPUNET_BILLING_H
 #define GPUNET_BILLING_H
 
@@ -135,17 +135,6 @@ int gn_ledger_open(sqlite3 *db, gn_ledger **ret);
 gn_ledger *gn_ledger_free(gn_ledger *l);
 /* Begins a lease's chain; its genesis is BLAKE2b of the agreement envelope. */
 int gn_ledger_begin_lease(gn_ledger *l, const char *lease_id, const uint8_t *agreement_env, size_t len);
-/* Appends the next tick (idx must be last+1) and commits it before
- * returning: once this returns 0 the second is durable. The lease must have
- * been begun. gpus must not exceed the agreement's count (GN_EINVAL), util is
- * 0..100 or GN_UTIL_UNKNOWN; GN_ETOOBIG once max_s ticks exist. A t_s
- * earlier than the previous tick's (wall clock stepped back) is recorded as
- * the previous tick's t_s; ret_tick shows what was stored. GN_ESTATE if the
- * connection is inside a transaction (the commit would not be ours), GN_EBUSY
- * if another connection holds the write lock (the caller's busy_timeout
- * applies first). */
-int gn_ledger_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util,
-                          gn_tick *ret_tick);
 /* One tick to append with gn_ledger_append_ticks. */
 typedef struct gn_tick_append {
   const char *lease_id;
@@ -155,12 +144,19 @@ typedef struct gn_tick_append {
 } gn_tick_append;
 
 /* Group commit: appends n ticks (of any leases, several of the same lease in
- * order) in one transaction, committed before it returns. All or nothing: on
- * any error none is appended and the error of the first bad one is returned.
- * For a node metering many leases, or catching up several due seconds, one
- * fsync per timer instead of one per tick; a crash still loses only the
- * batch being written, which is the current second. ret_ticks (NULL, or n
- * entries) receives what was stored. */
+ * order) in one transaction, committed before it returns: once this returns
+ * 0 they are durable. All or nothing: on any error none is appended and the
+ * error of the first bad one is returned. For a node metering many leases,
+ * or catching up several due seconds, one fsync per timer instead of one per
+ * tick; a crash still loses only the batch being written, which is the
+ * current second. Each tick is the next second of its lease (begun first:
+ * GN_ENOTFOUND); gpus must not exceed the agreement's count (GN_EINVAL),
+ * util is 0..100 or GN_UTIL_UNKNOWN; GN_ETOOBIG once max_s ticks exist. A
+ * t_s earlier than the previous tick's (wall clock stepped back) is recorded
+ * as the previous tick's t_s. GN_ESTATE if the connection is inside a
+ * transaction (the commit would not be ours), GN_EBUSY if another connection
+ * holds the write lock (the caller's busy_timeout applies first). ret_ticks
+ * (NULL, or n entries) receives what was stored. */
 int gn_ledger_append_ticks(gn_ledger *l, const gn_tick_append *ticks, size_t n, gn_tick *ret_ticks);
 /* GN_ENOTFOUND for a lease never begun. */
 int gn_ledger_tick_count(gn_ledger *l, const char *lease_id, uint64_t *ret);
@@ -186,15 +182,6 @@ int gn_ledger_verify_chain(gn_ledger *l, const char *lease_id, char *reason, siz
  * carries only the seconds since the last accepted note. */
 #define GN_INVOICE_MAX_S 3456000u
 
-/* OLD API. Builds and signs the provider's final GN_MSG_INVOICE for a lease
- * from all its ledger ticks: seq 0, from 1 (it continues no debit note; a
- * debit note is GN_MSG_DEBIT_NOTE, gn_bill_note_seal). The provider must be
- * the agreement's (GN_EPERM); the stored chain is re-verified first
- * (GN_EAUDIT if broken). end_s earlier than start_s + seconds is raised to
- * it. end_reason: 1..63 printable bytes, e.g. "released", "expired". */
-int gn_invoice_seal(gn_ledger *l, const gn_identity *provider, const char *lease_id, int64_t end_s,
-                    const char *end_reason, gn_buf *ret_env);
-
 typedef struct gn_invoice_summary {
   char lease_id[GN_LEASE_ID_STRLEN];
   char invoice_id[GN_LEASE_ID_STRLEN];
@@ -219,32 +206,17 @@ typedef struct gn_invoice_summary {
  * gn_invoice_check for that). */
 int gn_invoice_summarize(const uint8_t *invoice_env, size_t len, gn_invoice_summary *ret);
 
-/* The requester's check of an invoice against its own record: the agreement
- * must be the one it holds (same bytes), signatures, chain, prices and
- * totals must verify, and the billed seconds must not exceed what it observed
- * (observed_s, plus tolerance_s). On failure returns GN_EAUDIT and writes a
- * one-line reason naming the first problem. */
+/* The requester's check of a final invoice that continues no debit note
+ * (seq 0, from 1: gn_bill_invoice_check at the genesis head, with the
+ * display summary): the agreement must be the one it holds (same bytes),
+ * signatures, chain, prices and totals must verify, and the billed seconds
+ * must not exceed what it observed (observed_s, plus tolerance_s). On
+ * failure returns GN_EAUDIT and writes a one-line reason naming the first
+ * problem. */
 int gn_invoice_check(const uint8_t *invoice_env, size_t len, const uint8_t *agreement_env, size_t agreement_len,
                      uint64_t observed_s, uint64_t tolerance_s, gn_invoice_summary *ret, char *reason, size_t cap);
-/* The requester's check that a new cumulative invoice (a later debit note or
- * the final invoice) continues one it accepted earlier: both must verify, be
- * for the same agreement, and the new one must bill the same seconds 1..n of
- * the earlier one unchanged (so its chain passes through the earlier
- * chain_head). This is what stops a provider from rewriting history that was
- * already countersigned, even with a self-consistent re-hashed chain.
- * GN_EAUDIT and a reason ("second 3 differs from the invoice accepted
- * earlier") otherwise. */
-int gn_invoice_check_continues(const uint8_t *invoice_env, size_t len, const uint8_t *earlier_env, size_t earlier_len,
-                               char *reason, size_t cap);
 
-/* The requester's countersignature (GN_MSG_INVOICE_ACCEPT) or rejection
- * (GN_MSG_INVOICE_REJECT, reason at most 255 bytes). Accepting verifies the
- * invoice fully first (GN_EAUDIT if it does not verify); both return
- * GN_EPERM if requester is not the agreement's requester. */
-int gn_invoice_accept_seal(const gn_identity *requester, const uint8_t *invoice_env, size_t len, gn_buf *ret_env);
-int gn_invoice_reject_seal(const gn_identity *requester, const uint8_t *invoice_env, size_t len, const char *reason,
-                           gn_buf *ret_env);
-
+/* An opened answer to such an invoice (gn_invoice_response_open). */
 typedef struct gn_invoice_response {
   bool accepted; /* GN_MSG_INVOICE_ACCEPT; false for GN_MSG_INVOICE_REJECT */
   char lease_id[GN_LEASE_ID_STRLEN];
@@ -258,17 +230,6 @@ typedef struct gn_invoice_response {
  * requester, GN_EDIGEST if it names another invoice, GN_EINVAL if malformed. */
 int gn_invoice_response_open(const uint8_t *env, size_t len, const uint8_t *invoice_env, size_t invoice_len,
                              gn_invoice_response *ret);
-
-/* Invoices kept by a node (table "invoices"), as provider or requester: one
- * row per (lease_id, role), so storing again replaces it (a newer cumulative
- * debit note, the final invoice, or the same invoice with its acceptance and
- * a new status). role is "provider" or "requester"; status a short lowercase
- * word ("issued", "accepted", "rejected", "disputed"; at most 15 bytes);
- * accept_env (NULL/0 for none) is the requester's accept or reject envelope.
- * The invoice must verify (gn_invoice_summarize) and be for lease_id, and the
- * response must verify against it (gn_invoice_response_open). */
-int gn_ledger_store_invoice(gn_ledger *l, const char *lease_id, const char *role, const uint8_t *invoice_env,
-                            size_t invoice_len, const uint8_t *accept_env, size_t accept_len, const char *status);
 
 typedef struct gn_invoice_record {
   char lease_id[GN_LEASE_ID_STRLEN];

@@ -169,4 +169,81 @@ static inline void fx_tamper(const gn_buf *env, fx_mutate_fn fn, const gn_identi
   free(ticks);
 }
 
+/* --- what the removed pre-note invoice API did, for the tests ------------ */
+
+/* One tick committed at once: gn_ledger_append_ticks of one (the same
+ * checks and errors, one fsync). */
+static inline int fx_append_tick(gn_ledger *l, const char *lease_id, int64_t t_s, uint32_t gpus, uint8_t util,
+                                 gn_tick *ret_tick) {
+  const gn_tick_append a = {lease_id, t_s, gpus, util};
+  return gn_ledger_append_ticks(l, &a, 1, ret_tick);
+}
+
+/* The final invoice of every tick the ledger holds for a lease, continuing
+ * no debit note (seq 0, from 1): gn_ledger_ticks (the stored chain
+ * re-verified) and gn_bill_invoice_seal from the genesis head. */
+static inline int fx_invoice_seal(gn_ledger *l, const gn_identity *provider, const char *lease_id, int64_t end_s,
+                                  const char *end_reason, gn_buf *ret_env) {
+  gn_buf ag = {0};
+  gn_bill_head head;
+  uint64_t count = 0;
+  uint8_t *ticks = NULL;
+  int r;
+  if ((r = gn_ledger_agreement(l, lease_id, &ag)) < 0 || (r = gn_ledger_tick_count(l, lease_id, &count)) < 0 ||
+      (r = gn_bill_head_init(ag.data, ag.len, &head)) < 0)
+    goto out;
+  r = GN_ENOMEM;
+  if (!(ticks = malloc(count ? count * GN_BILL_TICK_LEN : 1)))
+    goto out;
+  if ((r = gn_ledger_ticks(l, lease_id, 1, count, ticks, NULL)) < 0)
+    goto out;
+  r = gn_bill_invoice_seal(provider, ag.data, ag.len, &head, ticks, count, end_s, end_reason, ret_env, NULL);
+out:
+  free(ticks);
+  gn_buf_done(&ag);
+  return r;
+}
+
+/* The requester's countersignature of such an invoice, verified first
+ * (GN_EAUDIT) against the agreement it holds. */
+static inline int fx_invoice_accept(const gn_identity *requester, const gn_buf *ag, const uint8_t *inv, size_t len,
+                                    gn_buf *ret_env) {
+  gn_bill_head head, fin;
+  int r;
+  if ((r = gn_bill_head_init(ag->data, ag->len, &head)) < 0 ||
+      (r = gn_bill_note_open(inv, len, ag->data, ag->len, &head, &fin, NULL, NULL, 0)) < 0)
+    return r;
+  return gn_bill_invoice_accept_seal(requester, ag->data, ag->len, &fin, FX_START_S + 1000, ret_env);
+}
+
+/* A row of the invoices table as nodes kept it before the debit notes
+ * (gn_ledger_get_invoice and _list_invoices still read it). */
+static inline void fx_invoice_row(fixture *f, const char *lease_id, const char *role, const gn_buf *inv,
+                                  const gn_buf *acc, const char *status) {
+  sqlite3_stmt *st = NULL;
+  uint8_t hash[GN__HASH_LEN];
+  char id[GN_LEASE_ID_STRLEN];
+  gn__invoice_hash(inv->data, inv->len, hash);
+  gn__invoice_id(hash, id);
+  assert_int_equal(sqlite3_prepare_v2(
+                       f->db,
+                       "INSERT INTO invoices(lease_id, role, invoice_id, invoice, accept, status, created_s, updated_s)"
+                       " VALUES(?1, ?2, ?3, ?4, ?5, ?6, 1, 1) ON CONFLICT(lease_id, role) DO UPDATE SET"
+                       " invoice_id = excluded.invoice_id, invoice = excluded.invoice, accept = excluded.accept,"
+                       " status = excluded.status, updated_s = 2",
+                       -1, &st, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, role, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 3, id, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(st, 4, inv->data, (int)inv->len, SQLITE_STATIC);
+  if (acc && acc->len)
+    sqlite3_bind_blob(st, 5, acc->data, (int)acc->len, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 5);
+  sqlite3_bind_text(st, 6, status, -1, SQLITE_STATIC);
+  assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+  sqlite3_finalize(st);
+}
+
 #endif

@@ -74,14 +74,14 @@ static void test_ledger_refuses_ticks_on_full_disk_and_resumes(void **state) {
   char reason[256] = "", filler[128];
   assert_int_equal(gn_ledger_begin_lease(f->ledger, f->terms.lease_id, f->agreement.data, f->agreement.len), 0);
   for (int i = 0; i < 10; i++)
-    assert_int_equal(gn_ledger_append_tick(f->ledger, f->terms.lease_id, FX_START_S + i, 1, 50, &t), 0);
+    assert_int_equal(fx_append_tick(f->ledger, f->terms.lease_id, FX_START_S + i, 1, 50, &t), 0);
   snprintf(filler, sizeof(filler), "%s/filler", f->dir);
   fill(filler);
 
   /* Every attempt fails cleanly while the disk is full; nothing counts. */
   int failures = 0;
   for (int i = 0; i < 50; i++) {
-    int r = gn_ledger_append_tick(f->ledger, f->terms.lease_id, FX_START_S + 10 + i, 1, 50, &t);
+    int r = fx_append_tick(f->ledger, f->terms.lease_id, FX_START_S + 10 + i, 1, 50, &t);
     if (r < 0)
       failures++;
     else
@@ -95,11 +95,11 @@ static void test_ledger_refuses_ticks_on_full_disk_and_resumes(void **state) {
 
   /* Space comes back: the next tick is the next second of the chain. */
   assert_int_equal(unlink(filler), 0);
-  assert_int_equal(gn_ledger_append_tick(f->ledger, f->terms.lease_id, FX_START_S + 100, 1, 50, &t), 0);
+  assert_int_equal(fx_append_tick(f->ledger, f->terms.lease_id, FX_START_S + 100, 1, 50, &t), 0);
   assert_int_equal(t.idx, durable + 1);
   assert_int_equal(gn_ledger_verify_chain(f->ledger, f->terms.lease_id, reason, sizeof(reason)), 0);
   gn_buf inv = {0};
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 101, "released", &inv), 0);
+  assert_int_equal(fx_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 101, "released", &inv), 0);
   gn_invoice_summary sum;
   assert_int_equal(
       gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 3600, 2, &sum, reason, sizeof(reason)),

@@ -1,8 +1,11 @@
-/* Tests of the final invoice through the older API node/ still calls
- * (gn_invoice_seal from the ledger, gn_invoice_check, the countersignature),
- * now on the billing v2 format, and a table of tampered invoices that must
- * each fail with a reason naming the problem. Debit notes: test_note.c;
- * export and audit: test_audit.c. */
+/* Tests of the final invoice that continues no debit note (seq 0, from 1:
+ * what node/ sends when a lease ends before any note was accepted), built
+ * from the ledger (fx_invoice_seal: gn_ledger_ticks and
+ * gn_bill_invoice_seal), checked with gn_invoice_check (gn_bill_invoice_check
+ * at the genesis head, with the summary), countersigned or rejected, and a
+ * table of tampered invoices that must each fail with a reason naming the
+ * problem. A final invoice that does not continue the accepted note (a
+ * rewritten history): test_note.c; export and audit: test_audit.c. */
 #include "billing/fixture.h"
 
 #include <jansson.h>
@@ -15,7 +18,7 @@ static int setup20(void **state) {
 
 static void seal20(fixture *f, gn_buf *inv) {
   fx_ticks(f, N_TICKS, 1);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + N_TICKS, "expired", inv), 0);
+  assert_int_equal(fx_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + N_TICKS, "expired", inv), 0);
 }
 
 static void m_tick17(gn__bill_body *b, uint8_t *t, size_t *n) {
@@ -184,8 +187,8 @@ static void test_invoice_total_uses_gpu_seconds(void **state) {
   assert_int_equal(gn_ledger_begin_lease(f->ledger, t.lease_id, ag.data, ag.len), 0);
   static const uint32_t gpus[] = {2, 2, 1, 0, 2};
   for (size_t i = 0; i < GN_ARRAY_SIZE(gpus); i++)
-    assert_int_equal(gn_ledger_append_tick(f->ledger, t.lease_id, FX_START_S + 1 + (int64_t)i, gpus[i], 90, NULL), 0);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, t.lease_id, FX_START_S + 5, "released", &inv), 0);
+    assert_int_equal(fx_append_tick(f->ledger, t.lease_id, FX_START_S + 1 + (int64_t)i, gpus[i], 90, NULL), 0);
+  assert_int_equal(fx_invoice_seal(f->ledger, f->provider, t.lease_id, FX_START_S + 5, "released", &inv), 0);
   assert_int_equal(gn_invoice_check(inv.data, inv.len, ag.data, ag.len, 5, 0, &s, reason, sizeof(reason)), 0);
   assert_int_equal(s.seconds, 5);
   assert_int_equal(s.total_micro, 777); /* 7 GPU-seconds: floor(400000 * 7 / 3600) */
@@ -199,7 +202,7 @@ static void test_invoice_of_empty_lease(void **state) {
   gn_buf inv = {0};
   gn_invoice_summary s;
   assert_int_equal(gn_ledger_begin_lease(f->ledger, f->terms.lease_id, f->agreement.data, f->agreement.len), 0);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S - 5, "released", &inv), 0);
+  assert_int_equal(fx_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S - 5, "released", &inv), 0);
   assert_int_equal(gn_invoice_check(inv.data, inv.len, f->agreement.data, f->agreement.len, 0, 0, &s, NULL, 0), 0);
   assert_int_equal(s.seconds, 0);
   assert_int_equal(s.total_micro, 0);
@@ -211,9 +214,9 @@ static void test_invoice_seal_requires_the_provider(void **state) {
   fixture *f = *state;
   gn_buf inv = {0};
   fx_ticks(f, 3, 1);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->requester, f->terms.lease_id, FX_START_S + 3, "x", &inv), GN_EPERM);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, "l-unknown", FX_START_S + 3, "x", &inv), GN_ENOTFOUND);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 3, "bad\nreason", &inv),
+  assert_int_equal(fx_invoice_seal(f->ledger, f->requester, f->terms.lease_id, FX_START_S + 3, "x", &inv), GN_EPERM);
+  assert_int_equal(fx_invoice_seal(f->ledger, f->provider, "l-unknown", FX_START_S + 3, "x", &inv), GN_ENOTFOUND);
+  assert_int_equal(fx_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 3, "bad\nreason", &inv),
                    GN_EINVAL);
   gn_buf_done(&inv);
 }
@@ -240,7 +243,7 @@ static void test_invoice_check_rejects_tampering(void **state) {
       fail_msg("%s: rc %d, reason \"%s\", want \"%s\"", tamper_cases[i].name, rc, reason, tamper_cases[i].want);
     assert_int_equal(s.seconds, 0x5a5a5a5a5a5a5a5aull); /* untouched on failure */
     gn_buf buf = {0};
-    assert_int_equal(gn_invoice_accept_seal(f->requester, bad.data, bad.len, &buf), GN_EAUDIT);
+    assert_int_equal(fx_invoice_accept(f->requester, &f->agreement, bad.data, bad.len, &buf), GN_EAUDIT);
     gn_buf_done(&buf);
     gn_buf_done(&bad);
   }
@@ -339,9 +342,9 @@ static void test_invoice_accept_and_reject(void **state) {
   gn_buf inv = {0}, acc = {0}, rej = {0};
   gn_invoice_response resp;
   seal20(f, &inv);
-  assert_int_equal(gn_invoice_accept_seal(f->other, inv.data, inv.len, &acc), GN_EPERM);
-  assert_int_equal(gn_invoice_accept_seal(f->provider, inv.data, inv.len, &acc), GN_EPERM);
-  assert_int_equal(gn_invoice_accept_seal(f->requester, inv.data, inv.len, &acc), 0);
+  assert_int_equal(fx_invoice_accept(f->other, &f->agreement, inv.data, inv.len, &acc), GN_EPERM);
+  assert_int_equal(fx_invoice_accept(f->provider, &f->agreement, inv.data, inv.len, &acc), GN_EPERM);
+  assert_int_equal(fx_invoice_accept(f->requester, &f->agreement, inv.data, inv.len, &acc), 0);
   assert_int_equal(gn_invoice_response_open(acc.data, acc.len, inv.data, inv.len, &resp), 0);
   assert_true(resp.accepted);
   assert_string_equal(resp.lease_id, f->terms.lease_id);
@@ -351,7 +354,9 @@ static void test_invoice_accept_and_reject(void **state) {
   assert_true(resp.at_s > 0);
   /* A rejection works even for an invoice whose signature is broken. */
   inv.data[inv.len - 3] ^= 1;
-  assert_int_equal(gn_invoice_reject_seal(f->requester, inv.data, inv.len, "second 17 is missing", &rej), 0);
+  assert_int_equal(gn_bill_invoice_reject_seal(f->requester, f->agreement.data, f->agreement.len, inv.data, inv.len,
+                                               "second 17 is missing", &rej),
+                   0);
   assert_int_equal(gn_invoice_response_open(rej.data, rej.len, inv.data, inv.len, &resp), 0);
   assert_false(resp.accepted);
   assert_string_equal(resp.reason, "second 17 is missing");
@@ -370,63 +375,6 @@ static void test_invoice_accept_and_reject(void **state) {
   gn_buf_done(&inv);
   gn_buf_done(&acc);
   gn_buf_done(&rej);
-}
-
-/* A self-consistent rewrite (the chain head and totals recomputed) verifies
- * on its own; only the earlier, countersigned invoice exposes it. */
-static void m_rewrite3(gn__bill_body *b, uint8_t *t, size_t *n) {
-  uint8_t h[32];
-  uint64_t gs = 0;
-  t[2 * 2] = 0;
-  gn__genesis(b->agreement, b->agreement_len, h);
-  for (size_t i = 0; i < *n / 2; i++) {
-    gn__tick_hash(h, b->lease_id, i + 1, t[2 * i], t[2 * i + 1], h);
-    gs += t[2 * i];
-  }
-  memcpy(b->chain_head, h, 32);
-  b->gpu_seconds = gs;
-  b->total_micro = gn_price_cost(b->price_uper_hour, 1, gs);
-}
-
-static void test_invoice_continues_accepted_note(void **state) {
-  fixture *f = *state;
-  gn_buf note = {0}, fin = {0}, forged = {0}, other = {0};
-  char reason[256];
-  fx_ticks(f, 10, 1);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 10, "interval", &note), 0);
-  fx_ticks(f, 10, 1);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, f->terms.lease_id, FX_START_S + 20, "expired", &fin), 0);
-  assert_int_equal(gn_invoice_check_continues(fin.data, fin.len, note.data, note.len, reason, sizeof(reason)), 0);
-  assert_int_equal(gn_invoice_check_continues(note.data, note.len, note.data, note.len, reason, sizeof(reason)), 0);
-  /* Going backwards is not a continuation. */
-  assert_int_equal(gn_invoice_check_continues(note.data, note.len, fin.data, fin.len, reason, sizeof(reason)),
-                   GN_EAUDIT);
-  assert_non_null(strstr(reason, "invoice bills 10 seconds, fewer than the 20"));
-  /* The rewrite passes the stand-alone check... */
-  fx_tamper(&fin, m_rewrite3, f->provider, &forged);
-  assert_int_equal(gn_invoice_check(forged.data, forged.len, f->agreement.data, f->agreement.len, N_TICKS, 0, NULL,
-                                    reason, sizeof(reason)),
-                   0);
-  /* ...but not against the note the requester accepted. */
-  assert_int_equal(gn_invoice_check_continues(forged.data, forged.len, note.data, note.len, reason, sizeof(reason)),
-                   GN_EAUDIT);
-  assert_string_equal(reason, "second 3 differs from the invoice accepted earlier");
-  /* An invoice of another lease never continues this one. */
-  gn_buf req = {0}, ag = {0};
-  gn_lease_terms t;
-  fx_terms(f, &t, 1, 400000, 20);
-  fx_agree(f, &t, &req, &ag);
-  assert_int_equal(gn_ledger_begin_lease(f->ledger, t.lease_id, ag.data, ag.len), 0);
-  assert_int_equal(gn_invoice_seal(f->ledger, f->provider, t.lease_id, FX_START_S, "released", &other), 0);
-  assert_int_equal(gn_invoice_check_continues(other.data, other.len, note.data, note.len, reason, sizeof(reason)),
-                   GN_EAUDIT);
-  assert_non_null(strstr(reason, "another agreement"));
-  gn_buf_done(&req);
-  gn_buf_done(&ag);
-  gn_buf_done(&note);
-  gn_buf_done(&fin);
-  gn_buf_done(&forged);
-  gn_buf_done(&other);
 }
 
 /* The longest lease's invoice carrying every second from 1 (no debit note
@@ -463,7 +411,9 @@ static void test_invoice_export_carries_the_rejection(void **state) {
   json_t *j = NULL;
   gn_bill_audit a;
   seal20(f, &inv);
-  assert_int_equal(gn_invoice_reject_seal(f->requester, inv.data, inv.len, "second 3 was not given", &rej), 0);
+  assert_int_equal(gn_bill_invoice_reject_seal(f->requester, f->agreement.data, f->agreement.len, inv.data, inv.len,
+                                               "second 3 was not given", &rej),
+                   0);
   assert_int_equal(gn_invoice_export(inv.data, inv.len, rej.data, rej.len, &j), 0);
   assert_false(json_is_null(json_object_get(j, "response")));
   assert_int_equal(gn_invoice_audit_json(j, &a), GN_EAUDIT);
@@ -498,7 +448,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_invoice_check_rejects_wrong_agreement, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_check_rejects_garbage, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_accept_and_reject, setup20, fx_teardown),
-      cmocka_unit_test_setup_teardown(test_invoice_continues_accepted_note, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_max_size_fits_a_message, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_export_carries_the_rejection, setup20, fx_teardown),
       cmocka_unit_test_setup_teardown(test_invoice_export_refuses_bad_inputs, setup20, fx_teardown),

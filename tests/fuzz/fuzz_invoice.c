@@ -1,9 +1,10 @@
 /* libFuzzer target for final invoices and the export audit. The first input
- * byte picks the entry point: 0 an invoice envelope (the older API node/
- * calls: gn_invoice_check, summarize, check_continues, export, accept), 1 an
+ * byte picks the entry point: 0 an invoice envelope (what node/ still calls:
+ * gn_invoice_check, summarize, export; and the requester machine's
+ * gn_bill_invoice_check at the genesis head, with its acceptance), 1 an
  * invoice body signed here by the fixed provider (reaching the agreement,
- * window, chain and total checks behind the signature), 2 JSON text for
- * gn_invoice_audit_json, 3 an accept/reject envelope for a fixed invoice.
+ * window, chain and total checks behind the signature), 2 JSON text for the
+ * audit (full and default), 3 an accept/reject envelope for a fixed invoice.
  * Nothing may crash or leak; a verdict is one of the four and its reason a
  * terminated string; what verifies obeys the lease (max_s, window, checked
  * totals); what we export audits with a verdict other than invalid; the
@@ -114,13 +115,18 @@ static void invoice_env(const uint8_t *p, size_t n) {
                   s.total_micro > gn_price_cost(s.price_uper_hour, s.gpus, s.seconds)))
     __builtin_trap();
   (void)gn_invoice_summarize(p, n, &s);
-  /* A continuation verifies the invoice too, so it can only pass if the check did. */
-  if (gn_invoice_check_continues(p, n, invoice.data, invoice.len, reason, sizeof(reason)) == 0 && rc != 0)
-    __builtin_trap();
-  reason_ok(reason, sizeof(reason));
+  /* The requester machine's check at the genesis head agrees with it, and
+   * only what verifies is countersigned. */
+  gn_bill_head h, fin;
   gn_buf acc = {0};
-  int ar = gn_invoice_accept_seal(req, p, n, &acc);
-  if (ar == 0 && rc != 0) /* never countersign what does not verify */
+  if (gn_bill_head_init(agreement.data, agreement.len, &h) < 0)
+    abort();
+  int vr =
+      gn_bill_invoice_check(p, n, agreement.data, agreement.len, &h, 3600, 0, 0, &fin, NULL, reason, sizeof(reason));
+  reason_ok(reason, sizeof(reason));
+  if ((vr == 0) != (rc == 0))
+    __builtin_trap();
+  if (vr == 0 && gn_bill_invoice_accept_seal(req, agreement.data, agreement.len, &fin, 1764670100, &acc) < 0)
     __builtin_trap();
   json_t *j = NULL;
   if (gn_invoice_export(p, n, acc.len ? acc.data : NULL, acc.len, &j) == 0) {

@@ -521,14 +521,25 @@ static void test_provider_rejects_job_on_released_lease_and_invoices_it(void **s
   gn_buf_done(&env);
   assert_true(wait_msg(GN_MSG_INVOICE, 5000, &m));
   uint64_t observed = (gn_mono_ms() - t0) / 1000;
-  gn_invoice_summary sum;
-  char reason[256] = "";
-  int r =
-      gn_invoice_check(m.raw.data, m.raw.len, agreement.data, agreement.len, observed, 2, &sum, reason, sizeof reason);
+  /* The requester machine's check: no debit note was accepted (this
+   * requester answers none), so the final invoice continues the genesis
+   * head, within what was observed plus the tolerance of the rule. */
+  gn_bill_head head, fin;
+  gn_bill_note inv;
+  char reason[512] = "";
+  const uint64_t tol = gn_bill_tolerance_s(observed);
+  assert_int_equal(gn_bill_head_init(agreement.data, agreement.len, &head), 0);
+  int r = gn_bill_invoice_check(m.raw.data, m.raw.len, agreement.data, agreement.len, &head, observed, tol, 0, &fin,
+                                &inv, reason, sizeof reason);
   if (r != 0)
-    fail_msg("invoice does not check: %s", reason);
-  assert_true(sum.seconds >= 1 && sum.seconds <= observed + 2);
-  assert_int_equal(sum.total_micro, gn_price_cost(400000, 1, sum.seconds));
+    fail_msg("final invoice does not check: %s", reason);
+  assert_true(inv.final);
+  assert_int_equal(inv.seq, 0);
+  assert_int_equal(inv.from, 1);
+  assert_true(inv.seconds >= 1 && inv.seconds <= observed + tol);
+  assert_int_equal(inv.gpu_seconds, inv.seconds); /* 1 GPU every second */
+  assert_int_equal(inv.total_micro, gn_price_cost(400000, 1, inv.seconds));
+  assert_true(inv.end_reason[0] != 0);
   gn_buf_done(&m.raw);
 
   manifest_env(W.req_id, ag.terms.lease_id, PINNED, 120, &env);
