@@ -14,7 +14,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static gn_identity *prov, *req;
 
-/* The fixed identities of `scripts/bench/billing examples` (seed corpus). */
+/* The fixed identities (seed bytes 0x01: provider, 0x02: requester) of the
+ * examples of docs/protocol.md (scripts/docs/billing_examples) and of the
+ * billing seed corpora (`scripts/bench/billing seeds`); the committed seeds
+ * in tests/fuzz/corpus/fuzz_agreement are signed with them. */
 static gn_identity *identity_from(uint8_t b) {
   uint8_t seed[crypto_sign_SEEDBYTES];
   gn_identity *id = calloc(1, sizeof(*id));
