@@ -43,6 +43,11 @@ audit_rc() { # FILE: exit code of `gpunet invoice audit FILE`, its output in $au
 export_bill() { # NODE LEASE FILE
   gn_cli "$1" invoice export "$2" --out "$3" >/dev/null || fail "cannot export the bill of $2 from $1"
 }
+no_sanitizer_report() { # NODE: fails if its log holds an ASan/UBSan report (suite's second pass)
+  if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$1/gpunetd.log"; then
+    fail "sanitizer report in $1/gpunetd.log: $(grep -m 3 -E 'Sanitizer|runtime error' "$1/gpunetd.log")"
+  fi
+}
 ticks_of() { # NODE LEASE: seconds metered in NODE's ledger
   sqlite3 "$1/gpunet.db" "SELECT count(*) FROM ticks WHERE lease_id='$2'"
 }
@@ -64,7 +69,9 @@ job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sleep "$mark" | jq -r 
 job_state() { gn_cli "$P" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id==$j) | .state'; }
 running() { [ "$(job_state)" = running ]; }
 gn_wait_until 20 "job $job to run" running || fail "job $job never ran: $(job_state)"
-pgrep -fx "sleep $mark" >/dev/null || fail "the job's process is not on the host"
+# "running" may come before runc's init has exec'd the job's command.
+on_host() { pgrep -fx "sleep $mark" >/dev/null; }
+gn_wait_until 10 "the job's process on the host" on_host || fail "the job's process is not on the host"
 pid_r=$(cat "$R/gpunetd.pid")
 # Killed and reaped in one quiet block (it is this shell's child: bash
 # would otherwise report the kill on stderr).
@@ -104,6 +111,7 @@ ok "back, the renter countersigns the $billed metered seconds: audit exit 0"
 
 # --- 2. a provider that bills more than it gives -----------------------------
 gn_node_stop "$P"
+no_sanitizer_report "$P"
 rm -rf "$P"
 # The provider's whole process runs twice as fast (wall and monotonic
 # clocks, its timers): it meters two seconds for each one it gives. Only
@@ -155,5 +163,9 @@ rc=0
 audit_rc "$work/over-r.json" || rc=$?
 [ $rc = 4 ] || fail "the requester's export of the rejected invoice audits with exit $rc: $audit_out"
 ok "the requester's export of the same bill audits exit 4 too"
+gn_node_stop "$R"
+gn_node_stop "$P"
+no_sanitizer_report "$R"
+no_sanitizer_report "$P"
 
 echo "all $pass billing dispute checks passed"
