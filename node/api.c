@@ -1,6 +1,15 @@
-/* The control API's endpoints: each turns node state into the JSON the
- * `gpunet` CLI shows, or starts an agent operation (rent, run, release). */
+/* The control API's endpoints of the node as a whole: each turns node state
+ * into the JSON the `gpunet` CLI shows. The agents register their own
+ * operations (rent, run, release, stop: requester.c; attest: attest_net.c;
+ * balance: settle.c). */
+#include "api.h"
+
+#include "attest_net.h"
+#include "daemon.h"
 #include "node_internal.h"
+#include "provider.h"
+#include "settle_glue.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -460,40 +469,6 @@ static void api_metrics(gn_ctl_req *req, void *ud) {
   free(text);
 }
 
-/* Ids and env names in request bodies pass the same grammar as route
- * parameters before the handlers look them up or put them in a manifest. */
-static bool body_id_ok(gn_ctl_req *req, const char *key, const char *what) {
-  const json_t *v = json_object_get(gn_ctl_req_body(req), key);
-  if (!v || json_is_null(v) || gn_id_valid(json_string_value(v)))
-    return true; /* absent or null: the handler picks or refuses */
-  gn_ctl_reply_error(req, 400, "%s is not a valid %s id: ids are 1 to %d letters, digits, '-' or '_'", key, what,
-                     GN_ID_MAX);
-  return false;
-}
-
-static void api_rent(gn_ctl_req *req, void *ud) {
-  if (body_id_ok(req, "offer", "offer"))
-    gn__api_rent(req, ud);
-}
-
-static void api_run(gn_ctl_req *req, void *ud) {
-  if (!body_id_ok(req, "lease", "lease"))
-    return;
-  const json_t *env = json_object_get(gn_ctl_req_body(req), "env");
-  for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++) {
-    const char *e = json_string_value(json_array_get(env, i));
-    if (e && !gn_env_entry_valid(e))
-      return gn_ctl_reply_error(
-          req, 400, "--env value %zu does not start with a variable name ([A-Za-z_][A-Za-z0-9_]*) and '='", i);
-  }
-  gn__api_run(req, ud);
-}
-
-static void api_attest(gn_ctl_req *req, void *ud) {
-  if (body_id_ok(req, "target", "offer or node"))
-    gn__api_attest(req, ud);
-}
-
 void gn__api_register(gn_node *n) {
   static const struct {
     const char *method, *path;
@@ -504,20 +479,13 @@ void gn__api_register(gn_node *n) {
       {"GET", "/v1/peers", api_peers},
       {"GET", "/v1/offers", api_offers},
       {"GET", "/v1/leases", api_leases},
-      {"POST", "/v1/leases", api_rent},
       {"GET", "/v1/leases/:id", api_lease},
-      {"DELETE", "/v1/leases/:id", gn__api_release},
       {"GET", "/v1/jobs", api_jobs},
-      {"POST", "/v1/jobs", api_run},
       {"GET", "/v1/jobs/:id", api_job},
       {"GET", "/v1/jobs/:id/logs", api_logs},
-      {"POST", "/v1/jobs/:id/stop", gn__api_stop},
       {"GET", "/v1/invoices", api_invoices},
       {"GET", "/v1/invoices/:id", api_invoice},
       {"GET", "/v1/invoices/:id/export", api_invoice_export},
-      {"GET", "/v1/balance", gn__api_balance},
-      {"POST", "/v1/balance/retry", gn__api_settle_retry},
-      {"POST", "/v1/attest", api_attest},
       {"GET", "/metrics", api_metrics},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(routes); i++)

@@ -3,10 +3,24 @@
  * knows nothing of gpunetd). Here: its io (the transport, the libuv thread
  * pool, the log), the local GPUs it self-checks, a copy of their verdicts and
  * reports for the offers and `gpunet gpus`, and POST /v1/attest. */
+#include "attest_net.h"
+
 #include "node_internal.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdio.h>
+
+/* What the daemon keeps of attestation (gn_node.attest), made with the
+ * agent on first use and freed at shutdown. */
+typedef struct gn__attest_glue {
+  gn_attest_agent *agent;                  /* both sides of attestation; NULL once the node stops */
+  gn_attest_local local[GN_ATTEST_MODELS]; /* copies of the agent's local slots */
+  size_t nlocal;
+  struct gn__attest_wait *waits; /* verifications whose callers wait */
+  const uint8_t *dial_key;       /* the key the agent's dial expects, during a verify call */
+  int dial_rc;                   /* that dial's result */
+} gn__attest_glue;
 
 /* --- the agent's io -------------------------------------------------------------*/
 
@@ -24,12 +38,14 @@ static bool io_is_up(void *ctx, const uint8_t peer[GN_PK_LEN]) {
  * (verify_call below): the session must prove the key the offer names. */
 static void io_connect(void *ctx, const char *addr) {
   gn_node *n = ctx;
-  if (!n->attest_dial_key) {
+  gn__attest_glue *g = n->attest;
+  if (!g || !g->dial_key) {
     gn_log(GN_LOG_WARN, "attestation: not dialling %s without the key expected there", addr);
-    n->attest_dial_rc = GN_EINVAL;
+    if (g)
+      g->dial_rc = GN_EINVAL;
     return;
   }
-  n->attest_dial_rc = gn_transport_connect_peer(n->tp, addr, n->attest_dial_key);
+  g->dial_rc = gn_transport_connect_peer(n->tp, addr, g->dial_key);
 }
 
 typedef struct pool_task {
@@ -67,16 +83,17 @@ static void io_log(void *ctx, bool warn, const char *line) {
   gn_log(warn ? GN_LOG_WARN : GN_LOG_INFO, "%s", line);
 }
 
-/* Keeps n->attest[slot] (read by the offers and the API) the agent's; a new
+/* Keeps n->attest->local[slot] (read by the offers and the API) the agent's; a new
  * report means new offers. */
 static void io_changed(void *ctx, size_t slot) {
   gn_node *n = ctx;
   gn_attest_local_view v;
-  if (!n->attest_agent || slot >= GN_ATTEST_MODELS || gn_attest_agent_local(n->attest_agent, slot, &v) < 0)
+  gn__attest_glue *g = n->attest;
+  if (!g || !g->agent || slot >= GN_ATTEST_MODELS || gn_attest_agent_local(g->agent, slot, &v) < 0)
     return;
-  gn_attest_local *l = &n->attest[slot];
-  if (slot >= n->attest_n)
-    n->attest_n = slot + 1;
+  gn_attest_local *l = &g->local[slot];
+  if (slot >= g->nlocal)
+    g->nlocal = slot + 1;
   gn__strf(l->model, sizeof l->model, "%s", v.model);
   gn__strf(l->verdict, sizeof l->verdict, "%s", v.verdict);
   if (l->report_env.len == v.report_len && (!v.report_len || memcmp(l->report_env.data, v.report, v.report_len) == 0))
@@ -98,9 +115,13 @@ static const gn_attest_io node_io = {
 
 /* The node's agent, made on first use; NULL once the node stops. */
 static gn_attest_agent *agent_of(gn_node *n) {
-  if (!n->attest_agent && !n->stopping && gn_attest_agent_new(n->id, &node_io, n, n->cfg.provide, &n->attest_agent) < 0)
-    n->attest_agent = NULL;
-  return n->attest_agent;
+  if (n->stopping)
+    return n->attest ? n->attest->agent : NULL;
+  if (!n->attest && !(n->attest = calloc(1, sizeof *n->attest)))
+    return NULL;
+  if (!n->attest->agent && gn_attest_agent_new(n->id, &node_io, n, n->cfg.provide, &n->attest->agent) < 0)
+    n->attest->agent = NULL;
+  return n->attest->agent;
 }
 
 /* --- what the daemon calls ---------------------------------------------------------*/
@@ -122,9 +143,10 @@ void gn__attest_start_local(gn_node *n) {
 }
 
 const gn_attest_local *gn__attest_local_find(const gn_node *n, const char *model) {
-  for (size_t i = 0; i < n->attest_n; i++)
-    if (strcmp(n->attest[i].model, model) == 0)
-      return &n->attest[i];
+  const gn__attest_glue *g = n->attest;
+  for (size_t i = 0; g && i < g->nlocal; i++)
+    if (strcmp(g->local[i].model, model) == 0)
+      return &g->local[i];
   return NULL;
 }
 
@@ -136,24 +158,28 @@ void gn__attest_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_e
 }
 
 void gn__attest_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
-  if (n->attest_agent)
-    gn_attest_agent_peer_up(n->attest_agent, peer);
+  if (n->attest && n->attest->agent)
+    gn_attest_agent_peer_up(n->attest->agent, peer);
 }
 
 void gn__attest_tick(gn_node *n, uint64_t now_ms) {
-  if (n->attest_agent)
-    gn_attest_agent_tick(n->attest_agent, now_ms);
+  if (n->attest && n->attest->agent)
+    gn_attest_agent_tick(n->attest->agent, now_ms);
 }
 
 void gn__attest_shutdown(gn_node *n) {
   /* The agent finishes the verifications in progress (their callbacks run
    * now) and frees itself once the pool hands back its last task. */
-  gn_attest_agent *a = n->attest_agent;
-  n->attest_agent = NULL;
+  gn__attest_glue *g = n->attest;
+  if (!g)
+    return;
+  gn_attest_agent *a = g->agent;
+  g->agent = NULL;
   gn_attest_agent_shutdown(a);
-  for (size_t i = 0; i < n->attest_n; i++)
-    gn_buf_done(&n->attest[i].report_env);
-  n->attest_n = 0;
+  for (size_t i = 0; i < g->nlocal; i++)
+    gn_buf_done(&g->local[i].report_env);
+  n->attest = NULL;
+  free(g);
 }
 
 /* A verification someone waits for: the requester's check before it rents
@@ -186,7 +212,7 @@ static void wait_answer(gn__attest_wait *w, int rc, const gn_attest_result *res,
 }
 
 static void wait_unlink(gn__attest_wait *w) {
-  for (gn__attest_wait **pp = &w->n->attest_waits; *pp; pp = &(*pp)->next)
+  for (gn__attest_wait **pp = &w->n->attest->waits; *pp; pp = &(*pp)->next)
     if (*pp == w) {
       *pp = w->next;
       break;
@@ -212,15 +238,16 @@ static int verify_call(gn_node *n, const gn_offer_entry *e, gn__attest_wait *w) 
     return GN_ECLOSED;
   w->n = n;
   memcpy(w->peer, e->offer.provider, GN_PK_LEN);
-  n->attest_dial_key = e->offer.provider;
-  n->attest_dial_rc = 0;
+  gn__attest_glue *g = n->attest;
+  g->dial_key = e->offer.provider;
+  g->dial_rc = 0;
   int r = gn_attest_agent_verify(a, &e->offer, verify_done, w);
-  n->attest_dial_key = NULL;
+  g->dial_key = NULL;
   if (r < 0)
     return r;
-  w->next = n->attest_waits;
-  n->attest_waits = w;
-  if (n->attest_dial_rc == GN_EPERM) {
+  w->next = g->waits;
+  g->waits = w;
+  if (g->dial_rc == GN_EPERM) {
     w->answered = true;
     return GN_EPERM;
   }
@@ -248,7 +275,7 @@ void gn__attest_dial_refused(gn_node *n, const char *addr, const uint8_t expecte
            addr, is);
   /* From the head again after each answer: it may change the list. */
   for (;;) {
-    gn__attest_wait *w = n->attest_waits;
+    gn__attest_wait *w = n->attest ? n->attest->waits : NULL;
     while (w && (w->answered || memcmp(w->peer, expected, GN_PK_LEN) != 0))
       w = w->next;
     if (!w)
@@ -307,7 +334,7 @@ static void api_attest_answer(gn__attest_wait *w, int rc, const gn_attest_result
   }
 }
 
-void gn__api_attest(gn_ctl_req *req, void *ud) {
+static void api_attest(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   const char *target = json_string_value(json_object_get(gn_ctl_req_body(req), "target"));
   if (!target)
@@ -340,4 +367,13 @@ void gn__api_attest(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, r == GN_ENOTFOUND ? 409 : 500, "cannot attest %s: %s", e->offer.gpu_model,
                               r == GN_ENOTFOUND ? "no attestation class for this GPU model" : gn_strerror(r));
   }
+}
+
+static void route_attest(gn_ctl_req *req, void *ud) {
+  if (gn__body_id_ok(req, "target", "offer or node"))
+    api_attest(req, ud);
+}
+
+void gn__attest_register(gn_node *n) {
+  gn_ctl_route(n->ctl, "POST", "/v1/attest", route_attest, n);
 }

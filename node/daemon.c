@@ -1,7 +1,16 @@
 /* gpunetd's core: start-up from config, the SQLite state of leases and jobs,
  * the transport and discovery glue, the once-a-second timer, signals and a
  * clean shutdown. Protocol decisions live in provider.c and requester.c. */
+#include "daemon.h"
+
+#include "api.h"
+#include "attest_net.h"
 #include "node_internal.h"
+#include "provider.h"
+#include "records.h"
+#include "requester.h"
+#include "settle_glue.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,211 +21,6 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-void gn__hex(const uint8_t *p, size_t n, char *out) {
-  static const char hx[] = "0123456789abcdef";
-  for (size_t i = 0; i < n; i++) {
-    out[2 * i] = hx[p[i] >> 4];
-    out[2 * i + 1] = hx[p[i] & 15];
-  }
-  out[2 * n] = 0;
-}
-
-int gn__pathf(char *buf, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int r = vsnprintf(buf, cap, fmt, ap);
-  va_end(ap);
-  if (r < 0 || (size_t)r >= cap) {
-    if (cap)
-      buf[0] = 0;
-    return GN_ETOOBIG;
-  }
-  return 0;
-}
-
-void gn__strf(char *buf, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, cap, fmt, ap);
-  va_end(ap);
-}
-
-/* --- SQLite state ---------------------------------------------------------*/
-
-static const char *const schema_sql =
-    "CREATE TABLE IF NOT EXISTS node_leases(id TEXT PRIMARY KEY, role INTEGER NOT NULL, peer BLOB NOT NULL,"
-    " agreement BLOB NOT NULL, state INTEGER NOT NULL, seconds INTEGER NOT NULL, end_s INTEGER,"
-    " end_reason TEXT, invoice_done INTEGER NOT NULL DEFAULT 0);"
-    "CREATE TABLE IF NOT EXISTS node_jobs(id TEXT PRIMARY KEY, lease_id TEXT NOT NULL, role INTEGER NOT NULL,"
-    " image TEXT NOT NULL, digest TEXT, cmd TEXT, env TEXT, state INTEGER NOT NULL, exit_code INTEGER,"
-    " error TEXT, created_s INTEGER, ended_s INTEGER, log_len INTEGER NOT NULL DEFAULT 0);"
-    "CREATE TABLE IF NOT EXISTS job_nonces(nonce BLOB PRIMARY KEY, expires_s INTEGER NOT NULL);"
-    /* Each lease's state machine (include/gpunet/lease.h), the newest
-     * PERSIST: what a restart resumes from. */
-    "CREATE TABLE IF NOT EXISTS lease_machines(id TEXT PRIMARY KEY, state BLOB NOT NULL);";
-
-/* Columns node_leases gained after its first release, added to an older
- * database at start (an existing column is left as it is). received_s is
- * the requester's own UTC of the agreement's arrival (0 on rows older than
- * it; the requester's machine keeps its own copy, this one is for display);
- * invoice_id and invoice_status say where the final invoice stands, for
- * `gpunet invoices`. */
-static const char *const lease_columns[] = {
-    "received_s INTEGER NOT NULL DEFAULT 0",
-    "max_spend_micro INTEGER NOT NULL DEFAULT 0",
-    "max_price INTEGER NOT NULL DEFAULT 0",
-    "invoice_id TEXT",
-    "invoice_status TEXT",
-    "invoice_seconds INTEGER NOT NULL DEFAULT 0",
-    "invoice_micro INTEGER NOT NULL DEFAULT 0",
-};
-
-static int db_migrate(gn_node *n) {
-  for (size_t i = 0; i < GN_ARRAY_SIZE(lease_columns); i++) {
-    char sql[200], *err = NULL;
-    gn__strf(sql, sizeof sql, "ALTER TABLE node_leases ADD COLUMN %s", lease_columns[i]);
-    if (sqlite3_exec(n->db, sql, NULL, NULL, &err) != SQLITE_OK && !(err && strstr(err, "duplicate column"))) {
-      gn_log(GN_LOG_ERROR, "cannot add a column to node_leases: %s", err ? err : "?");
-      sqlite3_free(err);
-      return GN_EDB;
-    }
-    sqlite3_free(err);
-  }
-  return 0;
-}
-
-static int db_open(gn_node *n) {
-  char path[PATH_MAX];
-  gn__pathf(path, sizeof path, "%s/gpunet.db", n->cfg.data_dir);
-  if (sqlite3_open_v2(path, &n->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
-    gn_log(GN_LOG_ERROR, "cannot open database %s: %s", path, sqlite3_errmsg(n->db));
-    return GN_EDB;
-  }
-  chmod(path, 0600);
-  sqlite3_busy_timeout(n->db, 5000);
-  /* WAL with synchronous=FULL: every committed tick survives a crash of the
-   * process or of the machine (the ledger's durability promise rests on it). */
-  char *err = NULL;
-  if (sqlite3_exec(n->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", NULL, NULL,
-                   &err) != SQLITE_OK ||
-      sqlite3_exec(n->db, schema_sql, NULL, NULL, &err) != SQLITE_OK) {
-    gn_log(GN_LOG_ERROR, "cannot prepare database %s: %s", path, err ? err : "?");
-    sqlite3_free(err);
-    return GN_EDB;
-  }
-  return db_migrate(n);
-}
-
-void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(n->db,
-                         "INSERT OR REPLACE INTO node_leases(id, role, peer, agreement, state, seconds, end_s,"
-                         " end_reason, invoice_done, received_s, max_spend_micro, max_price, invoice_id,"
-                         " invoice_status, invoice_seconds, invoice_micro)"
-                         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         -1, &st, NULL) != SQLITE_OK)
-    goto out;
-  sqlite3_bind_int64(st, 10, l->received_s);
-  sqlite3_bind_int64(st, 11, (sqlite3_int64)l->max_spend_micro);
-  sqlite3_bind_int64(st, 12, (sqlite3_int64)l->max_price_uper_hour);
-  sqlite3_bind_text(st, 13, l->invoice_id, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 14, l->invoice_status, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 15, (sqlite3_int64)l->invoice_seconds);
-  sqlite3_bind_int64(st, 16, (sqlite3_int64)l->invoice_micro);
-  sqlite3_bind_text(st, 1, l->id, -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 2, l->role);
-  sqlite3_bind_blob(st, 3, l->peer, GN_PK_LEN, SQLITE_STATIC);
-  sqlite3_bind_blob(st, 4, l->agreement_env.data, (int)l->agreement_env.len, SQLITE_STATIC);
-  sqlite3_bind_int(st, 5, l->state);
-  sqlite3_bind_int64(st, 6, (sqlite3_int64)l->seconds);
-  sqlite3_bind_int64(st, 7, l->end_s);
-  sqlite3_bind_text(st, 8, l->end_reason, -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 9, l->invoice_done);
-  if (sqlite3_step(st) != SQLITE_DONE)
-    gn_log(GN_LOG_ERROR, "cannot save lease %s: %s", l->id, sqlite3_errmsg(n->db));
-out:
-  sqlite3_finalize(st);
-}
-
-int gn__node_persist_machine(gn_node *n, const char *lease_id, const uint8_t *state, size_t len) {
-  sqlite3_stmt *st = NULL;
-  int r = GN_EDB;
-  if (len > INT_MAX || sqlite3_prepare_v2(n->db, "INSERT OR REPLACE INTO lease_machines(id, state) VALUES(?, ?)", -1,
-                                          &st, NULL) != SQLITE_OK)
-    goto out;
-  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
-  sqlite3_bind_blob(st, 2, state, (int)len, SQLITE_STATIC);
-  if (sqlite3_step(st) == SQLITE_DONE)
-    r = 0;
-out:
-  sqlite3_finalize(st);
-  return r;
-}
-
-/* lease_id's newest machine state, appended to ret; GN_ENOTFOUND if none. */
-static int load_machine(gn_node *n, const char *lease_id, gn_buf *ret) {
-  sqlite3_stmt *st = NULL;
-  int r = GN_EDB;
-  if (sqlite3_prepare_v2(n->db, "SELECT state FROM lease_machines WHERE id = ?", -1, &st, NULL) != SQLITE_OK)
-    goto out;
-  sqlite3_bind_text(st, 1, lease_id, -1, SQLITE_STATIC);
-  int s = sqlite3_step(st);
-  if (s == SQLITE_ROW)
-    r = gn_buf_append(ret, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
-  else
-    r = s == SQLITE_DONE ? GN_ENOTFOUND : GN_EDB;
-out:
-  sqlite3_finalize(st);
-  return r;
-}
-
-/* A job's row is committed without its own fsync (synchronous=NORMAL for
- * that one statement, FULL again at once): each job changes state 3 or 4
- * times on each side, and an fsync of the WAL (0.3-5 ms here) on the loop
- * delayed every job's start and its exit code. In WAL mode such a commit is
- * still atomic and ordered, survives a crash of gpunetd, and becomes durable
- * with the next FULL commit (the ledger's tick each second, a nonce, a
- * lease) or checkpoint; only a power loss in between can lose a job's latest
- * state, which a restart already treats as unknown (see load_state). The
- * ledger, leases and the replay nonces keep an fsync per commit. */
-static void persist_unsynced(gn_node *n, bool on) {
-  sqlite3_exec(n->db, on ? "PRAGMA synchronous=NORMAL" : "PRAGMA synchronous=FULL", NULL, NULL, NULL);
-}
-
-void gn__node_persist_job(gn_node *n, const gn_job *j) {
-  sqlite3_stmt *st = NULL;
-  persist_unsynced(n, true);
-  char *cmd = j->cmd ? json_dumps(j->cmd, JSON_COMPACT) : NULL;
-  char *env = j->env ? json_dumps(j->env, JSON_COMPACT) : NULL;
-  if (sqlite3_prepare_v2(n->db,
-                         "INSERT OR REPLACE INTO node_jobs(id, lease_id, role, image, digest, cmd, env, state,"
-                         " exit_code, error, created_s, ended_s, log_len) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         -1, &st, NULL) != SQLITE_OK)
-    goto out;
-  sqlite3_bind_text(st, 1, j->id, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 2, j->lease_id, -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 3, j->role);
-  sqlite3_bind_text(st, 4, j->image, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 5, j->digest, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 6, cmd, -1, SQLITE_STATIC);
-  sqlite3_bind_text(st, 7, env, -1, SQLITE_STATIC);
-  sqlite3_bind_int(st, 8, j->state);
-  sqlite3_bind_int(st, 9, j->exit_code);
-  sqlite3_bind_text(st, 10, j->error, -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 11, j->created_s);
-  sqlite3_bind_int64(st, 12, j->ended_s);
-  sqlite3_bind_int64(st, 13, (sqlite3_int64)j->log_len);
-  if (sqlite3_step(st) != SQLITE_DONE)
-    gn_log(GN_LOG_ERROR, "cannot save job %s: %s", j->id, sqlite3_errmsg(n->db));
-out:
-  sqlite3_finalize(st);
-  persist_unsynced(n, false);
-  free(cmd);
-  free(env);
-  /* Every state change is persisted: answer the long polls that wait on it. */
-  gn__api_logs_wake(n, j);
-}
 
 /* Containers and bundles an earlier run left behind (it was killed before
  * its cleanup ran): every container in this node's runtime state and every
@@ -380,7 +184,7 @@ static void load_state(gn_node *n) {
   for (gn_lease *l = n->leases; l; l = l->next) {
     l->timer_at_ms = UINT64_MAX;
     gn_buf state = {0};
-    int r = load_machine(n, l->id, &state);
+    int r = gn__records_load_machine(n, l->id, &state);
     if (r == 0) {
       /* The lease's machine resumes from its newest persisted state: a
        * provider lease goes on metering (the seconds it was down are
@@ -425,151 +229,6 @@ static void load_state(gn_node *n) {
   }
 }
 
-/* --- lookups and JSON views ----------------------------------------------*/
-
-gn_lease *gn__lease_find(gn_node *n, const char *id) {
-  for (gn_lease *l = n->leases; l; l = l->next)
-    if (strcmp(l->id, id) == 0)
-      return l;
-  return NULL;
-}
-
-gn_job *gn__job_find(gn_node *n, const char *id) {
-  for (gn_job *j = n->jobs; j; j = j->next)
-    if (strcmp(j->id, id) == 0)
-      return j;
-  return NULL;
-}
-
-const char *gn__job_state_name(gn_job_state s) {
-  static const char *const names[] = {"pending", "pulling", "running", "exited", "failed", "stopped", "rejected"};
-  return (unsigned)s < GN_ARRAY_SIZE(names) ? names[s] : "unknown";
-}
-
-json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
-  (void)n;
-  char peer[GN_NODE_ID_STRLEN], price[32];
-  gn_node_id_format(l->peer, peer);
-  gn_price_format(l->ag.terms.price_uper_hour, price, sizeof price);
-  json_t *gpus = json_array();
-  for (uint32_t i = 0; i < l->ag.gpu_count; i++)
-    json_array_append_new(gpus, json_string(l->ag.gpus[i]));
-  /* Seconds: metered (provider) or observed on our own clock (requester),
-   * as the lease's machine counts them. */
-  uint64_t seconds = l->seconds;
-  gn_lease_info info;
-  memset(&info, 0, sizeof info);
-  if (l->prov)
-    gn_lease_prov_info(l->prov, &info);
-  else if (l->req)
-    gn_lease_req_info(l->req, (gn_lease_now){gn_mono_ms(), gn_unix_s()}, &info);
-  if (l->prov || l->req)
-    seconds = info.seconds;
-  else if (l->role == GN_ROLE_REQUESTER && l->state == GN_LEASE_ACTIVE)
-    seconds = (gn_mono_ms() - l->start_mono_ms) / 1000;
-  if (seconds > l->ag.terms.max_s)
-    seconds = l->ag.terms.max_s;
-  uint64_t cost = gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds);
-  if (l->invoice_id[0]) { /* once invoiced: what the final invoice bills */
-    seconds = l->invoice_seconds;
-    cost = l->invoice_micro;
-  }
-  json_t *o = json_pack(
-      "{s:s, s:s, s:s, s:s, s:i, s:o, s:I, s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:I, s:I, s:b}", "id", l->id, "role",
-      l->role == GN_ROLE_PROVIDER ? "provider" : "requester", "peer", peer, "gpu_model", l->ag.terms.gpu_model, "count",
-      (int)l->ag.terms.count, "gpus", gpus, "price_uper_hour", (json_int_t)l->ag.terms.price_uper_hour, "price", price,
-      "currency", l->ag.terms.currency, "start_s", (json_int_t)l->ag.start_s, "max_s", (json_int_t)l->ag.terms.max_s,
-      "ends_s", (json_int_t)(l->ag.start_s + (int64_t)l->ag.terms.max_s), "state",
-      l->state == GN_LEASE_ACTIVE ? "active" : "ended", "ended_reason",
-      l->state == GN_LEASE_ACTIVE ? NULL : l->end_reason, "seconds", (json_int_t)seconds, "cost_micro",
-      (json_int_t)cost, "simulated", l->ag.terms.simulated);
-  if (o) {
-    json_object_set_new(o, "interval_s", json_integer(l->ag.terms.interval_s));
-    /* What the requester's vouchers cover so far (the last accepted note,
-     * or the countersigned final invoice). */
-    json_object_set_new(o, "accepted_s", json_integer((json_int_t)info.accepted_s));
-    json_object_set_new(o, "accepted_micro", json_integer((json_int_t)info.accepted_micro));
-    json_object_set_new(o, "notes_accepted", json_integer((json_int_t)info.accepted_seq));
-    if (l->invoice_id[0]) {
-      json_object_set_new(o, "invoice", json_string(l->invoice_id));
-      json_object_set_new(o, "invoice_status", json_string(l->invoice_status));
-    }
-    if (l->role == GN_ROLE_REQUESTER) {
-      json_object_set_new(o, "max_spend_micro", json_integer((json_int_t)l->max_spend_micro));
-      json_object_set_new(o, "max_price_uper_hour", json_integer((json_int_t)l->max_price_uper_hour));
-      json_object_set_new(o, "received_s", json_integer(l->received_s));
-    }
-  }
-  return o;
-}
-
-json_t *gn__job_json(const gn_job *j) {
-  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s?, s:I}", "id", j->id, "lease", j->lease_id, "image",
-                        j->image, "digest", j->digest, "cmd", j->cmd ? json_incref(j->cmd) : json_array(), "state",
-                        gn__job_state_name(j->state), "error", j->error[0] ? j->error : NULL, "created_s",
-                        (json_int_t)j->created_s);
-  json_object_set_new(o, "exit_code",
-                      j->exit_code >= 0 && (j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED)
-                          ? json_integer(j->exit_code)
-                          : json_null());
-  json_object_set_new(o, "ended_s", j->ended_s ? json_integer(j->ended_s) : json_null());
-  json_object_set_new(o, "role", json_string(j->role == GN_ROLE_PROVIDER ? "provider" : "requester"));
-  return o;
-}
-
-void gn__job_append_log(gn_job *j, const uint8_t *data, size_t len) {
-  int fd = open(j->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return;
-  size_t off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w <= 0)
-      break;
-    off += (size_t)w;
-  }
-  close(fd);
-  j->log_len += off;
-  if (off)
-    gn__api_logs_wake(j->node, j);
-}
-
-/* --- pending API requests -------------------------------------------------*/
-
-gn_pending *gn__pending_add(gn_node *n, gn_ctl_req *req, int kind, const char *key, uint64_t timeout_ms) {
-  gn_pending *p = calloc(1, sizeof *p);
-  if (!p)
-    return NULL;
-  p->node = n;
-  p->req = req;
-  p->kind = kind;
-  gn__strf(p->key, sizeof p->key, "%s", key);
-  p->deadline_ms = gn_mono_ms() + timeout_ms;
-  p->next = n->pending;
-  n->pending = p;
-  return p;
-}
-
-gn_pending *gn__pending_take(gn_node *n, int kind, const char *key) {
-  for (gn_pending **pp = &n->pending; *pp; pp = &(*pp)->next) {
-    gn_pending *p = *pp;
-    if (p->kind == kind && strcmp(p->key, key) == 0) {
-      *pp = p->next;
-      p->next = NULL;
-      return p;
-    }
-  }
-  return NULL;
-}
-
-void gn__pending_free(gn_pending *p) {
-  if (!p)
-    return;
-  gn_buf_done(&p->msg);
-  free(p->data);
-  free(p);
-}
-
 static void pending_expire(gn_node *n, uint64_t now_ms) {
   for (gn_pending **pp = &n->pending; *pp;) {
     gn_pending *p = *pp;
@@ -592,25 +251,6 @@ static void pending_expire(gn_node *n, uint64_t now_ms) {
 }
 
 /* --- messaging --------------------------------------------------------------*/
-
-int gn__node_send(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wire_writer *body) {
-  gn_buf b = {0}, env = {0};
-  if (!n->tp) /* closed at the end of a shutdown */
-    return GN_ECLOSED;
-  int r = gn_wire_writer_take(body, &b);
-  if (r == 0)
-    r = gn_envelope_seal(n->id, type, b.data, b.len, &env);
-  if (r == 0)
-    r = gn_transport_send(n->tp, peer, env.data, env.len);
-  if (r < 0) {
-    char pid[GN_NODE_ID_STRLEN];
-    gn_node_id_format(peer, pid);
-    gn_log(GN_LOG_WARN, "cannot send %s to %s: %s", gn_msg_type_name(type), pid, gn_strerror(r));
-  }
-  gn_buf_done(&b);
-  gn_buf_done(&env);
-  return r;
-}
 
 static int disc_send(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len) {
   gn_node *n = ud;
@@ -832,7 +472,6 @@ static int ensure_dir(const char *path) {
   return 0;
 }
 
-int gn__node_main(int argc, char **argv);
 int gn__node_main(int argc, char **argv) {
   static gn_node node;
   gn_node *n = &node;
@@ -927,7 +566,7 @@ int gn__node_main(int argc, char **argv) {
     fprintf(stderr, "gpunetd: cannot set the image store's limits: %s\n", gn_strerror(r));
     return 1;
   }
-  if (db_open(n) < 0)
+  if (gn__records_open_db(n) < 0)
     return 1;
   if ((r = gn_ledger_open(n->db, &n->ledger)) < 0) {
     fprintf(stderr, "gpunetd: cannot open ledger: %s\n", gn_strerror(r));
@@ -960,7 +599,14 @@ int gn__node_main(int argc, char **argv) {
             r == GN_EBUSY ? " (another gpunetd runs with this data dir)" : "");
     return 1;
   }
+  /* The agents' routes and hooks: the API answers long polls when a job
+   * changes; a provided job is stopped by the provider. */
   gn__api_register(n);
+  gn__requester_register(n);
+  gn__attest_register(n);
+  gn__settle_register(n);
+  n->job_changed = gn__api_logs_wake;
+  n->stop_provided_job = gn__provider_stop_job;
   if ((r = gn__settle_start(n, err, sizeof err)) < 0) {
     fprintf(stderr, "gpunetd: %s\n", err);
     return 1;

@@ -1,7 +1,11 @@
 /* Encoding and bounded decoding of the lease-control and job messages the
  * daemon exchanges: job manifests, job status, log chunks, stop, and the
  * small lease reject/release/end notices. */
-#include "node_internal.h"
+#include "jobmsg.h"
+
+#include <gpunet/billing.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <stdio.h>
 

@@ -1,10 +1,8 @@
 /* gpunetd: the gpunet daemon; everything it does starts in daemon.c. */
-#include "node_internal.h"
+#include "daemon.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-int gn__node_main(int argc, char **argv);
 
 int main(int argc, char **argv) {
   /* libuv reads UV_THREADPOOL_SIZE once, at its first uv_queue_work: pulls,

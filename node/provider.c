@@ -1,7 +1,13 @@
 /* The provider agent: offers for the local GPUs, accepting lease requests,
  * the per-second meter, running signed job manifests in the sandbox, and the
  * invoice at the end of each lease. */
+#include "provider.h"
+
+#include "attest_net.h"
+#include "daemon.h"
 #include "node_internal.h"
+#include "settle_glue.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -15,6 +21,16 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#define GN_LEASE_MAX_JOBS 8 /* jobs pulling or running at once on one lease */
+#define GN_OFFER_TTL_S 60
+#define GN_OFFER_REFRESH_S 20
+/* User namespaces: lease slot s maps the job's ids 0..65535 to host ids
+ * GN_USERNS_BASE + s * GN_USERNS_SIZE onwards. */
+#define GN_USERNS_BASE (1u << 20)
+#define GN_USERNS_SIZE 65536u
+#define GN_USERNS_SLOTS ((uint32_t)((UINT32_MAX - GN_USERNS_BASE) / GN_USERNS_SIZE))
+#define GN_CPU_PERIOD_US 100000u
 
 /* The transport is gone once the daemon's shutdown closed it. */
 static bool peer_is_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {

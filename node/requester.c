@@ -1,7 +1,12 @@
 /* The requester agent: renting from an offer, sending signed job manifests,
  * following job status and logs, releasing leases, and checking and
  * countersigning the provider's invoice against our own observation. */
+#include "requester.h"
+
+#include "attest_net.h"
 #include "node_internal.h"
+#include "settle_glue.h"
+#include "util.h"
 
 #include <math.h>
 #include <sodium.h>
@@ -249,7 +254,7 @@ static void rent_after_attest(gn_node *n, void *ud, int rc, const gn_attest_resu
   free(c);
 }
 
-void gn__api_rent(gn_ctl_req *req, void *ud) {
+static void api_rent(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   const json_t *b = gn_ctl_req_body(req);
   const char *offer_id = json_string_value(json_object_get(b, "offer"));
@@ -594,7 +599,7 @@ static int req_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
   return r;
 }
 
-void gn__api_release(gn_ctl_req *req, void *ud) {
+static void api_release(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   const char *id = gn_ctl_req_param(req, "id");
   gn_lease *l = gn__lease_find(n, id);
@@ -887,7 +892,7 @@ static void run_resolve_done(uv_work_t *w, int status) {
   free(rw);
 }
 
-void gn__api_run(gn_ctl_req *req, void *ud) {
+static void api_run(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   const json_t *b = gn_ctl_req_body(req);
   const char *lease_id = json_string_value(json_object_get(b, "lease"));
@@ -952,14 +957,15 @@ void gn__api_run(gn_ctl_req *req, void *ud) {
   uv_queue_work(n->loop, &rw->work, run_resolve_work, run_resolve_done);
 }
 
-void gn__api_stop(gn_ctl_req *req, void *ud) {
+static void api_stop(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   const char *id = gn_ctl_req_param(req, "id");
   gn_job *j = gn__job_find(n, id);
   if (!j)
     return gn_ctl_reply_error(req, 404, "no job %s", id);
   if (j->role == GN_ROLE_PROVIDER) {
-    gn__provider_stop_job(n, j);
+    if (n->stop_provided_job)
+      n->stop_provided_job(n, j);
   } else {
     gn_lease *l = gn__lease_find(n, j->lease_id);
     if (!l)
@@ -1093,4 +1099,31 @@ void gn__requester_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_REQUESTER && l->req && now_ms >= l->timer_at_ms)
       REQ_CALL(n, l, gn_lease_req_timer(l->req, lease_now(), out));
+}
+
+/* --- control routes ----------------------------------------------------------*/
+
+static void route_rent(gn_ctl_req *req, void *ud) {
+  if (gn__body_id_ok(req, "offer", "offer"))
+    api_rent(req, ud);
+}
+
+static void route_run(gn_ctl_req *req, void *ud) {
+  if (!gn__body_id_ok(req, "lease", "lease"))
+    return;
+  const json_t *env = json_object_get(gn_ctl_req_body(req), "env");
+  for (size_t i = 0; json_is_array(env) && i < json_array_size(env); i++) {
+    const char *e = json_string_value(json_array_get(env, i));
+    if (e && !gn_env_entry_valid(e))
+      return gn_ctl_reply_error(
+          req, 400, "--env value %zu does not start with a variable name ([A-Za-z_][A-Za-z0-9_]*) and '='", i);
+  }
+  api_run(req, ud);
+}
+
+void gn__requester_register(gn_node *n) {
+  gn_ctl_route(n->ctl, "POST", "/v1/leases", route_rent, n);
+  gn_ctl_route(n->ctl, "DELETE", "/v1/leases/:id", api_release, n);
+  gn_ctl_route(n->ctl, "POST", "/v1/jobs", route_run, n);
+  gn_ctl_route(n->ctl, "POST", "/v1/jobs/:id/stop", api_stop, n);
 }

@@ -2,7 +2,10 @@
  * queues final settlements, and drains the outbox through the configured
  * driver (the webhook's requests on the libuv thread pool, one at a time),
  * with a timer for the retries; also the control API's balance route. */
+#include "settle_glue.h"
+
 #include "node_internal.h"
+#include "util.h"
 
 #include <gpunet/settle.h>
 #include <stdlib.h>
@@ -256,7 +259,7 @@ const char *gn__settle_state(gn_node *n, const char *lease_id, const char *role)
   return gn_settle_state_name(st.state);
 }
 
-void gn__api_settle_retry(gn_ctl_req *req, void *ud) {
+static void api_settle_retry(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   struct gn__settle_glue *g = n->settle;
   if (!g)
@@ -286,7 +289,7 @@ static json_t *balance_json(const gn_settle_balance *b) {
                    settled, "outstanding", outstanding);
 }
 
-void gn__api_balance(gn_ctl_req *req, void *ud) {
+static void api_balance(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   struct gn__settle_glue *g = n->settle;
   if (!g)
@@ -308,4 +311,9 @@ void gn__api_balance(gn_ctl_req *req, void *ud) {
   gn_ctl_reply_json(req, 200,
                     json_pack("{s:o, s:s, s:I, s:I}", "balances", arr, "driver", g->drv->name, "pending",
                               (json_int_t)pending, "failed", (json_int_t)failed));
+}
+
+void gn__settle_register(gn_node *n) {
+  gn_ctl_route(n->ctl, "GET", "/v1/balance", api_balance, n);
+  gn_ctl_route(n->ctl, "POST", "/v1/balance/retry", api_settle_retry, n);
 }

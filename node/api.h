@@ -1,0 +1,18 @@
+/* The control API's routes of the node as a whole (api.c): status, GPUs,
+ * peers, offers, leases, jobs and their logs, invoices, metrics. */
+#ifndef GPUNET_NODE_API_H
+#define GPUNET_NODE_API_H
+
+#include "records.h"
+
+void gn__api_register(gn_node *n);
+/* Long-polled logs (GET /v1/jobs/:id/logs?wait_ms=): a waiting request is a
+ * GN_PENDING_LOGS entry keyed by job id. _wake answers the job's waiters that
+ * have something new (output past their offset, a state change); the node's
+ * job_changed hook (set by gn__api_register) calls it whenever the job's log
+ * grows or its state is persisted. _answer replies to one waiter with what
+ * there is (its deadline passed); the caller frees p. */
+void gn__api_logs_wake(gn_node *n, const gn_job *j);
+void gn__api_logs_answer(gn_node *n, gn_pending *p);
+
+#endif
