@@ -69,14 +69,13 @@ static void copy_reason(char *dst, size_t cap, const char *src) {
   dst[i] = 0;
 }
 
+/* The offer id goes into a LEASE_REQUEST (§2.2): "" or an id of at most
+ * 23 bytes in the project's id grammar. */
 static bool offer_ok(const gn_gang_offer *o) {
   size_t len = strnlen(o->offer_id, sizeof(o->offer_id));
   if (len == sizeof(o->offer_id) || o->gpus == 0 || o->gpus > GN_LEASE_MAX_GPUS)
     return false;
-  for (size_t i = 0; i < len; i++)
-    if (o->offer_id[i] < 0x21 || o->offer_id[i] > 0x7e)
-      return false;
-  return true;
+  return len == 0 || gn_id_valid(o->offer_id);
 }
 
 /* gpus * price, or false when it does not fit. */
@@ -516,5 +515,203 @@ int gn_gang_lookup(const gn_gang *g, const char *lease_id, size_t *ret_member) {
     return GN_ENOTFOUND;
   if (ret_member)
     *ret_member = a->slot;
+  return 0;
+}
+
+/* --- persistence ----------------------------------------------------------
+ *
+ * A fixed little-endian layout, version 1: "GNG1", the options, the seed
+ * and id counter, phase, restarts used, reason, the slots, the attempts and
+ * the spares. Restore checks every field before it builds anything. */
+
+#define GANG_MAGIC "GNG1"
+
+static int put(gn_buf *b, const void *p, size_t n) {
+  return gn_buf_append(b, p, n);
+}
+
+static int put_u64(gn_buf *b, uint64_t v) {
+  uint8_t x[8];
+  for (int i = 0; i < 8; i++)
+    x[i] = (uint8_t)(v >> (8 * i));
+  return put(b, x, 8);
+}
+
+static int put_offer(gn_buf *b, const gn_gang_offer *o) {
+  int r;
+  if ((r = put(b, o->provider, GN_PK_LEN)) < 0 || (r = put(b, o->offer_id, sizeof(o->offer_id))) < 0 ||
+      (r = put_u64(b, o->gpus)) < 0 || (r = put_u64(b, o->price_uper_hour)) < 0)
+    return r;
+  return 0;
+}
+
+int gn_gang_save(const gn_gang *g, gn_buf *ret) {
+  if (!g || !ret)
+    return GN_EINVAL;
+  gn_buf b = {0};
+  int r;
+  if ((r = put(&b, GANG_MAGIC, 4)) < 0 || (r = put_u64(&b, g->opts.answer_timeout_ms)) < 0 ||
+      (r = put_u64(&b, g->opts.restarts)) < 0 || (r = put_u64(&b, g->opts.max_total_uper_hour)) < 0 ||
+      (r = put(&b, g->seed, sizeof(g->seed))) < 0 || (r = put_u64(&b, g->id_counter)) < 0 ||
+      (r = put_u64(&b, (uint64_t)g->phase)) < 0 || (r = put_u64(&b, g->restarts_used)) < 0 ||
+      (r = put(&b, g->reason, sizeof(g->reason))) < 0 || (r = put_u64(&b, g->n)) < 0 ||
+      (r = put_u64(&b, g->n_att)) < 0 || (r = put_u64(&b, g->n_spares)) < 0)
+    goto fail;
+  for (uint32_t i = 0; i < g->n; i++)
+    if ((r = put_u64(&b, g->slot_att[i])) < 0 || (r = put_u64(&b, g->slot_tries[i])) < 0)
+      goto fail;
+  for (uint32_t i = 0; i < g->n_att; i++) {
+    const gang_att *a = &g->att[i];
+    if ((r = put_offer(&b, &a->offer)) < 0 || (r = put(&b, a->lease_id, sizeof(a->lease_id))) < 0 ||
+        (r = put_u64(&b, a->slot)) < 0 || (r = put_u64(&b, (uint64_t)a->state)) < 0 ||
+        (r = put_u64(&b, a->agreed)) < 0 || (r = put(&b, a->reason, sizeof(a->reason))) < 0)
+      goto fail;
+  }
+  for (uint32_t i = 0; i < g->n_spares; i++)
+    if ((r = put_offer(&b, &g->spare[i])) < 0 || (r = put_u64(&b, g->spare_used[i])) < 0)
+      goto fail;
+  gn_buf_done(ret);
+  *ret = b;
+  return 0;
+fail:
+  gn_buf_done(&b);
+  return r;
+}
+
+typedef struct rd {
+  const uint8_t *p;
+  size_t left;
+  bool bad;
+} rd;
+
+static void get(rd *d, void *out, size_t n) {
+  if (d->bad || d->left < n) {
+    d->bad = true;
+    memset(out, 0, n);
+    return;
+  }
+  memcpy(out, d->p, n);
+  d->p += n;
+  d->left -= n;
+}
+
+static uint64_t get_u64(rd *d, uint64_t max) {
+  uint8_t x[8];
+  uint64_t v = 0;
+  get(d, x, 8);
+  for (int i = 7; i >= 0; i--)
+    v = v << 8 | x[i];
+  if (v > max)
+    d->bad = true;
+  return v;
+}
+
+/* A fixed text field must be terminated and printable. */
+static void get_text(rd *d, char *out, size_t n) {
+  get(d, out, n);
+  size_t len = strnlen(out, n);
+  if (len == n)
+    d->bad = true;
+  for (size_t i = 0; i < len && !d->bad; i++)
+    if (out[i] < 0x20 || out[i] > 0x7e)
+      d->bad = true;
+}
+
+static void get_offer(rd *d, gn_gang_offer *o) {
+  memset(o, 0, sizeof(*o));
+  get(d, o->provider, GN_PK_LEN);
+  get_text(d, o->offer_id, sizeof(o->offer_id));
+  o->gpus = (uint32_t)get_u64(d, GN_LEASE_MAX_GPUS);
+  o->price_uper_hour = get_u64(d, UINT64_MAX);
+  uint64_t c;
+  if (!d->bad && (!offer_ok(o) || !offer_cost(o, &c)))
+    d->bad = true;
+}
+
+static bool lease_id_ok(const char *id) {
+  if (strlen(id) != 18 || memcmp(id, "l-", 2) != 0)
+    return false;
+  for (size_t i = 2; i < 18; i++)
+    if (!strchr("0123456789abcdef", id[i]))
+      return false;
+  return true;
+}
+
+int gn_gang_restore(const uint8_t *state, size_t len, uint64_t now_ms, gn_gang **ret, gn_gang_out *out) {
+  if (!state || !ret || !out)
+    return GN_EINVAL;
+  out_reset(out);
+  gn_gang *g = calloc(1, sizeof(*g));
+  if (!g)
+    return GN_ENOMEM;
+  rd d = {state, len, false};
+  char magic[4];
+  get(&d, magic, 4);
+  if (memcmp(magic, GANG_MAGIC, 4) != 0)
+    d.bad = true;
+  g->opts.answer_timeout_ms = get_u64(&d, GN_GANG_TIMEOUT_MAX_MS);
+  g->opts.restarts = (uint32_t)get_u64(&d, UINT32_MAX);
+  g->opts.max_total_uper_hour = get_u64(&d, UINT64_MAX);
+  get(&d, g->seed, sizeof(g->seed));
+  g->id_counter = get_u64(&d, UINT64_MAX);
+  g->phase = (int)get_u64(&d, GN_GANG_ENDED);
+  g->restarts_used = (uint32_t)get_u64(&d, g->opts.restarts);
+  get_text(&d, g->reason, sizeof(g->reason));
+  g->n = (uint32_t)get_u64(&d, GN_GANG_MAX_MEMBERS);
+  g->n_att = (uint32_t)get_u64(&d, GN_GANG_MAX_ATTEMPTS);
+  g->n_spares = (uint32_t)get_u64(&d, GN_GANG_MAX_SPARES);
+  if (g->opts.answer_timeout_ms < GN_GANG_TIMEOUT_MIN_MS || g->phase < GN_GANG_FORMING || g->n == 0 ||
+      g->n_att < g->n || g->n_att > g->n + g->n_spares)
+    d.bad = true;
+  for (uint32_t i = 0; i < g->n && !d.bad; i++) {
+    g->slot_att[i] = (uint32_t)get_u64(&d, g->n_att - 1);
+    g->slot_tries[i] = (uint32_t)get_u64(&d, g->n_att);
+  }
+  for (uint32_t i = 0; i < g->n_att && !d.bad; i++) {
+    gang_att *a = &g->att[i];
+    get_offer(&d, &a->offer);
+    get_text(&d, a->lease_id, sizeof(a->lease_id));
+    a->slot = (uint32_t)get_u64(&d, g->n - 1);
+    a->state = (int)get_u64(&d, GN_GANG_M_ABANDONED);
+    a->agreed = get_u64(&d, 1) != 0;
+    get_text(&d, a->reason, sizeof(a->reason));
+    if (!d.bad && (a->state < GN_GANG_M_REQUESTED || !lease_id_ok(a->lease_id)))
+      d.bad = true;
+    for (uint32_t j = 0; j < i && !d.bad; j++)
+      if (strcmp(g->att[j].lease_id, a->lease_id) == 0)
+        d.bad = true;
+  }
+  for (uint32_t i = 0; i < g->n_spares && !d.bad; i++) {
+    get_offer(&d, &g->spare[i]);
+    g->spare_used[i] = get_u64(&d, 1) != 0;
+  }
+  for (uint32_t i = 0; i < g->n && !d.bad; i++) {
+    const gang_att *a = &g->att[g->slot_att[i]];
+    if (a->slot != i || (g->phase == GN_GANG_READY && a->state != GN_GANG_M_AGREED))
+      d.bad = true;
+  }
+  /* Only a current lease can be agreed or asked for, and none once the
+   * gang is over. */
+  for (uint32_t i = 0; i < g->n_att && !d.bad; i++) {
+    const gang_att *a = &g->att[i];
+    bool live = a->state == GN_GANG_M_AGREED || a->state == GN_GANG_M_REQUESTED;
+    if (live && (!is_current(g, a) || g->phase == GN_GANG_FAILED || g->phase == GN_GANG_ENDED))
+      d.bad = true;
+  }
+  if (d.bad || d.left != 0) {
+    free(g);
+    return GN_EINVAL;
+  }
+  /* Deadlines are on the monotonic clock of the process that crashed, and
+   * the ranks stopped with it: a gang that was not running is not resumed.
+   * All or nothing holds across the crash: every lease it agreed is
+   * released now. A running one stays READY (the glue reconciles its jobs
+   * as for any lease); an ended one still releases late agreements. */
+  for (uint32_t i = 0; i < g->n_att; i++)
+    g->att[i].deadline_ms = now_ms;
+  if (forming(g))
+    finish(g, now_ms, true, "the requester restarted before every member agreed", out);
+  set_timer(g, out);
+  *ret = g;
   return 0;
 }

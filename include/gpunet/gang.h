@@ -42,6 +42,7 @@
 #ifndef GPUNET_GANG_H
 #define GPUNET_GANG_H
 
+#include <gpunet/base.h>
 #include <gpunet/identity.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -214,6 +215,19 @@ int gn_gang_member(const gn_gang *g, size_t i, gn_gang_member_info *ret);
 /* Whether lease_id was issued by this gang (current or earlier lease of a
  * slot): 0 and *ret_member set, else GN_ENOTFOUND. */
 int gn_gang_lookup(const gn_gang *g, const char *lease_id, size_t *ret_member);
+
+/* Persistence: the glue stores gn_gang_save's bytes (at most a few tens of
+ * KiB) after every call that changed the gang, before it performs that
+ * call's actions (so no lease id is sent that a crash could forget), and
+ * rebuilds the gang with gn_gang_restore after a restart. A gang restored
+ * while FORMING or RESTARTING fails at once ("the requester restarted before
+ * every member agreed": RELEASE of every agreed lease, a bare one of every
+ * unanswered request, FAILED): deadlines do not survive the process and no
+ * rank runs. A READY one stays READY; a FAILED or ENDED one still releases
+ * late agreements. GN_EINVAL for bytes that are not a gang state (nothing
+ * built). */
+int gn_gang_save(const gn_gang *g, gn_buf *ret);
+int gn_gang_restore(const uint8_t *state, size_t len, uint64_t now_ms, gn_gang **ret, gn_gang_out *out);
 
 /* --- the planner -------------------------------------------------------------
  *

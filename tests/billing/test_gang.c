@@ -1,12 +1,15 @@
 /* The gang lease machine (billing/gang.c): all or nothing across providers,
  * releases of every agreed lease on a refusal, a timeout or a late
- * agreement, hostile and duplicate events, bounds, restarts from spares, and
- * a deterministic simulation over many seeds (random refusals, silences,
- * late agreements, lost providers, link delays) that checks no job ever
- * starts without every member and no agreed lease is left unreleased.
+ * agreement, hostile and duplicate events, bounds, restarts from spares,
+ * persistence (a requester restarted while forming releases everything),
+ * and a deterministic simulation over many seeds (random refusals,
+ * silences, late agreements, lost providers, link delays, requester
+ * restarts) that checks no job ever starts without every member and no
+ * agreed lease is left unreleased.
  *
- * GN_GANG_SEEDS=N runs N seeds (default 50000, under a second), GN_GANG_SEED=S only seed S
- * (a failure prints it). */
+ * GN_GANG_SEEDS=N runs N seeds (default 50000, under a second),
+ * GN_GANG_SEED=S only seed S (a failure prints it), GN_GANG_VERBOSE=1
+ * traces every event and action. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -536,6 +539,121 @@ static void test_gang_release_by_the_user(void **st) {
   fx_done(&f);
 }
 
+static gn_gang *save_restore(gn_gang *g, uint64_t now, gn_gang_out *out) {
+  gn_buf b = {0};
+  assert_int_equal(gn_gang_save(g, &b), 0);
+  gn_gang_free(g);
+  gn_gang *h = NULL;
+  assert_int_equal(gn_gang_restore(b.data, b.len, now, &h, out), 0);
+  gn_buf_done(&b);
+  return h;
+}
+
+static void test_gang_restored_while_forming_releases_everything(void **st) {
+  (void)st;
+  fixture f;
+  fx_start(&f, 3, 1, opts(5000, 1, 0));
+  assert_int_equal(gn_gang_accepted(f.g, 1100, f.id[0], f.m[0].provider, f.out), 0);
+  assert_int_equal(gn_gang_refused(f.g, 1100, f.id[0], f.m[1].provider, "x", f.out), GN_EPERM);
+  f.g = save_restore(f.g, 7, f.out); /* another process: its clock starts anew */
+  assert_true(find(f.out, GN_GANG_ACT_RELEASE, f.id[0])->agreed);
+  assert_false(find(f.out, GN_GANG_ACT_RELEASE, f.id[1])->agreed);
+  assert_false(find(f.out, GN_GANG_ACT_RELEASE, f.id[2])->agreed);
+  assert_int_equal(count(f.out, GN_GANG_ACT_REQUEST), 0);
+  assert_non_null(strstr(find(f.out, GN_GANG_ACT_FAILED, NULL)->reason, "restarted"));
+  assert_int_equal(f.out->timer_at_ms, UINT64_MAX);
+  assert_int_equal(phase(f.g), GN_GANG_FAILED);
+  /* The ids are still known: a late agreement is released. */
+  assert_int_equal(gn_gang_accepted(f.g, 20, f.id[2], f.m[2].provider, f.out), 0);
+  assert_true(find(f.out, GN_GANG_ACT_RELEASE, f.id[2])->agreed);
+  /* Restored again, FAILED stays FAILED with nothing to do. */
+  f.g = save_restore(f.g, 30, f.out);
+  assert_int_equal(f.out->n, 0);
+  assert_int_equal(phase(f.g), GN_GANG_FAILED);
+  fx_done(&f);
+}
+
+static void test_gang_restored_while_ready_keeps_running(void **st) {
+  (void)st;
+  fixture f;
+  fx_start(&f, 2, 2, opts(5000, 2, 0));
+  fx_accept_all(&f, 1100);
+  assert_int_equal(gn_gang_lost(f.g, 2000, f.id[0], "gone", f.out), 0);
+  char r1[24];
+  memcpy(r1, find(f.out, GN_GANG_ACT_REQUEST, NULL)->lease_id, 24);
+  assert_int_equal(gn_gang_accepted(f.g, 2100, r1, f.sp[0].provider, f.out), 0);
+  assert_int_equal(count(f.out, GN_GANG_ACT_READY), 1);
+  gn_gang_info a, b;
+  gn_gang_info_get(f.g, &a);
+  gn_gang_member_info ma[2], mb[2];
+  for (size_t i = 0; i < 2; i++)
+    assert_int_equal(gn_gang_member(f.g, i, &ma[i]), 0);
+  f.g = save_restore(f.g, 5, f.out);
+  assert_int_equal(f.out->n, 0);
+  gn_gang_info_get(f.g, &b);
+  assert_memory_equal(&a, &b, sizeof(a));
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(gn_gang_member(f.g, i, &mb[i]), 0);
+    assert_string_equal(ma[i].lease_id, mb[i].lease_id);
+    assert_int_equal(ma[i].state, mb[i].state);
+    assert_int_equal(ma[i].attempts, mb[i].attempts);
+  }
+  /* It goes on: the second restart takes the second spare with a fresh id. */
+  assert_int_equal(gn_gang_lost(f.g, 10, f.id[1], "gone", f.out), 0);
+  const gn_gang_action *req = find(f.out, GN_GANG_ACT_REQUEST, NULL);
+  assert_non_null(req);
+  assert_memory_equal(req->offer.provider, f.sp[1].provider, GN_PK_LEN);
+  assert_string_not_equal(req->lease_id, r1);
+  assert_string_not_equal(req->lease_id, f.id[0]);
+  assert_string_not_equal(req->lease_id, f.id[1]);
+  assert_int_equal(f.out->timer_at_ms, 5010);
+  fx_done(&f);
+}
+
+static void test_gang_restore_rejects_bad_state(void **st) {
+  (void)st;
+  fixture f;
+  fx_start(&f, 3, 2, opts(5000, 1, 0));
+  fx_accept_all(&f, 1100);
+  gn_buf b = {0};
+  assert_int_equal(gn_gang_save(f.g, &b), 0);
+  assert_int_equal(gn_gang_save(NULL, &b), GN_EINVAL);
+  gn_gang *sentinel = (gn_gang *)(uintptr_t)0x1, *g = sentinel;
+  /* Every truncation, and one byte more. */
+  for (size_t len = 0; len < b.len; len++)
+    assert_int_equal(gn_gang_restore(b.data, len, 0, &g, f.out), GN_EINVAL);
+  uint8_t *longer = malloc(b.len + 1);
+  assert_non_null(longer);
+  memcpy(longer, b.data, b.len);
+  longer[b.len] = 0;
+  assert_int_equal(gn_gang_restore(longer, b.len + 1, 0, &g, f.out), GN_EINVAL);
+  assert_ptr_equal(g, sentinel);
+  /* Every single byte changed: refused, or a state that works (a price, a
+   * seed byte); never a crash or a leak (the sanitizer build checks). */
+  for (size_t i = 0; i < b.len; i++) {
+    memcpy(longer, b.data, b.len);
+    longer[i] ^= 0x5a;
+    g = NULL;
+    int r = gn_gang_restore(longer, b.len, 0, &g, f.out);
+    /* The magic, the phase, the restarts used (over the options') and the
+     * member count (over 64) are refused for sure. */
+    if (i == 0 || i == 68 || i == 76 || i == 244)
+      assert_int_equal(r, GN_EINVAL);
+    if (r < 0)
+      continue;
+    gn_gang_info info;
+    gn_gang_info_get(g, &info);
+    assert_true(info.phase >= GN_GANG_FORMING && info.phase <= GN_GANG_ENDED);
+    assert_true(f.out->n <= GN_GANG_MAX_ACTIONS);
+    assert_int_equal(gn_gang_release(g, 1, "x", f.out), 0);
+    gn_gang_free(g);
+  }
+  assert_int_equal(gn_gang_restore(NULL, 0, 0, &g, f.out), GN_EINVAL);
+  free(longer);
+  gn_buf_done(&b);
+  fx_done(&f);
+}
+
 /* --- the simulation ----------------------------------------------------------
  *
  * Providers answer a request after a think time: agree, refuse or stay
@@ -597,13 +715,13 @@ typedef struct sim {
   uint64_t timer_at;
   bool jobs_running, ever_ready;
   uint32_t n, timeout_ms;
-  uint32_t p_refuse, p_silent, p_nosend, p_gone, p_jobfail, p_stop, p_dup, think_max;
+  uint32_t p_refuse, p_silent, p_nosend, p_gone, p_jobfail, p_stop, p_dup, p_crash, think_max;
   gn_gang_offer m[8], sp[4];
 } sim;
 
 /* What the runs exercised, so that a change that stops exercising a path
  * shows. */
-static struct { uint64_t restarts, late_released, bare_released, replacements; } stats;
+static struct { uint64_t restarts, late_released, bare_released, replacements, crashes; } stats;
 
 static uint64_t rnd(sim *s) {
   uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
@@ -824,6 +942,20 @@ static void sim_event(sim *s, uint64_t seed, const sim_ev *e) {
     fail_seed(seed, "an event was refused");
   perform(s, seed);
   check_terminal(s, seed);
+  if (rn(s, 1000) < s->p_crash) {
+    /* The requester's process restarts: the glue saved the gang after the
+     * call above, before performing its actions. */
+    gn_buf b = {0};
+    assert_int_equal(gn_gang_save(s->g, &b), 0);
+    gn_gang_free(s->g);
+    s->g = NULL;
+    if (gn_gang_restore(b.data, b.len, s->now, &s->g, s->out) != 0)
+      fail_seed(seed, "a saved gang does not restore");
+    gn_buf_done(&b);
+    stats.crashes++;
+    perform(s, seed);
+    check_terminal(s, seed);
+  }
 }
 
 static void sim_run(uint64_t seed, uint64_t *ready, uint64_t *failed) {
@@ -842,6 +974,7 @@ static void sim_run(uint64_t seed, uint64_t *ready, uint64_t *failed) {
   s->p_jobfail = rn(s, 300);
   s->p_stop = rn(s, 300);
   s->p_dup = rn(s, 300);
+  s->p_crash = rn(s, 4) == 0 ? rn(s, 100) : 0;
   s->think_max = rn(s, 2) ? rn(s, 200) : s->timeout_ms + 1000; /* late agreements */
   for (uint32_t i = 0; i < s->n; i++)
     s->m[i] = offer(i, 1 + rn(s, 2), 100000 + rn(s, 900000));
@@ -934,14 +1067,16 @@ static void test_gang_simulation_many_seeds(void **st) {
   fprintf(stderr,
           "gang sim: %" PRIu64 " seeds: %" PRIu64 " groups formed, %" PRIu64 " never did; %" PRIu64
           " restarts, %" PRIu64 " replacements asked, %" PRIu64 " late agreements released, %" PRIu64
-          " unanswered requests released\n",
-          nseeds, ready, failed, stats.restarts, stats.replacements, stats.late_released, stats.bare_released);
+          " unanswered requests released, %" PRIu64 " requester restarts\n",
+          nseeds, ready, failed, stats.restarts, stats.replacements, stats.late_released, stats.bare_released,
+          stats.crashes);
   /* Both outcomes are exercised (a run where every group formed or none
    * did would check little). */
   if (nseeds >= 1000) {
     assert_true(ready > nseeds / 10);
     assert_true(failed > nseeds / 10);
-    assert_true(stats.restarts > 0 && stats.replacements > 0 && stats.late_released > 0 && stats.bare_released > 0);
+    assert_true(stats.restarts > 0 && stats.replacements > 0 && stats.late_released > 0 && stats.bare_released > 0 &&
+                stats.crashes > 0);
   }
 }
 
@@ -960,6 +1095,9 @@ int main(void) {
       cmocka_unit_test(test_gang_replacement_refusal_tries_next_spare_then_fails),
       cmocka_unit_test(test_gang_job_failure_restarts_on_the_same_leases),
       cmocka_unit_test(test_gang_release_by_the_user),
+      cmocka_unit_test(test_gang_restored_while_forming_releases_everything),
+      cmocka_unit_test(test_gang_restored_while_ready_keeps_running),
+      cmocka_unit_test(test_gang_restore_rejects_bad_state),
       cmocka_unit_test(test_gang_simulation_many_seeds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
