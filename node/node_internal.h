@@ -7,6 +7,7 @@
 #define GPUNET_NODE_INTERNAL_H
 
 #include "records.h"
+#include "util.h"
 
 #include <gpunet/billing.h>
 #include <gpunet/discovery.h>
@@ -19,8 +20,9 @@
 #include <stdbool.h>
 #include <uv.h>
 
-/* records.h brings jobmsg.h: tests/node/test_ids.c and
- * tests/fuzz/fuzz_jobmsg.c take gn_jobman and gn_jobmsg from here. */
+/* records.h brings jobmsg.h, and util.h is here too: tests/node/test_ids.c,
+ * tests/fuzz/fuzz_jobmsg.c and scripts/docs/node_examples.c take gn_jobman,
+ * gn_jobmsg and gn__strf from this header. */
 
 struct gn_node {
   uv_loop_t *loop;
