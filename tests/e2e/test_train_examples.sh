@@ -24,7 +24,7 @@ ex=$src/examples/train
 W=3
 # Small and quick: 30 steps of a 77k-parameter MLP, checkpoints every 10.
 steps=30
-common=(--steps $steps --ckpt-every 10 --timeout 60 --log-every 10)
+common=(--steps "$steps" --ckpt-every 10 --timeout 60 --log-every 10)
 
 # group NAME SCRIPT ARGS...: runs W ranks of SCRIPT, each with output folder
 # $work/NAME/rN and log $work/NAME/rN.log, waits for all; the ranks' exit
