@@ -5,7 +5,6 @@
 #include "api.h"
 
 #include "attest_net.h"
-#include "daemon.h"
 #include "node_internal.h"
 #include "provider.h"
 #include "settle_glue.h"

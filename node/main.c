@@ -1,5 +1,6 @@
 /* gpunetd: the gpunet daemon; everything it does starts in daemon.c. */
 #include "daemon.h"
+#include "pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>

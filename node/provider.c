@@ -4,8 +4,8 @@
 #include "provider.h"
 
 #include "attest_net.h"
-#include "daemon.h"
 #include "node_internal.h"
+#include "pool.h"
 #include "settle_glue.h"
 #include "util.h"
 

@@ -16,6 +16,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* gpunetd's version (GET /v1/status, the startup line). */
+#define GN_VERSION "0.1.0"
 #include <stdio.h>
 #include <uv.h>
 
