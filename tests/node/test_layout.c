@@ -62,10 +62,10 @@ static void read_tree(void) {
     assert_true(nfiles < MAX_FILES);
     src *s = &files[nfiles++];
     memset(s, 0, sizeof *s);
-    snprintf(s->name, sizeof s->name, "%s", e->d_name);
+    memcpy(s->name, e->d_name, len + 1); /* len < 64 */
     module_of(s->name, s->mod, sizeof s->mod);
     char path[PATH_MAX + 64], line[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    snprintf(path, sizeof path, "%s/%s", dir, s->name);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     while (fgets(line, sizeof line, f)) {
