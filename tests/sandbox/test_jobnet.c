@@ -833,7 +833,7 @@ static int net_teardown(void **state) {
 #define SKIP_UNLESS_NET()                                                                                              \
   do {                                                                                                                 \
     if (g.skip) {                                                                                                      \
-      printf("skipped: the job network tests %s\n", g.skip);                                                           \
+      printf("skipped: job network tests: %s\n", g.skip);                                                              \
       skip();                                                                                                          \
     }                                                                                                                  \
   } while (0)
