@@ -140,9 +140,11 @@ int gn_jobnet_uapi_set_text(const gn_jobnet_config *cfg, char *out, size_t cap, 
  * must not be the caller's own), and there gives it the rank's address and
  * brings it up. The only route it adds is the job subnet's. Every step has a
  * time limit; on any failure everything started is stopped and removed and
- * *ret is not written. The caller must be root (CAP_NET_ADMIN,
- * CAP_SYS_ADMIN) and not share its thread's namespaces with other work
- * while this runs. Errors: GN_EINVAL (config, netns), GN_EEXIST (the
+ * *ret is not written. "The host's namespace" is the calling thread's: the
+ * caller must be root there (CAP_NET_ADMIN, CAP_SYS_ADMIN for setns). It
+ * blocks (each step at most 5 s, about 20 s in all at worst; ~0.1 s here):
+ * call it off the event loop (uv_queue_work). Bring it up before the job's
+ * process starts, so nothing of the job's can hold the name first. Errors: GN_EINVAL (config, netns), GN_EEXIST (the
  * interface or its socket already exists), GN_EUNSUPPORTED (no ip, no
  * wireguard-go for the backend asked), GN_ETIMEDOUT, GN_EIO (a step failed:
  * err says which and what it printed). */
