@@ -142,7 +142,7 @@ int gn_jobnet_uapi_set_text(const gn_jobnet_config *cfg, char *out, size_t cap, 
  * time limit; on any failure everything started is stopped and removed and
  * *ret is not written. "The host's namespace" is the calling thread's: the
  * caller must be root there (CAP_NET_ADMIN, CAP_SYS_ADMIN for setns). It
- * blocks (each step at most 5 s, about 20 s in all at worst; ~0.1 s here):
+ * blocks (each step at most 5 s, about 20 s in all at worst; about 50 ms here):
  * call it off the event loop (uv_queue_work). Bring it up before the job's
  * process starts, so nothing of the job's can hold the name first. Errors: GN_EINVAL (config, netns), GN_EEXIST (the
  * interface or its socket already exists), GN_EUNSUPPORTED (no ip, no
