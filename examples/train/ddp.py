@@ -217,6 +217,9 @@ def main():
             os._exit(75)
 
     n = len(times)
+    # A rank can finish its last all-reduce while its own last sends still
+    # sit in the interface's queue: read the counter once all ranks are done.
+    dist.barrier()
     iface1 = tx_bytes(a.iface)
     iface = f" iface_tx_bytes_per_step {(iface1 - iface0) / n:.0f}" if n and iface0 is not None and iface1 is not None else ""
     if n:
@@ -227,7 +230,14 @@ def main():
         )
     print(f"rank {rank} final_params_sha256 {params_sha256(model)}", flush=True)
     dist.barrier()
-    dist.destroy_process_group()
+    # Every rank is past its last collective. Leave without running
+    # destructors: torch 1.13's ProcessGroupGloo destructor, run at
+    # interpreter exit, joins its worker threads while holding the GIL, and
+    # a worker freeing a tensor waits for the GIL: the rank would hang (seen
+    # over shaped links, where ranks finish at different moments).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
