@@ -13,8 +13,8 @@ set -euo pipefail
 src=${GN_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 . "$src/scripts/lib/e2e.sh"
 
-py=/usr/bin/python3
-if ! [ -x $py ] || ! $py -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
+py=${GN_TRAIN_PYTHON:-/usr/bin/python3} # the tests use Debian's python3-torch
+if ! [ -x "$py" ] || ! "$py" -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
   echo "SKIP: $py with PyTorch (gloo) is not installed (apt-get install python3-torch; scripts/deps)"
   exit 77
 fi
@@ -37,7 +37,7 @@ group() {
   for ((r = 0; r < W; r++)); do
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$W LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
       GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 \
-      timeout 150 $py "$script" --output "$work/$name/r$r" "$@" >"$work/$name/r$r.log" 2>&1 &
+      timeout 150 "$py" "$script" --output "$work/$name/r$r" "$@" >"$work/$name/r$r.log" 2>&1 &
     pids+=($!)
   done
   for r in "${pids[@]}"; do
@@ -136,9 +136,9 @@ ok "ddp: loopback tx per step $tx >= $W x counted"
 
 # Bad flags: a clear error (argparse, exit 2), nothing written.
 set +e
-out=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=1 RANK=0 WORLD_SIZE=1 $py "$ex/diloco.py" --output "$work/bad" --inner-steps 10 --ckpt-every 15 2>&1)
+out=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=1 RANK=0 WORLD_SIZE=1 "$py" "$ex/diloco.py" --output "$work/bad" --inner-steps 10 --ckpt-every 15 2>&1)
 rc=$?
-out2=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=1 RANK=0 WORLD_SIZE=1 $py "$ex/ddp.py" --output "$work/bad" --steps 0 2>&1)
+out2=$(MASTER_ADDR=127.0.0.1 MASTER_PORT=1 RANK=0 WORLD_SIZE=1 "$py" "$ex/ddp.py" --output "$work/bad" --steps 0 2>&1)
 rc2=$?
 set -e
 [ $rc = 2 ] && grep -q "ckpt-every must be 0 or a multiple of --inner-steps" <<<"$out" || fail "diloco --ckpt-every 15 with H 10: exit $rc: $out"
