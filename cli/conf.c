@@ -1,8 +1,7 @@
 /* The config file `gpunet init` writes: every gpunetd key with its default,
  * commented out. gpunetd reads it (node/config.c); the CLI writes it here,
  * with no daemon and without the node library. tests/node/test_cli_init.c
- * checks that gpunetd loads it and that it stays the same text as
- * node/config.c's own copy (gn_config_write_default) while that exists. */
+ * checks that gpunetd loads it and reads every commented example in it. */
 #include "cli.h"
 
 #include <errno.h>
