@@ -515,8 +515,17 @@ static void test_isolation_lease_cgroup_holds_two_burners_to_one_quota(void **st
   if (used > allowed * 1.3)
     fail_msg("the lease's jobs used %.2f CPU-s in %.2f s, over its quota of %.2f", used, secs, allowed);
   /* The lease's own quota did the limiting: it was throttled while each
-   * job stayed within its own. */
-  assert_true(thr1 > thr0);
+   * job stayed within its own. On a host so busy that the two burners did
+   * not even reach the lease's quota nothing was there to throttle: that
+   * run shows only the bound above (test_isolation_cpu_quota_reaches_the_cgroup
+   * checks the quota itself). */
+  if (thr1 == thr0 && used < allowed * 0.9)
+    fprintf(stderr,
+            "  the host was too busy for the burners to reach the quota (%.2f of %.2f CPU-s): "
+            "throttling not observable in this run\n",
+            used, allowed);
+  else
+    assert_true(thr1 > thr0);
   assert_int_equal(removed, 0);
   char path[512];
   snprintf(path, sizeof(path), "/sys/fs/cgroup/cpu/gpunet/%s", lease);
