@@ -26,6 +26,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mount.h>
+#include <errno.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -704,6 +705,21 @@ static size_t hanging_accept(void) {
   return accepted_n;
 }
 
+/* Of the accepted connections, those the provider still holds open (one
+ * per running pull; a pull that retried or was stopped has closed its
+ * earlier one). */
+static size_t hanging_live(void) {
+  size_t live = 0;
+  hanging_accept();
+  for (size_t i = 0; i < accepted_n; i++) {
+    char c;
+    ssize_t n = recv(accepted[i], &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) /* its request, or nothing yet */
+      live++;
+  }
+  return live;
+}
+
 /* Six jobs pulling from a registry that never answers: four pulls run, two
  * wait, so the thread pool keeps threads for everything else; stopping one
  * lets the next start. */
@@ -725,19 +741,24 @@ static void test_provider_runs_at_most_four_pulls_at_once(void **state) {
     hanging_accept();
     run_until(&(int){0}, 100);
   }
-  size_t first = hanging_accept();
+  size_t first = hanging_live();
   send_stop(a.terms.lease_id, jobs[0]);
   assert_true(wait_status(jobs[0], "stopped", 5000, NULL, NULL));
   for (int i = 0; i < 20; i++) {
     hanging_accept();
     run_until(&(int){0}, 100);
   }
-  size_t then = hanging_accept();
+  size_t then = hanging_live(), total = accepted_n;
   for (size_t i = 0; i < accepted_n; i++)
     close(accepted[i]);
   accepted_n = 0;
-  if (first != 4 || then != 5)
-    fail_msg("%zu pulls ran at once (want 4), %zu after one stopped (want 5)", first, then);
+  /* Counted as connections held open, not connections made: under load a
+   * pull may retry its connection, which must not read as a fifth pull. The stopped pull's connection may still be open
+   * for a moment (at most 5 then), but never a sixth pull. */
+  if (first != 4 || then < 4 || then > 5 || total < 5)
+    fail_msg("%zu pulls ran at once (want 4), %zu connections open after one stopped and the next started "
+             "(want 4 or 5; %zu made in all, want at least 5)",
+             first, then, total);
 }
 
 /* Two leases at once never share a host uid; a released lease's range can
