@@ -34,6 +34,18 @@ static bool cgroup2_unified(void) {
   return statfs("/sys/fs/cgroup", &sf) == 0 && (long)sf.f_type == CGROUP2_SUPER_MAGIC;
 }
 
+/* A hybrid layout: cgroup v1 controllers under /sys/fs/cgroup with a
+ * cgroup2 tree beside them at /sys/fs/cgroup/unified. crun (1.8 at least)
+ * refuses to start any container there. GN_CGROUP_HYBRID=0/1 overrides the
+ * probe (tests). */
+static bool cgroup_hybrid(void) {
+  const char *o = getenv("GN_CGROUP_HYBRID");
+  if (o && (strcmp(o, "0") == 0 || strcmp(o, "1") == 0))
+    return o[0] == '1';
+  struct statfs sf;
+  return !cgroup2_unified() && statfs("/sys/fs/cgroup/unified", &sf) == 0 && (long)sf.f_type == CGROUP2_SUPER_MAGIC;
+}
+
 /* Finds an executable by name in PATH, then in the sbin dirs that a
  * non-login PATH often lacks (Debian installs runc in /usr/sbin). */
 static bool find_exec(const char *name, char *out, size_t cap) {
@@ -169,12 +181,23 @@ int gn_runtime_detect(const char *name, gn_runtime *ret, char *err, size_t err_c
       return gn__err(err, err_cap, r, "OCI runtime \"%s\" %s", name,
                      r == GN_ENOTFOUND ? "is not installed or not executable"
                                        : "does not run or is neither runc nor crun");
+    if (ret->kind == GN_RUNTIME_CRUN && cgroup_hybrid())
+      return gn__err(err, err_cap, GN_EUNSUPPORTED,
+                     "OCI runtime crun %s refuses this host's hybrid cgroup layout (cgroup v1 controllers with "
+                     "cgroup2 at /sys/fs/cgroup/unified), so every job would fail; use runc (--runtime runc or auto)",
+                     ret->version);
     return 0;
   }
   const char *first = cgroup2_unified() ? "crun" : "runc";
   const char *second = cgroup2_unified() ? "runc" : "crun";
-  if (try_runtime(first, ret) == 0 || try_runtime(second, ret) == 0)
+  if (try_runtime(first, ret) == 0)
     return 0;
+  if (try_runtime(second, ret) == 0 && !(ret->kind == GN_RUNTIME_CRUN && cgroup_hybrid()))
+    return 0;
+  if (ret->kind == GN_RUNTIME_CRUN && cgroup_hybrid())
+    return gn__err(err, err_cap, GN_EUNSUPPORTED,
+                   "no usable OCI runtime: runc is not installed and crun refuses this host's hybrid cgroup layout; "
+                   "install runc (apt-get install runc)");
   return gn__err(err, err_cap, GN_EUNSUPPORTED,
                  "no OCI runtime found: neither runc nor crun runs here; install one (apt-get install runc)");
 }

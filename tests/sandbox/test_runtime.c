@@ -55,9 +55,18 @@ static void test_detect_explicit_name_wins(void **state) {
   gn_runtime rt;
   char err[256] = "";
   if (have("crun")) {
+    setenv("GN_CGROUP_HYBRID", "0", 1);
     assert_int_equal(gn_runtime_detect("crun", &rt, err, sizeof(err)), 0);
     assert_int_equal(rt.kind, GN_RUNTIME_CRUN);
     assert_non_null(strstr(rt.path, "crun"));
+    /* On a hybrid cgroup layout crun would fail every job: refused at
+     * start, naming why and what to use. */
+    setenv("GN_CGROUP_HYBRID", "1", 1);
+    err[0] = 0;
+    assert_int_equal(gn_runtime_detect("crun", &rt, err, sizeof(err)), GN_EUNSUPPORTED);
+    assert_non_null(strstr(err, "hybrid cgroup layout"));
+    assert_non_null(strstr(err, "runc"));
+    unsetenv("GN_CGROUP_HYBRID");
   }
   if (have("runc")) {
     assert_int_equal(gn_runtime_detect("runc", &rt, err, sizeof(err)), 0);
