@@ -1,0 +1,211 @@
+# shellcheck shell=bash disable=SC2034
+# Network-namespace "hosts" for the multi-host e2e tests (tests/e2e/
+# test_train*.sh): each host is a network namespace with lo and one veth
+# (eth0) to a bridge that lives in a parent namespace, the "net". All hosts
+# share one /24 (default 10.250.0.0/24, host N at .N); the net itself holds
+# .254 on the bridge (every host's default route, the way "out") and
+# 198.51.100.1/32, a stand-in for the internet that every host reaches
+# through that route. Optional tc shaping per host (RATE on both directions
+# of its link, DELAY on its way out). Nothing is added to the caller's own
+# namespace: deleting the namespaces removes every interface.
+#
+# Processes are started inside a host with nsenter --net (not `ip netns
+# exec`, which also remounts /sys in a new mount namespace and so hides the
+# cgroup tree a provider limits its jobs with). Unix sockets are not
+# namespaced: `gpunet --data-dir DIR` reaches a daemon in any host.
+#
+# Source it after e2e.sh (it uses gn_cli and gn_die); it defines functions
+# only. Needs root, ip (iproute2), nsenter (util-linux), tc for shaping.
+#   hosts_need                  exit 77 saying why unless the above are here
+#   hosts_init [NET]            the net (NET = first three octets, default
+#                               10.250.0); chains hosts_cleanup onto the EXIT trap
+#   hosts_add NAME [RATE[:DELAY]]   a host at NET.<next>; sets hosts_ip[NAME]
+#   hosts_exec NAME CMD...      runs CMD in NAME's network namespace
+#   hosts_bg NAME LOG CMD...    the same in the background (setsid), pid in $!
+#                               and remembered, killed by hosts_cleanup
+#   hosts_node_start NAME DIR LABEL ARGS...  gpunetd in host NAME (like gn_node_start)
+#   hosts_registry_start NAME DIR PORT       docker-registry on NAME's 0.0.0.0:PORT
+#   hosts_tcp_open NAME ADDR PORT           from NAME, a TCP connect to ADDR:PORT
+#                               succeeds (or is refused: the address answered)
+#   hosts_listen NAME PORT      a TCP listener in NAME on 0.0.0.0:PORT (for probes)
+#   hosts_cleanup               stops what was started, kills what is left in
+#                               the namespaces, deletes them
+
+declare -gA hosts_ip=() hosts_ns=()
+hosts_list=()
+hosts_pids=()
+hosts_net=""
+hosts_prefix=""
+hosts_parent=""
+
+hosts_need() {
+  local why=""
+  if [ "$(id -u)" -ne 0 ]; then
+    why="needs root (network namespaces)"
+  elif ! command -v ip >/dev/null; then
+    why="needs ip (iproute2)"
+  elif ! command -v nsenter >/dev/null; then
+    why="needs nsenter (util-linux)"
+  elif ! ip netns add "gnh-probe-$$" 2>/dev/null; then
+    why="cannot create network namespaces (ip netns add failed)"
+  else
+    ip netns del "gnh-probe-$$"
+  fi
+  if [ -n "$why" ]; then
+    echo "SKIP: multi-host e2e: $why"
+    exit 77
+  fi
+}
+
+hosts_init() {
+  hosts_net=${1:-10.250.0}
+  [[ $hosts_net =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || gn_die "hosts_init: NET is three octets, e.g. 10.250.0"
+  hosts_prefix="gnh$$"
+  hosts_parent="$hosts_prefix-net"
+  # Run hosts_cleanup after whatever the EXIT trap did already (stopping
+  # the daemons first, so nothing respawns into a namespace being deleted).
+  local prev
+  prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
+  # shellcheck disable=SC2064
+  trap "${prev:+$prev; }hosts_cleanup" EXIT
+  ip netns add "$hosts_parent" || gn_die "cannot create namespace $hosts_parent"
+  ip -n "$hosts_parent" link set lo up
+  ip -n "$hosts_parent" link add br0 type bridge
+  ip -n "$hosts_parent" link set br0 up
+  ip -n "$hosts_parent" address add "$hosts_net.254/24" dev br0
+  ip -n "$hosts_parent" address add 198.51.100.1/32 dev lo
+}
+
+hosts_add() {
+  local name=$1 shape=${2:-} n ns port rate delay
+  [ -n "$hosts_parent" ] || gn_die "hosts_add before hosts_init"
+  [[ $name =~ ^[a-z][a-z0-9]{0,7}$ ]] || gn_die "hosts_add: bad host name '$name'"
+  [ -z "${hosts_ns[$name]:-}" ] || gn_die "hosts_add: host $name exists"
+  n=$((${#hosts_list[@]} + 1))
+  [ "$n" -le 200 ] || gn_die "hosts_add: too many hosts"
+  ns="$hosts_prefix-$name"
+  port="h$n-$$"
+  port=${port:0:15}
+  ip netns add "$ns" || gn_die "cannot create namespace $ns"
+  hosts_list+=("$name")
+  hosts_ns[$name]=$ns
+  hosts_ip[$name]="$hosts_net.$n"
+  ip -n "$ns" link set lo up
+  ip -n "$hosts_parent" link add "$port" type veth peer name eth0 netns "$ns"
+  ip -n "$hosts_parent" link set "$port" master br0 up
+  ip -n "$ns" address add "$hosts_net.$n/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" route add default via "$hosts_net.254"
+  if [ -n "$shape" ]; then
+    command -v tc >/dev/null || gn_die "shaping needs tc (iproute2)"
+    rate=${shape%%:*}
+    delay=""
+    [ "$rate" = "$shape" ] || delay=${shape#*:}
+    if [ -n "$delay" ]; then
+      ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" rate "$rate" limit 100000
+    else
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 1s
+    fi
+    ip netns exec "$hosts_parent" tc qdisc add dev "$port" root tbf rate "$rate" burst 64kb latency 1s
+  fi
+}
+
+hosts_exec() {
+  local name=$1
+  shift
+  [ -n "${hosts_ns[$name]:-}" ] || gn_die "no host $name"
+  nsenter --net="/run/netns/${hosts_ns[$name]}" -- "$@"
+}
+
+hosts_bg() {
+  local name=$1 log=$2
+  shift 2
+  [ -n "${hosts_ns[$name]:-}" ] || gn_die "no host $name"
+  setsid nsenter --net="/run/netns/${hosts_ns[$name]}" -- "$@" >"$log" 2>&1 </dev/null &
+  hosts_pids+=($!)
+}
+
+hosts_node_start() {
+  local name=$1 dir=$2 label=$3
+  shift 3
+  [ -n "${hosts_ns[$name]:-}" ] || gn_die "no host $name"
+  mkdir -p "$dir"
+  [ -f "$dir/identity.key" ] || gn_cli "$dir" init >/dev/null || gn_die "cannot create the identity of $label"
+  nsenter --net="/run/netns/${hosts_ns[$name]}" -- "$GN_BIN/gpunetd" --data-dir "$dir" "$@" >"$dir/gpunetd.log" 2>&1 &
+  echo $! >"$dir/gpunetd.pid"
+  for _ in $(seq 100); do
+    if gn_cli "$dir" status >/dev/null 2>&1; then
+      return 0
+    fi
+    kill -0 "$(cat "$dir/gpunetd.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -n 20 "$dir/gpunetd.log" >&2
+  gn_die "$label did not start in host $name (log: $dir/gpunetd.log)"
+}
+
+hosts_registry_start() {
+  local name=$1 dir=$2 port=$3
+  command -v docker-registry >/dev/null || gn_die "docker-registry is not installed (apt-get install docker-registry)"
+  mkdir -p "$dir/data"
+  dir=$(cd "$dir" && pwd)
+  cat >"$dir/config.yml" <<YML
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+  delete:
+    enabled: true
+  cache:
+    blobdescriptor: ""
+http:
+  addr: 0.0.0.0:$port
+YML
+  hosts_bg "$name" "$dir/registry.log" docker-registry serve "$dir/config.yml"
+  local i
+  for ((i = 0; i < 150; i++)); do
+    hosts_exec "$name" curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/v2/" && return 0
+    sleep 0.1
+  done
+  tail -n 20 "$dir/registry.log" >&2 || true
+  gn_die "registry did not answer in host $name on port $port"
+}
+
+hosts_tcp_open() {
+  local name=$1 addr=$2 port=$3 out
+  out=$(hosts_exec "$name" timeout 3 bash -c "exec 3<>/dev/tcp/$addr/$port" 2>&1) && return 0
+  grep -q "Connection refused" <<<"$out"
+}
+
+hosts_listen() {
+  local name=$1 port=$2
+  hosts_bg "$name" /dev/null python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(64)
+while True:
+    c, _ = s.accept(); c.close()' "$port"
+}
+
+hosts_cleanup() {
+  set +e
+  local p ns name
+  for p in "${hosts_pids[@]}"; do
+    kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null
+  done
+  # Whatever still runs in a host (a job's leftovers, a wireguard-go a
+  # provider did not reap) is killed by pid before its namespace goes.
+  for name in "${hosts_list[@]}"; do
+    ns=${hosts_ns[$name]}
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+  for name in "${hosts_list[@]}"; do ip netns del "${hosts_ns[$name]}" 2>/dev/null; done
+  [ -z "$hosts_parent" ] || ip netns del "$hosts_parent" 2>/dev/null
+  hosts_list=()
+  hosts_parent=""
+  return 0
+}
