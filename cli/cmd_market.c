@@ -206,8 +206,12 @@ int cmd_rent(cli *c, int argc, char **argv) {
     return cli_usage_error("rent", "missing --hours H");
   char *end;
   double hours = strtod(hours_s, &end);
-  if (*end || end == hours_s || !(hours > 0) || hours > 8760)
+  if (*end || end == hours_s || !(hours > 0))
     return cli_usage_error("rent", "--hours wants a positive number of hours, not '%s'", hours_s);
+  /* An agreement holds at most GN_INVOICE_MAX_S (960 h). */
+  if (hours > GN_INVOICE_MAX_S / 3600.0)
+    return cli_usage_error("rent", "--hours: at most %u (the longest lease an agreement holds), not '%s'",
+                           GN_INVOICE_MAX_S / 3600u, hours_s);
   json_t *jh = hours == floor(hours) ? json_integer((json_int_t)hours) : json_real(hours);
   json_t *body = json_pack("{s:s?, s:s?, s:o, s:i, s:b, s:b}", "offer", offer, "gpu", gpu, "hours", jh, "count",
                            (int)count, "allow_simulated", allow_sim, "attest", attest);
@@ -258,7 +262,7 @@ static void lease_row(cli_table *t, const json_t *l, size_t i) {
                        peer,
                        gpus,
                        price,
-                       cli_str(l, "state"),
+                       cli_bool(l, "disputed") ? "disputed" : cli_str(l, "state"),
                        elapsed,
                        cost,
                        ends,

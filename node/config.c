@@ -460,8 +460,12 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     char *end;
     errno = 0;
     unsigned long h = strtoul(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || h < 1 || h > 8760) {
-      snprintf(err, cap, "bad max_hours '%s': want a whole number of hours from 1 to 8760", v);
+    /* An agreement holds at most GN_INVOICE_MAX_S (960 h): a longer offer
+     * could never be signed. */
+    if (errno || end == v || *end || v[0] == '-' || h < 1 || h > GN_INVOICE_MAX_S / 3600u) {
+      snprintf(err, cap,
+               "bad max_hours '%s': want a whole number of hours from 1 to %u (the longest lease an agreement holds)",
+               v, GN_INVOICE_MAX_S / 3600u);
       return GN_EINVAL;
     }
     cfg->max_hours = (uint32_t)h;

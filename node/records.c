@@ -233,10 +233,20 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
   if (seconds > l->ag.terms.max_s)
     seconds = l->ag.terms.max_s;
   uint64_t cost = gn_price_cost(l->ag.terms.price_uper_hour, l->ag.terms.count, seconds);
-  if (l->invoice_id[0]) { /* once invoiced: what the final invoice bills */
+  /* Once invoiced: what the final invoice bills, except on the requester's
+   * side of a rejected invoice: there the provider's claim is not what we
+   * owe, our own observation stays the figure and the claim is shown apart
+   * (claimed_s, claimed_micro). */
+  bool countersigned = l->invoice_id[0] && strcmp(l->invoice_status, "accepted") == 0;
+  bool disputed = l->invoice_id[0] && strcmp(l->invoice_status, "rejected") == 0;
+  if (l->invoice_id[0] && !(disputed && l->role == GN_ROLE_REQUESTER)) {
     seconds = l->invoice_seconds;
     cost = l->invoice_micro;
   }
+  /* What the requester's vouchers cover: the last accepted note, or once it
+   * is countersigned the final invoice (which continues that note). */
+  uint64_t accepted_s = countersigned ? l->invoice_seconds : info.accepted_s;
+  uint64_t accepted_micro = countersigned ? l->invoice_micro : info.accepted_micro;
   json_t *o = json_pack(
       "{s:s, s:s, s:s, s:s, s:i, s:o, s:I, s:s, s:s, s:I, s:I, s:I, s:s, s:s?, s:I, s:I, s:b}", "id", l->id, "role",
       l->role == GN_ROLE_PROVIDER ? "provider" : "requester", "peer", peer, "gpu_model", l->ag.terms.gpu_model, "count",
@@ -248,14 +258,17 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
       (json_int_t)cost, "simulated", l->ag.terms.simulated);
   if (o) {
     json_object_set_new(o, "interval_s", json_integer(l->ag.terms.interval_s));
-    /* What the requester's vouchers cover so far (the last accepted note,
-     * or the countersigned final invoice). */
-    json_object_set_new(o, "accepted_s", json_integer((json_int_t)info.accepted_s));
-    json_object_set_new(o, "accepted_micro", json_integer((json_int_t)info.accepted_micro));
+    json_object_set_new(o, "accepted_s", json_integer((json_int_t)accepted_s));
+    json_object_set_new(o, "accepted_micro", json_integer((json_int_t)accepted_micro));
     json_object_set_new(o, "notes_accepted", json_integer((json_int_t)info.accepted_seq));
     if (l->invoice_id[0]) {
       json_object_set_new(o, "invoice", json_string(l->invoice_id));
       json_object_set_new(o, "invoice_status", json_string(l->invoice_status));
+    }
+    json_object_set_new(o, "disputed", json_boolean(disputed));
+    if (disputed) { /* the provider's rejected claim */
+      json_object_set_new(o, "claimed_s", json_integer((json_int_t)l->invoice_seconds));
+      json_object_set_new(o, "claimed_micro", json_integer((json_int_t)l->invoice_micro));
     }
     if (l->role == GN_ROLE_REQUESTER) {
       json_object_set_new(o, "max_spend_micro", json_integer((json_int_t)l->max_spend_micro));

@@ -103,6 +103,14 @@ for bad in "--max-price 0" "--max-price 1.2345678" "--max-spend -1" "--max-spend
   if [ $rc != 2 ] || ! grep -q -- "${bad%% *}" <<<"$out"; then fail "rent $bad: rc $rc: $out"; fi
 done
 ok "rent refuses a bad --max-price, --max-spend or --interval before asking gpunetd (exit 2, naming the option)"
+# The longest lease an agreement holds is 960 h (GN_INVOICE_MAX_S): rent
+# says so at once instead of failing at signing.
+set +e
+out=$(gn_cli "$R" rent --gpu "RTX 4090" --hours 961 --allow-simulated --no-attest 2>&1)
+rc=$?
+set -e
+if [ $rc != 2 ] || ! grep -q -- "--hours: at most 960" <<<"$out"; then fail "rent --hours 961: rc $rc: $out"; fi
+ok "rent --hours 961 is refused before asking gpunetd: ${out%%$'\n'*}"
 set +e
 out=$(gn_cli "$R" rent --gpu "RTX 4090" --hours 1 --allow-simulated --no-attest --max-price 0.40 2>&1)
 rc=$?
@@ -196,13 +204,25 @@ sleep 2
 gn_cli "$R" release "$lease" >/dev/null || fail "cannot release $lease"
 t_end=$(date +%s)
 [ "$(lease_field invoice_status "$R" "$lease")" = accepted ] || fail "the final invoice was not countersigned"
-secs=$(lease_field accepted_s "$R" "$lease")
 wall=$((t_end - t_rent))
-if [ "$secs" -lt $((wall - 4)) ] || [ "$secs" -gt $((wall + 2)) ]; then fail "billed $secs s for a lease of ${wall} s"; fi
 export_bill "$R" "$lease" "$work/restart.json"
 audit_rc "$work/restart.json" || fail "audit of the settled lease: $audit_out"
 export_bill "$P" "$lease" "$work/restart-p.json"
 audit_rc "$work/restart-p.json" || fail "audit of the provider's copy: $audit_out"
+# The settled figures are the countersigned invoice's: both daemons' vouched
+# seconds and amount (accepted_s, accepted_micro) are what it bills, not the
+# last debit note before it.
+secs=$(jq -r .summary.seconds "$work/restart.json")
+micro=$(jq -r .summary.total_micro "$work/restart.json")
+[ "$(jq -r .summary.seconds "$work/restart-p.json")" = "$secs" ] || fail "the two copies bill different seconds"
+for node in "$R" "$P"; do
+  [ "$(lease_field accepted_s "$node" "$lease")" = "$secs" ] ||
+    fail "$(basename "$node") shows accepted_s $(lease_field accepted_s "$node" "$lease"), the countersigned invoice bills $secs s"
+  [ "$(lease_field accepted_micro "$node" "$lease")" = "$micro" ] ||
+    fail "$(basename "$node") shows accepted_micro $(lease_field accepted_micro "$node" "$lease"), the invoice bills $micro"
+  [ "$(lease_field seconds "$node" "$lease")" = "$secs" ] || fail "$(basename "$node") shows other seconds than its invoice"
+done
+if [ "$secs" -lt $((wall - 4)) ] || [ "$secs" -gt $((wall + 2)) ]; then fail "billed $secs s for a lease of ${wall} s"; fi
 ok "settled for $secs s of a ${wall} s lease across the restart; both copies audit exit 0"
 
 echo "all $pass billing checks passed"

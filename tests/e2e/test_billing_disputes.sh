@@ -163,6 +163,24 @@ rc=0
 audit_rc "$work/over-r.json" || rc=$?
 [ $rc = 4 ] || fail "the requester's export of the rejected invoice audits with exit $rc: $audit_out"
 ok "the requester's export of the same bill audits exit 4 too"
+# The requester's own view of the disputed lease: its observation is what it
+# shows as the lease's seconds and cost, the provider's rejected claim only
+# apart (claimed_s), and the lease is marked disputed.
+r_secs=$(lease_field seconds "$R" "$lease")
+r_cost=$(lease_field cost_micro "$R" "$lease")
+[ "$(lease_field disputed "$R" "$lease")" = true ] || fail "the requester does not mark the rejected lease disputed"
+[ "$(lease_field claimed_s "$R" "$lease")" = "$claimed" ] ||
+  fail "the requester's claimed_s $(lease_field claimed_s "$R" "$lease") is not the invoice's $claimed"
+[ "$(lease_field claimed_micro "$R" "$lease")" = "$(jq -r .summary.total_micro "$work/over.json")" ] ||
+  fail "the requester's claimed_micro is not the invoice's total"
+if [ "$r_secs" -lt "$observed" ] || [ "$r_secs" -gt $((observed + 2)) ]; then
+  fail "the requester shows $r_secs s for a lease it observed for $observed s (the provider claims $claimed)"
+fi
+[ "$r_cost" -lt "$(jq -r .summary.total_micro "$work/over.json")" ] ||
+  fail "the requester shows the provider's rejected claim as its cost ($r_cost micro)"
+gn_cli "$R" leases | grep -F "$lease" | grep -qw disputed || fail "gpunet leases does not show the lease disputed: $(gn_cli "$R" leases)"
+[ "$(lease_field disputed "$P" "$lease")" = true ] || fail "the provider does not mark the rejected lease disputed"
+ok "the requester shows its own $r_secs s ($r_cost micro) for the disputed lease, the provider's $claimed s as claimed_s; both mark it disputed"
 gn_node_stop "$R"
 gn_node_stop "$P"
 no_sanitizer_report "$R"
