@@ -162,6 +162,8 @@ struct gn_lease_prov {
   gn_buf invoice;     /* the final invoice (ENDED, SETTLED) */
   gn_bill_head final; /* its head */
   uint64_t inv_resend_at_ms, inv_backoff_ms;
+  uint64_t inv_sends;  /* times this invoice was sent (GN_LEASE_INVOICE_SENDS_MAX) */
+  bool inv_unanswered; /* sent that often, unanswered: not sent again */
   bool inv_accepted;
   gn_buf inv_resp;
   char settle_reason[256];
@@ -230,7 +232,7 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
   gn_buf b = {0};
   bool ended = m->phase != GN_LEASE_PHASE_ACTIVE;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, ended ? 14 : 9);
+  gn_wire_put_map(&w, ended ? 16 : 9);
   gn_wire_put_str(&w, "v");
   gn_wire_put_u64(&w, GN__LEASE_STATE_VERSION);
   gn_wire_put_str(&w, "role");
@@ -267,6 +269,10 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
     gn_wire_put_bool(&w, m->inv_accepted);
     gn_wire_put_str(&w, "settle_reason");
     gn_wire_put_str(&w, m->settle_reason);
+    gn_wire_put_str(&w, "inv_sends");
+    gn_wire_put_u64(&w, m->inv_sends);
+    gn_wire_put_str(&w, "inv_unanswered");
+    gn_wire_put_bool(&w, m->inv_unanswered);
   }
   int r = gn_wire_writer_take(&w, &b);
   gn_wire_writer_done(&w);
@@ -300,14 +306,23 @@ static int prov_seal_invoice(gn_lease_prov *m) {
                               &m->invoice, &m->final);
 }
 
-/* Issues the final invoice that was (re)sealed: store it, send it. */
+/* Sends the final invoice, counting the sends. */
+static int prov_send_invoice(gn_lease_prov *m, gn_lease_out *out) {
+  m->inv_sends++;
+  return prov_send(out, &m->invoice);
+}
+
+/* Issues the final invoice that was (re)sealed: store it, send it. A
+ * re-sealed invoice is new: its sends count from 0. */
 static int prov_issue_invoice(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out) {
   gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_INVOICE);
   int r = a ? gn__lease_act_bytes(out, a, false, m->invoice.data, m->invoice.len) : GN_ENOMEM;
   m->inv_backoff_ms = gn__lease_resend_ms(m->interval_s);
   m->inv_resend_at_ms = now.mono_ms + m->inv_backoff_ms;
+  m->inv_sends = 0;
+  m->inv_unanswered = false;
   if (r == 0 && m->peer_up)
-    r = prov_send(out, &m->invoice);
+    r = prov_send_invoice(m, out);
   return r;
 }
 
@@ -434,9 +449,21 @@ static int prov_step(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out) {
         gn__lease_timer(out, m->down_since_ms + to_ms + 1);
     }
   }
-  if (m->phase == GN_LEASE_PHASE_ENDED && m->peer_up) {
+  if (m->phase == GN_LEASE_PHASE_ENDED && m->peer_up && !m->inv_unanswered) {
+    if (now.mono_ms >= m->inv_resend_at_ms && m->inv_sends >= GN_LEASE_INVOICE_SENDS_MAX) {
+      /* The last send had its backoff to be answered: give up sending. */
+      m->inv_unanswered = true;
+      if ((r = prov_persist(m, out)) < 0)
+        return r;
+      gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_UNANSWERED);
+      if (!a)
+        return GN_ENOMEM;
+      snprintf(a->reason, sizeof(a->reason), "final invoice sent %llu times, never answered: a provider-only claim",
+               (unsigned long long)m->inv_sends);
+      return 0;
+    }
     if (now.mono_ms >= m->inv_resend_at_ms) {
-      if ((r = prov_send(out, &m->invoice)) < 0)
+      if ((r = prov_send_invoice(m, out)) < 0)
         return r;
       m->inv_backoff_ms *= 2;
       if (m->inv_backoff_ms > GN_LEASE_INVOICE_RESEND_MAX_MS)
@@ -534,6 +561,11 @@ static int prov_restore_state(gn_lease_prov *m, const uint8_t *state, size_t len
       r = GN_ENOMEM;
       goto out;
     }
+    /* Absent from states persisted before the sends were bounded: 0. */
+    if (gn_wire_get_u64(doc.root, "inv_sends", &m->inv_sends) < 0)
+      m->inv_sends = 0;
+    if (gn_wire_get_bool(doc.root, "inv_unanswered", &m->inv_unanswered) < 0)
+      m->inv_unanswered = false;
   }
   *ret_metered = metered;
   r = 0;
@@ -824,5 +856,6 @@ void gn_lease_prov_info(const gn_lease_prov *m, gn_lease_info *ret) {
   ret->accepted_micro = m->head.total_micro;
   ret->pending = m->n_pend;
   ret->invoice_accepted = m->inv_accepted;
+  ret->invoice_unanswered = m->phase == GN_LEASE_PHASE_ENDED && m->inv_unanswered;
   memcpy(ret->end_reason, m->end_reason, sizeof(ret->end_reason));
 }

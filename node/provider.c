@@ -808,6 +808,9 @@ static int prov_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
         gn_log(GN_LOG_WARN, "requester rejected the invoice for lease %s: %s", l->id, a->reason);
       }
       break;
+    case GN_LEASE_ACT_UNANSWERED:
+      gn_log(GN_LOG_WARN, "lease %s: %s (gpunet invoice export %s)", l->id, a->reason, l->id);
+      break;
     case GN_LEASE_ACT_REJECTED:
       gn_log(GN_LOG_WARN, "requester rejected a debit note of lease %s: %s", l->id, a->reason);
       if (gn_ledger_store_response(n->ledger, l->id, "provider", a->data, a->len) < 0)

@@ -81,6 +81,16 @@
 #define GN_LEASE_RESEND_MIN_MS 1000u
 #define GN_LEASE_RESEND_MAX_MS 30000u
 #define GN_LEASE_INVOICE_RESEND_MAX_MS 600000u
+/* The final invoice is sent at most this many times (the first send, the
+ * resends, a peer coming back and restarts included; a re-sealed invoice
+ * starts again). Backing off from the resend interval to
+ * GN_LEASE_INVOICE_RESEND_MAX_MS, that is about 2 hours of a peer that is
+ * up and never answers (a requester that holds no such lease, such as one
+ * whose rent timed out before the late acceptance). The invoice then stays a
+ * provider-only claim in the ledger (exportable; the audit exits 3) and the
+ * machine says so once: GN_LEASE_ACT_UNANSWERED. An answer that still
+ * arrives later is taken. */
+#define GN_LEASE_INVOICE_SENDS_MAX 20u
 
 /* The current time, as the caller's clocks read it. mono_ms (gn_mono_ms) runs
  * the schedule and every timeout; utc_s (gn_unix_s) only stamps records
@@ -133,6 +143,10 @@ enum gn_lease_act_kind {
   GN_LEASE_ACT_REJECTED,
   /* Requester: send (again) a LEASE_RELEASE for this lease. */
   GN_LEASE_ACT_RELEASE,
+  /* Provider: the final invoice was sent GN_LEASE_INVOICE_SENDS_MAX times
+   * and nobody answered: it is not sent again and stays as stored (a
+   * provider-only claim). Information for logs; emitted once per lease. */
+  GN_LEASE_ACT_UNANSWERED,
 };
 
 typedef struct gn_lease_action {
@@ -174,9 +188,10 @@ typedef struct gn_lease_info {
   uint64_t accepted_s; /* seconds covered by the last accepted debit note */
   uint64_t accepted_seq;
   uint64_t accepted_micro;
-  uint64_t pending;      /* provider: notes issued and not answered */
-  bool released;         /* requester asked to end it */
-  bool invoice_accepted; /* SETTLED: countersigned (false: rejected) */
+  uint64_t pending;        /* provider: notes issued and not answered */
+  bool released;           /* requester asked to end it */
+  bool invoice_accepted;   /* SETTLED: countersigned (false: rejected) */
+  bool invoice_unanswered; /* provider, ENDED: the final invoice is no longer sent (GN_LEASE_ACT_UNANSWERED) */
   char end_reason[64];
 } gn_lease_info;
 

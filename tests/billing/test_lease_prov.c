@@ -31,7 +31,8 @@ typedef struct pv {
   gn_buf notes[256]; /* every DEBIT_NOTE sent, in order (repeats too) */
   size_t n_notes;
   gn_buf invoice; /* the last INVOICE action */
-  size_t n_invoice_actions, n_invoice_sends, n_vouchers, n_rejected;
+  size_t n_invoice_actions, n_invoice_sends, n_vouchers, n_rejected, n_unanswered;
+  uint64_t unanswered_at_ms;
   bool ended, settled, settled_accepted;
   char end_reason[256];
   uint8_t gpus; /* what the glue writes per second */
@@ -84,6 +85,11 @@ static void pv_handle(pv *p, const gn_lease_out *o) {
       break;
     case GN_LEASE_ACT_REJECTED:
       p->n_rejected++;
+      break;
+    case GN_LEASE_ACT_UNANSWERED:
+      p->n_unanswered++;
+      p->unanswered_at_ms = p->now_ms;
+      assert_non_null(strstr(a->reason, "never answered"));
       break;
     case GN_LEASE_ACT_SETTLED:
       p->settled = true;
@@ -636,6 +642,71 @@ static void test_prov_restart_after_end_resends_same_invoice(void **state) {
   gn_lease_out_done(&o);
 }
 
+/* A final invoice nobody answers (the peer is up: a requester that holds no
+ * such lease drops it) is sent GN_LEASE_INVOICE_SENDS_MAX times, backing
+ * off, and then no more: not on a timer, not when the peer comes back, not
+ * after a restart. It stays a provider-only claim (the machine says so once)
+ * and an answer that still comes is taken. */
+static void test_prov_unanswered_invoice_resends_bounded(void **state) {
+  pv *p = *state;
+  gn_lease_out o = {0};
+  pv_until(p, 15000);
+  assert_int_equal(gn_lease_prov_release(p->m, pv_now(p), &o), 0);
+  pv_handle(p, &o);
+  assert_int_equal(p->n_invoice_sends, 1);
+  pv_until(p, 48ull * 3600 * 1000); /* two days of a silent, reachable peer */
+  assert_int_equal(p->n_invoice_sends, GN_LEASE_INVOICE_SENDS_MAX);
+  assert_int_equal(p->n_unanswered, 1);
+  /* 1 + 2 + 4 ... backing off to 10 min: given up within 3 hours. */
+  assert_true(p->unanswered_at_ms < 3ull * 3600 * 1000);
+  assert_int_equal(p->timer, UINT64_MAX); /* nothing left to do */
+  gn_lease_info info;
+  gn_lease_prov_info(p->m, &info);
+  assert_int_equal(info.phase, GN_LEASE_PHASE_ENDED);
+  assert_true(info.invoice_unanswered);
+  assert_false(p->settled);
+  /* The peer goes and comes back: still nothing sent. */
+  assert_int_equal(gn_lease_prov_peer(p->m, pv_now(p), false, &o), 0);
+  pv_handle(p, &o);
+  assert_int_equal(gn_lease_prov_peer(p->m, pv_now(p), true, &o), 0);
+  pv_handle(p, &o);
+  pv_until(p, p->now_ms + 3600000);
+  assert_int_equal(p->n_invoice_sends, GN_LEASE_INVOICE_SENDS_MAX);
+  /* A restart keeps it so (the count is persisted); the invoice is stored
+   * again (idempotent), not sent, and not announced again. */
+  gn_buf inv = {0};
+  assert_int_equal(gn_buf_append(&inv, p->invoice.data, p->invoice.len), 0);
+  p->m = gn_lease_prov_free(p->m);
+  p->now_ms = 0;
+  p->timer = 0;
+  assert_int_equal(gn_lease_prov_restore(p->prov, p->ag.data, p->ag.len, p->state.data, p->state.len, p->ledger.data,
+                                         p->ledger.len / 2, pv_now(p), &p->m, &o),
+                   0);
+  pv_handle(p, &o);
+  assert_int_equal(gn_lease_prov_peer(p->m, pv_now(p), true, &o), 0);
+  pv_handle(p, &o);
+  pv_until(p, 3600000);
+  assert_int_equal(p->n_invoice_sends, GN_LEASE_INVOICE_SENDS_MAX);
+  assert_int_equal(p->n_unanswered, 1);
+  gn_lease_prov_info(p->m, &info);
+  assert_true(info.invoice_unanswered);
+  /* A countersignature that still arrives settles the lease. */
+  gn_bill_head h, fin;
+  gn_buf ia = {0};
+  assert_int_equal(gn_bill_head_init(p->ag.data, p->ag.len, &h), 0);
+  assert_int_equal(gn_bill_invoice_check(inv.data, inv.len, p->ag.data, p->ag.len, &h, 15, 5, 0, &fin, NULL, NULL, 0),
+                   0);
+  assert_int_equal(gn_bill_invoice_accept_seal(p->req, p->ag.data, p->ag.len, &fin, START_S + 30, &ia), 0);
+  assert_int_equal(pv_recv(p, &ia), 0);
+  assert_true(p->settled);
+  assert_true(p->settled_accepted);
+  gn_lease_prov_info(p->m, &info);
+  assert_false(info.invoice_unanswered);
+  gn_buf_done(&ia);
+  gn_buf_done(&inv);
+  gn_lease_out_done(&o);
+}
+
 /* A provider restarted again and again (each restart gives the requester a
  * new payment timeout) keeps at most GN_LEASE_MAX_PENDING unanswered notes:
  * one more ends the lease as unpaid rather than forget one. */
@@ -710,6 +781,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prov_restart_after_long_downtime_ends_lease, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_invoice_leaves_out_trailing_idle_seconds, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restart_after_end_resends_same_invoice, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_unanswered_invoice_resends_bounded, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_pending_notes_bounded, pv_setup_long, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restore_refuses_other_lease_state, pv_setup, pv_teardown),
   };
