@@ -28,12 +28,26 @@
 #   hosts_tcp_open NAME ADDR PORT           from NAME, a TCP connect to ADDR:PORT
 #                               succeeds (or is refused: the address answered)
 #   hosts_listen NAME PORT      a TCP listener in NAME on 0.0.0.0:PORT (for probes)
+#   hosts_market N [GPUS]       the marketplace on hosts: "hub" (registry with
+#                               busybox, bootstrap node), providers p1..pN
+#                               (GPUS simulated RTX 4090s each, default 1, 0.50/h,
+#                               the hub allowlisted; extra flags from the array
+#                               prov_extra_pK if set), requester "req"; needs
+#                               gn_e2e_setup's $work/$nodes; sets hub, port,
+#                               reg_port, image (busybox by digest), R
+#   hosts_train_image           the training image (scripts/image/train-image,
+#                               cached) pushed to the hub; sets timage
 #   hosts_cleanup               stops what was started, kills what is left in
 #                               the namespaces, deletes them
+# The EXIT trap runs, in order: hosts_reap (every container still in the
+# runtime state of a provider started here, e.g. the jobs of a provider
+# killed with SIGKILL, killed and deleted), the trap set before hosts_init
+# (gn_e2e_cleanup: stops the daemons, removes the work folder), hosts_cleanup.
 
 declare -gA hosts_ip=() hosts_ns=()
 hosts_list=()
 hosts_pids=()
+hosts_provider_dirs=()
 hosts_net=""
 hosts_prefix=""
 hosts_parent=""
@@ -67,7 +81,7 @@ hosts_init() {
   local prev
   prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
   # shellcheck disable=SC2064
-  trap "${prev:+$prev; }hosts_cleanup" EXIT
+  trap "hosts_reap; ${prev:+$prev; }hosts_cleanup" EXIT
   ip netns add "$hosts_parent" || gn_die "cannot create namespace $hosts_parent"
   ip -n "$hosts_parent" link set lo up
   ip -n "$hosts_parent" link add br0 type bridge
@@ -131,6 +145,7 @@ hosts_node_start() {
   [ -n "${hosts_ns[$name]:-}" ] || gn_die "no host $name"
   mkdir -p "$dir"
   [ -f "$dir/identity.key" ] || gn_cli "$dir" init >/dev/null || gn_die "cannot create the identity of $label"
+  case " $* " in *" --provide "*) hosts_provider_dirs+=("$dir") ;; esac
   nsenter --net="/run/netns/${hosts_ns[$name]}" -- "$GN_BIN/gpunetd" --data-dir "$dir" "$@" >"$dir/gpunetd.log" 2>&1 &
   echo $! >"$dir/gpunetd.pid"
   for _ in $(seq 100); do
@@ -189,6 +204,66 @@ s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(64)
 while True:
     c, _ = s.accept(); c.close()' "$port"
+}
+
+hosts_market() {
+  local np=$1 ng=${2:-1} i p digest gpus=() compat=() f
+  local src
+  src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  hosts_add hub
+  for ((i = 1; i <= np; i++)); do hosts_add "p$i"; done
+  hosts_add req
+  hub=${hosts_ip[hub]}
+  port=7946 # every host has its own address: the same port everywhere
+  reg_port=5000
+  hosts_registry_start hub "$work/registry" "$reg_port"
+  digest=$(hosts_exec hub "$src/scripts/registry" build-busybox "$work/image" e2e/busybox:1 "$reg_port") ||
+    fail "cannot push the busybox image to the hub's registry"
+  # By digest: a requester resolves a tag itself, over TLS unless the
+  # registry is on its loopback (gn_imageref: plain_http only there), and the
+  # hub is not. A digest needs no resolving; providers pull over plain HTTP
+  # from an allowlisted private address.
+  [[ $digest == sha256:* ]] || fail "build-busybox printed no digest: $digest"
+  image=$hub:$reg_port/e2e/busybox:1@$digest
+  gn_e2e_compat_flags
+  for f in "${gn_e2e_compat[@]}"; do [ "$f" = 127.0.0.1 ] || [ "$f" = --registry-allow ] || compat+=("$f"); done
+  for ((i = 0; i < ng; i++)); do gpus+=(--simulate-gpu "RTX 4090"); done
+  hosts_node_start hub "$nodes/bootstrap" bootstrap --listen "$hub:$port"
+  for ((i = 1; i <= np; i++)); do
+    p=p$i
+    local -n extra="prov_extra_$p"
+    hosts_node_start "$p" "$nodes/$p" "$p" --listen "${hosts_ip[$p]}:$port" --bootstrap "$hub:$port" \
+      --provide --price 0.50 "${gpus[@]}" --registry-allow "$hub" "${compat[@]}" ${extra[@]+"${extra[@]}"}
+    unset -n extra
+  done
+  R=$nodes/requester
+  hosts_node_start req "$R" requester --listen "${hosts_ip[req]}:$port" --bootstrap "$hub:$port"
+}
+
+hosts_train_image() {
+  local src tdigest
+  src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  # Built (or found in the cache) here, where the Debian mirror is
+  # reachable, then pushed from inside the hub to its registry.
+  "$src/scripts/image/train-image" build >"$work/train-image.log" 2>&1 ||
+    fail "scripts/image/train-image build: $(tail -n 5 "$work/train-image.log")"
+  tdigest=$(hosts_exec hub "$src/scripts/image/train-image" push "127.0.0.1:$reg_port" gpunet/train:1 \
+    2>>"$work/train-image.log") || fail "cannot push the training image: $(tail -n 5 "$work/train-image.log")"
+  [[ $tdigest == sha256:* ]] || fail "train-image push printed no digest: $tdigest"
+  timage=$hub:$reg_port/gpunet/train:1@$tdigest
+}
+
+hosts_reap() {
+  local dir id rt
+  rt=$(command -v runc || command -v crun) || return 0
+  for dir in "${hosts_provider_dirs[@]}"; do
+    [ -d "$dir/run" ] || continue
+    for id in $("$rt" --root "$dir/run" list -q 2>/dev/null); do
+      "$rt" --root "$dir/run" kill "$id" KILL >/dev/null 2>&1
+      "$rt" --root "$dir/run" delete -f "$id" >/dev/null 2>&1
+    done
+  done
+  return 0
 }
 
 hosts_cleanup() {
