@@ -8,6 +8,7 @@
 #include "node_internal.h"
 #include "provider.h"
 #include "settle_glue.h"
+#include "train_prov.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -35,6 +36,9 @@ static void api_status(gn_ctl_req *req, void *ud) {
   /* How jobs are isolated here: budgets, limits enforced, user namespaces. */
   if (o && n->cfg.provide)
     json_object_set_new(o, "isolation", gn__provider_status_json(n));
+  /* Whether ranks of training jobs run here, their ports, how many now. */
+  if (o && n->cfg.provide)
+    json_object_set_new(o, "training", gn__train_status_json(n));
   gn_ctl_reply_json(req, 200, o);
 }
 
@@ -119,6 +123,11 @@ static void api_offers(gn_ctl_req *req, void *ud) {
     json_object_set_new(x, "attestation", verdict[0] ? json_string(verdict) : json_null());
     /* What the provider's own signed offer says it does not confine. */
     json_object_set_new(x, "no_userns", json_boolean(o->no_userns));
+    /* Whether it takes ranks of training jobs, and their UDP ports. */
+    json_object_set_new(x, "training", json_boolean(o->training));
+    if (o->training)
+      json_object_set_new(x, "jobnet_ports",
+                          json_pack("[I, I]", (json_int_t)o->jobnet_port_lo, (json_int_t)o->jobnet_port_hi));
     json_object_set_new(x, "unenforced_limits", json_boolean(o->unenforced_limits));
   }
   free(v);

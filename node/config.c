@@ -42,6 +42,9 @@ typedef enum {
   KEY_INTERVAL_MAX,
   KEY_SETTLE_DRIVER,
   KEY_SETTLE_URL,
+  KEY_TRAINING,
+  KEY_NO_TRAINING,
+  KEY_JOBNET_PORTS,
   KEY_COUNT
 } cfg_key;
 
@@ -73,6 +76,9 @@ static const struct {
     [KEY_INTERVAL_MAX] = {"interval_max_s", "interval-max-s", false},
     [KEY_SETTLE_DRIVER] = {"settle_driver", "settle-driver", false},
     [KEY_SETTLE_URL] = {"settle_url", "settle-url", false},
+    [KEY_TRAINING] = {"training", "training", true},
+    [KEY_NO_TRAINING] = {"no_training", "no-training", true},
+    [KEY_JOBNET_PORTS] = {"jobnet_ports", "jobnet-ports", false},
 };
 
 static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
@@ -115,6 +121,10 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "                          memory, pids and CPU limits (offers and status say so)\n"
                                  "  --allow-no-userns       provide on a host without user namespaces: jobs' root\n"
                                  "                          is then the host's root (offers and status say so)\n"
+                                 "  --training / --no-training  take ranks of training jobs or not (default:\n"
+                                 "                          when jobs get user namespaces)\n"
+                                 "  --jobnet-ports LO-HI    UDP ports for training jobs' WireGuard sockets\n"
+                                 "                          (default 51820-51899)\n"
                                  "\n"
                                  "  -h, --help              show this help\n"
                                  "  --version               show the version\n"
@@ -165,6 +175,9 @@ void gn_config_defaults(gn_config *cfg) {
   cfg->job_pids_max = 16384;
   cfg->store_max_bytes = 64ull << 30;
   cfg->disk_reserve_bytes = 1ull << 30;
+  cfg->training = -1;
+  cfg->jobnet_port_lo = 51820;
+  cfg->jobnet_port_hi = 51899;
 }
 
 void gn_config_done(gn_config *cfg) {
@@ -497,6 +510,28 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
       return GN_EINVAL;
     }
     return 0;
+  case KEY_TRAINING:
+  case KEY_NO_TRAINING:
+    if (!parse_bool(v, &b)) {
+      snprintf(err, cap, "%s must be true or false, not '%.60s'", name, v);
+      return GN_EINVAL;
+    }
+    cfg->training = (key == KEY_TRAINING) == b ? 1 : 0;
+    return 0;
+  case KEY_JOBNET_PORTS: {
+    char *end, *end2 = (char *)"";
+    errno = 0;
+    unsigned long lo = strtoul(v, &end, 10), hi = 0;
+    if (!errno && end != v && *end == '-' && isdigit((unsigned char)end[1]))
+      hi = strtoul(end + 1, &end2, 10);
+    if (errno || !isdigit((unsigned char)v[0]) || *end != '-' || !hi || *end2 || lo < 1 || lo > hi || hi > 65535) {
+      snprintf(err, cap, "bad jobnet_ports '%.60s': want LO-HI, UDP ports with 1 <= LO <= HI <= 65535", v);
+      return GN_EINVAL;
+    }
+    cfg->jobnet_port_lo = (uint16_t)lo;
+    cfg->jobnet_port_hi = (uint16_t)hi;
+    return 0;
+  }
   case KEY_LOG_LEVEL:
     if (strcmp(v, "debug") && strcmp(v, "info") && strcmp(v, "warn") && strcmp(v, "error")) {
       snprintf(err, cap, "bad log_level '%s' (known: debug, info, warn, error)", v);

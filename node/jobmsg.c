@@ -4,6 +4,7 @@
 #include "jobmsg.h"
 
 #include <gpunet/billing.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,10 +16,11 @@ void gn__jobman_done(gn_jobman *m) {
   for (uint32_t i = 0; i < m->envc; i++)
     free(m->env[i]);
   m->argc = m->envc = 0;
+  sodium_memzero(m->net.private_key, sizeof m->net.private_key);
 }
 
 int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w) {
-  gn_wire_put_map(w, 12);
+  gn_wire_put_map(w, 12 + (m->output ? 1 : 0) + (m->has_net ? 1 : 0));
   gn_wire_put_str(w, "job_id");
   gn_wire_put_str(w, m->job_id);
   gn_wire_put_str(w, "lease_id");
@@ -47,6 +49,88 @@ int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w) {
   gn_wire_put_i64(w, m->expires_s);
   gn_wire_put_str(w, "v");
   gn_wire_put_u64(w, GN_PROTO_VERSION);
+  /* Absent unless used: an ordinary job's manifest is what it always was. */
+  if (m->output) {
+    gn_wire_put_str(w, "output");
+    gn_wire_put_bool(w, true);
+  }
+  if (m->has_net) {
+    const gn_jobman_net *t = &m->net;
+    uint32_t np = t->npeers > GN_JOBMAN_MAX_PEERS ? GN_JOBMAN_MAX_PEERS : t->npeers;
+    gn_wire_put_str(w, "net");
+    gn_wire_put_map(w, 10);
+    gn_wire_put_str(w, "group");
+    gn_wire_put_str(w, t->group);
+    gn_wire_put_str(w, "rank");
+    gn_wire_put_u64(w, t->rank);
+    gn_wire_put_str(w, "world");
+    gn_wire_put_u64(w, t->world);
+    gn_wire_put_str(w, "local_rank");
+    gn_wire_put_u64(w, t->local_rank);
+    gn_wire_put_str(w, "local_world");
+    gn_wire_put_u64(w, t->local_world);
+    gn_wire_put_str(w, "key");
+    gn_wire_put_bin(w, t->private_key, sizeof t->private_key);
+    gn_wire_put_str(w, "port");
+    gn_wire_put_u64(w, t->listen_port);
+    gn_wire_put_str(w, "master_port");
+    gn_wire_put_u64(w, t->master_port);
+    gn_wire_put_str(w, "subnet");
+    gn_wire_put_u64(w, t->subnet_host);
+    gn_wire_put_str(w, "peers");
+    gn_wire_put_array(w, np);
+    for (uint32_t i = 0; i < np; i++) {
+      gn_wire_put_map(w, 3);
+      gn_wire_put_str(w, "key");
+      gn_wire_put_bin(w, t->peers[i].public_key, sizeof t->peers[i].public_key);
+      gn_wire_put_str(w, "endpoint");
+      gn_wire_put_str(w, t->peers[i].endpoint);
+      gn_wire_put_str(w, "rank");
+      gn_wire_put_u64(w, t->peers[i].rank);
+    }
+  }
+  return 0;
+}
+
+/* "net": every field required, each bounded; structure checked here (ranks
+ * below world, peers distinct and not this rank, non-zero ports), the rest
+ * (keys, endpoints, the provider's port range) by the provider. */
+static int get_net(const msgpack_object *o, gn_jobman_net *t) {
+  uint64_t port = 0, mport = 0;
+  int r;
+  if ((r = gn_wire_get_str(o, "group", t->group, sizeof t->group)) < 0 ||
+      (r = gn_wire_get_u32(o, "rank", &t->rank)) < 0 || (r = gn_wire_get_u32(o, "world", &t->world)) < 0 ||
+      (r = gn_wire_get_u32(o, "local_rank", &t->local_rank)) < 0 ||
+      (r = gn_wire_get_u32(o, "local_world", &t->local_world)) < 0 ||
+      (r = gn_wire_get_bin_exact(o, "key", t->private_key, sizeof t->private_key)) < 0 ||
+      (r = gn_wire_get_u64(o, "port", &port)) < 0 || (r = gn_wire_get_u64(o, "master_port", &mport)) < 0 ||
+      (r = gn_wire_get_u32(o, "subnet", &t->subnet_host)) < 0)
+    return r;
+  if (!gn_id_valid(t->group) || port == 0 || port > 65535 || mport == 0 || mport > 65535 || t->subnet_host > 255 ||
+      t->world == 0 || t->world > GN_JOBMAN_MAX_PEERS + 1 || t->rank >= t->world || t->local_world == 0 ||
+      t->local_world > t->world || t->local_rank >= t->local_world)
+    return GN_EINVAL;
+  t->listen_port = (uint16_t)port;
+  t->master_port = (uint16_t)mport;
+  const msgpack_object_array *a;
+  if ((r = gn_wire_get_array(o, "peers", GN_JOBMAN_MAX_PEERS, &a)) < 0)
+    return r;
+  uint64_t seen[2] = {0, 0}; /* ranks < 64 */
+  seen[t->rank / 64] |= 1ull << (t->rank % 64);
+  for (uint32_t i = 0; i < a->size; i++) {
+    const msgpack_object *p = &a->ptr[i];
+    gn_jobman_peer *q = &t->peers[i];
+    if (p->type != MSGPACK_OBJECT_MAP)
+      return GN_EINVAL;
+    if ((r = gn_wire_get_bin_exact(p, "key", q->public_key, sizeof q->public_key)) < 0 ||
+        (r = gn_wire_get_str(p, "endpoint", q->endpoint, sizeof q->endpoint)) < 0 ||
+        (r = gn_wire_get_u32(p, "rank", &q->rank)) < 0)
+      return r;
+    if (q->rank >= t->world || (seen[q->rank / 64] >> (q->rank % 64)) & 1)
+      return GN_EINVAL;
+    seen[q->rank / 64] |= 1ull << (q->rank % 64);
+  }
+  t->npeers = a->size;
   return 0;
 }
 
@@ -123,6 +207,23 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
     gn__jobman_done(&m);
     goto out;
   }
+  if ((gn_wire_get(o, "output") && (r = gn_wire_get_bool(o, "output", &m.output)) < 0)) {
+    gn__jobman_done(&m);
+    goto out;
+  }
+  const msgpack_object *net = gn_wire_get(o, "net");
+  if (net) {
+    m.has_net = true;
+    if (net->type != MSGPACK_OBJECT_MAP) {
+      r = GN_EINVAL;
+    } else {
+      r = get_net(net, &m.net);
+    }
+    if (r < 0) {
+      gn__jobman_done(&m);
+      goto out;
+    }
+  }
   bool env_ok = true;
   for (uint32_t i = 0; i < m.envc; i++)
     env_ok = env_ok && gn_env_entry_valid(m.env[i]);
@@ -133,6 +234,7 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
   }
   *ret = m;
 out:
+  sodium_memzero(m.net.private_key, sizeof m.net.private_key); /* *ret holds it now */
   gn_wire_doc_done(&doc);
   return r;
 }

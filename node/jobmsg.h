@@ -16,6 +16,30 @@
 #define GN_JOB_MAX_ARG_LEN 4096
 #define GN_JOB_LOG_CHUNK 32768
 #define GN_MANIFEST_MAX_TTL_S 600 /* a manifest may live at most this long */
+#define GN_JOBMAN_MAX_PEERS 63    /* peer ranks in a manifest's net: world <= 64 */
+#define GN_JOBMAN_ENDPOINT_LEN 64 /* "ip:port" of a peer rank's provider, with the NUL */
+#define GN_JOBMAN_KEY_LEN 32      /* WireGuard (X25519) keys */
+
+/* The training part of a manifest (docs/protocol.md §3, "net"): this rank's
+ * place in the training job and its WireGuard key and peers. The decoder
+ * checks bounds and structure (ranks below world, peers distinct and not this
+ * rank, ports non-zero, subnet host <= 255); the provider checks the rest. */
+typedef struct gn_jobman_peer {
+  uint8_t public_key[GN_JOBMAN_KEY_LEN];
+  char endpoint[GN_JOBMAN_ENDPOINT_LEN];
+  uint32_t rank;
+} gn_jobman_peer;
+
+typedef struct gn_jobman_net {
+  char group[GN_JOB_ID_STRLEN]; /* the training job's id, the same on every rank */
+  uint32_t rank, world, local_rank, local_world;
+  uint8_t private_key[GN_JOBMAN_KEY_LEN]; /* wiped by gn__jobman_done */
+  uint16_t listen_port;                   /* the provider's UDP port for this rank */
+  uint16_t master_port;
+  uint32_t subnet_host; /* H of 10.77.H.0/24 */
+  uint32_t npeers;
+  gn_jobman_peer peers[GN_JOBMAN_MAX_PEERS];
+} gn_jobman_net;
 
 typedef struct gn_jobman {
   char job_id[GN_JOB_ID_STRLEN];
@@ -31,8 +55,12 @@ typedef struct gn_jobman {
   uint8_t nonce[16];
   int64_t issued_s;
   int64_t expires_s;
+  bool output;  /* a writable /output for the job ("output"; absent: false) */
+  bool has_net; /* "net" present: a rank of a training job */
+  gn_jobman_net net;
 } gn_jobman;
 
+/* Frees the strings and wipes the net section's private key. */
 void gn__jobman_done(gn_jobman *m);
 int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w);
 int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret);

@@ -7,6 +7,8 @@
 #include "node_internal.h"
 #include "pool.h"
 #include "settle_glue.h"
+#include "train_prov.h"
+#include "uidalloc.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -258,6 +260,7 @@ int gn__provider_init(gn_node *n, char *err, size_t cap) {
   gn_log(GN_LOG_INFO, "job budgets: %llu MiB of memory (%.2f of %llu MiB), %.2f CPUs (%.2f of %ld), %u processes",
          (unsigned long long)n->mem_budget_mib, n->cfg.job_memory_share, (unsigned long long)ram_mib, n->cpu_budget,
          n->cfg.job_cpu_share, cpus, n->pids_budget);
+  gn__train_remove_stale(n); /* what a crashed run's training ranks left */
   return 0;
 }
 
@@ -272,20 +275,17 @@ json_t *gn__provider_status_json(const gn_node *n) {
   return o;
 }
 
-/* The lowest user namespace slot no provider lease holds. A lease keeps its
- * slot until it has ended and none of its jobs is left on the host, so two
- * leases' jobs never share a host uid. After a restart no lease holds one:
- * every lease active before it has ended and its containers are deleted
- * before the first new lease (daemon.c, load_state). */
+/* The lowest user namespace slot no lease of any gpunetd on this host holds
+ * (node/uidalloc.h: a lock per slot). A lease keeps its slot until it has
+ * ended and none of its jobs is left on the host, so two leases' jobs never
+ * share a host uid; a resumed lease claims one again. -1: none (logged). */
 static int uid_slot_alloc(gn_node *n) {
-  for (uint32_t s = 0; s < GN_USERNS_SLOTS; s++) {
-    bool used = false;
-    for (const gn_lease *l = n->leases; l && !used; l = l->next)
-      used = l->role == GN_ROLE_PROVIDER && l->uid_slot == (int)s;
-    if (!used)
-      return (int)s;
-  }
-  return -1;
+  uint32_t s;
+  int r = gn_uidalloc_claim(gn_uidalloc_dir(), GN_USERNS_SLOTS, &s);
+  if (r < 0)
+    gn_log(GN_LOG_ERROR, "no user namespace slot under %s: %s", gn_uidalloc_dir(), gn_strerror(r));
+  (void)n;
+  return r < 0 ? -1 : (int)s;
 }
 
 static void lease_release_slot_if_idle(gn_node *n, gn_lease *l) {
@@ -294,6 +294,7 @@ static void lease_release_slot_if_idle(gn_node *n, gn_lease *l) {
   for (const gn_job *j = n->jobs; j; j = j->next)
     if (j->role == GN_ROLE_PROVIDER && strcmp(j->lease_id, l->id) == 0 && (j->tasks || j->handles_open))
       return;
+  gn_uidalloc_release(gn_uidalloc_dir(), (uint32_t)l->uid_slot);
   l->uid_slot = -1;
 }
 
@@ -362,6 +363,7 @@ void gn__provider_publish_offers(gn_node *n, int64_t now_s) {
     o.simulated = g->simulated;
     o.no_userns = !n->userns_ok;               /* allow_no_userns: said in the offer, signed */
     o.unenforced_limits = !n->limits_enforced; /* allow_unenforced_limits: likewise */
+    gn__train_offer(n, &o);                    /* training, jobnet_ports (train_prov.c) */
     const gn_attest_local *a = gn__attest_local_find(n, g->name);
     if (a && a->report_env.len && a->report_env.len <= sizeof o.attest) {
       memcpy(o.attest, a->report_env.data, a->report_env.len);
@@ -1052,6 +1054,7 @@ static void task_work(uv_work_t *w) {
     }
     if (j->rootfs[0])
       gn_store_rootfs_release(j->node->store, j->rootfs);
+    gn__train_cleanup(j); /* the job network and its namespace, after the container */
     break;
   case TASK_LEASE_CGROUP_RM:
     t->rc = gn_cgroup_lease_remove(t->lease_id);
@@ -1218,6 +1221,7 @@ static void job_finish(gn_node *n, gn_job *j) {
 
 /* The container, its bundle and its hold on the image root are gone. */
 static void job_cleanup_done(gn_node *n, gn_job *j) {
+  gn__train_detach(j);
   j->rootfs[0] = 0;
   j->overlay[0] = 0;
   if (j->budget_held) {
@@ -1539,6 +1543,11 @@ static void job_prepare_work(gn_job *j) {
       .n_ro_binds = pass ? pass->n_binds : 0,
       .cgroups_path = cgpath[0] ? cgpath : NULL,
   };
+  /* A training rank: its network namespace with the job network, the
+   * rendezvous variables, /output (train_prov.c). */
+  if ((j->work_rc = gn__train_prepare(j, &spec, &env, j->work_err, sizeof j->work_err)) < 0)
+    goto out;
+  spec.env = (const char *const *)env;
   j->work_rc = gn_bundle_write(j->bundle, &spec);
   if (j->work_rc < 0)
     gn__strf(j->work_err, sizeof j->work_err, "cannot write the OCI bundle: %s", gn_strerror(j->work_rc));
@@ -1706,6 +1715,9 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
              pids, pids_left, n->pids_budget);
     goto reject;
   }
+  /* A training rank's net section and /output (train_prov.c). */
+  if (gn__train_check(n, &m, reason, sizeof reason) < 0)
+    goto reject;
   /* The nonce is remembered (durably) until long after the manifest's
    * expiry, so a replay is refused even across restarts. Looked up here;
    * its row is written, with its fsync, once the job's preparation is on
@@ -1758,6 +1770,10 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   gn_buf_append(&j->manifest_env, raw, raw_len);
   j->next = n->jobs;
   n->jobs = j;
+  if (gn__train_attach(n, j, &m) < 0) { /* the preparation finds it and stops */
+    gn__strf(j->error, sizeof j->error, "provider out of memory");
+    j->cancel = 1;
+  }
   gn__jobman_done(&m);
   /* Everything the worker thread needs from node state is copied here, on
    * the loop, so the worker touches only the job. */

@@ -21,9 +21,12 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
     return GN_EINVAL;
   if (o->attest_len > GN_OFFER_ATTEST_MAX)
     return GN_ETOOBIG;
+  if (o->training && (o->jobnet_port_lo == 0 || o->jobnet_port_lo > o->jobnet_port_hi))
+    return GN_EINVAL;
   gn_wire_writer w;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, OFFER_KEYS + (o->attest_len ? 1 : 0) + (o->no_userns ? 1 : 0) + (o->unenforced_limits ? 1 : 0));
+  gn_wire_put_map(&w, OFFER_KEYS + (o->attest_len ? 1 : 0) + (o->no_userns ? 1 : 0) + (o->unenforced_limits ? 1 : 0) +
+                          (o->training ? 2 : 0));
   gn_wire_put_str(&w, "provider");
   gn_wire_put_bin(&w, o->provider, GN_PK_LEN);
   gn_wire_put_str(&w, "seq");
@@ -63,6 +66,14 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
   if (o->unenforced_limits) {
     gn_wire_put_str(&w, "unenforced_limits");
     gn_wire_put_bool(&w, true);
+  }
+  if (o->training) {
+    gn_wire_put_str(&w, "training");
+    gn_wire_put_bool(&w, true);
+    gn_wire_put_str(&w, "jobnet_ports");
+    gn_wire_put_array(&w, 2);
+    gn_wire_put_u64(&w, o->jobnet_port_lo);
+    gn_wire_put_u64(&w, o->jobnet_port_hi);
   }
   int r = gn_wire_writer_take(&w, ret);
   gn_wire_writer_done(&w);
@@ -105,6 +116,21 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
   if ((gn_wire_get(m, "no_userns") && (r = gn_wire_get_bool(m, "no_userns", &o.no_userns)) < 0) ||
       (gn_wire_get(m, "unenforced_limits") && (r = gn_wire_get_bool(m, "unenforced_limits", &o.unenforced_limits)) < 0))
     goto out;
+  if (gn_wire_get(m, "training") && (r = gn_wire_get_bool(m, "training", &o.training)) < 0)
+    goto out;
+  if (o.training) { /* then its port range, [lo, hi] */
+    const msgpack_object_array *a;
+    if ((r = gn_wire_get_array(m, "jobnet_ports", 2, &a)) < 0)
+      goto out;
+    if (a->size != 2 || a->ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+        a->ptr[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER || a->ptr[0].via.u64 == 0 ||
+        a->ptr[0].via.u64 > a->ptr[1].via.u64 || a->ptr[1].via.u64 > 65535) {
+      r = GN_EINVAL;
+      goto out;
+    }
+    o.jobnet_port_lo = (uint16_t)a->ptr[0].via.u64;
+    o.jobnet_port_hi = (uint16_t)a->ptr[1].via.u64;
+  }
   /* Consistency a provider cannot get wrong honestly. */
   if (!o.gpu_model[0] || !o.currency[0] || o.gpus_free > o.gpus_total || o.expires_s <= o.issued_s || o.issued_s < 0) {
     r = GN_EINVAL;

@@ -92,7 +92,15 @@ static json_t *mounts_json(const gn_bundle_spec *s) {
                         mount_json("/dev/pts", "devpts", "devpts", s->id_count && s->id_count <= 5 ? pts_nogid : pts));
   json_array_append_new(a, mount_json("/dev/shm", "tmpfs", "shm", shm));
   json_array_append_new(a, mount_json("/dev/mqueue", "mqueue", "mqueue", mq));
-  json_array_append_new(a, mount_json("/sys", "sysfs", "sysfs", sys));
+  /* sysfs can be mounted only by an owner of the network namespace: a job
+   * that joins the provider's (netns_path, not its user namespace's) gets
+   * an empty read-only /sys instead (a bind of the host's would show the
+   * host's interfaces). */
+  static const char *const sys_empty[] = {"nosuid", "noexec", "nodev", "ro", "size=4k", NULL};
+  if (s->netns_path)
+    json_array_append_new(a, mount_json("/sys", "tmpfs", "tmpfs", sys_empty));
+  else
+    json_array_append_new(a, mount_json("/sys", "sysfs", "sysfs", sys));
   json_array_append_new(a, mount_json("/tmp", "tmpfs", "tmpfs", tmp));
   /* In a user namespace nobody can make device nodes: runtimes then
    * bind-mount the host's node found at the container path, which is not
@@ -103,6 +111,9 @@ static json_t *mounts_json(const gn_bundle_spec *s) {
     json_array_append_new(a, mount_json(s->dev_nodes[i].dest, "bind", s->dev_nodes[i].source, dev_bind));
   for (size_t i = 0; i < s->n_ro_binds; i++)
     json_array_append_new(a, mount_json(s->ro_binds[i].dest, "bind", s->ro_binds[i].source, ro_bind));
+  static const char *const rw_bind[] = {"bind", "rw", "nosuid", "nodev", NULL};
+  for (size_t i = 0; i < s->n_rw_binds; i++)
+    json_array_append_new(a, mount_json(s->rw_binds[i].dest, "bind", s->rw_binds[i].source, rw_bind));
   return a;
 }
 
@@ -165,10 +176,23 @@ static bool path_under(const char *path, const char *dir) {
 }
 
 static int validate_binds(const gn_bundle_spec *s) {
-  if ((s->n_dev_nodes && !s->dev_nodes) || (s->n_ro_binds && !s->ro_binds))
+  if ((s->n_dev_nodes && !s->dev_nodes) || (s->n_ro_binds && !s->ro_binds) || (s->n_rw_binds && !s->rw_binds))
     return GN_EINVAL;
-  if (s->n_dev_nodes > DEVICES_MAX || s->n_ro_binds > BINDS_MAX)
+  if (s->n_dev_nodes > DEVICES_MAX || s->n_ro_binds > BINDS_MAX || s->n_rw_binds > BINDS_MAX)
     return GN_ETOOBIG;
+  if (s->netns_path && !abs_path_valid(s->netns_path))
+    return GN_EINVAL;
+  for (size_t i = 0; i < s->n_rw_binds; i++) {
+    const gn_bundle_bind *b = &s->rw_binds[i];
+    struct stat st;
+    if (!b->source || !b->dest || !abs_path_valid(b->source) || !abs_path_valid(b->dest) ||
+        path_under(b->dest, "/proc") || path_under(b->dest, "/sys") || path_under(b->dest, "/dev"))
+      return GN_EINVAL;
+    if (stat(b->source, &st) < 0)
+      return -errno;
+    if (!S_ISDIR(st.st_mode))
+      return GN_EINVAL;
+  }
   for (size_t i = 0; i < s->n_dev_nodes; i++) {
     const gn_bundle_bind *b = &s->dev_nodes[i];
     if (!b->source || !b->dest || !abs_path_valid(b->source) || !abs_path_valid(b->dest) ||
@@ -374,6 +398,15 @@ static json_t *build(const gn_bundle_spec *s, int *ret_code) {
     goto fail;
   if (s->cgroups_path && json_object_set_new(lx, "cgroupsPath", json_string(s->cgroups_path)) < 0)
     goto fail;
+  if (s->netns_path) { /* join the provider's namespace instead of a new one */
+    json_t *ns = json_object_get(lx, "namespaces");
+    for (size_t i = 0; i < json_array_size(ns); i++) {
+      json_t *e = json_array_get(ns, i);
+      if (strcmp(json_string_value(json_object_get(e, "type")), "network") == 0 &&
+          json_object_set_new(e, "path", json_string(s->netns_path)) < 0)
+        goto fail;
+    }
+  }
   if (s->id_count) {
     json_t *ns = json_object_get(lx, "namespaces");
     if (json_array_append_new(ns, json_pack("{s:s}", "type", "user")) < 0 ||

@@ -121,6 +121,12 @@ typedef struct gn_config {
    * http(s) URL, which that driver needs). */
   char settle_driver[16];
   char settle_url[1024];
+  /* Training jobs (issue 8; node/train_prov.c): training -1 (default) takes
+   * them when jobs get user namespaces, 1 always, 0 never (--no-training);
+   * their WireGuard sockets use UDP ports jobnet_port_lo..jobnet_port_hi
+   * (jobnet_ports = 51820-51899). */
+  int training;
+  uint16_t jobnet_port_lo, jobnet_port_hi;
 } gn_config;
 
 /* Positive results of gn_config_parse_args / gn_config_load: the caller

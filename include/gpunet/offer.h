@@ -32,6 +32,12 @@ typedef struct gn_offer {
    * "unenforced_limits"). Both are what its operator opted into. */
   bool no_userns;
   bool unenforced_limits;
+  /* Optional, signed, sent only when training is true: the provider takes
+   * ranks of training jobs (key "training") and gives their WireGuard
+   * sockets UDP ports jobnet_port_lo..jobnet_port_hi (key "jobnet_ports",
+   * [lo, hi], 1 <= lo <= hi <= 65535; both 0 when training is false). */
+  bool training;
+  uint16_t jobnet_port_lo, jobnet_port_hi;
   /* Optional: the provider's signed attestation report for this GPU model
    * (key "attest", absent when attest_len is 0). Readers verify it with
    * gn_attest_report_open and check its signer is the provider. */

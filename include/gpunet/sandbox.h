@@ -195,6 +195,17 @@ typedef struct gn_bundle_spec {
    * component in the id grammar (gn_id_valid), at most 4 of them, e.g.
    * "/gpunet/<lease>/<job>" from gn_cgroup_lease_path. */
   const char *cgroups_path;
+  /* An existing network namespace the job joins instead of a new, empty
+   * one (a training job's: lo and its WireGuard interface, made by the
+   * provider; an `ip netns`-style bind mount or /proc/PID/ns/net). An
+   * absolute path; NULL: a new one. The job's user namespace does not own
+   * it, so the job cannot change its interfaces or routes. */
+  const char *netns_path;
+  /* Read-write bind mounts (a training job's /output): each source an
+   * existing directory, each dest absolute and outside /proc, /sys and
+   * /dev; mounted nosuid, nodev. */
+  const gn_bundle_bind *rw_binds;
+  size_t n_rw_binds;
 } gn_bundle_spec;
 
 /* Writes bundle_dir/config.json: new namespaces, read-only root with a

@@ -1,5 +1,6 @@
-/* libFuzzer target: the daemon's job manifest and lease/job notice decoders
- * on arbitrary bytes. The first byte picks the message type. */
+/* libFuzzer target: the daemon's job manifest (with its training section)
+ * and lease/job notice decoders on arbitrary bytes. The first byte picks the
+ * message type. */
 #include "node_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -16,6 +17,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gn__jobman_decode(data, size, &m) == 0) {
       if (m.argc < 1 || m.argc > GN_JOB_MAX_ARGS || m.argv[m.argc] != NULL)
         __builtin_trap();
+      /* The training section is bounded and consistent whenever present. */
+      const gn_jobman_net *t = &m.net;
+      if (m.has_net && (t->npeers > GN_JOBMAN_MAX_PEERS || t->world == 0 || t->world > GN_JOBMAN_MAX_PEERS + 1 ||
+                        t->rank >= t->world || t->local_rank >= t->local_world || t->local_world > t->world ||
+                        t->listen_port == 0 || t->master_port == 0 || t->subnet_host > 255 || !gn_id_valid(t->group) ||
+                        memchr(t->group, 0, sizeof t->group) == NULL))
+        __builtin_trap();
+      for (uint32_t i = 0; m.has_net && i < t->npeers; i++)
+        if (t->peers[i].rank >= t->world || t->peers[i].rank == t->rank ||
+            memchr(t->peers[i].endpoint, 0, sizeof t->peers[i].endpoint) == NULL)
+          __builtin_trap();
+      /* What decodes encodes and decodes to the same. */
+      gn_wire_writer w;
+      gn_buf b = {0};
+      gn_jobman m2;
+      gn_wire_writer_init(&w);
+      if (gn__jobman_encode(&m, &w) != 0 || gn_wire_writer_take(&w, &b) != 0 ||
+          gn__jobman_decode(b.data, b.len, &m2) != 0)
+        __builtin_trap();
+      if (m2.has_net != m.has_net || m2.output != m.output || m2.argc != m.argc ||
+          (m.has_net && (m2.net.npeers != t->npeers || m2.net.rank != t->rank ||
+                         memcmp(m2.net.private_key, t->private_key, sizeof t->private_key) != 0)))
+        __builtin_trap();
+      gn__jobman_done(&m2);
+      gn_wire_writer_done(&w);
+      gn_buf_done(&b);
       gn__jobman_done(&m);
     }
     return 0;

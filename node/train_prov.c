@@ -1,0 +1,533 @@
+/* The provider's side of training jobs: policy, the checks of a manifest's
+ * net section, and per rank a persistent network namespace (a bind mount of
+ * a namespace under RUN_DIR/netns, like `ip netns add`) holding lo and the
+ * rank's WireGuard interface (gn_jobnet_up, its UDP socket in the host's
+ * namespace), which the job's runtime joins; the rendezvous environment; a
+ * writable /output under DATA_DIR/output. Each rank leaves a record
+ * (RUN_DIR/netns/JOB.wg: interface and wireguard-go pid) so a restart after
+ * a crash removes what it left. */
+#include "train_prov.h"
+
+#include "node_internal.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gpunet/jobnet.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ENV_NAMES 8
+
+typedef struct train_rank {
+  struct train_rank *next;
+  const gn_job *j;
+  bool has_net, output;
+  gn_jobnet_config *cfg; /* guarded: holds the private key */
+  char group[GN_JOB_ID_STRLEN];
+  uint32_t rank, world, local_rank, local_world;
+  uint16_t master_port;
+  struct in_addr master;
+  /* worker-owned while its task runs */
+  char netns_path[PATH_MAX];
+  bool netns_made;
+  gn_jobnet *net;
+  char record[PATH_MAX];
+  char output_dir[PATH_MAX];
+  char output_visible[PATH_MAX];
+  gn_bundle_bind rw;
+} train_rank;
+
+static pthread_mutex_t ranks_lock = PTHREAD_MUTEX_INITIALIZER;
+static train_rank *ranks;
+
+static train_rank *rank_find(const gn_job *j) {
+  pthread_mutex_lock(&ranks_lock);
+  train_rank *t = ranks;
+  while (t && t->j != j)
+    t = t->next;
+  pthread_mutex_unlock(&ranks_lock);
+  return t;
+}
+
+bool gn__train_enabled(const gn_node *n) {
+  return n->cfg.training > 0 || (n->cfg.training < 0 && n->userns_ok);
+}
+
+void gn__train_offer(const gn_node *n, gn_offer *o) {
+  o->training = gn__train_enabled(n);
+  o->jobnet_port_lo = o->training ? n->cfg.jobnet_port_lo : 0;
+  o->jobnet_port_hi = o->training ? n->cfg.jobnet_port_hi : 0;
+}
+
+json_t *gn__train_status_json(const gn_node *n) {
+  char ports[16];
+  size_t count = 0;
+  pthread_mutex_lock(&ranks_lock);
+  for (train_rank *t = ranks; t; t = t->next)
+    count += t->has_net;
+  pthread_mutex_unlock(&ranks_lock);
+  gn__strf(ports, sizeof ports, "%u-%u", n->cfg.jobnet_port_lo, n->cfg.jobnet_port_hi);
+  return json_pack("{s:b, s:s, s:I}", "enabled", gn__train_enabled(n), "jobnet_ports", ports, "ranks",
+                   (json_int_t)count);
+}
+
+/* Whether a UDP port can be bound in the daemon's namespace now (IPv4 and
+ * IPv6: wireguard-go takes both). */
+static bool udp_port_free(uint16_t port) {
+  int s4 = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons(port)};
+  bool ok = s4 >= 0 && bind(s4, (struct sockaddr *)&a4, sizeof a4) == 0;
+  if (s4 >= 0)
+    close(s4);
+  int s6 = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (ok && s6 >= 0) {
+    int on = 1;
+    setsockopt(s6, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = IN6ADDR_ANY_INIT};
+    ok = bind(s6, (struct sockaddr *)&a6, sizeof a6) == 0 || errno == EADDRNOTAVAIL || errno == EAFNOSUPPORT;
+  }
+  if (s6 >= 0)
+    close(s6);
+  return ok;
+}
+
+/* Peers' endpoints may be private addresses only when this provider itself
+ * listens on a private or loopback address (a LAN cluster, a test): a home
+ * provider on a public address never has its socket sent at its LAN. */
+static bool private_endpoints_allowed(const gn_node *n) {
+  char host[64];
+  gn__strf(host, sizeof host, "%s", n->cfg.listen);
+  char *colon = strrchr(host, ':');
+  if (colon)
+    *colon = 0;
+  struct in_addr a;
+  if (inet_pton(AF_INET, host, &a) != 1)
+    return false;
+  uint32_t h = ntohl(a.s_addr);
+  return (h >> 24) == 10 || (h >> 24) == 127 || (h >> 20) == (172u << 4 | 1) || (h >> 16) == (192u << 8 | 168) ||
+         (h >> 22) == (100u << 2 | 1);
+}
+
+/* The jobnet config of a manifest's net (validated by jobnet). */
+static int net_config(const gn_node *n, const gn_jobman_net *t, gn_jobnet_config *c, struct in_addr *ret_master,
+                      char *err, size_t cap) {
+  struct in_addr subnet = {.s_addr = htonl(10u << 24 | 77u << 16 | t->subnet_host << 8)};
+  int r;
+  if ((r = gn_jobnet_ifname(t->group, t->rank, c->ifname)) < 0 ||
+      (r = gn_jobnet_rank_address(subnet, 24, t->rank, &c->address)) < 0 ||
+      (r = gn_jobnet_rank_address(subnet, 24, 0, ret_master)) < 0) {
+    gn__strf(err, cap, "bad job network: %s", gn_strerror(r));
+    return r;
+  }
+  memcpy(c->private_key, t->private_key, sizeof c->private_key);
+  c->listen_port = t->listen_port;
+  c->prefix_len = 24;
+  c->mtu = 0;
+  c->allow_private_endpoints = private_endpoints_allowed(n);
+  c->backend = GN_JOBNET_AUTO;
+  c->peer_count = t->npeers;
+  for (uint32_t i = 0; i < t->npeers; i++) {
+    gn_jobnet_peer *p = &c->peers[i];
+    memcpy(p->public_key, t->peers[i].public_key, sizeof p->public_key);
+    if (strlen(t->peers[i].endpoint) >= sizeof p->endpoint) {
+      gn__strf(err, cap, "peer rank %u's endpoint is too long", t->peers[i].rank);
+      return GN_EINVAL;
+    }
+    gn__strf(p->endpoint, sizeof p->endpoint, "%s", t->peers[i].endpoint);
+    p->keepalive_s = 25;
+    if ((r = gn_jobnet_rank_address(subnet, 24, t->peers[i].rank, &p->address)) < 0) {
+      gn__strf(err, cap, "bad job network: %s", gn_strerror(r));
+      return r;
+    }
+  }
+  char why[256] = "";
+  if ((r = gn_jobnet_config_validate(c, why, sizeof why)) < 0) {
+    gn__strf(err, cap, "bad job network: %s", why[0] ? why : gn_strerror(r));
+    return r;
+  }
+  return 0;
+}
+
+int gn__train_check(gn_node *n, const gn_jobman *m, char *reason, size_t cap) {
+  if (m->output && !n->userns_ok) {
+    gn__strf(reason, cap, "this provider gives no /output: its jobs have no user namespace of their own");
+    return GN_EPERM;
+  }
+  if (!m->has_net)
+    return 0;
+  const gn_jobman_net *t = &m->net;
+  if (!gn__train_enabled(n)) {
+    gn__strf(reason, cap, "this provider does not take training jobs (training = false%s)",
+             n->userns_ok ? "" : ": its jobs have no user namespace of their own");
+    return GN_EPERM;
+  }
+  if (t->listen_port < n->cfg.jobnet_port_lo || t->listen_port > n->cfg.jobnet_port_hi) {
+    gn__strf(reason, cap, "job network port %u is outside this provider's range %u-%u", t->listen_port,
+             n->cfg.jobnet_port_lo, n->cfg.jobnet_port_hi);
+    return GN_EINVAL;
+  }
+  if (t->npeers != t->world - 1) {
+    gn__strf(reason, cap, "training job %s: rank %u of %u lists %u peers, not %u", t->group, t->rank, t->world,
+             t->npeers, t->world - 1);
+    return GN_EINVAL;
+  }
+  if (t->local_world > t->world || t->local_rank >= t->local_world || t->rank >= t->world) {
+    gn__strf(reason, cap, "training job %s: inconsistent ranks", t->group);
+    return GN_EINVAL;
+  }
+  pthread_mutex_lock(&ranks_lock);
+  bool taken = false, same = false;
+  for (train_rank *o = ranks; o; o = o->next) {
+    taken = taken || (o->has_net && o->cfg->listen_port == t->listen_port);
+    same = same || (o->has_net && strcmp(o->group, t->group) == 0 && o->rank == t->rank);
+  }
+  pthread_mutex_unlock(&ranks_lock);
+  if (same) {
+    gn__strf(reason, cap, "rank %u of training job %s already runs here", t->rank, t->group);
+    return GN_EBUSY;
+  }
+  if (taken || !udp_port_free(t->listen_port)) {
+    gn__strf(reason, cap, "job network port %u is busy on this provider", t->listen_port);
+    return GN_EBUSY;
+  }
+  gn_jobnet_config *c = gn_jobnet_config_new();
+  if (!c) {
+    gn__strf(reason, cap, "provider out of memory");
+    return GN_ENOMEM;
+  }
+  struct in_addr master;
+  int r = net_config(n, t, c, &master, reason, cap);
+  gn_jobnet_config_free(c);
+  return r;
+}
+
+int gn__train_attach(gn_node *n, gn_job *j, const gn_jobman *m) {
+  if (!m->has_net && !m->output)
+    return 0;
+  train_rank *t = calloc(1, sizeof *t);
+  if (!t)
+    return GN_ENOMEM;
+  t->j = j;
+  t->output = m->output;
+  if (m->has_net) {
+    char why[256];
+    if (!(t->cfg = gn_jobnet_config_new()) || net_config(n, &m->net, t->cfg, &t->master, why, sizeof why) < 0) {
+      gn_jobnet_config_free(t->cfg);
+      free(t);
+      return GN_ENOMEM;
+    }
+    t->has_net = true;
+    gn__strf(t->group, sizeof t->group, "%s", m->net.group);
+    t->rank = m->net.rank;
+    t->world = m->net.world;
+    t->local_rank = m->net.local_rank;
+    t->local_world = m->net.local_world;
+    t->master_port = m->net.master_port;
+    if (gn__pathf(t->netns_path, sizeof t->netns_path, "%s/netns/%s", n->run_dir, j->id) < 0 ||
+        gn__pathf(t->record, sizeof t->record, "%s/netns/%s.wg", n->run_dir, j->id) < 0) {
+      gn_jobnet_config_free(t->cfg);
+      free(t);
+      return GN_ETOOBIG;
+    }
+  }
+  if (m->output) {
+    size_t k = strlen(n->cfg.data_dir);
+    if (gn__pathf(t->output_dir, sizeof t->output_dir, "%s/output/%s", n->cfg.data_dir, j->id) < 0 ||
+        gn__pathf(t->output_visible, sizeof t->output_visible, "%s%s",
+                  n->data_alias[0] ? n->data_alias : n->cfg.data_dir, t->output_dir + k) < 0) {
+      gn_jobnet_config_free(t->cfg);
+      free(t);
+      return GN_ETOOBIG;
+    }
+  }
+  pthread_mutex_lock(&ranks_lock);
+  t->next = ranks;
+  ranks = t;
+  pthread_mutex_unlock(&ranks_lock);
+  return 0;
+}
+
+bool gn__train_has(const gn_job *j) {
+  return rank_find(j) != NULL;
+}
+
+/* A persistent network namespace at path, with lo up: a child unshares one
+ * and bind-mounts it there (a forked child of a threaded process: only
+ * system calls until _exit). */
+static int netns_make(const char *path, char *err, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    gn__strf(err, cap, "cannot create %s: %s", path, strerror(errno));
+    return -errno;
+  }
+  close(fd);
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    unlink(path);
+    gn__strf(err, cap, "cannot fork: %s", strerror(e));
+    return -e;
+  }
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNET) < 0)
+      _exit(1);
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    memcpy(ifr.ifr_name, "lo", 3);
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+      _exit(2);
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+      _exit(3);
+    if (mount("/proc/self/ns/net", path, NULL, MS_BIND, NULL) < 0)
+      _exit(4);
+    _exit(0);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    unlink(path);
+    gn__strf(err, cap, "cannot make the job's network namespace (step %d failed)",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return GN_EIO;
+  }
+  return 0;
+}
+
+static void netns_remove(const char *path) {
+  umount2(path, MNT_DETACH);
+  unlink(path);
+}
+
+/* Replaces or appends NAME=value in a NULL-terminated, malloc'd env. */
+static int env_set(char ***env, const char *name, const char *value) {
+  size_t k = strlen(name), n = 0;
+  char *e = NULL;
+  size_t len = k + strlen(value) + 2;
+  if (!(e = malloc(len)))
+    return GN_ENOMEM;
+  snprintf(e, len, "%s=%s", name, value);
+  for (; (*env)[n]; n++) {
+    if (strncmp((*env)[n], name, k) == 0 && (*env)[n][k] == '=') {
+      free((*env)[n]);
+      (*env)[n] = e;
+      return 0;
+    }
+  }
+  char **more = realloc(*env, (n + 2) * sizeof *more);
+  if (!more) {
+    free(e);
+    return GN_ENOMEM;
+  }
+  more[n] = e;
+  more[n + 1] = NULL;
+  *env = more;
+  return 0;
+}
+
+static void record_write(const train_rank *t) {
+  char text[128];
+  int len = snprintf(text, sizeof text, "%s %d\n", gn_jobnet_ifname_of(t->net), (int)gn_jobnet_pid(t->net));
+  int fd = open(t->record, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    if (write(fd, text, (size_t)len) != len)
+      gn_log(GN_LOG_WARN, "cannot write %s", t->record);
+    close(fd);
+  }
+}
+
+int gn__train_prepare(gn_job *j, gn_bundle_spec *spec, char ***env, char *err, size_t cap) {
+  train_rank *t = rank_find(j);
+  if (!t)
+    return 0;
+  gn_node *n = j->node;
+  int r;
+  if (t->output) {
+    char dir[PATH_MAX];
+    gn__strf(dir, sizeof dir, "%s/output", n->cfg.data_dir);
+    if ((mkdir(dir, 0711) < 0 && errno != EEXIST) || (mkdir(t->output_dir, 0700) < 0 && errno != EEXIST) ||
+        (j->id_count && chown(t->output_dir, j->uid_base, j->uid_base) < 0) || chmod(t->output_dir, 0755) < 0) {
+      r = -errno;
+      gn__strf(err, cap, "cannot make the job's /output: %s", strerror(errno));
+      return r;
+    }
+    t->rw.source = t->output_visible;
+    t->rw.dest = "/output";
+    spec->rw_binds = &t->rw;
+    spec->n_rw_binds = 1;
+  }
+  if (!t->has_net)
+    return 0;
+  char dir[PATH_MAX];
+  gn__strf(dir, sizeof dir, "%s/netns", n->run_dir);
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+    r = -errno;
+    gn__strf(err, cap, "cannot make %s: %s", dir, strerror(errno));
+    return r;
+  }
+  if ((r = netns_make(t->netns_path, err, cap)) < 0)
+    return r;
+  t->netns_made = true;
+  char why[512] = "";
+  if ((r = gn_jobnet_up(t->cfg, t->netns_path, &t->net, why, sizeof why)) < 0) {
+    gn__strf(err, cap, "cannot bring the job network up: %s", why[0] ? why : gn_strerror(r));
+    return r;
+  }
+  record_write(t);
+  spec->netns_path = t->netns_path;
+  char num[16], master[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &t->master, master, sizeof master);
+  const char *ifname = gn_jobnet_ifname_of(t->net);
+  if ((r = env_set(env, "MASTER_ADDR", master)) < 0)
+    goto oom;
+  snprintf(num, sizeof num, "%u", t->master_port);
+  if ((r = env_set(env, "MASTER_PORT", num)) < 0)
+    goto oom;
+  snprintf(num, sizeof num, "%u", t->rank);
+  if ((r = env_set(env, "RANK", num)) < 0)
+    goto oom;
+  snprintf(num, sizeof num, "%u", t->world);
+  if ((r = env_set(env, "WORLD_SIZE", num)) < 0)
+    goto oom;
+  snprintf(num, sizeof num, "%u", t->local_rank);
+  if ((r = env_set(env, "LOCAL_RANK", num)) < 0)
+    goto oom;
+  snprintf(num, sizeof num, "%u", t->local_world);
+  if ((r = env_set(env, "LOCAL_WORLD_SIZE", num)) < 0 || (r = env_set(env, "GLOO_SOCKET_IFNAME", ifname)) < 0 ||
+      (r = env_set(env, "NCCL_SOCKET_IFNAME", ifname)) < 0)
+    goto oom;
+  return 0;
+oom:
+  gn__strf(err, cap, "provider out of memory");
+  return r;
+}
+
+void gn__train_cleanup(gn_job *j) {
+  train_rank *t = rank_find(j);
+  if (!t)
+    return;
+  t->net = gn_jobnet_down(t->net);
+  if (t->netns_made) {
+    netns_remove(t->netns_path);
+    t->netns_made = false;
+  }
+  if (t->record[0])
+    unlink(t->record);
+}
+
+void gn__train_detach(gn_job *j) {
+  pthread_mutex_lock(&ranks_lock);
+  train_rank **pp = &ranks;
+  while (*pp && (*pp)->j != j)
+    pp = &(*pp)->next;
+  train_rank *t = *pp;
+  if (t)
+    *pp = t->next;
+  pthread_mutex_unlock(&ranks_lock);
+  if (!t)
+    return;
+  t->net = gn_jobnet_down(t->net); /* a cleanup that never ran */
+  if (t->netns_made)
+    netns_remove(t->netns_path);
+  gn_jobnet_config_free(t->cfg);
+  free(t);
+}
+
+/* Whether pid is a wireguard-go serving ifname (its command line is
+ * "wireguard-go -f IFNAME"), so a recycled pid is never signalled. */
+static bool is_our_wg(pid_t pid, const char *ifname) {
+  char path[64], cmd[256];
+  snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t len = read(fd, cmd, sizeof cmd - 1);
+  close(fd);
+  if (len <= 0)
+    return false;
+  cmd[len] = 0;
+  const char *base = strrchr(cmd, '/');
+  base = base ? base + 1 : cmd;
+  if (strcmp(base, "wireguard-go") != 0)
+    return false;
+  /* the arguments follow NUL-separated */
+  for (ssize_t i = 0; i < len; i++)
+    if (cmd[i] == 0 && i + 1 < len && strcmp(cmd + i + 1, ifname) == 0)
+      return true;
+  return false;
+}
+
+void gn__train_remove_stale(gn_node *n) {
+  char dir[PATH_MAX];
+  if (gn__pathf(dir, sizeof dir, "%s/netns", n->run_dir) < 0)
+    return;
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  unsigned removed = 0;
+  while ((e = readdir(d))) {
+    char path[PATH_MAX];
+    size_t k = strlen(e->d_name);
+    if (e->d_name[0] == '.' || gn__pathf(path, sizeof path, "%s/%s", dir, e->d_name) < 0)
+      continue;
+    if (k > 3 && strcmp(e->d_name + k - 3, ".wg") == 0) {
+      char text[128] = "", ifname[GN_JOBNET_IFNAME_MAX + 1] = "";
+      int pid = 0;
+      int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ssize_t len = read(fd, text, sizeof text - 1);
+        close(fd);
+        text[len > 0 ? len : 0] = 0;
+      }
+      if (sscanf(text, "%16s %d", ifname, &pid) == 2 && gn_jobnet_ifname_valid(ifname)) {
+        if (pid > 0 && is_our_wg(pid, ifname)) {
+          kill(pid, SIGTERM);
+          for (int i = 0; i < 20 && kill(pid, 0) == 0; i++)
+            usleep(50000);
+          kill(pid, SIGKILL);
+          waitpid(pid, NULL, WNOHANG);
+        }
+        char sock[PATH_MAX];
+        gn__strf(sock, sizeof sock, "/var/run/wireguard/%s.sock", ifname);
+        unlink(sock);
+        /* a kernel interface not yet moved would still be in the host's namespace */
+        if (if_nametoindex(ifname)) {
+          pid_t c = fork();
+          if (c == 0) {
+            execl("/usr/sbin/ip", "ip", "link", "del", "dev", ifname, (char *)NULL);
+            execlp("ip", "ip", "link", "del", "dev", ifname, (char *)NULL);
+            _exit(127);
+          }
+          if (c > 0)
+            waitpid(c, NULL, 0);
+        }
+      }
+      unlink(path);
+      removed++;
+    } else {
+      netns_remove(path);
+      removed++;
+    }
+  }
+  closedir(d);
+  if (removed)
+    gn_log(GN_LOG_INFO, "removed %u job network leftovers of an earlier run", removed);
+}

@@ -1,0 +1,56 @@
+/* The provider's side of training jobs (issue 8, items 4, 5, 7;
+ * train_prov.c): its policy (config `training`, `jobnet_ports`), the checks
+ * of a manifest's `net` section, and for each rank its network namespace
+ * with the job network (sandbox/jobnet.c) in it, the rendezvous environment
+ * and its /output directory. provider.c calls these hooks; the state of a
+ * rank lives here, keyed by its job. */
+#ifndef GPUNET_NODE_TRAIN_PROV_H
+#define GPUNET_NODE_TRAIN_PROV_H
+
+#include "records.h"
+
+#include <gpunet/offer.h>
+#include <gpunet/sandbox.h>
+#include <jansson.h>
+
+/* Whether this provider takes ranks of training jobs: config training
+ * (-1: when jobs get user namespaces). */
+bool gn__train_enabled(const gn_node *n);
+/* Sets the offer's training attributes (training, jobnet_ports). */
+void gn__train_offer(const gn_node *n, gn_offer *o);
+/* {"enabled", "jobnet_ports", "ranks"} for `gpunet status`. */
+json_t *gn__train_status_json(const gn_node *n);
+
+/* On the loop, before anything of the job exists: 0 when the manifest's
+ * training parts may run here, else GN_EPERM/GN_EINVAL/GN_EBUSY with a
+ * reason for the requester (training refused here, a port outside the
+ * range or busy, world/rank/peers inconsistent, a bad key or endpoint, no
+ * user namespace for /output). An ordinary manifest passes. */
+int gn__train_check(gn_node *n, const gn_jobman *m, char *reason, size_t cap);
+/* On the loop, once the job exists and before its preparation is queued:
+ * keeps what the worker needs (the private key in guarded memory).
+ * GN_ENOMEM: the job must fail. A manifest without net or output: 0,
+ * nothing kept. */
+int gn__train_attach(gn_node *n, gn_job *j, const gn_jobman *m);
+/* Whether j has training state (a net or an output). */
+bool gn__train_has(const gn_job *j);
+
+/* The worker's part (thread pool, TASK_PREPARE, before the bundle is
+ * written): makes the rank's network namespace with lo up, brings the job
+ * network up into it, makes /output. Fills spec->netns_path and the rw
+ * bind (storage in the rank's state) and adds the rendezvous variables to
+ * *env (replacing the same names). GN_* with err on failure; what it made
+ * is undone by gn__train_cleanup. No-op for a job without training state. */
+int gn__train_prepare(gn_job *j, gn_bundle_spec *spec, char ***env, char *err, size_t cap);
+/* The worker's part of the end (TASK_FINISH, after the container is
+ * deleted): job network down, namespace unmounted and removed. Keeps
+ * /output (the lease holder may still fetch it). */
+void gn__train_cleanup(gn_job *j);
+/* On the loop once the cleanup is done: forgets the rank. */
+void gn__train_detach(gn_job *j);
+/* At start (blocking, before any job): what a crashed run left: job
+ * network processes, their sockets, namespaces. Jobs never resume across a
+ * restart, so every record of this node's is stale. */
+void gn__train_remove_stale(gn_node *n);
+
+#endif

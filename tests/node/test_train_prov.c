@@ -1,0 +1,873 @@
+/* The provider's side of training jobs (node/train_prov.c, issue 8): the
+ * manifest's net and output sections (encoding, hostile input), a real
+ * gpunetd's refusals of training manifests it must not run (training off, a
+ * port outside its range or busy, inconsistent ranks, a bad endpoint), and,
+ * as root with runc, wireguard-go and the test registry, a rank that runs:
+ * its job reaches a peer rank (a WireGuard interface this test brings up in
+ * a namespace of its own, joined to the provider's host by a veth) over the
+ * job network and nothing else, sees the rendezvous variables, writes
+ * /output, and leaves nothing behind. */
+#include <gpunet/billing.h>
+#include <gpunet/identity.h>
+#include <gpunet/jobnet.h>
+#include <gpunet/transport.h>
+#include <gpunet/wire.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+/* cmocka needs the above first. */
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "jobmsg.h"
+#include "node/helpers.h"
+#include "sandbox/helpers.h"
+
+typedef tn_msg msg;
+
+/* --- the manifest's training sections (pure) --------------------------------*/
+
+static void fill_manifest(gn_jobman *m, uint32_t world, uint32_t rank) {
+  memset(m, 0, sizeof *m);
+  snprintf(m->job_id, sizeof m->job_id, "j-0123456789ab");
+  snprintf(m->lease_id, sizeof m->lease_id, "l-0123456789ab");
+  snprintf(m->image, sizeof m->image, "127.0.0.1:5000/bb@sha256:%064d", 0);
+  m->argc = 1;
+  m->argv[0] = strdup("true");
+  m->memory_mib = 64;
+  m->pids = 16;
+  m->issued_s = 1000;
+  m->expires_s = 1100;
+  m->output = true;
+  m->has_net = true;
+  gn_jobman_net *t = &m->net;
+  snprintf(t->group, sizeof t->group, "j-00aa11bb22cc");
+  t->world = world;
+  t->rank = rank;
+  t->local_rank = 0;
+  t->local_world = 1;
+  memset(t->private_key, 0x42, sizeof t->private_key);
+  t->listen_port = 51821;
+  t->master_port = 29500;
+  t->subnet_host = 7;
+  for (uint32_t r = 0, k = 0; r < world; r++) {
+    if (r == rank)
+      continue;
+    memset(t->peers[k].public_key, (int)(r + 1), sizeof t->peers[k].public_key);
+    snprintf(t->peers[k].endpoint, sizeof t->peers[k].endpoint, "203.0.113.%u:51820", r + 1);
+    t->peers[k].rank = r;
+    k++;
+  }
+  t->npeers = world - 1;
+}
+
+static void encode(const gn_jobman *m, gn_buf *ret) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  assert_int_equal(gn__jobman_encode(m, &w), 0);
+  assert_int_equal(gn_wire_writer_take(&w, ret), 0);
+  gn_wire_writer_done(&w);
+}
+
+static void test_manifest_net_round_trip(void **state) {
+  (void)state;
+  gn_jobman m, d;
+  gn_buf b = {0};
+  fill_manifest(&m, 64, 5); /* the largest world: 63 peers */
+  encode(&m, &b);
+  assert_int_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  assert_true(d.output);
+  assert_true(d.has_net);
+  assert_string_equal(d.net.group, "j-00aa11bb22cc");
+  assert_int_equal(d.net.world, 64);
+  assert_int_equal(d.net.rank, 5);
+  assert_int_equal(d.net.npeers, 63);
+  assert_int_equal(d.net.listen_port, 51821);
+  assert_int_equal(d.net.master_port, 29500);
+  assert_int_equal(d.net.subnet_host, 7);
+  assert_memory_equal(d.net.private_key, m.net.private_key, 32);
+  for (uint32_t i = 0; i < 63; i++) {
+    assert_int_equal(d.net.peers[i].rank, m.net.peers[i].rank);
+    assert_string_equal(d.net.peers[i].endpoint, m.net.peers[i].endpoint);
+    assert_memory_equal(d.net.peers[i].public_key, m.net.peers[i].public_key, 32);
+  }
+  gn__jobman_done(&d);
+  /* done wipes the private key */
+  assert_true(sodium_is_zero(d.net.private_key, sizeof d.net.private_key));
+  gn_buf_done(&b);
+  /* An ordinary job's manifest has neither key: byte for byte as before. */
+  m.output = m.has_net = false;
+  encode(&m, &b);
+  assert_int_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  assert_false(d.output);
+  assert_false(d.has_net);
+  assert_null(memmem(b.data, b.len, "\xa3net", 4));
+  assert_null(memmem(b.data, b.len, "output", 6));
+  assert_int_equal(b.data[0], 0x80 | 12); /* fixmap of the 12 keys */
+  gn__jobman_done(&d);
+  gn_buf_done(&b);
+  gn__jobman_done(&m);
+}
+
+/* A manifest whose net section is replaced by what put() writes. */
+typedef void (*net_writer)(gn_wire_writer *w);
+
+static gn_buf manifest_with(net_writer put) {
+  gn_jobman m;
+  fill_manifest(&m, 1, 0);
+  m.has_net = false;
+  m.output = false;
+  gn_wire_writer w;
+  gn_buf b = {0};
+  gn_wire_writer_init(&w);
+  /* 12 ordinary keys and "net" */
+  gn_wire_put_map(&w, 13);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, m.job_id);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, m.lease_id);
+  gn_wire_put_str(&w, "image");
+  gn_wire_put_str(&w, m.image);
+  gn_wire_put_str(&w, "cmd");
+  gn_wire_put_array(&w, 1);
+  gn_wire_put_str(&w, "true");
+  gn_wire_put_str(&w, "env");
+  gn_wire_put_array(&w, 0);
+  gn_wire_put_str(&w, "memory_mib");
+  gn_wire_put_u64(&w, 64);
+  gn_wire_put_str(&w, "pids");
+  gn_wire_put_u64(&w, 16);
+  gn_wire_put_str(&w, "network");
+  gn_wire_put_bool(&w, false);
+  gn_wire_put_str(&w, "nonce");
+  gn_wire_put_bin(&w, m.nonce, sizeof m.nonce);
+  gn_wire_put_str(&w, "issued_s");
+  gn_wire_put_i64(&w, 1);
+  gn_wire_put_str(&w, "expires_s");
+  gn_wire_put_i64(&w, 2);
+  gn_wire_put_str(&w, "v");
+  gn_wire_put_u64(&w, GN_PROTO_VERSION);
+  gn_wire_put_str(&w, "net");
+  put(&w);
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  gn_wire_writer_done(&w);
+  gn__jobman_done(&m);
+  return b;
+}
+
+/* The hostile variants of net: each one thing wrong. */
+static int variant;
+static uint8_t key32[32] = {1};
+
+static void put_peer(gn_wire_writer *w, const char *endpoint, uint64_t rank, size_t keylen) {
+  gn_wire_put_map(w, 3);
+  gn_wire_put_str(w, "key");
+  gn_wire_put_bin(w, key32, keylen);
+  gn_wire_put_str(w, "endpoint");
+  gn_wire_put_str(w, endpoint);
+  gn_wire_put_str(w, "rank");
+  gn_wire_put_u64(w, rank);
+}
+
+static void put_net(gn_wire_writer *w) {
+  uint64_t world = 3, rank = 0, lrank = 0, lworld = 1, port = 51820, mport = 29500, subnet = 9;
+  const char *group = "j-00aa11bb22cc";
+  size_t keylen = 32, npeers = 2;
+  switch (variant) {
+  case 1:
+    rank = 3;
+    break; /* rank >= world */
+  case 2:
+    world = 0;
+    break; /* no world */
+  case 3:
+    world = 65;
+    break; /* over 64 */
+  case 4:
+    port = 0;
+    break; /* no port */
+  case 5:
+    port = 65536;
+    break; /* not a port */
+  case 6:
+    mport = 0;
+    break; /* no master port */
+  case 7:
+    subnet = 256;
+    break; /* not a /24 host byte */
+  case 8:
+    keylen = 31;
+    break; /* short key */
+  case 9:
+    group = "../../etc";
+    break; /* not an id */
+  case 10:
+    lrank = 1;
+    break; /* local rank >= local world */
+  case 11:
+    lworld = 4;
+    break; /* local world > world */
+  case 12:
+    npeers = 3;
+    break; /* a peer with this rank's own rank */
+  case 13:
+    npeers = 4;
+    break; /* a duplicate peer rank */
+  case 14:
+    npeers = 64;
+    break; /* over 63 peers */
+  case 15:
+    world = 1ull << 33;
+    break; /* over 32 bits */
+  default:
+    break;
+  }
+  if (variant == 16) { /* net not a map */
+    gn_wire_put_array(w, 0);
+    return;
+  }
+  gn_wire_put_map(w, 10);
+  gn_wire_put_str(w, "group");
+  gn_wire_put_str(w, group);
+  gn_wire_put_str(w, "rank");
+  gn_wire_put_u64(w, rank);
+  gn_wire_put_str(w, "world");
+  gn_wire_put_u64(w, world);
+  gn_wire_put_str(w, "local_rank");
+  gn_wire_put_u64(w, lrank);
+  gn_wire_put_str(w, "local_world");
+  gn_wire_put_u64(w, lworld);
+  gn_wire_put_str(w, "key");
+  gn_wire_put_bin(w, key32, keylen);
+  gn_wire_put_str(w, "port");
+  gn_wire_put_u64(w, port);
+  gn_wire_put_str(w, "master_port");
+  gn_wire_put_u64(w, mport);
+  gn_wire_put_str(w, "subnet");
+  gn_wire_put_u64(w, subnet);
+  gn_wire_put_str(w, "peers");
+  gn_wire_put_array(w, (uint32_t)npeers);
+  for (size_t i = 0; i < npeers; i++) {
+    uint64_t r = i + 1;
+    if (variant == 12 && i == 2)
+      r = rank;
+    if (variant == 13 && i >= 2)
+      r = 1;
+    if (variant == 14)
+      r = i % 3;
+    if (variant == 17 && i == 1) { /* an endpoint of 64 bytes: over the bound */
+      char ep[80];
+      memset(ep, '1', 64);
+      ep[64] = 0;
+      put_peer(w, ep, r, 32);
+      continue;
+    }
+    put_peer(w, "203.0.113.5:51820", r, 32);
+  }
+}
+
+static void test_manifest_net_hostile(void **state) {
+  (void)state;
+  gn_jobman d;
+  variant = 0; /* the baseline decodes */
+  gn_buf b = manifest_with(put_net);
+  assert_int_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  assert_true(d.has_net);
+  assert_int_equal(d.net.npeers, 2);
+  gn__jobman_done(&d);
+  gn_buf_done(&b);
+  for (variant = 1; variant <= 17; variant++) {
+    b = manifest_with(put_net);
+    memset(&d, 0x5a, sizeof d);
+    int r = gn__jobman_decode(b.data, b.len, &d);
+    if (r == 0)
+      fail_msg("hostile net variant %d decoded", variant);
+    gn_buf_done(&b);
+  }
+  /* Every truncation of a good one is refused, none crashes. */
+  variant = 0;
+  b = manifest_with(put_net);
+  for (size_t k = 0; k < b.len; k++)
+    if (gn__jobman_decode(b.data, k, &d) == 0)
+      fail_msg("a manifest cut to %zu of %zu bytes decoded", k, b.len);
+  /* "output" that is not a bool is refused. */
+  gn_buf_done(&b);
+  gn_jobman m;
+  fill_manifest(&m, 2, 0);
+  m.has_net = false;
+  m.output = true;
+  encode(&m, &b);
+  uint8_t *p = memmem(b.data, b.len, "output\xc3", 7);
+  assert_non_null(p);
+  p[6] = 0x01; /* a positive fixint instead of true */
+  assert_int_not_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  gn_buf_done(&b);
+  gn__jobman_done(&m);
+}
+
+/* --- a real provider --------------------------------------------------------*/
+
+typedef struct world {
+  char dir[PATH_MAX];
+  char addr[64];
+  pid_t daemon;
+  uv_loop_t loop;
+  gn_identity *prov_id, *req_id;
+  gn_transport *req_tp;
+  int up;
+  tn_inbox in;
+  const char *extra[16];
+  uint16_t port_lo, port_hi;
+} world;
+
+static world W;
+
+static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
+  (void)t, (void)peer, (void)addr, (void)ud;
+  W.up = 1;
+}
+
+static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
+  (void)t, (void)peer, (void)ud;
+  W.up = 0;
+}
+
+static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                   size_t len, void *ud) {
+  (void)t, (void)ud;
+  tn_inbox_add(&W.in, peer, env, raw, len);
+}
+
+static void start_world(const char *const *extra) {
+  memset(&W, 0, sizeof W);
+  snprintf(W.dir, sizeof W.dir, "/tmp/gn-trainprov-XXXXXX");
+  assert_non_null(mkdtemp(W.dir));
+  /* A port range of this test's own, so tests side by side do not meet. */
+  W.port_lo = (uint16_t)(42000 + (getpid() % 2000) * 8);
+  W.port_hi = (uint16_t)(W.port_lo + 7);
+  char bin[PATH_MAX], ports[32];
+  snprintf(ports, sizeof ports, "%u-%u", W.port_lo, W.port_hi);
+  tn_gpunetd_path(bin, sizeof bin);
+  tn_identity_for(W.dir, &W.prov_id);
+  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
+  W.daemon = fork();
+  assert_true(W.daemon >= 0);
+  if (W.daemon == 0) {
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
+    if (!freopen(log, "w", stderr))
+      _exit(127);
+    const char *args[48] = {
+        bin,        "--data-dir", W.dir,  "--listen",    W.addr, "--provide",         "--simulate-gpu",
+        "RTX 4090", "--price",    "0.40", "--max-hours", "2",    "--allow-no-userns", "--jobnet-ports",
+        ports};
+    size_t n = 15;
+    for (size_t i = 0; extra && extra[i]; i++)
+      args[n++] = extra[i];
+    args[n] = NULL;
+    execv(bin, (char *const *)args);
+    _exit(127);
+  }
+  uv_loop_init(&W.loop);
+  gn_transport_cbs cbs = {on_up, on_down, on_msg};
+  assert_int_equal(gn_identity_generate(&W.req_id), 0);
+  assert_int_equal(gn_transport_new(&W.loop, W.req_id, &cbs, NULL, &W.req_tp), 0);
+  for (int i = 0; i < 50 && !W.up; i++) {
+    usleep(100000);
+    gn_transport_connect(W.req_tp, W.addr);
+    tn_run_until_flag(&W.loop, &W.up, 300);
+  }
+  assert_true(W.up);
+}
+
+static void end_world(void) {
+  gn_transport *tps[] = {W.req_tp};
+  tn_world_end(&W.loop, tps, 1, W.daemon, &W.in, W.dir);
+  W.prov_id = gn_identity_free(W.prov_id);
+  W.req_id = gn_identity_free(W.req_id);
+}
+
+static void msg_str(const msg *m, const char *key, char *out, size_t cap) {
+  tn_msg_str(m, key, out, cap);
+}
+
+/* Waits for job's status in state (any when NULL); its reason to
+ * ret_reason (256) and state to ret_state (32). */
+static bool wait_status(const char *job, const char *state, uint64_t timeout_ms, char *ret_state, char *ret_reason) {
+  uint64_t end = gn_mono_ms() + timeout_ms;
+  for (;;) {
+    for (size_t i = 0; i < W.in.n; i++) {
+      msg *m = &W.in.m[i];
+      char id[64], st[32];
+      if (m->type != GN_MSG_JOB_STATUS)
+        continue;
+      msg_str(m, "job_id", id, sizeof id);
+      msg_str(m, "state", st, sizeof st);
+      if (strcmp(id, job) != 0 || (state && strcmp(st, state) != 0))
+        continue;
+      if (ret_state)
+        snprintf(ret_state, 32, "%s", st);
+      if (ret_reason)
+        msg_str(m, "reason", ret_reason, 256);
+      msg taken;
+      tn_inbox_remove(&W.in, i, &taken);
+      gn_buf_done(&taken.raw);
+      return true;
+    }
+    if (gn_mono_ms() >= end)
+      return false;
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  }
+}
+
+static void rent(gn_agreement *ret) {
+  gn_lease_terms t;
+  gn_buf env = {0};
+  msg m;
+  tn_lease_terms(&t, W.prov_id, W.req_id, 1, true);
+  assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
+  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+  assert_true(tn_wait_msg(&W.loop, &W.in, GN_MSG_LEASE_ACCEPT, NULL, NULL, 5000, &m));
+  assert_int_equal(gn_agreement_open(m.raw.data, m.raw.len, ret), 0);
+  gn_buf_done(&m.raw);
+}
+
+/* Signs and sends m (job id, nonce and times made fresh here); waits for
+ * the first answer: its state and reason. */
+static void send_manifest(gn_jobman *m, const char *lease_id, char *ret_job, char *ret_state, char *ret_reason) {
+  uint8_t rnd[6];
+  char hex[13];
+  randombytes_buf(rnd, sizeof rnd);
+  sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
+  snprintf(m->job_id, sizeof m->job_id, "j-%s", hex);
+  snprintf(m->lease_id, sizeof m->lease_id, "%s", lease_id);
+  randombytes_buf(m->nonce, sizeof m->nonce);
+  m->issued_s = gn_unix_s();
+  m->expires_s = gn_unix_s() + 120;
+  gn_buf body = {0}, env = {0};
+  encode(m, &body);
+  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_MANIFEST, body.data, body.len, &env), 0);
+  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+  snprintf(ret_job, 32, "%s", m->job_id);
+  if (!wait_status(m->job_id, NULL, 5000, ret_state, ret_reason))
+    fail_msg("no answer to job %s", m->job_id);
+}
+
+static size_t curl_sink(char *p, size_t size, size_t n, void *ud) {
+  gn_buf_append(ud, (const uint8_t *)p, size * n);
+  return size * n;
+}
+
+static json_t *api_get(const char *path) {
+  char sock[PATH_MAX + 32], url[256];
+  gn_buf body = {0};
+  snprintf(sock, sizeof sock, "%s/gpunetd.sock", W.dir);
+  snprintf(url, sizeof url, "http://gpunetd%s", path);
+  CURL *c = curl_easy_init();
+  assert_non_null(c);
+  curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+  CURLcode rc = curl_easy_perform(c);
+  curl_easy_cleanup(c);
+  if (rc != CURLE_OK)
+    fail_msg("GET %s: %s", path, curl_easy_strerror(rc));
+  json_t *j = json_loadb((const char *)body.data, body.len, 0, NULL);
+  gn_buf_done(&body);
+  assert_non_null(j);
+  return j;
+}
+
+/* A one-rank-of-two manifest on this world's ports, with a real key pair. */
+static void net_manifest(gn_jobman *m, const char *image, uint16_t port, const char *peer_endpoint,
+                         const uint8_t peer_pub[32], uint8_t ret_pub[32]) {
+  fill_manifest(m, 2, 0);
+  snprintf(m->image, sizeof m->image, "%s", image);
+  m->output = false;
+  uint8_t pub[32];
+  assert_int_equal(gn_jobnet_keypair(m->net.private_key, pub), 0);
+  if (ret_pub)
+    memcpy(ret_pub, pub, 32);
+  uint8_t rnd[6];
+  char hex[13];
+  randombytes_buf(rnd, sizeof rnd);
+  sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
+  snprintf(m->net.group, sizeof m->net.group, "j-%s", hex);
+  m->net.listen_port = port;
+  if (peer_pub)
+    memcpy(m->net.peers[0].public_key, peer_pub, 32);
+  else
+    assert_int_equal(gn_jobnet_keypair((uint8_t[32]){0}, m->net.peers[0].public_key), 0);
+  snprintf(m->net.peers[0].endpoint, sizeof m->net.peers[0].endpoint, "%s", peer_endpoint);
+  m->net.peers[0].rank = 1;
+}
+
+static void expect_rejected(gn_jobman *m, const char *lease, const char *part) {
+  char job[32], st[32], reason[256];
+  send_manifest(m, lease, job, st, reason);
+  if (strcmp(st, "rejected") != 0 || !strstr(reason, part))
+    fail_msg("job %s: %s '%s', expected rejected with '%s'", job, st, reason, part);
+}
+
+static void test_provider_refuses_training_it_must_not_run(void **state) {
+  (void)state;
+  start_world((const char *const[]){"--no-training", NULL});
+  json_t *st = api_get("/v1/status");
+  json_t *tr = json_object_get(st, "training");
+  assert_non_null(tr);
+  assert_false(json_boolean_value(json_object_get(tr, "enabled")));
+  json_decref(st);
+  gn_agreement a;
+  rent(&a);
+  gn_jobman m;
+  net_manifest(&m, "127.0.0.1:9/bb@sha256:0000000000000000000000000000000000000000000000000000000000000000", W.port_lo,
+               "203.0.113.9:51820", NULL, NULL);
+  expect_rejected(&m, a.terms.lease_id, "does not take training jobs");
+  gn__jobman_done(&m);
+  end_world();
+}
+
+static void test_provider_refuses_bad_training_manifests(void **state) {
+  (void)state;
+  start_world((const char *const[]){"--training", NULL});
+  json_t *st = api_get("/v1/status");
+  json_t *tr = json_object_get(st, "training");
+  assert_true(json_boolean_value(json_object_get(tr, "enabled")));
+  char ports[32];
+  snprintf(ports, sizeof ports, "%u-%u", W.port_lo, W.port_hi);
+  assert_string_equal(json_string_value(json_object_get(tr, "jobnet_ports")), ports);
+  json_decref(st);
+  gn_agreement a;
+  rent(&a);
+  const char *img = "127.0.0.1:9/bb@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+  gn_jobman m;
+  /* a port below and above the range */
+  net_manifest(&m, img, (uint16_t)(W.port_lo - 1), "203.0.113.9:51820", NULL, NULL);
+  expect_rejected(&m, a.terms.lease_id, "outside this provider's range");
+  gn__jobman_done(&m);
+  net_manifest(&m, img, (uint16_t)(W.port_hi + 1), "203.0.113.9:51820", NULL, NULL);
+  expect_rejected(&m, a.terms.lease_id, "outside this provider's range");
+  gn__jobman_done(&m);
+  /* a port something else holds */
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(W.port_lo + 3))};
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  net_manifest(&m, img, (uint16_t)(W.port_lo + 3), "203.0.113.9:51820", NULL, NULL);
+  expect_rejected(&m, a.terms.lease_id, "is busy");
+  gn__jobman_done(&m);
+  close(fd);
+  /* world 3 but one peer: not a full mesh */
+  net_manifest(&m, img, W.port_lo, "203.0.113.9:51820", NULL, NULL);
+  m.net.world = 3;
+  expect_rejected(&m, a.terms.lease_id, "lists 1 peers, not 2");
+  gn__jobman_done(&m);
+  /* endpoints the provider's socket must never be sent at */
+  static const char *const bad_ep[] = {"127.0.0.1:51820", "224.0.0.1:51820", "169.254.1.1:51820", "host:51820",
+                                       "203.0.113.9:0"};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad_ep); i++) {
+    net_manifest(&m, img, W.port_lo, bad_ep[i], NULL, NULL);
+    expect_rejected(&m, a.terms.lease_id, "bad job network");
+    gn__jobman_done(&m);
+  }
+  /* the peer with this rank's own key */
+  uint8_t pub[32];
+  net_manifest(&m, img, W.port_lo, "203.0.113.9:51820", NULL, pub);
+  memcpy(m.net.peers[0].public_key, pub, 32);
+  expect_rejected(&m, a.terms.lease_id, "bad job network");
+  gn__jobman_done(&m);
+  /* Nothing of any of them was made. */
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/run/netns", W.dir);
+  assert_true(!th_exists(path) || th_count_entries(path) == 0);
+  end_world();
+}
+
+/* --- a rank that runs -------------------------------------------------------*/
+
+static th_registry reg;
+static const char *run_skip;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  int st = system(cmd);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool have_exec(const char *name) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", name);
+  return system(cmd) == 0;
+}
+
+static int setup_run(void **state) {
+  (void)state;
+  run_skip = NULL;
+  if (geteuid() != 0)
+    run_skip = "needs root (network namespaces, the provider's jobs under real runc)";
+  else if (!have_exec("wireguard-go") || !have_exec("ip") || access("/dev/net/tun", R_OK | W_OK) != 0)
+    run_skip = "needs wireguard-go, ip (iproute2) and /dev/net/tun";
+  else if (!have_exec("runc") && !have_exec("crun"))
+    run_skip = "needs runc or crun";
+  else if (th_registry_start(&reg) < 0)
+    run_skip = "cannot start the test registry (scripts/registry: docker-registry, umoci)";
+  return 0;
+}
+
+static int teardown_run(void **state) {
+  (void)state;
+  th_registry_stop(&reg);
+  return 0;
+}
+
+/* Runs fn in network namespace path on this thread, then comes back. */
+static void in_netns(const char *path, void (*fn)(void *), void *ud) {
+  int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  int other = open(path, O_RDONLY | O_CLOEXEC);
+  assert_true(self >= 0 && other >= 0);
+  assert_int_equal(setns(other, CLONE_NEWNET), 0);
+  fn(ud);
+  assert_int_equal(setns(self, CLONE_NEWNET), 0);
+  close(self);
+  close(other);
+}
+
+typedef struct peer_up {
+  gn_jobnet_config *cfg;
+  const char *job_ns;
+  gn_jobnet *net;
+  int rc;
+  char err[512];
+} peer_up;
+
+static void do_peer_up(void *ud) {
+  peer_up *p = ud;
+  p->rc = gn_jobnet_up(p->cfg, p->job_ns, &p->net, p->err, sizeof p->err);
+}
+
+static char *read_all(const char *path) {
+  return th_read_file(path, NULL);
+}
+
+static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
+  (void)state;
+  if (run_skip) {
+    print_message("skipped: %s\n", run_skip);
+    skip();
+  }
+  int id = getpid() % 100000;
+  char host_ns[64], peer_ns[64], host_path[128], peer_path[128], veth[16];
+  snprintf(host_ns, sizeof host_ns, "gntp%dh", id); /* the peer rank's provider host */
+  snprintf(peer_ns, sizeof peer_ns, "gntp%dj", id); /* the peer rank's job */
+  snprintf(host_path, sizeof host_path, "/run/netns/%s", host_ns);
+  snprintf(peer_path, sizeof peer_path, "/run/netns/%s", peer_ns);
+  snprintf(veth, sizeof veth, "gtp%d", id);
+  int net_b = 100 + id % 100; /* 192.168.B.0/24 joins this host and the peer's */
+  sh("ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null; ip link del %sa 2>/dev/null", host_ns, peer_ns, veth);
+  assert_int_equal(sh("ip netns add %s && ip netns add %s", host_ns, peer_ns), 0);
+  assert_int_equal(sh("ip link add %sa type veth peer name %sb && ip link set %sb netns %s && "
+                      "ip address add 192.168.%d.1/24 dev %sa && ip link set %sa up && "
+                      "ip -n %s address add 192.168.%d.2/24 dev %sb && ip -n %s link set %sb up && "
+                      "ip -n %s link set lo up && ip -n %s link set lo up",
+                      veth, veth, veth, host_ns, net_b, veth, veth, host_ns, net_b, veth, host_ns, veth, host_ns,
+                      peer_ns),
+                   0);
+  /* A TCP server on this host's side of the veth: the job must not reach it. */
+  int host_srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in hs = {.sin_family = AF_INET, .sin_port = 0};
+  char host_ip[32];
+  snprintf(host_ip, sizeof host_ip, "192.168.%d.1", net_b);
+  inet_pton(AF_INET, host_ip, &hs.sin_addr);
+  socklen_t hl = sizeof hs;
+  assert_int_equal(bind(host_srv, (struct sockaddr *)&hs, sizeof hs), 0);
+  assert_int_equal(listen(host_srv, 4), 0);
+  assert_int_equal(getsockname(host_srv, (struct sockaddr *)&hs, &hl), 0);
+  int host_port = ntohs(hs.sin_port);
+
+  start_world((const char *const[]){"--training", "--registry-allow", "127.0.0.1", NULL});
+  gn_agreement a;
+  rent(&a);
+  char image[256];
+  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
+  /* The peer rank (rank 1), up in its own host's namespace. */
+  uint16_t rank0_port = (uint16_t)(W.port_lo + 1), peer_port = (uint16_t)(W.port_lo + 2);
+  gn_jobman m;
+  uint8_t rank0_pub[32];
+  char ep[64];
+  snprintf(ep, sizeof ep, "192.168.%d.2:%u", net_b, peer_port);
+  net_manifest(&m, image, rank0_port, ep, NULL, rank0_pub);
+  m.output = true;
+  gn_jobnet_config *pc = gn_jobnet_config_new();
+  uint8_t peer_pub[32];
+  assert_int_equal(gn_jobnet_keypair(pc->private_key, peer_pub), 0);
+  memcpy(m.net.peers[0].public_key, peer_pub, 32);
+  struct in_addr subnet = {.s_addr = htonl(10u << 24 | 77u << 16 | m.net.subnet_host << 8)};
+  assert_int_equal(gn_jobnet_ifname(m.net.group, 1, pc->ifname), 0);
+  assert_int_equal(gn_jobnet_rank_address(subnet, 24, 1, &pc->address), 0);
+  pc->prefix_len = 24;
+  pc->listen_port = peer_port;
+  pc->allow_private_endpoints = true;
+  pc->backend = GN_JOBNET_USERSPACE;
+  pc->peer_count = 1;
+  memcpy(pc->peers[0].public_key, rank0_pub, 32);
+  snprintf(pc->peers[0].endpoint, sizeof pc->peers[0].endpoint, "192.168.%d.1:%u", net_b, rank0_port);
+  assert_int_equal(gn_jobnet_rank_address(subnet, 24, 0, &pc->peers[0].address), 0);
+  peer_up pu = {.cfg = pc, .job_ns = peer_path};
+  in_netns(host_path, do_peer_up, &pu);
+  if (pu.rc < 0)
+    fail_msg("the peer rank's job network: %s (%s)", gn_strerror(pu.rc), pu.err);
+  char peer_ip[32];
+  inet_ntop(AF_INET, &pc->address, peer_ip, sizeof peer_ip);
+  /* The peer rank's job: a TCP server on its job address that answers. */
+  char srv_out[PATH_MAX + 32];
+  snprintf(srv_out, sizeof srv_out, "%s/peer-got", W.dir);
+  pid_t srv = fork();
+  if (srv == 0) {
+    int fd = open(peer_path, O_RDONLY);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
+      _exit(99);
+    int o = open(srv_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    execlp("busybox", "busybox", "nc", "-l", "-p", "7000", (char *)NULL);
+    _exit(127);
+  }
+  /* Rank 0's job: talks to its peer, tries this host, prints its env and
+   * interfaces, writes /output. */
+  char script[1024];
+  snprintf(script, sizeof script,
+           "echo hello-from-rank0 | nc -w 5 %s 7000 && echo PEER_OK; "
+           "nc -w 2 %s %d </dev/null && echo HOST_REACHED || echo HOST_BLOCKED; "
+           "env | grep -E '^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GLOO_SOCKET_IFNAME|"
+           "NCCL_SOCKET_IFNAME)=' | sort; ls /sys/class/net 2>&1; cat /proc/net/dev | tail -n +3 | cut -d: -f1; "
+           "echo out > /output/result && echo OUTPUT_OK",
+           peer_ip, host_ip, host_port);
+  free(m.argv[0]); /* the command, not the key: gn__jobman_done would wipe it */
+  m.argc = 3;
+  m.argv[0] = strdup("sh");
+  m.argv[1] = strdup("-c");
+  m.argv[2] = strdup(script);
+  m.envc = 1;
+  m.env[0] = strdup("RANK=99"); /* the provider's value wins */
+  char job[32], st[32], reason[256];
+  send_manifest(&m, a.terms.lease_id, job, st, reason);
+  if (strcmp(st, "pulling") != 0)
+    fail_msg("job %s: %s (%s)", job, st, reason);
+  bool ended = wait_status(job, "exited", 60000, st, reason) || wait_status(job, "failed", 100, st, reason);
+  char logp[PATH_MAX + 64];
+  snprintf(logp, sizeof logp, "%s/run/jobs/%s.log", W.dir, job);
+  char *log = read_all(logp);
+  print_message("  job log:\n%s\n", log ? log : "(none)");
+  if (!ended)
+    fail_msg("job %s did not end (see %s/gpunetd.log)", job, W.dir);
+  if (strcmp(st, "exited") != 0)
+    fail_msg("job %s %s: %s", job, st, reason);
+  assert_non_null(log);
+  char want[128], ifname[16];
+  assert_int_equal(gn_jobnet_ifname(m.net.group, 0, ifname), 0);
+  assert_non_null(strstr(log, "PEER_OK"));
+  assert_non_null(strstr(log, "HOST_BLOCKED"));
+  assert_null(strstr(log, "HOST_REACHED"));
+  snprintf(want, sizeof want, "MASTER_ADDR=10.77.%u.1\n", m.net.subnet_host);
+  assert_non_null(strstr(log, want));
+  assert_non_null(strstr(log, "MASTER_PORT=29500\n"));
+  assert_non_null(strstr(log, "\nRANK=0\n"));
+  assert_non_null(strstr(log, "WORLD_SIZE=2\n"));
+  assert_non_null(strstr(log, "LOCAL_RANK=0\n"));
+  assert_non_null(strstr(log, "LOCAL_WORLD_SIZE=1\n"));
+  snprintf(want, sizeof want, "GLOO_SOCKET_IFNAME=%s\n", ifname);
+  assert_non_null(strstr(log, want));
+  snprintf(want, sizeof want, "NCCL_SOCKET_IFNAME=%s\n", ifname);
+  assert_non_null(strstr(log, want));
+  assert_null(strstr(log, "RANK=99"));
+  /* /proc/net/dev in the job: lo and the job interface, nothing else */
+  snprintf(want, sizeof want, "%s\n", ifname);
+  assert_non_null(strstr(log, want));
+  assert_null(strstr(log, "eth"));
+  assert_null(strstr(log, veth));
+  assert_non_null(strstr(log, "OUTPUT_OK"));
+  free(log);
+  /* the peer's server got the greeting */
+  waitpid(srv, NULL, 0);
+  char *got = read_all(srv_out);
+  assert_non_null(got);
+  assert_non_null(strstr(got, "hello-from-rank0"));
+  free(got);
+  /* /output is kept, owned by the job's mapped root when it has one */
+  char outp[PATH_MAX + 64];
+  snprintf(outp, sizeof outp, "%s/output/%s/result", W.dir, job);
+  char *res = read_all(outp);
+  assert_non_null(res);
+  assert_string_equal(res, "out\n");
+  free(res);
+  /* Nothing left: no namespace file, no record, no interface on the host,
+   * no wireguard-go socket. */
+  char p[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s/run/netns", W.dir);
+  bool clean = false;
+  for (int i = 0; i < 100 && !clean; i++) {
+    clean = th_count_entries(p) == 0;
+    if (!clean)
+      tn_run_until_flag(&W.loop, &(int){0}, 50);
+  }
+  assert_true(clean);
+  snprintf(p, sizeof p, "/var/run/wireguard/%s.sock", ifname);
+  assert_false(th_exists(p));
+  assert_int_equal(if_nametoindex(ifname), 0);
+  json_t *s = api_get("/v1/status");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(s, "training"), "ranks")), 0);
+  json_decref(s);
+
+  gn__jobman_done(&m);
+  end_world();
+  pu.net = gn_jobnet_down(pu.net);
+  gn_jobnet_config_free(pc);
+  close(host_srv);
+  sh("ip netns del %s; ip netns del %s; ip link del %sa 2>/dev/null", host_ns, peer_ns, veth);
+}
+
+int main(void) {
+  const struct CMUnitTest pure[] = {
+      cmocka_unit_test(test_manifest_net_round_trip),
+      cmocka_unit_test(test_manifest_net_hostile),
+  };
+  const struct CMUnitTest daemon[] = {
+      cmocka_unit_test(test_provider_refuses_training_it_must_not_run),
+      cmocka_unit_test(test_provider_refuses_bad_training_manifests),
+  };
+  const struct CMUnitTest run[] = {
+      cmocka_unit_test(test_rank_reaches_its_peer_and_nothing_else),
+  };
+  int fails = cmocka_run_group_tests_name("train_manifest", pure, NULL, NULL);
+  fails += cmocka_run_group_tests_name("train_policy", daemon, NULL, NULL);
+  fails += cmocka_run_group_tests_name("train_run", run, setup_run, teardown_run);
+  return fails;
+}
