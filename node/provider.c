@@ -7,6 +7,7 @@
 #include "node_internal.h"
 #include "pool.h"
 #include "settle_glue.h"
+#include "train_prov.h"
 #include "uidalloc.h"
 #include "util.h"
 
@@ -259,6 +260,7 @@ int gn__provider_init(gn_node *n, char *err, size_t cap) {
   gn_log(GN_LOG_INFO, "job budgets: %llu MiB of memory (%.2f of %llu MiB), %.2f CPUs (%.2f of %ld), %u processes",
          (unsigned long long)n->mem_budget_mib, n->cfg.job_memory_share, (unsigned long long)ram_mib, n->cpu_budget,
          n->cfg.job_cpu_share, cpus, n->pids_budget);
+  gn__train_remove_stale(n); /* what a crashed run's training ranks left */
   return 0;
 }
 
@@ -361,6 +363,7 @@ void gn__provider_publish_offers(gn_node *n, int64_t now_s) {
     o.simulated = g->simulated;
     o.no_userns = !n->userns_ok;               /* allow_no_userns: said in the offer, signed */
     o.unenforced_limits = !n->limits_enforced; /* allow_unenforced_limits: likewise */
+    gn__train_offer(n, &o);                    /* training, jobnet_ports (train_prov.c) */
     const gn_attest_local *a = gn__attest_local_find(n, g->name);
     if (a && a->report_env.len && a->report_env.len <= sizeof o.attest) {
       memcpy(o.attest, a->report_env.data, a->report_env.len);
@@ -1051,6 +1054,7 @@ static void task_work(uv_work_t *w) {
     }
     if (j->rootfs[0])
       gn_store_rootfs_release(j->node->store, j->rootfs);
+    gn__train_cleanup(j); /* the job network and its namespace, after the container */
     break;
   case TASK_LEASE_CGROUP_RM:
     t->rc = gn_cgroup_lease_remove(t->lease_id);
@@ -1217,6 +1221,7 @@ static void job_finish(gn_node *n, gn_job *j) {
 
 /* The container, its bundle and its hold on the image root are gone. */
 static void job_cleanup_done(gn_node *n, gn_job *j) {
+  gn__train_detach(j);
   j->rootfs[0] = 0;
   j->overlay[0] = 0;
   if (j->budget_held) {
@@ -1538,6 +1543,11 @@ static void job_prepare_work(gn_job *j) {
       .n_ro_binds = pass ? pass->n_binds : 0,
       .cgroups_path = cgpath[0] ? cgpath : NULL,
   };
+  /* A training rank: its network namespace with the job network, the
+   * rendezvous variables, /output (train_prov.c). */
+  if ((j->work_rc = gn__train_prepare(j, &spec, &env, j->work_err, sizeof j->work_err)) < 0)
+    goto out;
+  spec.env = (const char *const *)env;
   j->work_rc = gn_bundle_write(j->bundle, &spec);
   if (j->work_rc < 0)
     gn__strf(j->work_err, sizeof j->work_err, "cannot write the OCI bundle: %s", gn_strerror(j->work_rc));
@@ -1705,6 +1715,9 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
              pids, pids_left, n->pids_budget);
     goto reject;
   }
+  /* A training rank's net section and /output (train_prov.c). */
+  if (gn__train_check(n, &m, reason, sizeof reason) < 0)
+    goto reject;
   /* The nonce is remembered (durably) until long after the manifest's
    * expiry, so a replay is refused even across restarts. Looked up here;
    * its row is written, with its fsync, once the job's preparation is on
@@ -1757,6 +1770,10 @@ static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   gn_buf_append(&j->manifest_env, raw, raw_len);
   j->next = n->jobs;
   n->jobs = j;
+  if (gn__train_attach(n, j, &m) < 0) { /* the preparation finds it and stops */
+    gn__strf(j->error, sizeof j->error, "provider out of memory");
+    j->cancel = 1;
+  }
   gn__jobman_done(&m);
   /* Everything the worker thread needs from node state is copied here, on
    * the loop, so the worker touches only the job. */
