@@ -1,9 +1,20 @@
 /* The provider's lease acceptance rules (provider.c, docs/protocol.md),
  * against a real gpunetd with a simulated GPU: each rule refuses a request
  * that breaks it with its own reason, and a request within every rule is
- * accepted. This test is the requester, over a real Noise session. */
+ * accepted. This test is the requester, over a real Noise session.
+ *
+ * And the requester's rules when an agreement arrives (requester.c,
+ * on_lease_accept), against a real requester gpunetd: this test is then the
+ * provider, and answers the daemon's rent with an agreement whose terms are
+ * not the request the daemon signed (another max_s, a price above its
+ * --max-price: both re-signed with the daemon's own key, which the test
+ * wrote), or that grants fewer GPUs than asked. Each is refused: the rent
+ * fails saying why, no lease is made, the provider is told to release it
+ * (or, for an agreement that does not verify, it is ignored) and a debit
+ * note for it is never countersigned. An honest agreement is the control. */
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
+#include <gpunet/offer.h>
 #include <gpunet/transport.h>
 #include <gpunet/wire.h>
 
@@ -13,7 +24,11 @@
 /* cmocka needs the above first. */
 #include <cmocka.h>
 
+#include <curl/curl.h>
+#include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,10 +224,384 @@ static void test_lease_rules_edges_accepted(void **state) {
     fail_msg("a request within every rule was refused: %s", reason);
 }
 
+/* --- the requester's rules for an arriving agreement --------------------------*/
+
+/* The requester daemon and this test as its provider P. */
+static struct {
+  char dir[PATH_MAX];
+  char sock[PATH_MAX + 16];
+  char addr[64];
+  pid_t daemon;
+  uv_loop_t loop;
+  gn_identity *req_id, *p_id;
+  gn_transport *tp;
+  int up;
+  tn_inbox in;
+  char offer[GN_OFFER_ID_STRLEN];
+} Q;
+
+typedef struct call {
+  char body[512];
+  const char *path;
+  bool get;
+  pthread_t thread;
+  atomic_int done;
+  long status;
+  gn_buf out;
+} call;
+
+static void q_on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
+  (void)t;
+  (void)peer;
+  (void)addr;
+  (void)ud;
+  Q.up = 1;
+}
+
+static void q_on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
+  (void)t;
+  (void)peer;
+  (void)ud;
+  Q.up = 0;
+}
+
+static void q_on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                     size_t len, void *ud) {
+  (void)t;
+  (void)ud;
+  tn_inbox_add(&Q.in, peer, env, raw, len);
+}
+
+static size_t q_on_data(char *p, size_t size, size_t nmemb, void *ud) {
+  gn_buf_append(ud, (const uint8_t *)p, size * nmemb);
+  return size * nmemb;
+}
+
+static void *q_call_main(void *ud) {
+  call *c = ud;
+  char url[128];
+  snprintf(url, sizeof url, "http://x%s", c->path);
+  CURL *h = curl_easy_init();
+  curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, Q.sock);
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  if (!c->get)
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, q_on_data);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &c->out);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
+  if (curl_easy_perform(h) == CURLE_OK)
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &c->status);
+  curl_easy_cleanup(h);
+  gn_buf_append(&c->out, (const uint8_t *)"", 1);
+  atomic_store(&c->done, 1);
+  return NULL;
+}
+
+static bool q_call_done(void *ud) {
+  const call *c = ud;
+  return atomic_load(&c->done);
+}
+
+static void q_call_start(call *c, const char *path, const char *body) {
+  memset(c, 0, sizeof *c);
+  c->path = path;
+  c->get = body == NULL;
+  snprintf(c->body, sizeof c->body, "%s", body ? body : "");
+  assert_int_equal(pthread_create(&c->thread, NULL, q_call_main, c), 0);
+}
+
+/* Keeps the test's loop (P) running until the call returns. */
+static void q_call_finish(call *c) {
+  tn_run_until(&Q.loop, q_call_done, c, 20000);
+  pthread_join(c->thread, NULL);
+}
+
+/* The daemon's leases (the caller decrefs). */
+static json_t *q_leases(void) {
+  call c;
+  q_call_start(&c, "/v1/leases", NULL);
+  q_call_finish(&c);
+  assert_int_equal(c.status, 200);
+  json_t *o = json_loads((const char *)c.out.data, 0, NULL);
+  assert_non_null(o);
+  gn_buf_done(&c.out);
+  return o;
+}
+
+static bool q_has_lease(const char *id) {
+  json_t *o = q_leases(), *l;
+  size_t i;
+  bool found = false;
+  json_array_foreach(json_object_get(o, "leases"), i, l) {
+    if (strcmp(json_string_value(json_object_get(l, "id")), id) == 0)
+      found = true;
+  }
+  json_decref(o);
+  return found;
+}
+
+static bool q_log_has(const char *part) {
+  char path[PATH_MAX + 32], line[2048];
+  snprintf(path, sizeof path, "%s/gpunetd.log", Q.dir);
+  FILE *f = fopen(path, "r");
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, part) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* P's offer of two simulated RTX 4090s at 0.40 EUR, at P's address. */
+static void q_offer(void) {
+  gn_offer o;
+  gn_buf env = {0};
+  memset(&o, 0, sizeof o);
+  memcpy(o.provider, Q.p_id->pk, GN_PK_LEN);
+  o.seq = 1;
+  o.issued_s = gn_unix_s();
+  o.expires_s = o.issued_s + 120;
+  snprintf(o.addr, sizeof o.addr, "%s", gn_transport_listen_addr(Q.tp));
+  snprintf(o.gpu_model, sizeof o.gpu_model, "NVIDIA GeForce RTX 4090");
+  o.vram_mib = 24564;
+  o.gpus_free = 2;
+  o.gpus_total = 2;
+  o.price_uper_hour = 400000;
+  snprintf(o.currency, sizeof o.currency, "EUR");
+  o.max_hours = 2;
+  o.simulated = true;
+  gn_offer_id(&o, Q.offer);
+  assert_int_equal(gn_offer_seal(Q.p_id, &o, &env), 0);
+  assert_int_equal(gn_transport_send(Q.tp, Q.req_id->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+  bool seen = false;
+  for (int i = 0; i < 50 && !seen; i++) {
+    json_t *t;
+    call c;
+    q_call_start(&c, "/v1/offers", NULL);
+    q_call_finish(&c);
+    t = json_loads((const char *)c.out.data, 0, NULL);
+    gn_buf_done(&c.out);
+    json_t *e;
+    size_t k;
+    json_array_foreach(json_object_get(t, "offers"), k, e) {
+      const char *id = json_string_value(json_object_get(e, "id"));
+      if (id && strcmp(id, Q.offer) == 0)
+        seen = true;
+    }
+    json_decref(t);
+    if (!seen)
+      tn_run_until_flag(&Q.loop, &(int){0}, 100);
+  }
+  assert_true(seen);
+}
+
+static int q_setup(void **state) {
+  (void)state;
+  memset(&Q, 0, sizeof Q);
+  snprintf(Q.dir, sizeof Q.dir, "/tmp/gn-rules-req-XXXXXX");
+  assert_non_null(mkdtemp(Q.dir));
+  char bin[PATH_MAX];
+  tn_gpunetd_path(bin, sizeof bin);
+  tn_identity_for(Q.dir, &Q.req_id); /* the daemon's key: this test can sign as the requester */
+  snprintf(Q.addr, sizeof Q.addr, "127.0.0.1:%d", tn_free_port());
+  snprintf(Q.sock, sizeof Q.sock, "%s/gpunetd.sock", Q.dir);
+  Q.daemon = fork();
+  assert_true(Q.daemon >= 0);
+  if (Q.daemon == 0) {
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/gpunetd.log", Q.dir);
+    setenv("GN_RENT_TIMEOUT_MS", "3000", 1);
+    if (!freopen(log, "w", stderr))
+      _exit(127);
+    execl(bin, bin, "--data-dir", Q.dir, "--listen", Q.addr, (char *)NULL);
+    _exit(127);
+  }
+  uv_loop_init(&Q.loop);
+  gn_transport_cbs cbs = {.on_peer_up = q_on_up, .on_peer_down = q_on_down, .on_message = q_on_msg};
+  assert_int_equal(gn_identity_generate(&Q.p_id), 0);
+  assert_int_equal(gn_transport_new(&Q.loop, Q.p_id, &cbs, NULL, &Q.tp), 0);
+  assert_int_equal(gn_transport_listen(Q.tp, "127.0.0.1:0"), 0);
+  for (int i = 0; i < 50 && !Q.up; i++) {
+    usleep(100000);
+    gn_transport_connect(Q.tp, Q.addr);
+    tn_run_until_flag(&Q.loop, &Q.up, 300);
+  }
+  assert_true(Q.up);
+  for (int i = 0; i < 50 && access(Q.sock, F_OK) != 0; i++)
+    usleep(100000);
+  q_offer();
+  return 0;
+}
+
+static int q_teardown(void **state) {
+  (void)state;
+  int rc = tn_world_end(&Q.loop, &Q.tp, 1, Q.daemon, &Q.in, Q.dir);
+  Q.req_id = gn_identity_free(Q.req_id);
+  Q.p_id = gn_identity_free(Q.p_id);
+  return rc;
+}
+
+enum { A_HONEST, A_OTHER_MAX_S, A_PRICE_ABOVE_MAX, A_FEWER_GPUS };
+
+/* An agreement with only the GPUs given, whatever the request asked for
+ * (gn_agreement_seal refuses to make one). */
+static void q_seal_raw_agreement(const uint8_t *req, size_t req_len, const char *const *gpus, uint32_t n, gn_buf *ret) {
+  gn_wire_writer w;
+  gn_buf body = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 3);
+  gn_wire_put_str(&w, "request");
+  gn_wire_put_bin(&w, req, req_len);
+  gn_wire_put_str(&w, "start_s");
+  gn_wire_put_i64(&w, gn_unix_s());
+  gn_wire_put_str(&w, "gpus");
+  gn_wire_put_array(&w, n);
+  for (uint32_t i = 0; i < n; i++)
+    gn_wire_put_str(&w, gpus[i]);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(Q.p_id, GN_MSG_LEASE_ACCEPT, body.data, body.len, ret), 0);
+  gn_buf_done(&body);
+}
+
+/* Rents P's offer (2 GPUs, --max-price 0.50) and answers the daemon's
+ * request with the agreement `kind` makes; returns the rent's answer in c
+ * (the caller frees c->out), the lease id and the agreement sent. */
+static void q_rent(int kind, call *c, char lease_id[GN_LEASE_ID_STRLEN], gn_buf *ret_ag) {
+  char body[512];
+  tn_msg m;
+  static const char *const gpus[] = {"GPU-sim-0", "GPU-sim-1"};
+  snprintf(body, sizeof body,
+           "{\"offer\": \"%s\", \"hours\": 1, \"count\": 2, \"attest\": false, \"allow_simulated\": true, "
+           "\"max_price_uper_hour\": 500000}",
+           Q.offer);
+  q_call_start(c, "/v1/leases", body);
+  assert_true(tn_wait_msg(&Q.loop, &Q.in, GN_MSG_LEASE_REQUEST, q_call_done, c, 10000, &m));
+  gn_lease_terms t;
+  assert_int_equal(gn_lease_request_open(m.raw.data, m.raw.len, &t), 0);
+  assert_int_equal(t.count, 2);
+  assert_int_equal(t.price_uper_hour, 400000);
+  snprintf(lease_id, GN_LEASE_ID_STRLEN, "%s", t.lease_id);
+  gn_buf req = {0};
+  switch (kind) {
+  case A_HONEST:
+    assert_int_equal(gn_agreement_seal(Q.p_id, m.raw.data, m.raw.len, gn_unix_s(), gpus, 2, ret_ag), 0);
+    break;
+  case A_OTHER_MAX_S:
+  case A_PRICE_ABOVE_MAX:
+    /* The same lease id and nonce, other terms, signed with the daemon's
+     * own key: the signatures verify, the terms are not what it asked. */
+    if (kind == A_OTHER_MAX_S)
+      t.max_s = 7200;
+    else
+      t.price_uper_hour = 600000;
+    assert_int_equal(gn_lease_request_seal(Q.req_id, &t, &req), 0);
+    assert_int_equal(gn_agreement_seal(Q.p_id, req.data, req.len, gn_unix_s(), gpus, 2, ret_ag), 0);
+    break;
+  case A_FEWER_GPUS:
+    q_seal_raw_agreement(m.raw.data, m.raw.len, gpus, 1, ret_ag);
+    break;
+  }
+  assert_int_equal(gn_transport_send(Q.tp, Q.req_id->pk, ret_ag->data, ret_ag->len), 0);
+  q_call_finish(c);
+  gn_buf_done(&req);
+  gn_buf_done(&m.raw);
+}
+
+/* A debit note of 10 seconds for agreement ag: the daemon must never
+ * countersign it (it holds no such lease). */
+static void q_expect_note_not_accepted(const gn_buf *ag) {
+  gn_bill_head head, next;
+  gn_buf note = {0};
+  uint8_t ticks[20];
+  tn_msg m;
+  for (int i = 0; i < 10; i++) {
+    ticks[2 * i] = 2;
+    ticks[2 * i + 1] = 50;
+  }
+  assert_int_equal(gn_bill_head_init(ag->data, ag->len, &head), 0);
+  assert_int_equal(gn_bill_note_seal(Q.p_id, ag->data, ag->len, &head, ticks, 10, gn_unix_s(), &note, &next), 0);
+  assert_int_equal(gn_transport_send(Q.tp, Q.req_id->pk, note.data, note.len), 0);
+  assert_false(tn_wait_msg(&Q.loop, &Q.in, GN_MSG_DEBIT_ACCEPT, NULL, NULL, 1500, &m));
+  gn_buf_done(&note);
+}
+
+static void test_requester_takes_an_honest_agreement(void **state) {
+  (void)state;
+  call c;
+  char id[GN_LEASE_ID_STRLEN];
+  gn_buf ag = {0};
+  q_rent(A_HONEST, &c, id, &ag);
+  if (c.status != 201)
+    fail_msg("an honest agreement was not taken: %ld %s", c.status, (const char *)c.out.data);
+  assert_true(q_has_lease(id));
+  gn_buf_done(&c.out);
+  gn_buf_done(&ag);
+}
+
+static void test_requester_refuses_agreement_not_its_request(void **state) {
+  (void)state;
+  static const struct {
+    int kind;
+    const char *what;
+  } cases[] = {
+      {A_OTHER_MAX_S, "another max_s"},
+      /* The price is one of the signed terms: an agreement above --max-price
+       * cannot embed the request the daemon signed (rent refuses an offer
+       * above it before asking). */
+      {A_PRICE_ABOVE_MAX, "a price above --max-price"},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    call c;
+    char id[GN_LEASE_ID_STRLEN];
+    gn_buf ag = {0};
+    tn_msg m;
+    q_rent(cases[i].kind, &c, id, &ag);
+    const char *out = (const char *)c.out.data;
+    if (c.status != 502 || !strstr(out, "is refused: it does not embed the request this node signed"))
+      fail_msg("%s: the rent answered %ld: %s", cases[i].what, c.status, out);
+    assert_false(q_has_lease(id));
+    /* The provider is told at once, so that it stops metering. */
+    assert_true(tn_wait_msg(&Q.loop, &Q.in, GN_MSG_LEASE_RELEASE, NULL, NULL, 5000, &m));
+    char rid[GN_LEASE_ID_STRLEN];
+    tn_msg_str(&m, "lease_id", rid, sizeof rid);
+    assert_string_equal(rid, id);
+    gn_buf_done(&m.raw);
+    q_expect_note_not_accepted(&ag);
+    assert_false(q_has_lease(id));
+    gn_buf_done(&c.out);
+    gn_buf_done(&ag);
+  }
+  assert_true(q_log_has("refusing the provider's acceptance of lease"));
+}
+
+static void test_requester_refuses_fewer_gpus_than_asked(void **state) {
+  (void)state;
+  call c;
+  char id[GN_LEASE_ID_STRLEN];
+  gn_buf ag = {0};
+  q_rent(A_FEWER_GPUS, &c, id, &ag);
+  /* Such an agreement does not verify (it grants 1 of the 2 GPUs the
+   * embedded request asks for): it is ignored, the rent fails at its
+   * timeout, no lease is made and no bill of it can be answered. */
+  if (c.status == 201 || c.status == 0)
+    fail_msg("an agreement for 1 of 2 GPUs: the rent answered %ld: %s", c.status, (const char *)c.out.data);
+  assert_false(q_has_lease(id));
+  assert_true(q_log_has("lease acceptance does not verify"));
+  gn_bill_head head;
+  assert_true(gn_bill_head_init(ag.data, ag.len, &head) < 0);
+  gn_buf_done(&c.out);
+  gn_buf_done(&ag);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_lease_rules_each_refused_with_its_reason, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_rules_edges_accepted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_requester_takes_an_honest_agreement, q_setup, q_teardown),
+      cmocka_unit_test_setup_teardown(test_requester_refuses_agreement_not_its_request, q_setup, q_teardown),
+      cmocka_unit_test_setup_teardown(test_requester_refuses_fewer_gpus_than_asked, q_setup, q_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
