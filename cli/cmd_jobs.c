@@ -1,5 +1,6 @@
 /* gpunet commands for jobs on leased GPUs: run, jobs, logs and stop. */
 #include "cli.h"
+#include "train.h"
 
 #include <getopt.h>
 #include <stdint.h>
@@ -362,19 +363,67 @@ int cmd_jobs(cli *c, int argc, char **argv) {
   static const cli_list_spec spec = {"jobs", "no jobs (start one with: gpunet run LEASE --image REF -- CMD)", 8, hdr,
                                      job_row};
   int r = cli_simple_args(argc, argv, 0, "");
-  return r >= 0 ? r : cli_list(c, "/v1/jobs", &spec);
+  if (r >= 0)
+    return r;
+  r = cli_list(c, "/v1/jobs", &spec);
+  if (r != CLI_OK || c->json)
+    return r;
+  /* Training jobs: each one's ranks (their jobs are in the list above). */
+  json_t *j = NULL;
+  bool quiet = c->quiet;
+  c->quiet = true;
+  int tr = cli_call(c, "GET", "/v1/train", NULL, &j);
+  c->quiet = quiet;
+  if (tr != CLI_OK || !json_array_size(json_object_get(j, "trains"))) {
+    json_decref(j);
+    return r;
+  }
+  static const char *const thdr[] = {"TRAINING", "STATE", "RANK", "JOB", "PROVIDER", "LEASE", "RANK STATE"};
+  cli_table *t = cli_table_new(7, thdr);
+  size_t i, k;
+  const json_t *g, *rk;
+  json_array_foreach(json_object_get(j, "trains"), i, g) {
+    if (!json_array_size(json_object_get(g, "ranks"))) {
+      const char *row[] = {cli_str(g, "id"), cli_str(g, "state"), NULL, NULL, NULL, NULL, NULL};
+      cli_table_row(t, row);
+    }
+    json_array_foreach(json_object_get(g, "ranks"), k, rk) {
+      char rank[16], prov[64] = "-", st[160];
+      snprintf(rank, sizeof(rank), "%lld", (long long)cli_int(rk, "rank", (json_int_t)k));
+      if (cli_str(rk, "provider"))
+        cli_fmt_node(cli_str(rk, "provider"), prov, sizeof(prov));
+      snprintf(st, sizeof(st), "%s%s%s", cli_str(rk, "state") ? cli_str(rk, "state") : "?",
+               cli_str(rk, "error") ? ": " : "", cli_str(rk, "error") ? cli_str(rk, "error") : "");
+      const char *row[] = {
+          cli_str(g, "id"), cli_str(g, "state"), rank, cli_str(rk, "job"), prov, cli_str(rk, "lease"), st};
+      cli_table_row(t, row);
+    }
+  }
+  printf("\n");
+  cli_table_print(t);
+  json_decref(j);
+  return r;
 }
 
 int cmd_logs(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"follow", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
+  static const struct option opts[] = {{"follow", no_argument, NULL, 'f'},
+                                       {"rank", required_argument, NULL, 'r'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
   bool follow = false;
+  long rank = -1;
   int o;
   optind = 0;
   opterr = 0;
   while ((o = getopt_long(argc, argv, ":hf", opts, NULL)) != -1) {
     if (o == 'f')
       follow = true;
-    else if (o == 'h')
+    else if (o == 'r') {
+      uint64_t v;
+      if (!parse_count(optarg, &v) || v > 63)
+        return cli_usage_error("logs", "--rank wants a rank number from 0 to 63, not '%s'", optarg);
+      rank = (long)v;
+    } else if (o == 'h')
       return cli_print_usage(cli_find_cmd("logs"));
     else
       return cli_bad_option("logs", o, argv);
@@ -382,7 +431,20 @@ int cmd_logs(cli *c, int argc, char **argv) {
   int r = cli_want_args(argc, argv, 1, "JOB");
   if (r < 0)
     r = cli_check_id("logs", "job", argv[optind]);
-  return r >= 0 ? r : cli_follow_logs(c, argv[optind], follow);
+  if (r >= 0)
+    return r;
+  /* A training job: its ranks' output. */
+  json_t *t = cli_train_get(c, argv[optind]);
+  if (t) {
+    long world = (long)json_array_size(json_object_get(t, "ranks"));
+    json_decref(t);
+    if (rank >= 0 && world && rank >= world)
+      return cli_usage_error("logs", "training job %s has ranks 0 to %ld, not %ld", argv[optind], world - 1, rank);
+    return cli_train_logs(c, argv[optind], rank, follow);
+  }
+  if (rank >= 0)
+    return cli_usage_error("logs", "--rank is for training jobs; %s is none", argv[optind]);
+  return cli_follow_logs(c, argv[optind], follow);
 }
 
 static void show_stopped(const json_t *j, const void *ctx) {
@@ -391,12 +453,29 @@ static void show_stopped(const json_t *j, const void *ctx) {
          cli_str(job, "state") ? cli_str(job, "state") : "stopping");
 }
 
+static void show_train_stopped(const json_t *j, const void *ctx) {
+  const json_t *t = json_object_get(j, "train");
+  printf("training %s: %s (%zu ranks stopped, leases released)\n",
+         cli_str(t, "id") ? cli_str(t, "id") : (const char *)ctx, cli_str(t, "state") ? cli_str(t, "state") : "?",
+         json_array_size(json_object_get(t, "ranks")));
+}
+
 int cmd_stop(cli *c, int argc, char **argv) {
   int r = cli_simple_args(argc, argv, 1, "JOB");
   if (r < 0)
     r = cli_check_id("stop", "job", argv[optind]);
   if (r >= 0)
     return r;
+  json_t *t = cli_train_get(c, argv[optind]);
+  if (t) { /* a training job: every rank stopped, every lease released */
+    json_decref(t);
+    char *tp = cli_path("/v1/train", argv[optind], "");
+    if (!tp)
+      return cli_fail("out of memory");
+    r = cli_show(c, "DELETE", tp, NULL, show_train_stopped, argv[optind]);
+    free(tp);
+    return r;
+  }
   char *path = cli_path("/v1/jobs", argv[optind], "/stop");
   if (!path)
     return cli_fail("out of memory");

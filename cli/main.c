@@ -2,6 +2,7 @@
  * command from a table, as WireGuard's wg does; the commands talk to the local
  * gpunetd through its control socket. */
 #include "cli.h"
+#include "train.h"
 
 #include <curl/curl.h>
 #include <gpunet/paths.h>
@@ -76,16 +77,49 @@ static const cli_cmd commands[] = {
      "                 numbers are MiB; 16M..1024G; default 1024M). The provider\n"
      "                 refuses a job its memory budget cannot hold.\n"
      "  --pids N       the most processes the job may have (8..4096, default 1024)\n"},
+    {"train", cmd_train, "run one training job on GPUs from several providers",
+     "Usage: gpunet train --gpus N [--per-node K] --image REF [--max-price P]\n"
+     "                    [--hours H] [--output DIR] [--env K=V]... [--restarts K]\n"
+     "                    [--allow-simulated] [--json] [-f|--follow] -- CMD [ARGS...]\n"
+     "Plans N GPUs as N/K providers of K GPUs each (every K that divides N when\n"
+     "--per-node is not given) from the offer table: the set with the smallest\n"
+     "worst round-trip time between two of its providers among those within\n"
+     "--max-price, then the cheapest. Prints the plan (providers, GPUs, price per\n"
+     "hour in total, the worst pair and the RTT matrix), leases every provider's\n"
+     "GPUs all or nothing (one refusal or silence releases every lease already\n"
+     "agreed: each is billed only the seconds its provider metered), then runs\n"
+     "CMD on every rank, joined by a private WireGuard network, with MASTER_ADDR,\n"
+     "MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE set for\n"
+     "PyTorch's env:// rendezvous. Without -f it returns once the ranks run and\n"
+     "prints the training id (gpunet logs ID -f, gpunet stop ID).\n"
+     "  --gpus N           GPUs in all, 1..64 (the world size)\n"
+     "  --per-node K       GPUs per provider, 1..16, dividing N\n"
+     "  --max-price P      most to pay per GPU-hour, like 0.50\n"
+     "  --hours H          each lease's length (default 1)\n"
+     "  --output DIR       give every rank a writable /output on its provider\n"
+     "  --env K=V          set a variable on every rank (repeatable)\n"
+     "  --restarts K       restart the group from its checkpoints up to K times\n"
+     "                     when a rank fails or a provider goes (on a spare\n"
+     "                     provider when needed; default 0: stop all)\n"
+     "  --allow-simulated  accept simulated GPUs\n"
+     "  -f, --follow       follow the ranks' output, prefixed [rank R], the\n"
+     "                     running cost and the total\n"
+     "  --json             print the plan, and the result at the end, as JSON\n"
+     "Exits 0 when every rank exited 0 (-f) or the ranks run; 1 when the group\n"
+     "failed (each member's and rank's reason on stderr); 2 for a usage error.\n"},
     {"jobs", cmd_jobs, "list jobs",
      "Usage: gpunet jobs\n"
-     "Lists jobs and their states.\n"},
+     "Lists jobs and their states, and the ranks of training jobs.\n"},
     {"logs", cmd_logs, "print a job's output",
      "Usage: gpunet logs JOB [-f|--follow]\n"
+     "       gpunet logs TRAINID [--rank R] [-f|--follow]\n"
      "Prints the job's output so far; with -f keeps following it until the job\n"
-     "ends, then exits with the job's exit code.\n"},
+     "ends, then exits with the job's exit code. For a training job, every\n"
+     "rank's output with a [rank R] prefix, or only rank R's.\n"},
     {"stop", cmd_stop, "stop a job",
-     "Usage: gpunet stop JOB\n"
-     "Stops a running job.\n"},
+     "Usage: gpunet stop JOB|TRAINID\n"
+     "Stops a running job; for a training job, every rank, and releases its\n"
+     "leases.\n"},
     {"invoices", cmd_invoices, "list invoices",
      "Usage: gpunet invoices\n"
      "Lists the bills of this node's leases, as provider or requester: the\n"
@@ -194,7 +228,8 @@ static bool value_follows(const char *a) {
   /* Every option of every command that takes a value (keep in step with
    * the commands' getopt tables: grep required_argument cli/). */
   static const char *const longs[] = {"--image", "--env",       "--gpu",       "--hours",    "--count",  "--out",
-                                      "--sort",  "--max-price", "--max-spend", "--interval", "--memory", "--pids"};
+                                      "--sort",  "--max-price", "--max-spend", "--interval", "--memory", "--pids",
+                                      "--gpus",  "--per-node",  "--output",    "--restarts", "--rank"};
   static const char shorts[] = "eno";
   if (a[0] != '-' || !a[1])
     return false;

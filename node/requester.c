@@ -6,6 +6,7 @@
 #include "attest_net.h"
 #include "node_internal.h"
 #include "settle_glue.h"
+#include "train_req.h"
 #include "util.h"
 
 #include <math.h>
@@ -84,6 +85,7 @@ void gn__requester_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_REQUESTER && l->req && memcmp(l->peer, peer, GN_PK_LEN) == 0)
       REQ_CALL(n, l, gn_lease_req_peer(l->req, lease_now(), true, out));
+  gn__trainreq_peer_up(n, peer);
 }
 
 static const char *lease_provider_addr(gn_node *n, const gn_lease *l) {
@@ -368,6 +370,56 @@ static bool terms_equal(const gn_lease_terms *a, const gn_lease_terms *b) {
          a->simulated == b->simulated;
 }
 
+/* Takes an agreement that passed the caller's checks as a requester lease:
+ * its record, its billing machine (our observation starts now) and the
+ * ledger's copy. GN_ENOMEM with *ret NULL, or an error after which the lease
+ * is recorded ended and released. */
+static int lease_adopt(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len,
+                       const gn_agreement *ag, uint64_t max_spend_micro, uint64_t max_price_uper_hour, gn_lease **ret) {
+  *ret = NULL;
+  gn_lease *l = calloc(1, sizeof *l);
+  if (!l)
+    return GN_ENOMEM;
+  gn__strf(l->id, sizeof l->id, "%s", ag->terms.lease_id);
+  l->role = GN_ROLE_REQUESTER;
+  memcpy(l->peer, peer, GN_PK_LEN);
+  l->ag = *ag;
+  gn_buf_append(&l->agreement_env, raw, raw_len);
+  l->state = GN_LEASE_ACTIVE;
+  l->start_mono_ms = gn_mono_ms();
+  l->received_s = gn_unix_s();
+  l->max_spend_micro = max_spend_micro;
+  l->max_price_uper_hour = max_price_uper_hour;
+  for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
+    l->gpu_index[i] = -1;
+  l->timer_at_ms = UINT64_MAX;
+  /* Our observation starts now, on our clock; the machine persists our UTC
+   * of receipt before anything else happens. The ledger keeps the
+   * agreement so the notes we answer can be stored against it. */
+  gn_lease_out *out = calloc(1, sizeof *out);
+  int r = out ? gn_lease_req_new(n->id, raw, raw_len, l->max_spend_micro, lease_now(), &l->req, out) : GN_ENOMEM;
+  if (r == 0) {
+    int lr = gn_ledger_begin_lease(n->ledger, l->id, raw, raw_len);
+    if (lr < 0)
+      gn_log(GN_LOG_WARN, "lease %s: cannot keep its agreement in the ledger: %s", l->id, gn_strerror(lr));
+  }
+  l->next = n->leases;
+  n->leases = l;
+  *ret = l;
+  gn__node_persist_lease(n, l);
+  if (r == 0)
+    r = req_perform(n, l, out);
+  gn_lease_out_done(out);
+  free(out);
+  if (r < 0) {
+    gn_log(GN_LOG_ERROR, "lease %s: cannot start checking its bills: %s; releasing it", l->id, gn_strerror(r));
+    lease_mark_ended(l, "the requester could not start checking its bills", 0);
+    gn__node_persist_lease(n, l);
+    send_release(n, peer, l->id, "the requester could not start checking its bills");
+  }
+  return r;
+}
+
 static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
   gn_agreement ag;
   int r = gn_agreement_open(raw, raw_len, &ag);
@@ -376,6 +428,8 @@ static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
     return;
   }
   gn_pending *p = gn__pending_take(n, GN_PENDING_RENT, ag.terms.lease_id);
+  if (!p && gn__trainreq_on_accept(n, peer, raw, raw_len, &ag))
+    return; /* a gang member's (train_req.c) */
   if (!p) {
     /* A late acceptance (our rent timed out, or we never asked): it is no
      * lease of ours, and we say so, so that an honest provider stops
@@ -411,47 +465,15 @@ static void on_lease_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
     gn__pending_free(p);
     return;
   }
-  gn_lease *l = calloc(1, sizeof *l);
-  if (!l) {
+  gn_lease *l = NULL;
+  r = lease_adopt(n, peer, raw, raw_len, &ag, want ? want->max_spend_micro : 0, want ? want->max_price_uper_hour : 0,
+                  &l);
+  if (r == GN_ENOMEM && !l) {
     gn_ctl_reply_error(p->req, 500, "out of memory");
     gn__pending_free(p);
     return;
   }
-  gn__strf(l->id, sizeof l->id, "%s", ag.terms.lease_id);
-  l->role = GN_ROLE_REQUESTER;
-  memcpy(l->peer, peer, GN_PK_LEN);
-  l->ag = ag;
-  gn_buf_append(&l->agreement_env, raw, raw_len);
-  l->state = GN_LEASE_ACTIVE;
-  l->start_mono_ms = gn_mono_ms();
-  l->received_s = gn_unix_s();
-  l->max_spend_micro = want ? want->max_spend_micro : 0;
-  l->max_price_uper_hour = want ? want->max_price_uper_hour : 0;
-  for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
-    l->gpu_index[i] = -1;
-  l->timer_at_ms = UINT64_MAX;
-  /* Our observation starts now, on our clock; the machine persists our UTC
-   * of receipt before anything else happens. The ledger keeps the
-   * agreement so the notes we answer can be stored against it. */
-  gn_lease_out *out = calloc(1, sizeof *out);
-  r = out ? gn_lease_req_new(n->id, raw, raw_len, l->max_spend_micro, lease_now(), &l->req, out) : GN_ENOMEM;
-  if (r == 0) {
-    int lr = gn_ledger_begin_lease(n->ledger, l->id, raw, raw_len);
-    if (lr < 0)
-      gn_log(GN_LOG_WARN, "lease %s: cannot keep its agreement in the ledger: %s", l->id, gn_strerror(lr));
-  }
-  l->next = n->leases;
-  n->leases = l;
-  gn__node_persist_lease(n, l);
-  if (r == 0)
-    r = req_perform(n, l, out);
-  gn_lease_out_done(out);
-  free(out);
   if (r < 0) {
-    gn_log(GN_LOG_ERROR, "lease %s: cannot start checking its bills: %s; releasing it", l->id, gn_strerror(r));
-    lease_mark_ended(l, "the requester could not start checking its bills", 0);
-    gn__node_persist_lease(n, l);
-    send_release(n, peer, l->id, "the requester could not start checking its bills");
     gn_ctl_reply_error(p->req, 500, "cannot start checking the bills of lease %s: %s; released it", l->id,
                        gn_strerror(r));
     gn__pending_free(p);
@@ -660,6 +682,7 @@ void gn__requester_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_REQUESTER && l->req && memcmp(l->peer, peer, GN_PK_LEN) == 0)
       REQ_CALL(n, l, gn_lease_req_peer(l->req, lease_now(), false, out));
+  gn__trainreq_peer_down(n, peer);
 }
 
 /* Rebuilds a lease's machine after a restart: its observation restarts
@@ -1053,6 +1076,8 @@ static void on_lease_reject_or_end(gn_node *n, const uint8_t peer[GN_PK_LEN], co
     gn_pending *p = gn__pending_take(n, GN_PENDING_RENT, m.lease_id);
     if (p && memcmp(p->peer, peer, GN_PK_LEN) == 0)
       gn_ctl_reply_error(p->req, 409, "provider rejected lease %s: %s", m.lease_id, m.reason);
+    if (!p)
+      gn__trainreq_on_reject(n, peer, m.lease_id, m.reason); /* a gang member's? */
     gn__pending_free(p);
   } else {
     gn_lease *l = gn__lease_find(n, m.lease_id);
@@ -1099,6 +1124,7 @@ void gn__requester_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_REQUESTER && l->req && now_ms >= l->timer_at_ms)
       REQ_CALL(n, l, gn_lease_req_timer(l->req, lease_now(), out));
+  gn__trainreq_tick(n, now_ms);
 }
 
 /* --- control routes ----------------------------------------------------------*/
@@ -1121,7 +1147,22 @@ static void route_run(gn_ctl_req *req, void *ud) {
   api_run(req, ud);
 }
 
+/* train_req.c's release of a gang member's lease: as DELETE /v1/leases/ID
+ * with no API request waiting for the invoice. */
+static void train_release(gn_node *n, const char *lease_id, const char *reason) {
+  gn_lease *l = gn__lease_find(n, lease_id);
+  if (!l || l->role != GN_ROLE_REQUESTER || l->invoice_done || !l->req)
+    return;
+  if (l->state == GN_LEASE_ACTIVE) {
+    lease_mark_ended(l, reason, 0);
+    gn__node_persist_lease(n, l);
+  }
+  REQ_CALL(n, l, gn_lease_req_release(l->req, lease_now(), out));
+}
+
 void gn__requester_register(gn_node *n) {
+  static const gn_train_ops train_ops = {lease_adopt, train_release};
+  gn__trainreq_register(n, &train_ops);
   gn_ctl_route(n->ctl, "POST", "/v1/leases", route_rent, n);
   gn_ctl_route(n->ctl, "DELETE", "/v1/leases/:id", api_release, n);
   gn_ctl_route(n->ctl, "POST", "/v1/jobs", route_run, n);

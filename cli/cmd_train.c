@@ -1,0 +1,555 @@
+/* gpunet train: one training job over GPUs rented from several providers
+ * (issue 8). Asks gpunetd for a plan and a gang lease (POST /v1/train),
+ * prints the plan, the group forming, then the ranks' output with a rank
+ * prefix, the running cost and the final total. The logs of a training job
+ * (`gpunet logs TRAINID [--rank R]`) are followed here too. */
+#include "train.h"
+
+#include <getopt.h>
+#include <gpunet/billing.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TRAIN_MAX_GPUS 64
+#define TRAIN_MAX_ENV 64
+#define TRAIN_MAX_RESTARTS 100
+#define TRAIN_POLL_US (300 * 1000)
+#define TRAIN_SETTLE_WAIT_S 30 /* how long the end waits for the final invoices */
+#define TRAIN_COST_EVERY_S 10  /* the running cost, at most this often */
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A whole number in [lo, hi], nothing else. */
+static bool parse_uint(const char *v, long lo, long hi, long *ret) {
+  char *end;
+  if (!v[0] || v[0] == '-' || v[0] == '+' || v[0] == ' ')
+    return false;
+  long n = strtol(v, &end, 10);
+  if (*end || n < lo || n > hi)
+    return false;
+  *ret = n;
+  return true;
+}
+
+json_t *cli_train_get(cli *c, const char *id) {
+  char *path = cli_path("/v1/train", id, "");
+  if (!path)
+    return NULL;
+  bool quiet = c->quiet;
+  c->quiet = true;
+  json_t *j = NULL, *t = NULL;
+  if (cli_call(c, "GET", path, NULL, &j) == CLI_OK)
+    t = json_incref(json_object_get(j, "train"));
+  c->quiet = quiet;
+  json_decref(j);
+  free(path);
+  return json_is_object(t) ? t : (json_decref(t), NULL);
+}
+
+static const char *str_or(const json_t *o, const char *key, const char *dflt) {
+  const char *s = cli_str(o, key);
+  return s ? s : dflt;
+}
+
+static void fmt_rtt(const json_t *v, char *buf, size_t cap) {
+  if (json_is_integer(v))
+    snprintf(buf, cap, "%lldms", (long long)json_integer_value(v));
+  else
+    snprintf(buf, cap, "?");
+}
+
+static void print_plan(FILE *out, const char *id, const json_t *plan) {
+  const char *cur = str_or(plan, "currency", "");
+  char total[48];
+  cli_fmt_price((uint64_t)cli_int(plan, "total_uper_hour", 0), cur, total, sizeof total);
+  long long nodes = cli_int(plan, "nodes", 0);
+  fprintf(out, "training %s: %lld GPUs on %lld provider%s (%lld per node), %s in total\n", id,
+          (long long)cli_int(plan, "gpus", 0), nodes, nodes == 1 ? "" : "s", (long long)cli_int(plan, "per_node", 0),
+          total);
+  static const char *const hdr[] = {"NODE", "PROVIDER", "OFFER", "ADDRESS", "GPUS", "PRICE", "RTT", "RANKS"};
+  cli_table *t = cli_table_new(8, hdr);
+  size_t i;
+  const json_t *p;
+  json_array_foreach(json_object_get(plan, "providers"), i, p) {
+    char node[16], prov[64], gpus[16], price[48], rtt[24], ranks[32];
+    long long g = cli_int(p, "gpus", 0), first = cli_int(p, "first_rank", 0);
+    snprintf(node, sizeof node, "%lld", (long long)cli_int(p, "node", 0));
+    cli_fmt_node(str_or(p, "provider", "?"), prov, sizeof prov);
+    snprintf(gpus, sizeof gpus, "%lld", g);
+    cli_fmt_price((uint64_t)cli_int(p, "price_uper_hour", 0), cur, price, sizeof price);
+    fmt_rtt(json_object_get(p, "rtt_ms"), rtt, sizeof rtt);
+    if (g > 1)
+      snprintf(ranks, sizeof ranks, "%lld-%lld", first, first + g - 1);
+    else
+      snprintf(ranks, sizeof ranks, "%lld", first);
+    const char *row[] = {node, prov, cli_str(p, "offer"), cli_str(p, "addr"), gpus, price, rtt, ranks};
+    cli_table_row(t, row);
+  }
+  fflush(out);
+  if (out == stdout)
+    cli_table_print(t);
+  else {
+    fflush(stdout);
+    cli_table_print(t); /* tables go to stdout */
+  }
+  if (nodes > 1) {
+    char w[24];
+    fmt_rtt(json_object_get(plan, "worst_rtt_ms"), w, sizeof w);
+    fprintf(out, "worst pair RTT: %s (%s)\n", w, str_or(plan, "worst_kind", "?"));
+    fprintf(out, "RTT matrix (ms, requester-measured connect times; ? unknown):\n      ");
+    for (long long k = 0; k < nodes; k++)
+      fprintf(out, "%6lld", k);
+    fputc('\n', out);
+    const json_t *row;
+    json_array_foreach(json_object_get(plan, "rtt_ms"), i, row) {
+      fprintf(out, "%6zu", i);
+      size_t k;
+      const json_t *v;
+      json_array_foreach(row, k, v) {
+        if (json_is_integer(v))
+          fprintf(out, "%6lld", (long long)json_integer_value(v));
+        else
+          fprintf(out, "%6s", "?");
+      }
+      fputc('\n', out);
+    }
+  }
+  fflush(out);
+}
+
+/* --- following the ranks ----------------------------------------------------------*/
+
+typedef struct rank_log {
+  char job[32];
+  long long offset;
+  char partial[4096];
+  size_t plen;
+  bool done;
+} rank_log;
+
+typedef struct follow_state {
+  rank_log r[TRAIN_MAX_GPUS];
+  size_t n;
+} follow_state;
+
+static rank_log *rank_slot(follow_state *f, size_t rank, const char *job) {
+  if (rank >= TRAIN_MAX_GPUS)
+    return NULL;
+  rank_log *l = &f->r[rank];
+  if (strcmp(l->job, job) != 0) { /* a restart gave this rank a new job */
+    if (l->plen)
+      fprintf(stdout, "[rank %zu] %.*s\n", rank, (int)l->plen, l->partial);
+    memset(l, 0, sizeof *l);
+    snprintf(l->job, sizeof l->job, "%s", job);
+  }
+  if (rank + 1 > f->n)
+    f->n = rank + 1;
+  return l;
+}
+
+/* Writes data with the rank prefix at the start of every line. */
+static void emit(rank_log *l, long rank, bool prefix, const char *data, size_t len, bool flush_partial) {
+  for (size_t i = 0; i < len; i++) {
+    if (data[i] == '\n' || l->plen == sizeof l->partial) {
+      if (prefix)
+        fprintf(stdout, "[rank %ld] ", rank);
+      fwrite(l->partial, 1, l->plen, stdout);
+      fputc('\n', stdout);
+      l->plen = 0;
+      if (data[i] == '\n')
+        continue;
+    }
+    l->partial[l->plen++] = data[i];
+  }
+  if (flush_partial && l->plen) {
+    if (prefix)
+      fprintf(stdout, "[rank %ld] ", rank);
+    fwrite(l->partial, 1, l->plen, stdout);
+    fputc('\n', stdout);
+    l->plen = 0;
+  }
+}
+
+/* One round of every rank's new output: true when something came. */
+static bool logs_round(cli *c, follow_state *f, const json_t *t, long only, bool final) {
+  size_t i;
+  const json_t *r;
+  bool got = false;
+  json_array_foreach(json_object_get(t, "ranks"), i, r) {
+    long rank = (long)cli_int(r, "rank", (json_int_t)i);
+    const char *job = cli_str(r, "job");
+    if (!job || !job[0] || (only >= 0 && rank != only))
+      continue;
+    rank_log *l = rank_slot(f, (size_t)rank, job);
+    if (!l)
+      continue;
+    for (int guard = 0; guard < 64; guard++) { /* at most 2 MiB per rank and round */
+      char *base = cli_path("/v1/jobs", job, "/logs");
+      char path[1024];
+      snprintf(path, sizeof path, "%s?offset=%lld&wait_ms=0", base ? base : "", l->offset);
+      free(base);
+      json_t *j = NULL;
+      bool quiet = c->quiet;
+      c->quiet = true;
+      int rc = cli_call(c, "GET", path, NULL, &j);
+      c->quiet = quiet;
+      if (rc != CLI_OK)
+        break;
+      const char *data = cli_str(j, "data");
+      size_t len = data ? json_string_length(json_object_get(j, "data")) : 0;
+      long long next = cli_int(j, "offset", l->offset);
+      l->done = cli_bool(j, "done");
+      if (len)
+        emit(l, rank, only < 0, data, len, false);
+      json_decref(j);
+      bool more = next > l->offset;
+      if (next > l->offset)
+        l->offset = next;
+      got |= more;
+      if (!more)
+        break;
+    }
+    if (final || l->done)
+      emit(l, rank, only < 0, "", 0, true);
+  }
+  fflush(stdout);
+  return got;
+}
+
+static bool state_final(const char *s) {
+  return s && (strcmp(s, "failed") == 0 || strcmp(s, "ended") == 0 || strcmp(s, "done") == 0);
+}
+
+/* What went wrong, per member and rank, on stderr. */
+static void print_reasons(const json_t *t) {
+  size_t i;
+  const json_t *m;
+  fprintf(stderr, "gpunet: training %s %s: %s\n", str_or(t, "id", "?"), str_or(t, "state", "?"),
+          str_or(t, "reason", ""));
+  json_array_foreach(json_object_get(t, "members"), i, m) {
+    char prov[64];
+    cli_fmt_node(str_or(m, "provider", "?"), prov, sizeof prov);
+    const char *why = str_or(m, "reason", ""), *ms = str_or(m, "state", "?");
+    bool same = strncmp(why, ms, strlen(ms)) == 0; /* "refused: ..." says its state itself */
+    fprintf(stderr, "  member %lld (%s, lease %s): %s%s%s\n", (long long)cli_int(m, "member", (json_int_t)i), prov,
+            str_or(m, "lease", "?"), same ? "" : ms, !same && why[0] ? ": " : "", why);
+  }
+  json_array_foreach(json_object_get(t, "ranks"), i, m) {
+    const char *st = cli_str(m, "state");
+    if (st && (strcmp(st, "failed") == 0 || strcmp(st, "rejected") == 0 ||
+               (strcmp(st, "exited") == 0 && cli_int(m, "exit_code", 0) != 0)))
+      fprintf(stderr, "  rank %lld (job %s): %s%s%s\n", (long long)cli_int(m, "rank", (json_int_t)i),
+              str_or(m, "job", "?"), st, cli_str(m, "error") ? ": " : "", str_or(m, "error", ""));
+  }
+}
+
+/* Follows training id: progress (members agreeing, state) on `msg`, the
+ * ranks' output on stdout when logs, the running cost, and the total. */
+static int follow_train(cli *c, const char *id, long only, bool logs, bool progress, bool follow, json_t **ret_last) {
+  follow_state *f = calloc(1, sizeof *f);
+  if (!f)
+    return cli_fail("out of memory");
+  FILE *msg = c->json ? stderr : stdout;
+  char state[32] = "", mstates[TRAIN_MAX_GPUS][24];
+  memset(mstates, 0, sizeof mstates);
+  long long cost = -1;
+  uint64_t cost_at = 0, settle_until = 0;
+  int rc = CLI_FAIL;
+  json_t *t = NULL;
+  for (;;) {
+    json_decref(t);
+    t = cli_train_get(c, id);
+    if (!t) {
+      rc = cli_fail("training job %s is gone from gpunetd", id);
+      break;
+    }
+    const char *st = str_or(t, "state", "?");
+    if (progress) {
+      size_t i;
+      const json_t *m;
+      json_array_foreach(json_object_get(t, "members"), i, m) {
+        const char *ms = str_or(m, "state", "?");
+        if (i < TRAIN_MAX_GPUS && strcmp(mstates[i], ms) != 0) {
+          char prov[64];
+          cli_fmt_node(str_or(m, "provider", "?"), prov, sizeof prov);
+          const char *why = cli_str(m, "reason");
+          if (!why || strcmp(ms, "agreed") == 0 || strncmp(why, ms, strlen(ms)) == 0)
+            why = strncmp(why ? why : "", ms, strlen(ms)) == 0 && strcmp(ms, "agreed") != 0 ? why : "";
+          if (why[0])
+            fprintf(msg, "member %zu (%s, lease %s): %s%s%s\n", i, prov, str_or(m, "lease", "?"),
+                    strncmp(why, ms, strlen(ms)) == 0 ? "" : ms, strncmp(why, ms, strlen(ms)) == 0 ? "" : ": ", why);
+          else
+            fprintf(msg, "member %zu (%s, lease %s): %s\n", i, prov, str_or(m, "lease", "?"), ms);
+          snprintf(mstates[i], sizeof mstates[i], "%s", ms);
+        }
+      }
+      if (strcmp(st, state) != 0) {
+        if (strcmp(st, "running") == 0)
+          fprintf(msg, "training %s: running %zu ranks\n", id, json_array_size(json_object_get(t, "ranks")));
+        else
+          fprintf(msg, "training %s: %s\n", id, st);
+      }
+      fflush(msg);
+    }
+    snprintf(state, sizeof state, "%s", st);
+    bool fin = state_final(st);
+    if (logs)
+      logs_round(c, f, t, only, fin || !follow);
+    long long now_cost = cli_int(t, "cost_micro", 0);
+    if (progress && now_cost != cost && (now_ms() - cost_at >= TRAIN_COST_EVERY_S * 1000u || fin) && now_cost > 0) {
+      char m[48];
+      cli_fmt_money((uint64_t)now_cost, str_or(t, "currency", ""), m, sizeof m);
+      fprintf(msg, "training %s: cost so far %s\n", id, m);
+      fflush(msg);
+      cost = now_cost;
+      cost_at = now_ms();
+    }
+    if (!follow && !fin && !(progress && strcmp(st, "running") == 0)) {
+      if (!progress) { /* a snapshot of the logs */
+        rc = CLI_OK;
+        break;
+      }
+    } else if (!follow && !fin) {
+      rc = CLI_OK; /* train without -f: the group runs */
+      break;
+    }
+    if (fin) {
+      if (!settle_until)
+        settle_until = now_ms() + TRAIN_SETTLE_WAIT_S * 1000u;
+      if (cli_has_int(t, "total_micro") || now_ms() >= settle_until || !progress) {
+        if (progress) {
+          char m[48];
+          long long tot = cli_has_int(t, "total_micro") ? cli_int(t, "total_micro", 0) : cli_int(t, "cost_micro", 0);
+          cli_fmt_money((uint64_t)tot, str_or(t, "currency", ""), m, sizeof m);
+          fprintf(msg, "training %s: total %s%s\n", id, m,
+                  cli_has_int(t, "total_micro") ? "" : " (final invoices not all in yet)");
+        }
+        rc = strcmp(st, "done") == 0 || (!follow && !progress) ? CLI_OK : CLI_FAIL;
+        if (rc != CLI_OK && progress)
+          print_reasons(t);
+        else if (rc != CLI_OK)
+          fprintf(stderr, "gpunet: training %s %s: %s\n", id, st, str_or(t, "reason", ""));
+        break;
+      }
+    }
+    usleep(TRAIN_POLL_US);
+  }
+  free(f);
+  if (ret_last)
+    *ret_last = t;
+  else
+    json_decref(t);
+  return rc;
+}
+
+int cli_train_logs(cli *c, const char *id, long rank, bool follow) {
+  return follow_train(c, id, rank, true, false, follow, NULL);
+}
+
+/* --- the command ----------------------------------------------------------------------*/
+
+int cmd_train(cli *c, int argc, char **argv) {
+  static const struct option opts[] = {{"gpus", required_argument, NULL, 'g'},
+                                       {"per-node", required_argument, NULL, 'k'},
+                                       {"image", required_argument, NULL, 'i'},
+                                       {"max-price", required_argument, NULL, 'P'},
+                                       {"hours", required_argument, NULL, 'H'},
+                                       {"output", required_argument, NULL, 'o'},
+                                       {"env", required_argument, NULL, 'e'},
+                                       {"restarts", required_argument, NULL, 'r'},
+                                       {"allow-simulated", no_argument, NULL, 'S'},
+                                       {"follow", no_argument, NULL, 'f'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  int dd = argc;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--") == 0) {
+      dd = i;
+      break;
+    }
+  long gpus = 0, per_node = 0, restarts = 0;
+  const char *image = NULL, *output = NULL, *hours_s = NULL;
+  uint64_t max_price = 0;
+  bool allow_sim = false, follow = false;
+  json_t *env = json_array(), *cmd = json_array(), *body = NULL;
+  int rc = CLI_FAIL, o;
+  if (!env || !cmd) {
+    rc = cli_fail("out of memory");
+    goto out;
+  }
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(dd, argv, ":hfe:", opts, NULL)) != -1) {
+    switch (o) {
+    case 'g':
+      if (!parse_uint(optarg, 1, TRAIN_MAX_GPUS, &gpus)) {
+        rc = cli_usage_error("train", "--gpus wants a number of GPUs from 1 to %d, not '%s'", TRAIN_MAX_GPUS, optarg);
+        goto out;
+      }
+      break;
+    case 'k':
+      if (!parse_uint(optarg, 1, GN_LEASE_MAX_GPUS, &per_node)) {
+        rc = cli_usage_error("train", "--per-node wants a number of GPUs from 1 to %d, not '%s'", GN_LEASE_MAX_GPUS,
+                             optarg);
+        goto out;
+      }
+      break;
+    case 'i':
+      image = optarg;
+      break;
+    case 'P':
+      if (gn_price_parse(optarg, &max_price) < 0 || max_price == 0) {
+        rc = cli_usage_error("train",
+                             "--max-price wants the most to pay per GPU-hour, like 0.50 (at most 6 decimals), not "
+                             "'%s'",
+                             optarg);
+        goto out;
+      }
+      break;
+    case 'H':
+      hours_s = optarg;
+      break;
+    case 'o':
+      output = optarg;
+      break;
+    case 'e':
+      if (cli_check_env("train", optarg) >= 0) {
+        rc = CLI_USAGE;
+        goto out;
+      }
+      if (json_array_size(env) == TRAIN_MAX_ENV) {
+        rc = cli_usage_error("train", "more than %d --env variables", TRAIN_MAX_ENV);
+        goto out;
+      }
+      if (json_array_append_new(env, json_string(optarg)) < 0) {
+        rc = cli_usage_error("train", "--env '%s' is not valid UTF-8", optarg);
+        goto out;
+      }
+      break;
+    case 'r':
+      if (!parse_uint(optarg, 0, TRAIN_MAX_RESTARTS, &restarts)) {
+        rc = cli_usage_error("train", "--restarts wants a number from 0 to %d, not '%s'", TRAIN_MAX_RESTARTS, optarg);
+        goto out;
+      }
+      break;
+    case 'S':
+      allow_sim = true;
+      break;
+    case 'f':
+      follow = true;
+      break;
+    case 'h':
+      rc = cli_print_usage(cli_find_cmd("train"));
+      goto out;
+    default:
+      rc = cli_bad_option("train", o, argv);
+      goto out;
+    }
+  }
+  if (optind < dd) {
+    rc = cli_usage_error("train", "unexpected argument '%s' (the command goes after --)", argv[optind]);
+    goto out;
+  }
+  if (!gpus) {
+    rc = cli_usage_error("train", "missing --gpus N");
+    goto out;
+  }
+  if (per_node && gpus % per_node) {
+    rc = cli_usage_error("train", "--per-node %ld does not divide --gpus %ld", per_node, gpus);
+    goto out;
+  }
+  if (!image || !image[0]) {
+    rc = cli_usage_error("train", "missing --image REF");
+    goto out;
+  }
+  double hours = 1.0;
+  if (hours_s) {
+    char *end;
+    hours = strtod(hours_s, &end);
+    if (*end || end == hours_s || !(hours > 0) || hours > GN_INVOICE_MAX_S / 3600.0) {
+      rc = cli_usage_error("train", "--hours wants a positive number of hours (at most %u), not '%s'",
+                           GN_INVOICE_MAX_S / 3600u, hours_s);
+      goto out;
+    }
+  }
+  for (int i = dd + 1; i < argc; i++)
+    if (json_array_append_new(cmd, json_string(argv[i])) < 0) {
+      rc = cli_usage_error("train", "argument '%s' is not valid UTF-8", argv[i]);
+      goto out;
+    }
+  if (!json_array_size(cmd)) {
+    rc = cli_usage_error("train", "missing the command to run on every rank (after --)");
+    goto out;
+  }
+  if (json_array_size(cmd) > 64) {
+    rc = cli_usage_error("train", "at most 64 command arguments");
+    goto out;
+  }
+  if (output) {
+    struct stat sb;
+    if (!output[0] || (stat(output, &sb) == 0 && !S_ISDIR(sb.st_mode))) {
+      rc = cli_usage_error("train", "--output '%s' is not a directory", output);
+      goto out;
+    }
+    if (cli_mkdirs(output) < 0) {
+      rc = cli_fail("cannot create --output directory %s", output);
+      goto out;
+    }
+  }
+  json_t *jh = hours == floor(hours) ? json_integer((json_int_t)hours) : json_real(hours);
+  body = json_pack("{s:I, s:I, s:s, s:o, s:O, s:O, s:b, s:I, s:b}", "gpus", (json_int_t)gpus, "per_node",
+                   (json_int_t)per_node, "image", image, "hours", jh, "env", env, "argv", cmd, "output", output != NULL,
+                   "restarts", (json_int_t)restarts, "allow_simulated", allow_sim);
+  if (body && max_price && json_object_set_new(body, "max_price", json_integer((json_int_t)max_price)) < 0) {
+    json_decref(body);
+    body = NULL;
+  }
+  if (!body) {
+    rc = cli_fail("out of memory (or an argument is not valid UTF-8)");
+    goto out;
+  }
+  json_t *j;
+  rc = cli_call(c, "POST", "/v1/train", body, &j);
+  body = NULL;
+  if (rc != CLI_OK)
+    goto out;
+  const char *id0 = cli_str(j, "id");
+  char id[64];
+  snprintf(id, sizeof id, "%s", id0 ? id0 : "");
+  if (!id[0]) {
+    json_decref(j);
+    rc = cli_fail("gpunetd did not name the training job");
+    goto out;
+  }
+  if (c->json) {
+    json_dumpf(j, stdout, JSON_COMPACT);
+    fputc('\n', stdout);
+    fflush(stdout);
+  } else {
+    print_plan(stdout, id, json_object_get(j, "plan"));
+  }
+  json_decref(j);
+  json_t *last = NULL;
+  rc = follow_train(c, id, -1, follow, true, follow, &last);
+  if (c->json && last) {
+    json_dumpf(last, stdout, JSON_COMPACT);
+    fputc('\n', stdout);
+  }
+  if (output && last && !c->json)
+    fprintf(stdout, "training %s: outputs stay on the providers (copying them to %s is not done yet)\n", id, output);
+  json_decref(last);
+out:
+  json_decref(body);
+  json_decref(env);
+  json_decref(cmd);
+  return rc;
+}

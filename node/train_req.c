@@ -1,0 +1,1341 @@
+/* The requester's glue of `gpunet train` (issue 8): POST /v1/train plans a
+ * training job over the offer table (RTTs measured by a TCP connect to each
+ * candidate's listen address; billing/plan.c chooses), leases the plan's
+ * providers all or nothing (billing/gang.c: sign then release, driven by the
+ * requester's lease events and this node's tick), and on READY sends every
+ * rank's manifest with its job network (notes/train-iface.md). A rank that
+ * fails restarts the group (--restarts) or stops it; the leases are released
+ * and billed each on its own. The group's state is saved (table
+ * train_groups) before the actions of each change are performed. */
+#include "train_req.h"
+
+#include "node_internal.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gpunet/gang.h>
+#include <gpunet/jobnet.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TRAIN_MAX_RANKS 64u
+#define TRAIN_MAX 64u            /* training jobs kept in memory per node */
+#define TRAIN_ANSWER_MS 15000u   /* a member's answer timeout (GN_RENT_TIMEOUT_MS overrides) */
+#define TRAIN_RTT_PROBE_MS 1000  /* the connect probes' budget, all together */
+#define TRAIN_MASTER_PORT 29500u /* MASTER_PORT */
+#define TRAIN_PORT_BASE 51820u   /* jobnet_ports default: 51820-51899 */
+#define TRAIN_PORT_SPAN 80u
+#define TRAIN_MEMORY_MIB 1024u
+#define TRAIN_PIDS 1024u
+#define TRAIN_INTERVAL_S 60u
+
+typedef struct train_issued {
+  char lease_id[GN_LEASE_ID_STRLEN];
+  uint8_t provider[GN_PK_LEN];
+  gn_lease_terms t; /* what we signed (this run only) */
+  bool have_terms;
+} train_issued;
+
+typedef struct train_msg {
+  struct train_msg *next;
+  uint8_t peer[GN_PK_LEN];
+  gn_buf env;
+} train_msg;
+
+typedef struct train_rank {
+  char job_id[GN_JOB_ID_STRLEN];
+  uint32_t member;
+} train_rank;
+
+typedef struct train {
+  struct train *next;
+  gn_node *n;
+  char id[GN_JOB_ID_STRLEN];
+  char state[16]; /* planning, forming, running, restarting, failed, ended, done */
+  char reason[200];
+  int64_t created_s, ended_s;
+  /* the request */
+  uint32_t gpus, per_node, restarts;
+  uint64_t max_price, max_s, max_spend;
+  bool output, allow_sim;
+  json_t *argv, *env;
+  char image[600];
+  gn_imageref ref;
+  /* the plan */
+  gn_plan_candidate cand[GN_PLAN_MAX_CANDIDATES];
+  char cand_addr[GN_PLAN_MAX_CANDIDATES][64];
+  uint16_t cand_ports[GN_PLAN_MAX_CANDIDATES][2];
+  char currency[8];
+  size_t ncand;
+  uint32_t *rtt; /* ncand x ncand, row 0..: requester -> candidate on the diagonal's stand-in */
+  json_t *plan;  /* what GET shows */
+  uint32_t per_member;
+  /* the gang */
+  gn_gang *g;
+  uint64_t timer_at_ms;
+  train_issued issued[GN_GANG_MAX_ATTEMPTS];
+  size_t nissued;
+  train_rank ranks[TRAIN_MAX_RANKS];
+  uint32_t world;
+  bool job_failed_reported; /* for the current set of ranks */
+  /* planning */
+  gn_ctl_req *req;
+  uv_work_t work;
+  char err[512];
+  int rc;
+  train_msg *queue;
+} train;
+
+typedef struct train_glue {
+  gn_node *n;
+  gn_train_ops ops;
+  train *list;
+  size_t count;
+  bool restored;
+} train_glue;
+
+static train_glue glues[4];
+
+static train_glue *glue_of(gn_node *n) {
+  for (size_t i = 0; i < GN_ARRAY_SIZE(glues); i++)
+    if (glues[i].n == n)
+      return &glues[i];
+  return NULL;
+}
+
+static train *train_find(gn_node *n, const char *id) {
+  train_glue *gl = glue_of(n);
+  for (train *t = gl ? gl->list : NULL; t; t = t->next)
+    if (strcmp(t->id, id) == 0)
+      return t;
+  return NULL;
+}
+
+static const char *jstr(const json_t *o, const char *key) {
+  return json_string_value(json_object_get(o, key));
+}
+
+static bool state_final(const train *t) {
+  return strcmp(t->state, "failed") == 0 || strcmp(t->state, "ended") == 0 || strcmp(t->state, "done") == 0;
+}
+
+/* --- persistence --------------------------------------------------------------*/
+
+static void db_init(gn_node *n) {
+  char *err = NULL;
+  if (sqlite3_exec(n->db,
+                   "CREATE TABLE IF NOT EXISTS train_groups(id TEXT PRIMARY KEY, doc TEXT NOT NULL, gang BLOB, "
+                   "updated_s INTEGER NOT NULL)",
+                   NULL, NULL, &err) != SQLITE_OK)
+    gn_log(GN_LOG_ERROR, "cannot create the training table: %s", err ? err : "?");
+  sqlite3_free(err);
+}
+
+static json_t *train_doc(const train *t) {
+  json_t *ranks = json_array(), *issued = json_array();
+  for (uint32_t r = 0; r < t->world; r++)
+    json_array_append_new(ranks,
+                          json_pack("{s:s, s:I}", "job", t->ranks[r].job_id, "member", (json_int_t)t->ranks[r].member));
+  for (size_t i = 0; i < t->nissued; i++) {
+    char pid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(t->issued[i].provider, pid);
+    json_array_append_new(issued, json_pack("{s:s, s:s}", "lease", t->issued[i].lease_id, "provider", pid));
+  }
+  return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:O, s:s, s:O, s:o, s:o, s:s}", "id", t->id,
+                   "state", t->state, "reason", t->reason, "created_s", (json_int_t)t->created_s, "ended_s",
+                   (json_int_t)t->ended_s, "gpus", (json_int_t)t->gpus, "per_node", (json_int_t)t->per_member,
+                   "restarts", (json_int_t)t->restarts, "world", (json_int_t)t->world, "argv", t->argv, "env", t->env,
+                   "image", t->image, "plan", t->plan ? t->plan : json_null(), "ranks", ranks, "issued", issued,
+                   "currency", t->currency);
+}
+
+/* Saves t (and its gang): GN_EDB when it could not be, then nothing the
+ * caller was about to do is done. */
+static int train_save(train *t) {
+  gn_node *n = t->n;
+  json_t *doc = train_doc(t);
+  char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+  json_decref(doc);
+  gn_buf g = {0};
+  if (t->g && gn_gang_save(t->g, &g) < 0) {
+    free(text);
+    return GN_EINVAL;
+  }
+  sqlite3_stmt *st = NULL;
+  int rc =
+      text ? sqlite3_prepare_v2(n->db, "INSERT OR REPLACE INTO train_groups(id, doc, gang, updated_s) VALUES(?,?,?,?)",
+                                -1, &st, NULL)
+           : SQLITE_NOMEM;
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, t->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, text, -1, SQLITE_STATIC);
+    if (g.len)
+      sqlite3_bind_blob(st, 3, g.data, (int)g.len, SQLITE_STATIC);
+    else
+      sqlite3_bind_null(st, 3);
+    sqlite3_bind_int64(st, 4, gn_unix_s());
+    rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+  }
+  sqlite3_finalize(st);
+  free(text);
+  gn_buf_done(&g);
+  if (rc != SQLITE_OK) {
+    gn_log(GN_LOG_ERROR, "training %s: cannot save its state: %s", t->id, sqlite3_errmsg(n->db));
+    return GN_EDB;
+  }
+  return 0;
+}
+
+/* --- sending ------------------------------------------------------------------*/
+
+static const char *provider_addr(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  for (size_t i = 0; i < gn_offer_table_count(n->offers); i++) {
+    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
+    if (memcmp(e->offer.provider, peer, GN_PK_LEN) == 0)
+      return e->offer.addr;
+  }
+  return NULL;
+}
+
+/* Sends env to peer now, or queues it and dials the provider. */
+static int train_send(train *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len) {
+  gn_node *n = t->n;
+  if (!n->tp)
+    return GN_ESTATE;
+  if (gn_transport_is_up(n->tp, peer))
+    return gn_transport_send(n->tp, peer, env, len);
+  train_msg *m = calloc(1, sizeof *m);
+  if (!m || gn_buf_append(&m->env, env, len) < 0) {
+    free(m);
+    return GN_ENOMEM;
+  }
+  memcpy(m->peer, peer, GN_PK_LEN);
+  train_msg **tail = &t->queue;
+  while (*tail)
+    tail = &(*tail)->next;
+  *tail = m;
+  const char *addr = provider_addr(n, peer);
+  return addr ? gn_transport_connect_peer(n->tp, addr, peer) : GN_ENOTFOUND;
+}
+
+static void queue_drop(train *t) {
+  while (t->queue) {
+    train_msg *m = t->queue;
+    t->queue = m->next;
+    gn_buf_done(&m->env);
+    free(m);
+  }
+}
+
+static void send_bare_release(train *t, const uint8_t peer[GN_PK_LEN], const char *lease_id, const char *reason) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease_id);
+  gn_wire_put_str(&w, "reason");
+  gn_wire_put_str(&w, reason);
+  gn_buf b = {0}, env = {0};
+  if (gn_wire_writer_take(&w, &b) == 0 && gn_envelope_seal(t->n->id, GN_MSG_LEASE_RELEASE, b.data, b.len, &env) == 0)
+    train_send(t, peer, env.data, env.len);
+  gn_wire_writer_done(&w);
+  gn_buf_done(&b);
+  gn_buf_done(&env);
+}
+
+/* --- the gang's actions ---------------------------------------------------------*/
+
+static void perform(train *t, gn_gang_out *out);
+
+static train_issued *issued_find(train *t, const char *lease_id) {
+  for (size_t i = 0; i < t->nissued; i++)
+    if (strcmp(t->issued[i].lease_id, lease_id) == 0)
+      return &t->issued[i];
+  return NULL;
+}
+
+static size_t cand_of_offer(const train *t, const gn_gang_offer *o) {
+  for (size_t i = 0; i < t->ncand; i++)
+    if (memcmp(t->cand[i].provider, o->provider, GN_PK_LEN) == 0 && strcmp(t->cand[i].offer_id, o->offer_id) == 0)
+      return i;
+  return SIZE_MAX;
+}
+
+/* A LEASE_REQUEST for one member: 0, or why it could not be sent. */
+static int request_member(train *t, const gn_gang_action *a, char *why, size_t cap) {
+  gn_node *n = t->n;
+  const gn_offer_entry *e = gn_offer_table_find(n->offers, a->offer.offer_id);
+  if (!e || memcmp(e->offer.provider, a->offer.provider, GN_PK_LEN) != 0) {
+    gn__strf(why, cap, "offer %s is no longer in the offer table", a->offer.offer_id);
+    return GN_ENOTFOUND;
+  }
+  if (e->offer.price_uper_hour != a->offer.price_uper_hour) {
+    gn__strf(why, cap, "offer %s changed its price since the plan", a->offer.offer_id);
+    return GN_ESTATE;
+  }
+  if (t->nissued >= GN_ARRAY_SIZE(t->issued)) {
+    gn__strf(why, cap, "too many lease requests");
+    return GN_ETOOBIG;
+  }
+  gn_lease_terms lt;
+  gn_lease_terms_init(&lt);
+  gn__strf(lt.lease_id, sizeof lt.lease_id, "%s", a->lease_id);
+  memcpy(lt.provider, a->offer.provider, GN_PK_LEN);
+  memcpy(lt.requester, n->id->pk, GN_PK_LEN);
+  gn__strf(lt.offer_id, sizeof lt.offer_id, "%s", e->id);
+  gn__strf(lt.gpu_model, sizeof lt.gpu_model, "%s", e->offer.gpu_model);
+  lt.count = a->offer.gpus;
+  lt.price_uper_hour = a->offer.price_uper_hour;
+  gn__strf(lt.currency, sizeof lt.currency, "%s", e->offer.currency);
+  lt.max_s = t->max_s;
+  lt.interval_s = TRAIN_INTERVAL_S;
+  lt.requested_s = gn_unix_s();
+  lt.simulated = e->offer.simulated;
+  gn_buf env = {0};
+  int r = gn_lease_request_seal(n->id, &lt, &env);
+  if (r < 0) {
+    gn__strf(why, cap, "cannot sign the lease request: %s", gn_strerror(r));
+    return r;
+  }
+  train_issued *is = &t->issued[t->nissued++];
+  memset(is, 0, sizeof *is);
+  gn__strf(is->lease_id, sizeof is->lease_id, "%s", lt.lease_id);
+  memcpy(is->provider, lt.provider, GN_PK_LEN);
+  is->t = lt;
+  is->have_terms = true;
+  char pid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(lt.provider, pid);
+  gn_log(GN_LOG_INFO, "training %s: requesting lease %s (member %d): %u x %s from %s", t->id, lt.lease_id, a->member,
+         lt.count, lt.gpu_model, pid);
+  r = train_send(t, lt.provider, env.data, env.len);
+  gn_buf_done(&env);
+  if (r < 0)
+    gn__strf(why, cap, "cannot reach provider %s: %s", pid, gn_strerror(r));
+  return r;
+}
+
+static void release_member(train *t, const gn_gang_action *a) {
+  train_glue *gl = glue_of(t->n);
+  gn_lease *l = gn__lease_find(t->n, a->lease_id);
+  gn_log(GN_LOG_INFO, "training %s: releasing lease %s (%s): %s", t->id, a->lease_id,
+         a->agreed ? "agreed" : "unanswered", a->reason);
+  if (l && l->role == GN_ROLE_REQUESTER && gl && gl->ops.release)
+    gl->ops.release(t->n, a->lease_id, a->reason[0] ? a->reason : "released by the training group");
+  else
+    send_bare_release(t, a->offer.provider, a->lease_id, a->reason[0] ? a->reason : "released by the training group");
+}
+
+static gn_job *rank_job(train *t, uint32_t r) {
+  return t->ranks[r].job_id[0] ? gn__job_find(t->n, t->ranks[r].job_id) : NULL;
+}
+
+static void stop_jobs(train *t) {
+  for (uint32_t r = 0; r < t->world; r++) {
+    gn_job *j = rank_job(t, r);
+    if (!j || j->state >= GN_JOB_EXITED)
+      continue;
+    gn_lease *l = gn__lease_find(t->n, j->lease_id);
+    if (!l)
+      continue;
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    gn_wire_put_map(&w, 2);
+    gn_wire_put_str(&w, "job_id");
+    gn_wire_put_str(&w, j->id);
+    gn_wire_put_str(&w, "lease_id");
+    gn_wire_put_str(&w, j->lease_id);
+    gn__node_send(t->n, l->peer, GN_MSG_JOB_STOP, &w);
+    gn_wire_writer_done(&w);
+  }
+}
+
+/* FNV-1a of the group id: the ranks' port offsets. */
+static uint32_t group_hash(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 16777619u;
+  return h;
+}
+
+/* "ip:port" of a rank's WireGuard socket on the provider at addr ("host:port"). */
+static int rank_endpoint(const char *addr, uint16_t port, char *out, size_t cap) {
+  char host[64];
+  const char *colon = strrchr(addr, ':');
+  if (!colon || (size_t)(colon - addr) >= sizeof host)
+    return GN_EINVAL;
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = 0;
+  if (host[0] == '[')
+    return snprintf(out, cap, "%s:%u", host, port) < (int)cap ? 0 : GN_EINVAL;
+  return snprintf(out, cap, "%s:%u", host, port) < (int)cap ? 0 : GN_EINVAL;
+}
+
+static uint16_t rank_port(const train *t, size_t cand, uint32_t local) {
+  uint32_t lo = t->cand_ports[cand][0], hi = t->cand_ports[cand][1];
+  if (!lo || hi < lo) {
+    lo = TRAIN_PORT_BASE;
+    hi = TRAIN_PORT_BASE + TRAIN_PORT_SPAN - 1;
+  }
+  return (uint16_t)(lo + (group_hash(t->id) + local) % (hi - lo + 1));
+}
+
+/* Every member agreed: one manifest per rank, with the job network. */
+static void start_ranks(train *t, uint32_t restart) {
+  gn_node *n = t->n;
+  gn_gang_info gi;
+  gn_gang_info_get(t->g, &gi);
+  uint32_t per = t->per_member, world = gi.members * per;
+  struct in_addr subnet;
+  uint8_t prefix;
+  static uint8_t priv[TRAIN_MAX_RANKS][GN_JOBMAN_KEY_LEN], pub[TRAIN_MAX_RANKS][GN_JOBMAN_KEY_LEN];
+  char endpoint[TRAIN_MAX_RANKS][GN_JOBMAN_ENDPOINT_LEN];
+  uint16_t port[TRAIN_MAX_RANKS];
+  char lease[TRAIN_MAX_RANKS][GN_LEASE_ID_STRLEN];
+  uint8_t peer[TRAIN_MAX_RANKS][GN_PK_LEN];
+  char why[200] = "";
+  if (world == 0 || world > TRAIN_MAX_RANKS || gn_jobnet_subnet_for_job(t->id, &subnet, &prefix) < 0)
+    gn__strf(why, sizeof why, "cannot lay out %u ranks", world);
+  for (uint32_t m = 0; !why[0] && m < gi.members; m++) {
+    gn_gang_member_info mi;
+    gn_gang_member(t->g, m, &mi);
+    size_t c = cand_of_offer(t, &mi.offer);
+    if (c == SIZE_MAX) {
+      gn__strf(why, sizeof why, "member %u's offer is not in the plan", m);
+      break;
+    }
+    for (uint32_t k = 0; k < per; k++) {
+      uint32_t r = m * per + k;
+      port[r] = rank_port(t, c, k);
+      if (gn_jobnet_keypair(priv[r], pub[r]) < 0 ||
+          rank_endpoint(t->cand_addr[c], port[r], endpoint[r], sizeof endpoint[r]) < 0) {
+        gn__strf(why, sizeof why, "cannot make rank %u's key or endpoint", r);
+        break;
+      }
+      gn__strf(lease[r], sizeof lease[r], "%s", mi.lease_id);
+      memcpy(peer[r], mi.offer.provider, GN_PK_LEN);
+      t->ranks[r].member = m;
+    }
+  }
+  if (why[0]) {
+    gn_log(GN_LOG_ERROR, "training %s: %s", t->id, why);
+    gn_gang_out *out = calloc(1, sizeof *out);
+    if (out && gn_gang_job_failed(t->g, gn_mono_ms(), 0, why, out) == 0)
+      perform(t, out);
+    free(out);
+    return;
+  }
+  t->world = world;
+  t->job_failed_reported = false;
+  uint32_t host = (ntohl(subnet.s_addr) >> 8) & 0xffu;
+  char jobs_dir[sizeof n->run_dir + 8];
+  gn__pathf(jobs_dir, sizeof jobs_dir, "%s/jobs", n->run_dir);
+  for (uint32_t r = 0; r < world; r++) {
+    gn_jobman m;
+    memset(&m, 0, sizeof m);
+    uint8_t rnd[6];
+    char hex[13];
+    randombytes_buf(rnd, sizeof rnd);
+    gn__hex(rnd, sizeof rnd, hex);
+    gn__strf(m.job_id, sizeof m.job_id, "j-%s", hex);
+    gn__strf(m.lease_id, sizeof m.lease_id, "%s", lease[r]);
+    gn__strf(m.image, sizeof m.image, "%s", t->image);
+    m.argc = (uint32_t)json_array_size(t->argv);
+    for (uint32_t i = 0; i < m.argc; i++)
+      m.argv[i] = (char *)json_string_value(json_array_get(t->argv, i));
+    m.envc = (uint32_t)json_array_size(t->env);
+    for (uint32_t i = 0; i < m.envc; i++)
+      m.env[i] = (char *)json_string_value(json_array_get(t->env, i));
+    m.memory_mib = TRAIN_MEMORY_MIB;
+    m.pids = TRAIN_PIDS;
+    randombytes_buf(m.nonce, sizeof m.nonce);
+    m.issued_s = gn_unix_s();
+    m.expires_s = m.issued_s + 300;
+    m.output = t->output;
+    m.has_net = true;
+    gn__strf(m.net.group, sizeof m.net.group, "%s", t->id);
+    m.net.rank = r;
+    m.net.world = world;
+    m.net.local_rank = r % per;
+    m.net.local_world = per;
+    memcpy(m.net.private_key, priv[r], GN_JOBMAN_KEY_LEN);
+    m.net.listen_port = port[r];
+    m.net.master_port = TRAIN_MASTER_PORT;
+    m.net.subnet_host = host;
+    for (uint32_t q = 0; q < world; q++) {
+      if (q == r)
+        continue;
+      gn_jobman_peer *p = &m.net.peers[m.net.npeers++];
+      memcpy(p->public_key, pub[q], GN_JOBMAN_KEY_LEN);
+      gn__strf(p->endpoint, sizeof p->endpoint, "%s", endpoint[q]);
+      p->rank = q;
+    }
+    gn_wire_writer w;
+    gn_buf body = {0}, env = {0};
+    gn_wire_writer_init(&w);
+    int rc = gn__jobman_encode(&m, &w);
+    if (rc == 0)
+      rc = gn_wire_writer_take(&w, &body);
+    gn_wire_writer_done(&w);
+    sodium_memzero(m.net.private_key, sizeof m.net.private_key);
+    if (rc == 0)
+      rc = gn_envelope_seal(n->id, GN_MSG_JOB_MANIFEST, body.data, body.len, &env);
+    sodium_memzero(body.data, body.len);
+    gn_buf_done(&body);
+    gn_job *j = rc == 0 ? calloc(1, sizeof *j) : NULL;
+    if (!j) {
+      gn_buf_done(&env);
+      gn_log(GN_LOG_ERROR, "training %s: cannot make rank %u's manifest", t->id, r);
+      t->ranks[r].job_id[0] = 0;
+      continue;
+    }
+    j->node = n;
+    gn__strf(j->id, sizeof j->id, "%s", m.job_id);
+    gn__strf(j->lease_id, sizeof j->lease_id, "%s", lease[r]);
+    j->role = GN_ROLE_REQUESTER;
+    gn__strf(j->image, sizeof j->image, "%s", t->image);
+    gn__strf(j->digest, sizeof j->digest, "%s", t->ref.digest);
+    j->cmd = json_incref(t->argv);
+    j->env = json_incref(t->env);
+    j->state = GN_JOB_PENDING;
+    j->exit_code = -1;
+    j->created_s = m.issued_s;
+    gn_path_join(j->log_path, sizeof j->log_path, jobs_dir, NULL, j->id, ".log");
+    j->next = n->jobs;
+    n->jobs = j;
+    gn__strf(t->ranks[r].job_id, sizeof t->ranks[r].job_id, "%s", j->id);
+    gn__node_persist_job(n, j);
+    gn_log(GN_LOG_INFO, "training %s: rank %u/%u is job %s on lease %s (restart %u)", t->id, r, world, j->id, lease[r],
+           restart);
+    if (train_send(t, peer[r], env.data, env.len) < 0)
+      gn_log(GN_LOG_WARN, "training %s: rank %u waits for its provider's connection", t->id, r);
+    sodium_memzero(env.data, env.len);
+    gn_buf_done(&env);
+  }
+  sodium_memzero(priv, sizeof priv);
+  train_save(t);
+}
+
+static void set_state(train *t, const char *state) {
+  gn__strf(t->state, sizeof t->state, "%s", state);
+  if (state_final(t) && !t->ended_s)
+    t->ended_s = gn_unix_s();
+}
+
+/* Saves the gang, then performs out's actions in order and arms the timer. */
+static void perform(train *t, gn_gang_out *out) {
+  gn_gang_info gi;
+  gn_gang_info_get(t->g, &gi);
+  if (!state_final(t)) {
+    if (gi.phase == GN_GANG_FORMING)
+      set_state(t, "forming");
+    else if (gi.phase == GN_GANG_READY)
+      set_state(t, "running");
+    else if (gi.phase == GN_GANG_RESTARTING)
+      set_state(t, "restarting");
+    else if (gi.phase == GN_GANG_FAILED)
+      set_state(t, "failed");
+    else if (gi.phase == GN_GANG_ENDED && strcmp(t->state, "done") != 0)
+      set_state(t, "ended");
+  }
+  if (train_save(t) < 0)
+    return; /* nothing leaves that a crash could forget */
+  t->timer_at_ms = out->timer_at_ms;
+  /* Copied: an action may call the gang again (a request that cannot be sent). */
+  size_t nact = out->n;
+  gn_gang_action *acts = malloc(nact * sizeof *acts + 1);
+  if (!acts)
+    return;
+  memcpy(acts, out->act, nact * sizeof *acts);
+  for (size_t i = 0; i < nact; i++) {
+    const gn_gang_action *a = &acts[i];
+    switch (a->kind) {
+    case GN_GANG_ACT_REQUEST: {
+      char why[200] = "";
+      if (request_member(t, a, why, sizeof why) < 0) { /* as no answer, now */
+        gn_gang_out *o2 = calloc(1, sizeof *o2);
+        if (o2 && gn_gang_no_answer(t->g, gn_mono_ms(), a->lease_id, why, o2) == 0)
+          perform(t, o2);
+        free(o2);
+      }
+      break;
+    }
+    case GN_GANG_ACT_RELEASE:
+      release_member(t, a);
+      break;
+    case GN_GANG_ACT_READY:
+      gn_log(GN_LOG_INFO, "training %s: every member agreed: starting the ranks%s", t->id, a->restart ? " again" : "");
+      start_ranks(t, a->restart);
+      break;
+    case GN_GANG_ACT_STOP_JOBS:
+      gn_log(GN_LOG_INFO, "training %s: stopping every rank: %s", t->id, a->reason);
+      stop_jobs(t);
+      t->job_failed_reported = true;
+      break;
+    case GN_GANG_ACT_FAILED:
+      gn_log(GN_LOG_WARN, "training %s failed: %s", t->id, a->reason);
+      gn__strf(t->reason, sizeof t->reason, "%s", a->reason);
+      set_state(t, "failed");
+      queue_drop(t);
+      train_save(t);
+      break;
+    default:
+      break;
+    }
+  }
+  free(acts);
+}
+
+/* Runs one gang call on a fresh out and performs it. */
+#define GANG_CALL(t, call)                                                                                             \
+  do {                                                                                                                 \
+    gn_gang_out *out = calloc(1, sizeof *out);                                                                         \
+    if (out && (call) == 0)                                                                                            \
+      perform((t), out);                                                                                               \
+    free(out);                                                                                                         \
+  } while (0)
+
+/* --- hooks from the requester -----------------------------------------------*/
+
+static train *train_of_lease(gn_node *n, const char *lease_id, size_t *ret_member) {
+  train_glue *gl = glue_of(n);
+  for (train *t = gl ? gl->list : NULL; t; t = t->next)
+    if (t->g && gn_gang_lookup(t->g, lease_id, ret_member) == 0)
+      return t;
+  return NULL;
+}
+
+bool gn__trainreq_on_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len,
+                            const gn_agreement *ag) {
+  size_t member;
+  train *t = train_of_lease(n, ag->terms.lease_id, &member);
+  if (!t)
+    return false;
+  train_glue *gl = glue_of(n);
+  train_issued *is = issued_find(t, ag->terms.lease_id);
+  const char *why = NULL;
+  if (memcmp(ag->terms.provider, peer, GN_PK_LEN) != 0 || memcmp(ag->terms.requester, n->id->pk, GN_PK_LEN) != 0)
+    why = "the acceptance names other parties";
+  else if (!is || !is->have_terms || memcmp(is->provider, peer, GN_PK_LEN) != 0)
+    why = "no request of this run matches it";
+  else if (memcmp(is->t.nonce, ag->terms.nonce, sizeof is->t.nonce) != 0 || is->t.count != ag->terms.count ||
+           is->t.price_uper_hour != ag->terms.price_uper_hour || is->t.max_s != ag->terms.max_s ||
+           strcmp(is->t.offer_id, ag->terms.offer_id) != 0 || is->t.requested_s != ag->terms.requested_s)
+    why = "it does not embed the request this node signed";
+  else if (ag->gpu_count != ag->terms.count)
+    why = "it grants another number of GPUs than asked for";
+  if (why) {
+    gn_log(GN_LOG_WARN, "training %s: refusing the acceptance of lease %s: %s", t->id, ag->terms.lease_id, why);
+    if (memcmp(ag->terms.provider, peer, GN_PK_LEN) == 0)
+      send_bare_release(t, peer, ag->terms.lease_id, "agreement refused by the requester");
+    GANG_CALL(t, gn_gang_no_answer(t->g, gn_mono_ms(), ag->terms.lease_id, why, out));
+    return true;
+  }
+  gn_lease *l = NULL;
+  uint64_t spend = t->max_spend && t->gpus ? t->max_spend * ag->terms.count / t->gpus : 0;
+  int r = gl && gl->ops.adopt ? gl->ops.adopt(n, peer, raw, raw_len, ag, spend, t->max_price, &l) : GN_ESTATE;
+  if (r < 0) {
+    char reason[160];
+    gn__strf(reason, sizeof reason, "cannot start checking the bills of lease %s: %s", ag->terms.lease_id,
+             gn_strerror(r));
+    GANG_CALL(t, gn_gang_lost(t->g, gn_mono_ms(), ag->terms.lease_id, reason, out));
+    return true;
+  }
+  gn_log(GN_LOG_INFO, "training %s: member %zu agreed (lease %s)", t->id, member, ag->terms.lease_id);
+  GANG_CALL(t, gn_gang_accepted(t->g, gn_mono_ms(), ag->terms.lease_id, peer, out));
+  return true;
+}
+
+void gn__trainreq_on_reject(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *lease_id, const char *reason) {
+  size_t member;
+  train *t = train_of_lease(n, lease_id, &member);
+  if (!t)
+    return;
+  gn_log(GN_LOG_INFO, "training %s: member %zu's provider refused lease %s: %s", t->id, member, lease_id, reason);
+  GANG_CALL(t, gn_gang_refused(t->g, gn_mono_ms(), lease_id, peer, reason[0] ? reason : "refused", out));
+}
+
+void gn__trainreq_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  train_glue *gl = glue_of(n);
+  for (train *t = gl ? gl->list : NULL; t; t = t->next)
+    for (train_msg **pp = &t->queue; *pp;) {
+      train_msg *m = *pp;
+      if (memcmp(m->peer, peer, GN_PK_LEN) != 0) {
+        pp = &m->next;
+        continue;
+      }
+      gn_transport_send(n->tp, peer, m->env.data, m->env.len);
+      *pp = m->next;
+      gn_buf_done(&m->env);
+      free(m);
+    }
+}
+
+void gn__trainreq_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  /* An unanswered member's provider went: as no answer, now. Agreed
+   * members are the lease machines' to judge (their end is seen in tick). */
+  train_glue *gl = glue_of(n);
+  for (train *t = gl ? gl->list : NULL; t; t = t->next) {
+    if (!t->g || state_final(t))
+      continue;
+    gn_gang_info gi;
+    gn_gang_info_get(t->g, &gi);
+    for (uint32_t m = 0; m < gi.members; m++) {
+      gn_gang_member_info mi;
+      if (gn_gang_member(t->g, m, &mi) == 0 && mi.state == GN_GANG_M_REQUESTED &&
+          memcmp(mi.offer.provider, peer, GN_PK_LEN) == 0 && !gn__lease_find(n, mi.lease_id))
+        GANG_CALL(t,
+                  gn_gang_no_answer(t->g, gn_mono_ms(), mi.lease_id, "its provider went away before answering", out));
+    }
+  }
+}
+
+/* Member leases that ended, ranks that failed or all finished. */
+static void watch(train *t, uint64_t now_ms) {
+  gn_gang_info gi;
+  gn_gang_info_get(t->g, &gi);
+  if (gi.phase != GN_GANG_READY && gi.phase != GN_GANG_RESTARTING && gi.phase != GN_GANG_FORMING)
+    return;
+  for (uint32_t m = 0; m < gi.members; m++) {
+    gn_gang_member_info mi;
+    if (gn_gang_member(t->g, m, &mi) < 0 || mi.state != GN_GANG_M_AGREED)
+      continue;
+    gn_lease *l = gn__lease_find(t->n, mi.lease_id);
+    if (l && l->state == GN_LEASE_ENDED) {
+      char reason[160];
+      gn__strf(reason, sizeof reason, "lease %s ended: %s", l->id, l->end_reason);
+      GANG_CALL(t, gn_gang_lost(t->g, now_ms, mi.lease_id, reason, out));
+      return;
+    }
+  }
+  if (gi.phase != GN_GANG_READY || t->job_failed_reported || !t->world)
+    return;
+  uint32_t done = 0;
+  for (uint32_t r = 0; r < t->world; r++) {
+    gn_job *j = rank_job(t, r);
+    if (!j)
+      continue;
+    if (j->state == GN_JOB_EXITED && j->exit_code == 0) {
+      done++;
+      continue;
+    }
+    if (j->state == GN_JOB_FAILED || j->state == GN_JOB_REJECTED || j->state == GN_JOB_STOPPED ||
+        (j->state == GN_JOB_EXITED && j->exit_code != 0)) {
+      char reason[160];
+      if (j->state == GN_JOB_EXITED)
+        gn__strf(reason, sizeof reason, "rank %u (job %s) exited with %d", r, j->id, j->exit_code);
+      else
+        gn__strf(reason, sizeof reason, "rank %u (job %s) %s%s%s", r, j->id, gn__job_state_name(j->state),
+                 j->error[0] ? ": " : "", j->error);
+      t->job_failed_reported = true;
+      GANG_CALL(t, gn_gang_job_failed(t->g, now_ms, t->ranks[r].member, reason, out));
+      return;
+    }
+  }
+  if (done == t->world) {
+    t->job_failed_reported = true;
+    set_state(t, "done");
+    gn__strf(t->reason, sizeof t->reason, "every rank exited with 0");
+    GANG_CALL(t, gn_gang_release(t->g, now_ms, "the training job finished", out));
+  }
+}
+
+static void restore_all(gn_node *n);
+
+void gn__trainreq_tick(gn_node *n, uint64_t now_ms) {
+  train_glue *gl = glue_of(n);
+  if (!gl)
+    return;
+  if (!gl->restored) {
+    gl->restored = true;
+    restore_all(n);
+  }
+  for (train *t = gl->list; t; t = t->next) {
+    if (!t->g)
+      continue;
+    if (now_ms >= t->timer_at_ms)
+      GANG_CALL(t, gn_gang_timer(t->g, now_ms, out));
+    watch(t, now_ms);
+  }
+}
+
+/* --- JSON views -------------------------------------------------------------------*/
+
+static json_t *rtt_json(uint32_t v) {
+  return v == GN_RTT_UNKNOWN ? json_null() : json_integer(v);
+}
+
+static json_t *plan_json(const train *t, const gn_plan *p) {
+  static const char *const kinds[] = {"measured", "estimated", "unknown"};
+  json_t *prov = json_array(), *mat = json_array(), *kmat = json_array();
+  for (uint32_t i = 0; i < p->n; i++) {
+    const gn_plan_candidate *c = &t->cand[p->cand[i]];
+    char pid[GN_NODE_ID_STRLEN], price[32];
+    gn_node_id_format(c->provider, pid);
+    gn_price_format(c->price_uper_hour, price, sizeof price);
+    json_array_append_new(prov,
+                          json_pack("{s:I, s:s, s:s, s:s, s:I, s:I, s:s, s:o, s:I}", "node", (json_int_t)i, "provider",
+                                    pid, "offer", c->offer_id, "addr", t->cand_addr[p->cand[i]], "gpus",
+                                    (json_int_t)p->per_node, "price_uper_hour", (json_int_t)c->price_uper_hour, "price",
+                                    price, "rtt_ms", rtt_json(c->rtt_ms), "first_rank", (json_int_t)(i * p->per_node)));
+    json_t *row = json_array(), *krow = json_array();
+    for (uint32_t k = 0; k < p->n; k++) {
+      json_array_append_new(row, rtt_json(p->rtt_ms[i][k]));
+      json_array_append_new(krow, json_string(kinds[p->rtt_kind[i][k] <= 2 ? p->rtt_kind[i][k] : 2]));
+    }
+    json_array_append_new(mat, row);
+    json_array_append_new(kmat, krow);
+  }
+  char total[32];
+  gn_price_format(p->total_uper_hour, total, sizeof total);
+  return json_pack("{s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:s, s:b, s:I, s:o, s:o, s:o}", "nodes", (json_int_t)p->n,
+                   "per_node", (json_int_t)p->per_node, "gpus", (json_int_t)p->gpus, "total_uper_hour",
+                   (json_int_t)p->total_uper_hour, "total_per_hour", total, "currency", t->currency, "worst_rtt_ms",
+                   p->n > 1 ? rtt_json(p->worst_rtt_ms) : json_integer(0), "worst_kind",
+                   kinds[p->worst_kind <= 2 ? p->worst_kind : 2], "exact", p->exact, "spares", (json_int_t)p->n_spares,
+                   "providers", prov, "rtt_ms", mat, "rtt_kind", kmat);
+}
+
+static uint64_t lease_cost(const gn_lease *l) {
+  if (l->invoice_id[0])
+    return l->invoice_micro;
+  if (!l->req)
+    return 0;
+  gn_lease_info info;
+  gn_lease_now now = {gn_mono_ms(), gn_unix_s()};
+  gn_lease_req_info(l->req, now, &info);
+  return info.accepted_micro;
+}
+
+static json_t *train_json(train *t) {
+  static const char *const mstate[] = {"?",         "requested", "agreed",   "refused",
+                                       "no answer", "lost",      "released", "abandoned"};
+  json_t *o = train_doc(t);
+  json_t *members = json_array(), *ranks = json_array();
+  uint64_t cost = 0;
+  bool settled = true;
+  for (size_t i = 0; i < t->nissued; i++) {
+    gn_lease *l = gn__lease_find(t->n, t->issued[i].lease_id);
+    if (!l)
+      continue;
+    cost += lease_cost(l);
+    if (!l->invoice_done)
+      settled = false;
+  }
+  if (t->g) {
+    gn_gang_info gi;
+    gn_gang_info_get(t->g, &gi);
+    for (uint32_t m = 0; m < gi.members; m++) {
+      gn_gang_member_info mi;
+      if (gn_gang_member(t->g, m, &mi) < 0)
+        continue;
+      char pid[GN_NODE_ID_STRLEN];
+      gn_node_id_format(mi.offer.provider, pid);
+      gn_lease *l = gn__lease_find(t->n, mi.lease_id);
+      json_array_append_new(
+          members, json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:s?}", "member", (json_int_t)m, "provider",
+                             pid, "offer", mi.offer.offer_id, "lease", mi.lease_id, "state",
+                             mstate[mi.state >= 0 && mi.state <= 7 ? mi.state : 0], "reason", mi.reason, "gpus",
+                             (json_int_t)mi.offer.gpus, "price_uper_hour", (json_int_t)mi.offer.price_uper_hour,
+                             "cost_micro", (json_int_t)(l ? lease_cost(l) : 0), "lease_state",
+                             l ? (l->state == GN_LEASE_ACTIVE ? "active" : "ended") : NULL));
+    }
+  }
+  for (uint32_t r = 0; r < t->world; r++) {
+    gn_job *j = rank_job(t, r);
+    json_t *jr = json_pack("{s:I, s:s, s:I}", "rank", (json_int_t)r, "job", t->ranks[r].job_id, "member",
+                           (json_int_t)t->ranks[r].member);
+    if (j) {
+      gn_lease *l = gn__lease_find(t->n, j->lease_id);
+      char pid[GN_NODE_ID_STRLEN] = "";
+      if (l)
+        gn_node_id_format(l->peer, pid);
+      json_object_set_new(jr, "lease", json_string(j->lease_id));
+      json_object_set_new(jr, "provider", json_string(pid));
+      json_object_set_new(jr, "state", json_string(gn__job_state_name(j->state)));
+      json_object_set_new(jr, "exit_code", j->state == GN_JOB_EXITED ? json_integer(j->exit_code) : json_null());
+      if (j->error[0])
+        json_object_set_new(jr, "error", json_string(j->error));
+    }
+    json_array_append_new(ranks, jr);
+  }
+  char c[32];
+  gn_price_format(cost, c, sizeof c);
+  json_object_set_new(o, "members", members);
+  json_object_set_new(o, "ranks", ranks);
+  json_object_set_new(o, "cost_micro", json_integer((json_int_t)cost));
+  json_object_set_new(o, "cost", json_string(c));
+  json_object_set_new(o, "settled", json_boolean(state_final(t) && settled));
+  if (state_final(t) && settled)
+    json_object_set_new(o, "total_micro", json_integer((json_int_t)cost));
+  return o;
+}
+
+/* --- planning -------------------------------------------------------------------------*/
+
+/* Time to connect to each candidate's listen address, in parallel, within
+ * TRAIN_RTT_PROBE_MS (a TCP handshake is one round trip): GN_RTT_UNKNOWN
+ * where it did not connect. On the thread pool. */
+static void probe_rtts(train *t) {
+  int fd[GN_PLAN_MAX_CANDIDATES];
+  uint64_t start = gn_mono_ms();
+  for (size_t i = 0; i < t->ncand; i++) {
+    fd[i] = -1;
+    t->cand[i].rtt_ms = GN_RTT_UNKNOWN;
+    char host[64], port[8];
+    const char *colon = strrchr(t->cand_addr[i], ':');
+    if (!colon || (size_t)(colon - t->cand_addr[i]) >= sizeof host || strlen(colon + 1) >= sizeof port)
+      continue;
+    memcpy(host, t->cand_addr[i], (size_t)(colon - t->cand_addr[i]));
+    host[colon - t->cand_addr[i]] = 0;
+    snprintf(port, sizeof port, "%s", colon + 1);
+    char *h = host;
+    if (h[0] == '[') {
+      h++;
+      h[strlen(h) - 1] = 0;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV}, *ai = NULL;
+    if (getaddrinfo(h, port, &hints, &ai) != 0 || !ai)
+      continue;
+    int s = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s >= 0 && connect(s, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+      close(s);
+      s = -1;
+    }
+    freeaddrinfo(ai);
+    fd[i] = s;
+  }
+  for (;;) {
+    struct pollfd pf[GN_PLAN_MAX_CANDIDATES];
+    size_t idx[GN_PLAN_MAX_CANDIDATES], np = 0;
+    for (size_t i = 0; i < t->ncand; i++)
+      if (fd[i] >= 0) {
+        pf[np] = (struct pollfd){.fd = fd[i], .events = POLLOUT};
+        idx[np++] = i;
+      }
+    uint64_t now = gn_mono_ms();
+    if (!np || now - start >= TRAIN_RTT_PROBE_MS)
+      break;
+    if (poll(pf, np, (int)(TRAIN_RTT_PROBE_MS - (now - start))) <= 0)
+      break;
+    now = gn_mono_ms();
+    for (size_t k = 0; k < np; k++) {
+      if (!pf[k].revents)
+        continue;
+      size_t i = idx[k];
+      int err = 0;
+      socklen_t el = sizeof err;
+      if (getsockopt(fd[i], SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
+        t->cand[i].rtt_ms = (uint32_t)(now - start) ? (uint32_t)(now - start) : 1;
+      close(fd[i]);
+      fd[i] = -1;
+    }
+  }
+  for (size_t i = 0; i < t->ncand; i++)
+    if (fd[i] >= 0)
+      close(fd[i]);
+}
+
+static void plan_work(uv_work_t *w) {
+  train *t = w->data;
+  t->rc = 0;
+  if (!t->ref.digest[0]) {
+    char digest[GN_DIGEST_STRLEN];
+    t->rc = gn_registry_resolve(&t->ref, digest, t->err, sizeof t->err);
+    if (t->rc == 0)
+      memcpy(t->ref.digest, digest, sizeof digest);
+  }
+  if (t->rc == 0)
+    probe_rtts(t);
+}
+
+static void train_free(train *t) {
+  queue_drop(t);
+  gn_gang_free(t->g);
+  json_decref(t->argv);
+  json_decref(t->env);
+  json_decref(t->plan);
+  free(t->rtt);
+  free(t);
+}
+
+static void train_unlink(train *t) {
+  train_glue *gl = glue_of(t->n);
+  for (train **pp = &gl->list; *pp; pp = &(*pp)->next)
+    if (*pp == t) {
+      *pp = t->next;
+      gl->count--;
+      break;
+    }
+}
+
+static void plan_done(uv_work_t *w, int status) {
+  train *t = w->data;
+  gn_ctl_req *req = t->req;
+  t->req = NULL;
+  if (status < 0 || t->rc < 0) {
+    gn_ctl_reply_error(req, 502, "cannot resolve image %s: %s", t->ref.repository,
+                       t->err[0] ? t->err : gn_strerror(t->rc));
+    train_unlink(t);
+    train_free(t);
+    return;
+  }
+  gn_imageref_format(&t->ref, t->image, sizeof t->image);
+  gn_plan *p = calloc(1, sizeof *p);
+  gn_plan_request pr = {
+      .gpus = t->gpus, .per_node = t->per_node, .max_total_uper_hour = t->max_price ? t->max_price * t->gpus : 0};
+  char why[256] = "";
+  int r = p ? gn_plan_choose(t->cand, t->ncand, NULL, &pr, p, why, sizeof why) : GN_ENOMEM;
+  if (r < 0) {
+    gn_ctl_reply_error(req, r == GN_EINVAL ? 400 : 409, "no plan for %u GPUs from %zu candidate offers: %s", t->gpus,
+                       t->ncand, why[0] ? why : gn_strerror(r));
+    free(p);
+    train_unlink(t);
+    train_free(t);
+    return;
+  }
+  t->per_member = p->per_node;
+  t->plan = plan_json(t, p);
+  gn_gang_offer members[GN_PLAN_MAX_NODES], spares[GN_PLAN_MAX_CANDIDATES];
+  gn_plan_gang_offers(p, t->cand, members, spares);
+  uint64_t timeout = TRAIN_ANSWER_MS;
+  const char *e = getenv("GN_RENT_TIMEOUT_MS");
+  if (e && atoll(e) >= (long long)GN_GANG_TIMEOUT_MIN_MS && atoll(e) <= (long long)GN_GANG_TIMEOUT_MAX_MS)
+    timeout = (uint64_t)atoll(e);
+  gn_gang_opts go = {.answer_timeout_ms = timeout,
+                     .restarts = t->restarts,
+                     .max_total_uper_hour = t->max_price ? t->max_price * t->gpus : 0};
+  uint8_t seed[32];
+  randombytes_buf(seed, sizeof seed);
+  gn_gang_out *out = calloc(1, sizeof *out);
+  r = out ? gn_gang_new(members, p->n, spares, t->restarts ? p->n_spares : 0, &go, seed, gn_mono_ms(), &t->g, out)
+          : GN_ENOMEM;
+  if (r < 0) {
+    gn_ctl_reply_error(req, 500, "cannot start the gang lease: %s", gn_strerror(r));
+    free(out);
+    free(p);
+    train_unlink(t);
+    train_free(t);
+    return;
+  }
+  set_state(t, "forming");
+  json_t *o = json_pack("{s:s, s:s, s:O}", "id", t->id, "state", t->state, "plan", t->plan);
+  gn_log(GN_LOG_INFO, "training %s: %u GPUs on %u providers, worst pair RTT %d ms: asking for the leases", t->id,
+         p->gpus, p->n, p->worst_rtt_ms == GN_RTT_UNKNOWN ? -1 : (int)p->worst_rtt_ms);
+  free(p);
+  perform(t, out);
+  free(out);
+  gn_ctl_reply_json(req, 202, o);
+}
+
+/* --- routes ----------------------------------------------------------------------------*/
+
+static bool str_array_ok(const json_t *a, size_t max, bool env) {
+  if (!json_is_array(a) || json_array_size(a) > max)
+    return false;
+  for (size_t i = 0; i < json_array_size(a); i++) {
+    const char *s = json_string_value(json_array_get(a, i));
+    if (!s || strlen(s) > GN_JOB_MAX_ARG_LEN || (env && !gn_env_entry_valid(s)))
+      return false;
+  }
+  return true;
+}
+
+static bool uint_field(const json_t *b, const char *key, json_int_t lo, json_int_t hi, json_int_t *ret) {
+  const json_t *v = json_object_get(b, key);
+  if (!v || json_is_null(v))
+    return true;
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+    return false;
+  *ret = json_integer_value(v);
+  return true;
+}
+
+static void api_train(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  train_glue *gl = glue_of(n);
+  const json_t *b = gn_ctl_req_body(req);
+  json_int_t gpus = 0, per_node = 0, max_price = 0, restarts = 0, max_spend = 0;
+  if (!json_is_object(b))
+    return gn_ctl_reply_error(req, 400, "the body must be a JSON object");
+  if (!json_is_integer(json_object_get(b, "gpus")) || !uint_field(b, "gpus", 1, TRAIN_MAX_RANKS, &gpus))
+    return gn_ctl_reply_error(req, 400, "gpus (--gpus) must be a whole number from 1 to %u", TRAIN_MAX_RANKS);
+  if (!uint_field(b, "per_node", 0, GN_LEASE_MAX_GPUS, &per_node) || (per_node && gpus % per_node))
+    return gn_ctl_reply_error(req, 400, "per_node (--per-node) must divide --gpus and be at most %d",
+                              GN_LEASE_MAX_GPUS);
+  if (!uint_field(b, "max_price", 1, INT64_MAX / 1024, &max_price))
+    return gn_ctl_reply_error(req, 400, "max_price (--max-price) must be a positive amount per GPU-hour");
+  if (!uint_field(b, "max_spend", 1, INT64_MAX, &max_spend))
+    return gn_ctl_reply_error(req, 400, "max_spend must be a positive amount");
+  if (!uint_field(b, "restarts", 0, 100, &restarts))
+    return gn_ctl_reply_error(req, 400, "restarts (--restarts) must be from 0 to 100");
+  const json_t *jh = json_object_get(b, "hours");
+  double hours = jh ? json_number_value(jh) : 1.0;
+  if ((jh && !json_is_number(jh)) || !(hours > 0) || hours > 24 * 365)
+    return gn_ctl_reply_error(req, 400, "hours (--hours) must be a positive number of hours");
+  const char *image = json_string_value(json_object_get(b, "image"));
+  if (!image)
+    return gn_ctl_reply_error(req, 400, "a training job needs an --image");
+  const json_t *argv = json_object_get(b, "argv"), *env = json_object_get(b, "env");
+  if (!str_array_ok(argv, GN_JOB_MAX_ARGS, false) || json_array_size(argv) == 0)
+    return gn_ctl_reply_error(req, 400, "give the command after --, at most %d arguments of at most %d bytes",
+                              GN_JOB_MAX_ARGS, GN_JOB_MAX_ARG_LEN);
+  if (env && !json_is_null(env) && !str_array_ok(env, GN_JOB_MAX_ARGS, true))
+    return gn_ctl_reply_error(req, 400, "env (--env) must be at most %d entries NAME=VALUE", GN_JOB_MAX_ARGS);
+  const json_t *jo = json_object_get(b, "output"), *js = json_object_get(b, "allow_simulated");
+  if ((jo && !json_is_boolean(jo) && !json_is_null(jo)) || (js && !json_is_boolean(js) && !json_is_null(js)))
+    return gn_ctl_reply_error(req, 400, "output and allow_simulated are true or false");
+  if (!gl)
+    return gn_ctl_reply_error(req, 503, "training is not available on this node");
+  if (gl->count >= TRAIN_MAX)
+    return gn_ctl_reply_error(req, 409, "this node keeps at most %u training jobs", TRAIN_MAX);
+  train *t = calloc(1, sizeof *t);
+  if (!t)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  if (gn_imageref_parse(image, &t->ref) < 0) {
+    free(t);
+    return gn_ctl_reply_error(req, 400, "bad image reference %s (expected host[:port]/name[:tag][@sha256:...])", image);
+  }
+  t->n = n;
+  t->gpus = (uint32_t)gpus;
+  t->per_node = (uint32_t)per_node;
+  t->restarts = (uint32_t)restarts;
+  t->max_price = (uint64_t)max_price;
+  t->max_spend = (uint64_t)max_spend;
+  t->max_s = (uint64_t)llround(hours * 3600.0);
+  if (t->max_s < 1)
+    t->max_s = 1;
+  t->output = json_is_true(jo);
+  t->allow_sim = json_is_true(js) || n->cfg.allow_simulated;
+  t->argv = json_deep_copy(argv);
+  t->env = env && !json_is_null(env) ? json_deep_copy(env) : json_array();
+  t->created_s = gn_unix_s();
+  t->timer_at_ms = UINT64_MAX;
+  set_state(t, "planning");
+  uint8_t rnd[6];
+  char hex[13];
+  randombytes_buf(rnd, sizeof rnd);
+  gn__hex(rnd, sizeof rnd, hex);
+  gn__strf(t->id, sizeof t->id, "j-%s", hex);
+  /* Candidates: offers that fit, like rent's: not ours, within the price,
+   * simulated only when allowed, taking training jobs, long enough. */
+  size_t sim = 0, price = 0, notrain = 0, short_ = 0, small = 0;
+  uint32_t need = t->per_node ? t->per_node : 1;
+  for (size_t i = 0; i < gn_offer_table_count(n->offers) && t->ncand < GN_PLAN_MAX_CANDIDATES; i++) {
+    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
+    if (memcmp(e->offer.provider, n->id->pk, GN_PK_LEN) == 0)
+      continue;
+    if (e->offer.gpus_free < need) {
+      small++;
+      continue;
+    }
+    if (e->offer.simulated && !t->allow_sim) {
+      sim++;
+      continue;
+    }
+    if (t->max_price && e->offer.price_uper_hour > t->max_price) {
+      price++;
+      continue;
+    }
+    if (!e->offer.training) {
+      notrain++;
+      continue;
+    }
+    if ((uint64_t)e->offer.max_hours * 3600u < t->max_s) {
+      short_++;
+      continue;
+    }
+    if (t->ncand && strcmp(t->currency, e->offer.currency) != 0)
+      continue;       /* one currency per group: the first one's */
+    bool dup = false; /* one offer per provider: its cheapest */
+    for (size_t k = 0; k < t->ncand; k++)
+      if (memcmp(t->cand[k].provider, e->offer.provider, GN_PK_LEN) == 0) {
+        dup = true;
+        if (e->offer.price_uper_hour < t->cand[k].price_uper_hour) {
+          gn__strf(t->cand[k].offer_id, sizeof t->cand[k].offer_id, "%s", e->id);
+          t->cand[k].gpus_free = e->offer.gpus_free;
+          t->cand[k].price_uper_hour = e->offer.price_uper_hour;
+          gn__strf(t->cand_addr[k], sizeof t->cand_addr[k], "%s", e->offer.addr);
+        }
+      }
+    if (dup)
+      continue;
+    gn_plan_candidate *c = &t->cand[t->ncand];
+    memcpy(c->provider, e->offer.provider, GN_PK_LEN);
+    gn__strf(c->offer_id, sizeof c->offer_id, "%s", e->id);
+    c->gpus_free = e->offer.gpus_free;
+    c->price_uper_hour = e->offer.price_uper_hour;
+    c->rtt_ms = GN_RTT_UNKNOWN;
+    gn__strf(t->cand_addr[t->ncand], sizeof t->cand_addr[0], "%s", e->offer.addr);
+    t->cand_ports[t->ncand][0] = e->offer.jobnet_port_lo;
+    t->cand_ports[t->ncand][1] = e->offer.jobnet_port_hi;
+    gn__strf(t->currency, sizeof t->currency, "%s", e->offer.currency);
+    t->ncand++;
+  }
+  if (!t->ncand) {
+    train_free(t);
+    return gn_ctl_reply_error(req, 409,
+                              "no offer fits a training job (%zu simulated without --allow-simulated, %zu above "
+                              "--max-price, %zu not taking training jobs, %zu allowing fewer than the hours asked, %zu "
+                              "with fewer than %u GPUs free; list offers with: gpunet offers)",
+                              sim, price, notrain, short_, small, need);
+  }
+  t->req = req;
+  t->next = gl->list;
+  gl->list = t;
+  gl->count++;
+  t->work.data = t;
+  if (uv_queue_work(n->loop, &t->work, plan_work, plan_done) < 0) {
+    t->req = NULL;
+    train_unlink(t);
+    train_free(t);
+    gn_ctl_reply_error(req, 500, "cannot queue the plan");
+  }
+}
+
+static void api_train_get(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const char *id = gn_ctl_req_param(req, "id");
+  if (!id || !gn_id_valid(id))
+    return gn_ctl_reply_error(req, 400, "not a training job id");
+  train *t = train_find(n, id);
+  if (!t)
+    return gn_ctl_reply_error(req, 404, "no training job %s", id);
+  json_t *o = json_object();
+  json_object_set_new(o, "train", train_json(t));
+  gn_ctl_reply_json(req, 200, o);
+}
+
+static void api_train_list(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  train_glue *gl = glue_of(n);
+  json_t *a = json_array();
+  for (train *t = gl ? gl->list : NULL; t; t = t->next)
+    json_array_append_new(a, train_json(t));
+  json_t *o = json_object();
+  json_object_set_new(o, "trains", a);
+  gn_ctl_reply_json(req, 200, o);
+}
+
+static void api_train_delete(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  const char *id = gn_ctl_req_param(req, "id");
+  if (!id || !gn_id_valid(id))
+    return gn_ctl_reply_error(req, 400, "not a training job id");
+  train *t = train_find(n, id);
+  if (!t)
+    return gn_ctl_reply_error(req, 404, "no training job %s", id);
+  if (!t->g)
+    return gn_ctl_reply_error(req, 409, "training job %s is still being planned; try again in a moment", t->id);
+  if (!state_final(t)) {
+    gn__strf(t->reason, sizeof t->reason, "stopped by the user");
+    set_state(t, "ended");
+    GANG_CALL(t, gn_gang_release(t->g, gn_mono_ms(), "stopped by the user", out));
+  }
+  json_t *o = json_object();
+  json_object_set_new(o, "train", train_json(t));
+  gn_ctl_reply_json(req, 200, o);
+}
+
+/* --- restore ----------------------------------------------------------------------------*/
+
+static void restore_all(gn_node *n) {
+  train_glue *gl = glue_of(n);
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(n->db, "SELECT id, doc, gang FROM train_groups ORDER BY updated_s DESC LIMIT 64", -1, &st,
+                         NULL) != SQLITE_OK)
+    return;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const char *doc = (const char *)sqlite3_column_text(st, 1);
+    json_t *d = doc ? json_loads(doc, 0, NULL) : NULL;
+    const char *id = jstr(d, "id");
+    train *t = d && id && gn_id_valid(id) && !train_find(n, id) ? calloc(1, sizeof *t) : NULL;
+    if (!t) {
+      json_decref(d);
+      continue;
+    }
+    t->n = n;
+    gn__strf(t->id, sizeof t->id, "%s", id);
+    gn__strf(t->state, sizeof t->state, "%s", jstr(d, "state") ? jstr(d, "state") : "failed");
+    gn__strf(t->reason, sizeof t->reason, "%s", jstr(d, "reason") ? jstr(d, "reason") : "");
+    gn__strf(t->image, sizeof t->image, "%s", jstr(d, "image") ? jstr(d, "image") : "");
+    gn__strf(t->currency, sizeof t->currency, "%s", jstr(d, "currency") ? jstr(d, "currency") : "");
+    t->created_s = json_integer_value(json_object_get(d, "created_s"));
+    t->ended_s = json_integer_value(json_object_get(d, "ended_s"));
+    t->gpus = (uint32_t)json_integer_value(json_object_get(d, "gpus"));
+    t->per_member = (uint32_t)json_integer_value(json_object_get(d, "per_node"));
+    t->restarts = (uint32_t)json_integer_value(json_object_get(d, "restarts"));
+    t->argv = json_incref(json_object_get(d, "argv"));
+    t->env = json_incref(json_object_get(d, "env"));
+    if (!t->argv)
+      t->argv = json_array();
+    if (!t->env)
+      t->env = json_array();
+    json_t *plan = json_object_get(d, "plan");
+    t->plan = json_is_object(plan) ? json_incref(plan) : NULL;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(d, "ranks"), i, v) {
+      if (i >= TRAIN_MAX_RANKS)
+        break;
+      const char *job = jstr(v, "job");
+      gn__strf(t->ranks[i].job_id, sizeof t->ranks[i].job_id, "%s", job ? job : "");
+      t->ranks[i].member = (uint32_t)json_integer_value(json_object_get(v, "member"));
+      t->world = (uint32_t)i + 1;
+    }
+    json_array_foreach(json_object_get(d, "issued"), i, v) {
+      const char *lid = jstr(v, "lease"), *pid = jstr(v, "provider");
+      if (i >= GN_ARRAY_SIZE(t->issued) || !lid || !pid)
+        break;
+      gn__strf(t->issued[i].lease_id, sizeof t->issued[i].lease_id, "%s", lid);
+      gn_node_id_parse(pid, t->issued[i].provider);
+      t->nissued = i + 1;
+    }
+    json_decref(d);
+    t->timer_at_ms = UINT64_MAX;
+    t->job_failed_reported = true; /* a restored group's ranks are not watched again */
+    t->next = gl->list;
+    gl->list = t;
+    gl->count++;
+    const void *blob = sqlite3_column_blob(st, 2);
+    int len = sqlite3_column_bytes(st, 2);
+    if (blob && len > 0) {
+      gn_gang_out *out = calloc(1, sizeof *out);
+      if (out && gn_gang_restore(blob, (size_t)len, gn_mono_ms(), &t->g, out) == 0) {
+        gn_log(GN_LOG_INFO, "training %s restored (%s)", t->id, t->state);
+        perform(t, out);
+      } else if (!state_final(t)) {
+        set_state(t, "failed");
+        gn__strf(t->reason, sizeof t->reason, "its saved state could not be restored");
+      }
+      free(out);
+    } else if (!state_final(t)) {
+      set_state(t, "failed");
+      gn__strf(t->reason, sizeof t->reason, "the requester restarted while it was being planned");
+    }
+  }
+  sqlite3_finalize(st);
+}
+
+void gn__trainreq_register(gn_node *n, const gn_train_ops *ops) {
+  train_glue *gl = glue_of(n);
+  for (size_t i = 0; !gl && i < GN_ARRAY_SIZE(glues); i++)
+    if (!glues[i].n) {
+      gl = &glues[i];
+      gl->n = n;
+    }
+  if (!gl)
+    return;
+  gl->ops = *ops;
+  db_init(n);
+  gn_ctl_route(n->ctl, "POST", "/v1/train", api_train, n);
+  gn_ctl_route(n->ctl, "GET", "/v1/train", api_train_list, n);
+  gn_ctl_route(n->ctl, "GET", "/v1/train/:id", api_train_get, n);
+  gn_ctl_route(n->ctl, "DELETE", "/v1/train/:id", api_train_delete, n);
+}

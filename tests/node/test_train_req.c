@@ -1,0 +1,480 @@
+/* `gpunet train`'s requester side (node/train_req.c, cli/cmd_train.c)
+ * against a real requester gpunetd: this test plays three providers over
+ * real Noise sessions (each publishes a signed offer that takes training
+ * jobs, answers lease requests as told, and reads the manifests it gets),
+ * and runs the real gpunet command.
+ *   - one provider refuses: the group fails, every lease already agreed is
+ *     released at once, no rank starts, the command exits 1 with each
+ *     member's reason and nothing was billed (no note was accepted);
+ *   - all agree: the plan for 3 providers is printed (table, total price,
+ *     RTT matrix), every provider gets one rank's manifest with the job
+ *     network (ranks 0..2, world 3, one group, peers' keys and endpoints
+ *     consistent), the ranks' exits end the group and release every lease;
+ *   - bad command lines exit 2 before anything is sent (the daemon holds no
+ *     training job afterwards). */
+#include <gpunet/billing.h>
+#include <gpunet/identity.h>
+#include <gpunet/jobnet.h>
+#include <gpunet/offer.h>
+#include <gpunet/transport.h>
+#include <gpunet/wire.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+/* cmocka needs the above first. */
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "jobmsg.h"
+#include "node/helpers.h"
+
+#define NPROV 3
+
+enum { ACCEPT = 0, REFUSE };
+
+typedef struct fake_prov {
+  gn_identity *id;
+  gn_transport *tp;
+  char addr[64];
+  int up;
+  int mode;
+  int requests, accepted, rejected;
+  char lease[GN_LEASE_ID_STRLEN];
+  int released;         /* LEASE_RELEASEs of lease */
+  uint64_t released_at; /* first one */
+  int manifests;
+  gn_jobman man; /* the last manifest */
+  bool have_man;
+  int bills; /* debit notes accepted by the requester (we send none) */
+} fake_prov;
+
+static struct {
+  char dir[PATH_MAX];
+  char addr[64];
+  pid_t daemon;
+  uv_loop_t loop;
+  fake_prov p[NPROV];
+  uint64_t refused_at;
+} W;
+
+static fake_prov *prov_of(void *ud) {
+  return &W.p[(intptr_t)ud];
+}
+
+static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
+  (void)t;
+  (void)peer;
+  (void)addr;
+  prov_of(ud)->up = 1;
+}
+
+static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
+  (void)t;
+  (void)peer;
+  prov_of(ud)->up = 0;
+}
+
+static void send_body(fake_prov *f, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wire_writer *w) {
+  gn_buf b = {0}, env = {0};
+  assert_int_equal(gn_wire_writer_take(w, &b), 0);
+  gn_wire_writer_done(w);
+  assert_int_equal(gn_envelope_seal(f->id, type, b.data, b.len, &env), 0);
+  gn_transport_send(f->tp, peer, env.data, env.len);
+  gn_buf_done(&b);
+  gn_buf_done(&env);
+}
+
+static void job_status(fake_prov *f, const uint8_t peer[GN_PK_LEN], const char *job, const char *lease,
+                       const char *state, int64_t code) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 5);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, job);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease);
+  gn_wire_put_str(&w, "state");
+  gn_wire_put_str(&w, state);
+  gn_wire_put_str(&w, "exit_code");
+  gn_wire_put_i64(&w, code);
+  gn_wire_put_str(&w, "reason");
+  gn_wire_put_str(&w, "");
+  send_body(f, peer, GN_MSG_JOB_STATUS, &w);
+}
+
+static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
+                   size_t len, void *ud) {
+  (void)t;
+  fake_prov *f = prov_of(ud);
+  if (env->type == GN_MSG_LEASE_REQUEST) {
+    gn_lease_terms lt;
+    assert_int_equal(gn_lease_request_open(raw, len, &lt), 0);
+    f->requests++;
+    snprintf(f->lease, sizeof f->lease, "%s", lt.lease_id);
+    if (f->mode == REFUSE) {
+      gn_wire_writer w;
+      gn_wire_writer_init(&w);
+      gn_wire_put_map(&w, 2);
+      gn_wire_put_str(&w, "lease_id");
+      gn_wire_put_str(&w, lt.lease_id);
+      gn_wire_put_str(&w, "reason");
+      gn_wire_put_str(&w, "the offer's price changed: 0.90 EUR per GPU-hour now");
+      send_body(f, peer, GN_MSG_LEASE_REJECT, &w);
+      f->rejected++;
+      W.refused_at = gn_mono_ms();
+      return;
+    }
+    static const char *const gpus[] = {"GPU-sim-0"};
+    gn_buf ag = {0};
+    assert_int_equal(gn_agreement_seal(f->id, raw, len, gn_unix_s(), gpus, 1, &ag), 0);
+    gn_transport_send(f->tp, peer, ag.data, ag.len);
+    gn_buf_done(&ag);
+    f->accepted++;
+  } else if (env->type == GN_MSG_LEASE_RELEASE) {
+    char lease[GN_LEASE_ID_STRLEN] = "";
+    gn_wire_doc doc;
+    if (gn_wire_decode(env->body, env->body_len, &doc) == 0) {
+      gn_wire_get_str(doc.root, "lease_id", lease, sizeof lease);
+      gn_wire_doc_done(&doc);
+    }
+    if (strcmp(lease, f->lease) == 0 && f->released++ == 0)
+      f->released_at = gn_mono_ms();
+  } else if (env->type == GN_MSG_JOB_MANIFEST) {
+    if (f->have_man)
+      gn__jobman_done(&f->man);
+    assert_int_equal(gn__jobman_decode(env->body, env->body_len, &f->man), 0);
+    f->have_man = true;
+    f->manifests++;
+    job_status(f, peer, f->man.job_id, f->man.lease_id, "running", -1);
+    job_status(f, peer, f->man.job_id, f->man.lease_id, "exited", 0);
+  } else if (env->type == GN_MSG_DEBIT_ACCEPT) {
+    f->bills++;
+  }
+}
+
+static void start_daemon(void) {
+  char bin[PATH_MAX];
+  tn_gpunetd_path(bin, sizeof bin);
+  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
+  W.daemon = fork();
+  assert_true(W.daemon >= 0);
+  if (W.daemon == 0) {
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
+    if (!freopen(log, "w", stderr))
+      _exit(127);
+    setenv("GN_RENT_TIMEOUT_MS", "3000", 1);
+    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, (char *)NULL);
+    _exit(127);
+  }
+}
+
+/* Runs `gpunet --data-dir DIR ARGS...` with stdout/stderr to DIR/out.N and
+ * DIR/err.N, the loop turning meanwhile (the providers answer). */
+static int run_cli(int n, char *const *args, char *out, size_t out_cap, char *err, size_t err_cap) {
+  char bin[PATH_MAX], o[PATH_MAX + 16], e[PATH_MAX + 16];
+  snprintf(bin, sizeof bin, "%s/gpunet", getenv("GN_BUILD_DIR"));
+  snprintf(o, sizeof o, "%s/out.%d", W.dir, n);
+  snprintf(e, sizeof e, "%s/err.%d", W.dir, n);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    char *argv[40];
+    int k = 0;
+    argv[k++] = bin;
+    argv[k++] = "--data-dir";
+    argv[k++] = W.dir;
+    for (int i = 0; args[i] && k < 39; i++)
+      argv[k++] = args[i];
+    argv[k] = NULL;
+    if (!freopen(o, "w", stdout) || !freopen(e, "w", stderr))
+      _exit(127);
+    execv(bin, argv);
+    _exit(127);
+  }
+  int status = 0;
+  uint64_t end = gn_mono_ms() + 60000;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (gn_mono_ms() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      fail_msg("gpunet %s did not end within 60 s", args[0]);
+    }
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  }
+  FILE *fo = fopen(o, "r"), *fe = fopen(e, "r");
+  size_t lo = fo ? fread(out, 1, out_cap - 1, fo) : 0, le = fe ? fread(err, 1, err_cap - 1, fe) : 0;
+  out[lo] = 0;
+  err[le] = 0;
+  if (fo)
+    fclose(fo);
+  if (fe)
+    fclose(fe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int offers_seen(void) {
+  char out[65536], err[4096];
+  char *args[] = {"--json", "offers", NULL};
+  if (run_cli(99, args, out, sizeof out, err, sizeof err) != 0)
+    return -1;
+  json_t *j = json_loads(out, 0, NULL);
+  int n = (int)json_array_size(json_object_get(j, "offers"));
+  json_decref(j);
+  return n;
+}
+
+static int setup(void **state) {
+  (void)state;
+  memset(&W, 0, sizeof W);
+  snprintf(W.dir, sizeof W.dir, "/tmp/gn-trainreq-XXXXXX");
+  assert_non_null(mkdtemp(W.dir));
+  gn_identity *req_id;
+  tn_identity_for(W.dir, &req_id);
+  start_daemon();
+  uv_loop_init(&W.loop);
+  gn_transport_cbs cbs = {.on_peer_up = on_up, .on_peer_down = on_down, .on_message = on_msg};
+  for (int k = 0; k < NPROV; k++) {
+    fake_prov *f = &W.p[k];
+    assert_int_equal(gn_identity_generate(&f->id), 0);
+    assert_int_equal(gn_transport_new(&W.loop, f->id, &cbs, (void *)(intptr_t)k, &f->tp), 0);
+    snprintf(f->addr, sizeof f->addr, "127.0.0.1:%d", tn_free_port());
+    assert_int_equal(gn_transport_listen(f->tp, f->addr), 0);
+    gn_transport_set_advertised_addr(f->tp, f->addr);
+  }
+  for (int k = 0; k < NPROV; k++) {
+    fake_prov *f = &W.p[k];
+    for (int i = 0; i < 50 && !f->up; i++) {
+      usleep(100000);
+      gn_transport_connect(f->tp, W.addr);
+      tn_run_until_flag(&W.loop, &f->up, 300);
+    }
+    assert_true(f->up);
+    gn_offer o;
+    memset(&o, 0, sizeof o);
+    memcpy(o.provider, f->id->pk, GN_PK_LEN);
+    o.seq = 1;
+    o.issued_s = gn_unix_s();
+    o.expires_s = o.issued_s + 600;
+    snprintf(o.addr, sizeof o.addr, "%s", f->addr);
+    snprintf(o.gpu_model, sizeof o.gpu_model, "NVIDIA GeForce RTX 4090");
+    o.vram_mib = 24576;
+    o.gpus_free = o.gpus_total = 1;
+    o.price_uper_hour = 400000 + (uint64_t)k * 10000;
+    snprintf(o.currency, sizeof o.currency, "EUR");
+    o.max_hours = 2;
+    o.simulated = true;
+    o.training = true;
+    o.jobnet_port_lo = 51820;
+    o.jobnet_port_hi = 51899;
+    gn_buf env = {0};
+    assert_int_equal(gn_offer_seal(f->id, &o, &env), 0);
+    assert_int_equal(gn_transport_send(f->tp, req_id->pk, env.data, env.len), 0);
+    gn_buf_done(&env);
+  }
+  gn_identity_free(req_id);
+  int seen = 0;
+  for (int i = 0; i < 50 && (seen = offers_seen()) < NPROV; i++)
+    tn_run_until_flag(&W.loop, &(int){0}, 100);
+  assert_int_equal(seen, NPROV);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  gn_transport *tps[NPROV];
+  for (int k = 0; k < NPROV; k++) {
+    tps[k] = W.p[k].tp;
+    if (W.p[k].have_man)
+      gn__jobman_done(&W.p[k].man);
+  }
+  tn_inbox in = {0};
+  int rc = tn_world_end(&W.loop, tps, NPROV, W.daemon, &in, W.dir);
+  for (int k = 0; k < NPROV; k++)
+    W.p[k].id = gn_identity_free(W.p[k].id);
+  return rc;
+}
+
+#define IMAGE "127.0.0.1:5000/test/train@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+static void wait_releases(int want_agreed) {
+  uint64_t end = gn_mono_ms() + 5000;
+  for (;;) {
+    int got = 0;
+    for (int k = 0; k < NPROV; k++)
+      got += W.p[k].accepted && W.p[k].released;
+    if (got >= want_agreed || gn_mono_ms() > end)
+      break;
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  }
+}
+
+/* One provider refuses: all or nothing. */
+static void test_one_refuses(void **state) {
+  (void)state;
+  W.p[1].mode = REFUSE;
+  char out[65536], err[16384];
+  char *args[] = {"train",   "--gpus", "3",  "--per-node", "1",        "--image", IMAGE, "--allow-simulated",
+                  "--hours", "1",      "--", "python3",    "train.py", NULL};
+  int rc = run_cli(1, args, out, sizeof out, err, sizeof err);
+  wait_releases(2);
+  print_message("stdout:\n%s\nstderr:\n%s\n", out, err);
+  assert_int_equal(rc, 1);
+  for (int k = 0; k < NPROV; k++)
+    assert_int_equal(W.p[k].requests, 1); /* every member asked once, at once */
+  assert_int_equal(W.p[1].rejected, 1);
+  /* Every agreement that came is released, and soon after the refusal. */
+  for (int k = 0; k < NPROV; k++) {
+    if (!W.p[k].accepted)
+      continue;
+    assert_true(W.p[k].released >= 1);
+    assert_true(W.p[k].released_at - W.refused_at < 2000 || W.p[k].released_at < W.refused_at + 2000);
+  }
+  assert_int_equal(W.p[0].accepted + W.p[2].accepted, 2);
+  /* No rank started, nothing billed. */
+  for (int k = 0; k < NPROV; k++) {
+    assert_int_equal(W.p[k].manifests, 0);
+    assert_int_equal(W.p[k].bills, 0);
+  }
+  assert_non_null(strstr(err, "refused"));
+  assert_non_null(strstr(err, "price changed"));
+  assert_non_null(strstr(out, "3 GPUs on 3 providers"));
+  /* The daemon's view: failed, every lease ended, no cost. */
+  char *largs[] = {"--json", "leases", NULL};
+  assert_int_equal(run_cli(2, largs, out, sizeof out, err, sizeof err), 0);
+  json_t *j = json_loads(out, 0, NULL);
+  size_t i;
+  json_t *l;
+  int active = 0, n = 0;
+  json_array_foreach(json_object_get(j, "leases"), i, l) {
+    n++;
+    const char *st = json_string_value(json_object_get(l, "state"));
+    if (st && strcmp(st, "active") == 0)
+      active++;
+  }
+  json_decref(j);
+  assert_int_equal(n, 2);
+  assert_int_equal(active, 0);
+}
+
+/* Everyone agrees: the plan, the manifests with the job network, the end. */
+static void test_all_agree(void **state) {
+  (void)state;
+  char out[65536], err[16384];
+  char *args[] = {"train", "--gpus",   "3",  "--image", IMAGE,      "--allow-simulated",
+                  "--env", "EPOCHS=2", "--", "python3", "train.py", NULL};
+  int rc = run_cli(3, args, out, sizeof out, err, sizeof err);
+  print_message("stdout:\n%s\nstderr:\n%s\n", out, err);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "3 GPUs on 3 providers (1 per node)"));
+  assert_non_null(strstr(out, "1.23 EUR/h in total"));
+  assert_non_null(strstr(out, "RTT matrix"));
+  assert_non_null(strstr(out, "worst pair RTT"));
+  for (int k = 0; k < NPROV; k++) {
+    char shortid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(W.p[k].id->pk, shortid);
+    shortid[12] = 0;
+    assert_non_null(strstr(out, shortid)); /* each provider in the table */
+    assert_non_null(strstr(out, W.p[k].addr));
+  }
+  /* One manifest per provider, one rank each, one network. */
+  uint64_t end = gn_mono_ms() + 5000;
+  while ((W.p[0].manifests + W.p[1].manifests + W.p[2].manifests) < 3 && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  bool rank_seen[NPROV] = {false};
+  uint8_t pub[NPROV][32];
+  char endpoint[NPROV][64];
+  for (int k = 0; k < NPROV; k++) {
+    fake_prov *f = &W.p[k];
+    assert_int_equal(f->manifests, 1);
+    assert_true(f->man.has_net);
+    assert_string_equal(f->man.lease_id, f->lease);
+    assert_int_equal(f->man.net.world, 3);
+    assert_true(f->man.net.rank < 3);
+    assert_false(rank_seen[f->man.net.rank]);
+    rank_seen[f->man.net.rank] = true;
+    assert_int_equal(f->man.net.local_rank, 0);
+    assert_int_equal(f->man.net.local_world, 1);
+    assert_int_equal(f->man.net.npeers, 2);
+    assert_string_equal(f->man.net.group, W.p[0].man.net.group);
+    assert_int_equal(f->man.net.subnet_host, W.p[0].man.net.subnet_host);
+    assert_true(f->man.net.listen_port >= 51820 && f->man.net.listen_port <= 51899);
+    assert_int_equal(f->man.envc, 1);
+    assert_string_equal(f->man.env[0], "EPOCHS=2");
+    assert_int_equal(gn_jobnet_public_key(f->man.net.private_key, pub[f->man.net.rank]), 0);
+    snprintf(endpoint[f->man.net.rank], sizeof endpoint[0], "127.0.0.1:%u", f->man.net.listen_port);
+  }
+  for (int k = 0; k < NPROV; k++) {
+    const gn_jobman_net *net = &W.p[k].man.net;
+    for (uint32_t q = 0; q < net->npeers; q++) {
+      const gn_jobman_peer *p = &net->peers[q];
+      assert_true(p->rank < 3 && p->rank != net->rank);
+      assert_memory_equal(p->public_key, pub[p->rank], 32);
+      assert_string_equal(p->endpoint, endpoint[p->rank]);
+    }
+  }
+  /* The ranks exited 0: the group is done and every lease released. */
+  end = gn_mono_ms() + 8000;
+  for (;;) {
+    int rel = 0;
+    for (int k = 0; k < NPROV; k++)
+      rel += W.p[k].released > 0;
+    if (rel == NPROV || gn_mono_ms() > end)
+      break;
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  }
+  for (int k = 0; k < NPROV; k++)
+    assert_true(W.p[k].released >= 1);
+  char *jargs[] = {"jobs", NULL};
+  assert_int_equal(run_cli(4, jargs, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "TRAINING"));
+  assert_non_null(strstr(out, W.p[0].man.net.group));
+  assert_non_null(strstr(out, "done"));
+}
+
+/* Bad command lines: exit 2, nothing sent. */
+static void test_bad_cli(void **state) {
+  (void)state;
+  char out[8192], err[8192];
+  char *bad[][16] = {
+      {"train", "--gpus", "0", "--image", IMAGE, "--", "x", NULL},
+      {"train", "--gpus", "3", "--per-node", "2", "--image", IMAGE, "--", "x", NULL},
+      {"train", "--gpus", "3", "--", "x", NULL},
+      {"train", "--gpus", "3", "--image", IMAGE, NULL},
+      {"train", "--gpus", "3", "--image", IMAGE, "--max-price", "cheap", "--", "x", NULL},
+      {"train", "--gpus", "3", "--image", IMAGE, "--hours", "0", "--", "x", NULL},
+      {"train", "--gpus", "3", "--image", IMAGE, "--env", "=x", "--", "x", NULL},
+      {"train", "--gpus", "3", "--image", IMAGE, "--restarts", "-1", "--", "x", NULL},
+      {"train", "--gpus", "65", "--image", IMAGE, "--", "x", NULL},
+      {"logs", "j-0123", "--rank", "x", NULL},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(run_cli(10 + (int)i, bad[i], out, sizeof out, err, sizeof err), 2);
+    assert_non_null(strstr(err, "see gpunet"));
+  }
+  for (int k = 0; k < NPROV; k++)
+    assert_int_equal(W.p[k].requests, 0);
+  char *jargs[] = {"jobs", NULL};
+  assert_int_equal(run_cli(30, jargs, out, sizeof out, err, sizeof err), 0);
+  assert_null(strstr(out, "TRAINING"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_bad_cli, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_one_refuses, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_all_agree, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
