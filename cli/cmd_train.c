@@ -19,7 +19,7 @@
 #define TRAIN_MAX_ENV 64
 #define TRAIN_MAX_RESTARTS 100
 #define TRAIN_POLL_US (300 * 1000)
-#define TRAIN_SETTLE_WAIT_S 30 /* how long the end waits for the final invoices */
+#define TRAIN_SETTLE_WAIT_S 10 /* how long the end waits for the final invoices */
 #define TRAIN_COST_EVERY_S 10  /* the running cost, at most this often */
 
 static uint64_t now_ms(void) {

@@ -35,6 +35,7 @@
 #define TRAIN_MEMORY_MIB 1024u
 #define TRAIN_PIDS 1024u
 #define TRAIN_INTERVAL_S 60u
+#define TRAIN_PEER_GRACE_MS 20000u /* an agreed member's provider unreachable this long is lost */
 
 typedef struct train_issued {
   char lease_id[GN_LEASE_ID_STRLEN];
@@ -52,6 +53,8 @@ typedef struct train_msg {
 typedef struct train_rank {
   char job_id[GN_JOB_ID_STRLEN];
   uint32_t member;
+  uint8_t provider[GN_PK_LEN]; /* where it runs, and its WireGuard port there */
+  uint16_t port;
 } train_rank;
 
 typedef struct train {
@@ -84,7 +87,8 @@ typedef struct train {
   size_t nissued;
   train_rank ranks[TRAIN_MAX_RANKS];
   uint32_t world;
-  bool job_failed_reported; /* for the current set of ranks */
+  bool job_failed_reported;                 /* for the current set of ranks */
+  uint64_t down_since[GN_GANG_MAX_MEMBERS]; /* a member's provider went down then (0: up) */
   /* planning */
   gn_ctl_req *req;
   uv_work_t work;
@@ -377,13 +381,39 @@ static int rank_endpoint(const char *addr, uint16_t port, char *out, size_t cap)
   return snprintf(out, cap, "%s:%u", host, port) < (int)cap ? 0 : GN_EINVAL;
 }
 
-static uint16_t rank_port(const train *t, size_t cand, uint32_t local) {
+/* Whether a live training group of this node (or the ranks of t laid out
+ * so far, below rank `below`) uses port on provider. */
+static bool port_taken(const train *t, uint32_t below, const uint8_t provider[GN_PK_LEN], uint16_t port) {
+  train_glue *gl = glue_of(t->n);
+  for (const train *o = gl ? gl->list : NULL; o; o = o->next) {
+    if (o == t || state_final(o))
+      continue;
+    for (uint32_t r = 0; r < o->world; r++)
+      if (o->ranks[r].port == port && memcmp(o->ranks[r].provider, provider, GN_PK_LEN) == 0)
+        return true;
+  }
+  for (uint32_t r = 0; r < below; r++)
+    if (t->ranks[r].port == port && memcmp(t->ranks[r].provider, provider, GN_PK_LEN) == 0)
+      return true;
+  return false;
+}
+
+/* Rank r's port on its provider: lo + (hash(group) + local index) mod the
+ * offer's range, moved on past ports this node's other live training jobs
+ * use there (the provider refuses a busy one). */
+static uint16_t rank_port(const train *t, size_t cand, uint32_t r, uint32_t local) {
   uint32_t lo = t->cand_ports[cand][0], hi = t->cand_ports[cand][1];
   if (!lo || hi < lo) {
     lo = TRAIN_PORT_BASE;
     hi = TRAIN_PORT_BASE + TRAIN_PORT_SPAN - 1;
   }
-  return (uint16_t)(lo + (group_hash(t->id) + local) % (hi - lo + 1));
+  uint32_t span = hi - lo + 1, start = (group_hash(t->id) + local) % span;
+  for (uint32_t k = 0; k < span; k++) {
+    uint16_t port = (uint16_t)(lo + (start + k) % span);
+    if (!port_taken(t, r, t->cand[cand].provider, port))
+      return port;
+  }
+  return (uint16_t)(lo + start);
 }
 
 /* Every member agreed: one manifest per rank, with the job network. */
@@ -412,7 +442,8 @@ static void start_ranks(train *t, uint32_t restart) {
     }
     for (uint32_t k = 0; k < per; k++) {
       uint32_t r = m * per + k;
-      port[r] = rank_port(t, c, k);
+      memcpy(t->ranks[r].provider, mi.offer.provider, GN_PK_LEN);
+      t->ranks[r].port = port[r] = rank_port(t, c, r, k);
       if (gn_jobnet_keypair(priv[r], pub[r]) < 0 ||
           rank_endpoint(t->cand_addr[c], port[r], endpoint[r], sizeof endpoint[r]) < 0) {
         gn__strf(why, sizeof why, "cannot make rank %u's key or endpoint", r);
@@ -661,8 +692,23 @@ void gn__trainreq_on_reject(gn_node *n, const uint8_t peer[GN_PK_LEN], const cha
   GANG_CALL(t, gn_gang_refused(t->g, gn_mono_ms(), lease_id, peer, reason[0] ? reason : "refused", out));
 }
 
+/* Sets (when) or clears the down time of t's members on provider peer. */
+static void mark_down(train *t, const uint8_t peer[GN_PK_LEN], uint64_t when) {
+  if (!t->g)
+    return;
+  gn_gang_info gi;
+  gn_gang_info_get(t->g, &gi);
+  for (uint32_t m = 0; m < gi.members && m < GN_GANG_MAX_MEMBERS; m++) {
+    gn_gang_member_info mi;
+    if (gn_gang_member(t->g, m, &mi) == 0 && memcmp(mi.offer.provider, peer, GN_PK_LEN) == 0)
+      t->down_since[m] = when && t->down_since[m] ? t->down_since[m] : when;
+  }
+}
+
 void gn__trainreq_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   train_glue *gl = glue_of(n);
+  for (train *t = gl ? gl->list : NULL; t; t = t->next)
+    mark_down(t, peer, 0);
   for (train *t = gl ? gl->list : NULL; t; t = t->next)
     for (train_msg **pp = &t->queue; *pp;) {
       train_msg *m = *pp;
@@ -684,6 +730,10 @@ void gn__trainreq_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   for (train *t = gl ? gl->list : NULL; t; t = t->next) {
     if (!t->g || state_final(t))
       continue;
+    mark_down(t, peer, gn_mono_ms());
+    const char *addr = provider_addr(n, peer); /* a session that dropped may come back at once */
+    if (addr && n->tp && !n->stopping)
+      gn_transport_connect_peer(n->tp, addr, peer);
     gn_gang_info gi;
     gn_gang_info_get(t->g, &gi);
     for (uint32_t m = 0; m < gi.members; m++) {
@@ -710,6 +760,14 @@ static void watch(train *t, uint64_t now_ms) {
     if (l && l->state == GN_LEASE_ENDED) {
       char reason[160];
       gn__strf(reason, sizeof reason, "lease %s ended: %s", l->id, l->end_reason);
+      GANG_CALL(t, gn_gang_lost(t->g, now_ms, mi.lease_id, reason, out));
+      return;
+    }
+    if (m < GN_GANG_MAX_MEMBERS && t->down_since[m] && now_ms - t->down_since[m] >= TRAIN_PEER_GRACE_MS &&
+        !gn_transport_is_up(t->n->tp, mi.offer.provider)) {
+      char reason[160];
+      gn__strf(reason, sizeof reason, "its provider has been unreachable for %u s", TRAIN_PEER_GRACE_MS / 1000);
+      t->down_since[m] = 0;
       GANG_CALL(t, gn_gang_lost(t->g, now_ms, mi.lease_id, reason, out));
       return;
     }

@@ -41,7 +41,7 @@
 
 #define NPROV 3
 
-enum { ACCEPT = 0, REFUSE };
+enum { ACCEPT = 0, REFUSE, HOLD }; /* HOLD: agrees, its rank runs until told otherwise */
 
 typedef struct fake_prov {
   gn_identity *id;
@@ -57,6 +57,7 @@ typedef struct fake_prov {
   gn_jobman man; /* the last manifest */
   bool have_man;
   int bills; /* debit notes accepted by the requester (we send none) */
+  int stops; /* JOB_STOPs */
 } fake_prov;
 
 static struct {
@@ -66,6 +67,7 @@ static struct {
   uv_loop_t loop;
   fake_prov p[NPROV];
   uint64_t refused_at;
+  void (*during)(void); /* called while a gpunet command runs */
 } W;
 
 static fake_prov *prov_of(void *ud) {
@@ -157,7 +159,12 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     f->have_man = true;
     f->manifests++;
     job_status(f, peer, f->man.job_id, f->man.lease_id, "running", -1);
-    job_status(f, peer, f->man.job_id, f->man.lease_id, "exited", 0);
+    if (f->mode != HOLD)
+      job_status(f, peer, f->man.job_id, f->man.lease_id, "exited", 0);
+  } else if (env->type == GN_MSG_JOB_STOP) {
+    f->stops++;
+    if (f->have_man)
+      job_status(f, peer, f->man.job_id, f->man.lease_id, "stopped", 137);
   } else if (env->type == GN_MSG_DEBIT_ACCEPT) {
     f->bills++;
   }
@@ -212,6 +219,8 @@ static int run_cli(int n, char *const *args, char *out, size_t out_cap, char *er
       fail_msg("gpunet %s did not end within 60 s", args[0]);
     }
     tn_run_until_flag(&W.loop, &(int){0}, 20);
+    if (W.during)
+      W.during();
   }
   FILE *fo = fopen(o, "r"), *fe = fopen(e, "r");
   size_t lo = fo ? fread(out, 1, out_cap - 1, fo) : 0, le = fe ? fread(err, 1, err_cap - 1, fe) : 0;
@@ -294,13 +303,15 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   gn_transport *tps[NPROV];
+  size_t ntp = 0;
   for (int k = 0; k < NPROV; k++) {
-    tps[k] = W.p[k].tp;
+    if (W.p[k].tp)
+      tps[ntp++] = W.p[k].tp;
     if (W.p[k].have_man)
       gn__jobman_done(&W.p[k].man);
   }
   tn_inbox in = {0};
-  int rc = tn_world_end(&W.loop, tps, NPROV, W.daemon, &in, W.dir);
+  int rc = tn_world_end(&W.loop, tps, ntp, W.daemon, &in, W.dir);
   for (int k = 0; k < NPROV; k++)
     W.p[k].id = gn_identity_free(W.p[k].id);
   return rc;
@@ -443,6 +454,45 @@ static void test_all_agree(void **state) {
   assert_non_null(strstr(out, "done"));
 }
 
+/* Provider 2 disappears while the ranks run (its rank never reports). */
+static uint64_t gone_at;
+static void kill_p2_when_running(void) {
+  if (!gone_at && W.p[0].manifests && W.p[1].manifests && W.p[2].manifests) {
+    gone_at = gn_mono_ms();
+    gn_transport_close(W.p[2].tp, tn__closed, NULL);
+    W.p[2].tp = NULL;
+  }
+}
+
+/* A provider gone mid-run: the other ranks are stopped, every lease ends,
+ * gpunet train -f exits 1 naming the lost member. */
+static void test_provider_gone(void **state) {
+  (void)state;
+  for (int k = 0; k < NPROV; k++)
+    W.p[k].mode = HOLD;
+  gone_at = 0;
+  W.during = kill_p2_when_running;
+  char out[65536], err[16384];
+  char *args[] = {"train", "--gpus", "3",       "--per-node", "1", "--image", IMAGE, "--allow-simulated",
+                  "-f",    "--",     "python3", "train.py",   NULL};
+  int rc = run_cli(5, args, out, sizeof out, err, sizeof err);
+  W.during = NULL;
+  uint64_t ended = gn_mono_ms();
+  print_message("stdout:\n%s\nstderr:\n%s\n", out, err);
+  assert_true(gone_at > 0);
+  assert_int_equal(rc, 1);
+  /* Noticed within the grace (20 s) and a few ticks, not the lease's; the
+   * command then waits at most 10 s for final invoices (none come here). */
+  assert_true(ended - gone_at < 45000);
+  for (int k = 0; k < 2; k++)
+    assert_true(W.p[k].released_at - gone_at < 25000);
+  assert_non_null(strstr(err, "unreachable"));
+  for (int k = 0; k < 2; k++) {
+    assert_true(W.p[k].stops >= 1);
+    assert_true(W.p[k].released >= 1);
+  }
+}
+
 /* Bad command lines: exit 2, nothing sent. */
 static void test_bad_cli(void **state) {
   (void)state;
@@ -475,6 +525,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_cli, setup, teardown),
       cmocka_unit_test_setup_teardown(test_one_refuses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_all_agree, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_provider_gone, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
