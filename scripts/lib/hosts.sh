@@ -35,6 +35,7 @@
 #                               prov_extra_pK if set), requester "req"; needs
 #                               gn_e2e_setup's $work/$nodes; sets hub, port,
 #                               reg_port, image (busybox by digest), R
+#   hosts_provider_start pK     starts provider pK again, same flags
 #   hosts_train_image           the training image (scripts/image/train-image,
 #                               cached) pushed to the hub; sets timage
 #   hosts_cleanup               stops what was started, kills what is left in
@@ -44,7 +45,7 @@
 # killed with SIGKILL, killed and deleted), the trap set before hosts_init
 # (gn_e2e_cleanup: stops the daemons, removes the work folder), hosts_cleanup.
 
-declare -gA hosts_ip=() hosts_ns=()
+declare -gA hosts_ip=() hosts_ns=() hosts_prov_args=()
 hosts_list=()
 hosts_pids=()
 hosts_provider_dirs=()
@@ -232,12 +233,19 @@ hosts_market() {
   for ((i = 1; i <= np; i++)); do
     p=p$i
     local -n extra="prov_extra_$p"
-    hosts_node_start "$p" "$nodes/$p" "$p" --listen "${hosts_ip[$p]}:$port" --bootstrap "$hub:$port" \
-      --provide --price 0.50 "${gpus[@]}" --registry-allow "$hub" "${compat[@]}" ${extra[@]+"${extra[@]}"}
+    hosts_prov_args[$p]=$(printf '%q ' --listen "${hosts_ip[$p]}:$port" --bootstrap "$hub:$port" \
+      --provide --price 0.50 "${gpus[@]}" --registry-allow "$hub" ${compat[@]+"${compat[@]}"} ${extra[@]+"${extra[@]}"})
     unset -n extra
+    hosts_provider_start "$p"
   done
   R=$nodes/requester
   hosts_node_start req "$R" requester --listen "${hosts_ip[req]}:$port" --bootstrap "$hub:$port"
+}
+
+hosts_provider_start() {
+  local p=$1
+  [ -n "${hosts_prov_args[$p]:-}" ] || gn_die "no provider $p"
+  eval "hosts_node_start $p \"\$nodes/$p\" $p ${hosts_prov_args[$p]}"
 }
 
 hosts_train_image() {
