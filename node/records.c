@@ -266,6 +266,10 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
       json_object_set_new(o, "invoice_status", json_string(l->invoice_status));
     }
     json_object_set_new(o, "disputed", json_boolean(disputed));
+    /* Provider: the final invoice was sent GN_LEASE_INVOICE_SENDS_MAX times
+     * unanswered and is not sent again (a provider-only claim). */
+    if (l->role == GN_ROLE_PROVIDER)
+      json_object_set_new(o, "invoice_unanswered", json_boolean(info.invoice_unanswered));
     if (disputed) { /* the provider's rejected claim */
       json_object_set_new(o, "claimed_s", json_integer((json_int_t)l->invoice_seconds));
       json_object_set_new(o, "claimed_micro", json_integer((json_int_t)l->invoice_micro));

@@ -14,8 +14,11 @@
 #include <stdint.h>
 
 /* The default directory, and the environment variable that overrides it
- * (tests, hosts whose /run is elsewhere). */
-#define GN_UIDALLOC_DIR "/run/gpunet/uid-slots"
+ * (tests, hosts whose /run is elsewhere). Not under /run/gpunet: each
+ * provider mounts a private tmpfs there in its own mount namespace
+ * (provider.c, GN_DATA_ALIAS_DIR), so a directory below it would be each
+ * daemon's own and no lock would be seen by another daemon. */
+#define GN_UIDALLOC_DIR "/run/gpunet-uid-slots"
 #define GN_UIDALLOC_DIR_ENV "GN_UID_SLOT_DIR"
 
 /* GN_UID_SLOT_DIR when set and not empty, else GN_UIDALLOC_DIR. */

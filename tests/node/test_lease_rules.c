@@ -113,14 +113,14 @@ static int teardown(void **state) {
   return rc;
 }
 
-/* Sends the request and returns the provider's answer type; the reason of
- * a rejection goes to reason (256 bytes). */
-static uint32_t ask(const gn_lease_terms *t, char *reason) {
+/* Sends the request to prov and returns the provider's answer type; the
+ * reason of a rejection goes to reason (256 bytes). */
+static uint32_t ask_to(const gn_identity *prov, const gn_lease_terms *t, char *reason) {
   gn_buf env = {0};
   tn_msg m;
   reason[0] = 0;
   assert_int_equal(gn_lease_request_seal(W.req_id, t, &env), 0);
-  assert_int_equal(gn_transport_send(W.tp, W.prov_id->pk, env.data, env.len), 0);
+  assert_int_equal(gn_transport_send(W.tp, prov->pk, env.data, env.len), 0);
   gn_buf_done(&env);
   for (int i = 0; i < 100; i++) {
     if (tn_inbox_take(&W.in, GN_MSG_LEASE_REJECT, &m)) {
@@ -136,6 +136,28 @@ static uint32_t ask(const gn_lease_terms *t, char *reason) {
   }
   fail_msg("the provider did not answer lease request %s", t->lease_id);
   return 0;
+}
+
+static uint32_t ask(const gn_lease_terms *t, char *reason) {
+  return ask_to(W.prov_id, t, reason);
+}
+
+/* The first host uid of the range the daemon in dir logged for lease id, or
+ * -1 when it logged none. */
+static long logged_uid_base(const char *dir, const char *id) {
+  char path[PATH_MAX + 32], line[2048], want[128];
+  snprintf(path, sizeof path, "%s/gpunetd.log", dir);
+  snprintf(want, sizeof want, "lease %s: its jobs run as host uids and gids ", id);
+  FILE *f = fopen(path, "r");
+  long base = -1;
+  while (f && base < 0 && fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, want);
+    if (p)
+      base = strtol(p + strlen(want), NULL, 10);
+  }
+  if (f)
+    fclose(f);
+  return base;
 }
 
 enum {
@@ -222,6 +244,61 @@ static void test_lease_rules_edges_accepted(void **state) {
   t.price_uper_hour = 400000;
   if (ask(&t, reason) != GN_MSG_LEASE_ACCEPT)
     fail_msg("a request within every rule was refused: %s", reason);
+}
+
+/* Issue 6: two leases never share a host uid, also when they are two
+ * gpunetd's on one host (each used to number its slots from 0, so both
+ * first leases ran as 1048576...). A second provider daemon runs beside the
+ * first; each grants a lease; the uid ranges they log differ. The slots are
+ * claimed in the default, host-wide directory (node/uidalloc.h): other
+ * daemons on the host may hold slots too, which changes which ones these get
+ * but never lets them be the same. */
+static void test_two_providers_on_a_host_never_share_uids(void **state) {
+  (void)state;
+  char dir2[PATH_MAX], addr2[64], bin[PATH_MAX], reason[256];
+  gn_identity *prov2 = NULL;
+  snprintf(dir2, sizeof dir2, "/tmp/gn-rules-2-XXXXXX");
+  assert_non_null(mkdtemp(dir2));
+  tn_gpunetd_path(bin, sizeof bin);
+  tn_identity_for(dir2, &prov2);
+  snprintf(addr2, sizeof addr2, "127.0.0.1:%d", tn_free_port());
+  pid_t d2 = fork();
+  assert_true(d2 >= 0);
+  if (d2 == 0) {
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof log, "%s/gpunetd.log", dir2);
+    if (!freopen(log, "w", stderr))
+      _exit(127);
+    execl(bin, bin, "--data-dir", dir2, "--listen", addr2, "--provide", "--simulate-gpu", "RTX 4090", "--price", "0.40",
+          "--max-hours", "2", "--interval-min-s", "10", "--interval-max-s", "600", "--allow-no-userns", (char *)NULL);
+    _exit(127);
+  }
+  W.up = 0;
+  for (int i = 0; i < 50 && !W.up; i++) {
+    usleep(100000);
+    gn_transport_connect(W.tp, addr2);
+    tn_run_until_flag(&W.loop, &W.up, 300);
+  }
+  assert_true(W.up);
+  gn_lease_terms t1, t2;
+  tn_lease_terms(&t1, W.prov_id, W.req_id, 1, true);
+  tn_lease_terms(&t2, prov2, W.req_id, 1, true);
+  assert_int_equal(ask_to(W.prov_id, &t1, reason), GN_MSG_LEASE_ACCEPT);
+  assert_int_equal(ask_to(prov2, &t2, reason), GN_MSG_LEASE_ACCEPT);
+  long b1 = logged_uid_base(W.dir, t1.lease_id), b2 = logged_uid_base(dir2, t2.lease_id);
+  tn_daemon_stop(d2);
+  assert_int_equal(tn_rm_rf(dir2), 0);
+  prov2 = gn_identity_free(prov2);
+  if (b1 < 0 && b2 < 0) {
+    print_message("skipped: these daemons run jobs without user namespaces here (no uid ranges)\n");
+    skip();
+  }
+  if (b1 < 0 || b2 < 0)
+    fail_msg("only one provider logged a uid range (%ld, %ld)", b1, b2);
+  if (b1 == b2)
+    fail_msg("two providers on one host gave their leases the same host uids from %ld", b1);
+  print_message("two providers on one host: their leases' jobs run as host uids from %ld and from %ld\n", b1, b2);
+  assert_true(b1 >= 1048576 && b2 >= 1048576 && (b1 - 1048576) % 65536 == 0 && (b2 - 1048576) % 65536 == 0);
 }
 
 /* --- the requester's rules for an arriving agreement --------------------------*/
@@ -599,6 +676,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_lease_rules_each_refused_with_its_reason, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_rules_edges_accepted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_two_providers_on_a_host_never_share_uids, setup, teardown),
       cmocka_unit_test_setup_teardown(test_requester_takes_an_honest_agreement, q_setup, q_teardown),
       cmocka_unit_test_setup_teardown(test_requester_refuses_agreement_not_its_request, q_setup, q_teardown),
       cmocka_unit_test_setup_teardown(test_requester_refuses_fewer_gpus_than_asked, q_setup, q_teardown),

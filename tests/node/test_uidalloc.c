@@ -49,9 +49,9 @@ static int teardown(void **state) {
 static void test_uidalloc_dir_env(void **state) {
   (void)state;
   unsetenv(GN_UIDALLOC_DIR_ENV);
-  assert_string_equal(gn_uidalloc_dir(), "/run/gpunet/uid-slots");
+  assert_string_equal(gn_uidalloc_dir(), "/run/gpunet-uid-slots");
   setenv(GN_UIDALLOC_DIR_ENV, "", 1);
-  assert_string_equal(gn_uidalloc_dir(), "/run/gpunet/uid-slots");
+  assert_string_equal(gn_uidalloc_dir(), "/run/gpunet-uid-slots");
   setenv(GN_UIDALLOC_DIR_ENV, "/tmp/x", 1);
   assert_string_equal(gn_uidalloc_dir(), "/tmp/x");
   unsetenv(GN_UIDALLOC_DIR_ENV);
