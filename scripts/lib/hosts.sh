@@ -117,7 +117,8 @@ hosts_add() {
     delay=""
     [ "$rate" = "$shape" ] || delay=${shape#*:}
     if [ -n "$delay" ]; then
-      ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" rate "$rate" limit 100000
+      ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" rate "$rate" limit 100000 2>/dev/null ||
+        gn_die "cannot delay host $name's link by $delay: this kernel has no netem qdisc (sch_netem)"
     else
       ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 1s
     fi
