@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <gpunet/billing.h>
 #include <math.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,9 +253,73 @@ static void print_reasons(const json_t *t) {
   }
 }
 
+/* Copies every rank's /output (a tar stream per rank, made by its provider)
+ * to DIR/rank-R.tar while the group holds its leases ("collecting"). */
+static int collect_outputs(cli *c, const char *id, const json_t *t, const char *dir, FILE *msg) {
+  size_t nr = json_array_size(json_object_get(t, "ranks"));
+  char *base = cli_path("/v1/train", id, "/output");
+  size_t cap = 48 * 1024;
+  uint8_t *bin = malloc(cap);
+  int rc = CLI_OK;
+  if (!base || !bin) {
+    free(base);
+    free(bin);
+    return cli_fail("out of memory");
+  }
+  for (size_t r = 0; r < nr && r < TRAIN_MAX_GPUS; r++) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/rank-%zu.tar", dir, r);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+      rc = cli_fail("cannot write %s", path);
+      continue;
+    }
+    long long off = 0;
+    bool eof = false;
+    for (int guard = 0; !eof && guard < 1 << 20; guard++) {
+      char url[1024];
+      snprintf(url, sizeof url, "%s?rank=%zu&offset=%lld", base, r, off);
+      json_t *j = NULL;
+      if (cli_call(c, "GET", url, NULL, &j) != CLI_OK) {
+        rc = CLI_FAIL;
+        break;
+      }
+      const char *b64 = cli_str(j, "data");
+      size_t got = 0;
+      if (b64 && sodium_base642bin(bin, cap, b64, strlen(b64), NULL, &got, NULL, sodium_base64_VARIANT_ORIGINAL) < 0) {
+        json_decref(j);
+        rc = cli_fail("rank %zu's output is not base64", r);
+        break;
+      }
+      eof = cli_bool(j, "eof");
+      json_decref(j);
+      if (got && fwrite(bin, 1, got, f) != got) {
+        rc = cli_fail("cannot write %s", path);
+        break;
+      }
+      off += (long long)got;
+      if (!got && !eof) {
+        rc = cli_fail("rank %zu's provider sent an empty chunk before the end", r);
+        break;
+      }
+    }
+    if (fclose(f) != 0 && rc == CLI_OK)
+      rc = cli_fail("cannot write %s", path);
+    if (eof)
+      fprintf(msg, "training %s: rank %zu's /output -> %s (%lld bytes)\n", id, r, path, off);
+    fflush(msg);
+  }
+  free(base);
+  free(bin);
+  return rc;
+}
+
 /* Follows training id: progress (members agreeing, state) on `msg`, the
  * ranks' output on stdout when logs, the running cost, and the total. */
-static int follow_train(cli *c, const char *id, long only, bool logs, bool progress, bool follow, json_t **ret_last) {
+static int follow_train(cli *c, const char *id, long only, bool logs, bool progress, bool follow, const char *outdir,
+                        json_t **ret_last) {
+  bool collected = false;
+  int collect_rc = CLI_OK;
   follow_state *f = calloc(1, sizeof *f);
   if (!f)
     return cli_fail("out of memory");
@@ -302,6 +367,20 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
     }
     snprintf(state, sizeof state, "%s", st);
     bool fin = state_final(st);
+    if (progress && outdir && !collected && strcmp(st, "collecting") == 0) {
+      if (logs)
+        logs_round(c, f, t, only, true);
+      collect_rc = collect_outputs(c, id, t, outdir, msg);
+      collected = true;
+      char *dp = cli_path("/v1/train", id, "");
+      json_t *dj = NULL;
+      if (dp && cli_call(c, "DELETE", dp, NULL, &dj) == CLI_OK)
+        fprintf(msg, "training %s: outputs copied; leases released\n", id);
+      json_decref(dj);
+      free(dp);
+      usleep(TRAIN_POLL_US);
+      continue;
+    }
     if (logs)
       logs_round(c, f, t, only, fin || !follow);
     long long now_cost = cli_int(t, "cost_micro", 0);
@@ -333,7 +412,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
           fprintf(msg, "training %s: total %s%s\n", id, m,
                   cli_has_int(t, "total_micro") ? "" : " (final invoices not all in yet)");
         }
-        rc = strcmp(st, "done") == 0 || (!follow && !progress) ? CLI_OK : CLI_FAIL;
+        rc = (strcmp(st, "done") == 0 && collect_rc == CLI_OK) || (!follow && !progress) ? CLI_OK : CLI_FAIL;
         if (rc != CLI_OK && progress)
           print_reasons(t);
         else if (rc != CLI_OK)
@@ -352,7 +431,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
 }
 
 int cli_train_logs(cli *c, const char *id, long rank, bool follow) {
-  return follow_train(c, id, rank, true, false, follow, NULL);
+  return follow_train(c, id, rank, true, false, follow, NULL, NULL);
 }
 
 /* --- the command ----------------------------------------------------------------------*/
@@ -539,13 +618,13 @@ int cmd_train(cli *c, int argc, char **argv) {
   }
   json_decref(j);
   json_t *last = NULL;
-  rc = follow_train(c, id, -1, follow, true, follow, &last);
+  /* With --output the command stays to the end: the outputs are copied
+   * before the leases go. */
+  rc = follow_train(c, id, -1, follow, true, follow || output, output, &last);
   if (c->json && last) {
     json_dumpf(last, stdout, JSON_COMPACT);
     fputc('\n', stdout);
   }
-  if (output && last && !c->json)
-    fprintf(stdout, "training %s: outputs stay on the providers (copying them to %s is not done yet)\n", id, output);
   json_decref(last);
 out:
   json_decref(body);

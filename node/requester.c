@@ -1112,6 +1112,11 @@ void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
   case GN_MSG_DEBIT_NOTE:
     on_bill(n, peer, env, raw, raw_len);
     break;
+#ifdef GN_JOB_OUTPUT_CHUNK /* the provider's /output messages (jobmsg.h) */
+  case GN_MSG_JOB_OUTPUT:  /* a training rank's /output (train_req.c) */
+    gn__trainreq_on_output(n, peer, env);
+    break;
+#endif
   default:
     break;
   }
@@ -1158,6 +1163,11 @@ static void train_release(gn_node *n, const char *lease_id, const char *reason) 
     gn__node_persist_lease(n, l);
   }
   REQ_CALL(n, l, gn_lease_req_release(l->req, lease_now(), out));
+  /* The machine sends the release once the provider's session is up (after
+   * a restart nothing else dials it). */
+  const char *addr = lease_provider_addr(n, l);
+  if (n->tp && !gn_transport_is_up(n->tp, l->peer) && addr)
+    gn_transport_connect_peer(n->tp, addr, l->peer);
 }
 
 void gn__requester_register(gn_node *n) {

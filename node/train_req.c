@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <gpunet/gang.h>
 #include <gpunet/jobnet.h>
@@ -35,7 +36,9 @@
 #define TRAIN_MEMORY_MIB 1024u
 #define TRAIN_PIDS 1024u
 #define TRAIN_INTERVAL_S 60u
-#define TRAIN_PEER_GRACE_MS 20000u /* an agreed member's provider unreachable this long is lost */
+#define TRAIN_COLLECT_MS 300000u    /* leases held this long after the ranks finished, for their /output */
+#define TRAIN_OUTPUT_WAIT_MS 20000u /* a provider's answer to JOB_OUTPUT_GET */
+#define TRAIN_PEER_GRACE_MS 20000u  /* an agreed member's provider unreachable this long is lost */
 
 typedef struct train_issued {
   char lease_id[GN_LEASE_ID_STRLEN];
@@ -47,6 +50,7 @@ typedef struct train_issued {
 typedef struct train_msg {
   struct train_msg *next;
   uint8_t peer[GN_PK_LEN];
+  bool release; /* a LEASE_RELEASE: kept when the group fails */
   gn_buf env;
 } train_msg;
 
@@ -89,6 +93,8 @@ typedef struct train {
   uint32_t world;
   bool job_failed_reported;                 /* for the current set of ranks */
   uint64_t down_since[GN_GANG_MAX_MEMBERS]; /* a member's provider went down then (0: up) */
+  bool finished;                            /* every rank exited 0 */
+  uint64_t collect_until;                   /* "collecting": the leases are released then (or on DELETE) */
   /* planning */
   gn_ctl_req *req;
   uv_work_t work;
@@ -97,8 +103,18 @@ typedef struct train {
   train_msg *queue;
 } train;
 
+/* A GET /v1/train/ID/output waiting for the provider's JOB_OUTPUT. */
+typedef struct out_wait {
+  struct out_wait *next;
+  gn_ctl_req *req;
+  char job_id[GN_JOB_ID_STRLEN];
+  uint8_t peer[GN_PK_LEN];
+  uint64_t offset, deadline_ms;
+} out_wait;
+
 typedef struct train_glue {
   gn_node *n;
+  out_wait *waits;
   gn_train_ops ops;
   train *list;
   size_t count;
@@ -209,7 +225,7 @@ static const char *provider_addr(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
 }
 
 /* Sends env to peer now, or queues it and dials the provider. */
-static int train_send(train *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len) {
+static int train_send_kind(train *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len, bool release) {
   gn_node *n = t->n;
   if (!n->tp)
     return GN_ESTATE;
@@ -221,6 +237,7 @@ static int train_send(train *t, const uint8_t peer[GN_PK_LEN], const uint8_t *en
     return GN_ENOMEM;
   }
   memcpy(m->peer, peer, GN_PK_LEN);
+  m->release = release;
   train_msg **tail = &t->queue;
   while (*tail)
     tail = &(*tail)->next;
@@ -229,10 +246,19 @@ static int train_send(train *t, const uint8_t peer[GN_PK_LEN], const uint8_t *en
   return addr ? gn_transport_connect_peer(n->tp, addr, peer) : GN_ENOTFOUND;
 }
 
-static void queue_drop(train *t) {
-  while (t->queue) {
-    train_msg *m = t->queue;
-    t->queue = m->next;
+static int train_send(train *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len) {
+  return train_send_kind(t, peer, env, len, false);
+}
+
+/* Drops what waits for a session (all, or all but the releases). */
+static void queue_drop(train *t, bool keep_releases) {
+  for (train_msg **pp = &t->queue; *pp;) {
+    train_msg *m = *pp;
+    if (keep_releases && m->release) {
+      pp = &m->next;
+      continue;
+    }
+    *pp = m->next;
     gn_buf_done(&m->env);
     free(m);
   }
@@ -248,7 +274,7 @@ static void send_bare_release(train *t, const uint8_t peer[GN_PK_LEN], const cha
   gn_wire_put_str(&w, reason);
   gn_buf b = {0}, env = {0};
   if (gn_wire_writer_take(&w, &b) == 0 && gn_envelope_seal(t->n->id, GN_MSG_LEASE_RELEASE, b.data, b.len, &env) == 0)
-    train_send(t, peer, env.data, env.len);
+    train_send_kind(t, peer, env.data, env.len, true);
   gn_wire_writer_done(&w);
   gn_buf_done(&b);
   gn_buf_done(&env);
@@ -566,7 +592,7 @@ static void perform(train *t, gn_gang_out *out) {
   if (!state_final(t)) {
     if (gi.phase == GN_GANG_FORMING)
       set_state(t, "forming");
-    else if (gi.phase == GN_GANG_READY)
+    else if (gi.phase == GN_GANG_READY && !t->finished)
       set_state(t, "running");
     else if (gi.phase == GN_GANG_RESTARTING)
       set_state(t, "restarting");
@@ -589,6 +615,10 @@ static void perform(train *t, gn_gang_out *out) {
     switch (a->kind) {
     case GN_GANG_ACT_REQUEST: {
       char why[200] = "";
+      gn_gang_info now_gi; /* an earlier request of this call that could not be sent may have failed the group */
+      gn_gang_info_get(t->g, &now_gi);
+      if (now_gi.phase == GN_GANG_FAILED || now_gi.phase == GN_GANG_ENDED)
+        break;
       if (request_member(t, a, why, sizeof why) < 0) { /* as no answer, now */
         gn_gang_out *o2 = calloc(1, sizeof *o2);
         if (o2 && gn_gang_no_answer(t->g, gn_mono_ms(), a->lease_id, why, o2) == 0)
@@ -613,7 +643,7 @@ static void perform(train *t, gn_gang_out *out) {
       gn_log(GN_LOG_WARN, "training %s failed: %s", t->id, a->reason);
       gn__strf(t->reason, sizeof t->reason, "%s", a->reason);
       set_state(t, "failed");
-      queue_drop(t);
+      queue_drop(t, true);
       train_save(t);
       break;
     default:
@@ -750,6 +780,13 @@ void gn__trainreq_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
 static void watch(train *t, uint64_t now_ms) {
   gn_gang_info gi;
   gn_gang_info_get(t->g, &gi);
+  if (t->finished) { /* collecting the ranks' /output: the leases go at its end */
+    if (strcmp(t->state, "collecting") == 0 && now_ms >= t->collect_until) {
+      set_state(t, "done");
+      GANG_CALL(t, gn_gang_release(t->g, now_ms, "the training job finished (outputs not collected in time)", out));
+    }
+    return;
+  }
   if (gi.phase != GN_GANG_READY && gi.phase != GN_GANG_RESTARTING && gi.phase != GN_GANG_FORMING)
     return;
   for (uint32_t m = 0; m < gi.members; m++) {
@@ -796,8 +833,18 @@ static void watch(train *t, uint64_t now_ms) {
       return;
     }
   }
+  if (done == t->world && t->output) { /* hold the leases until the outputs are copied */
+    t->job_failed_reported = true;
+    t->finished = true;
+    t->collect_until = now_ms + TRAIN_COLLECT_MS;
+    set_state(t, "collecting");
+    gn__strf(t->reason, sizeof t->reason, "every rank exited with 0");
+    train_save(t);
+    return;
+  }
   if (done == t->world) {
     t->job_failed_reported = true;
+    t->finished = true;
     set_state(t, "done");
     gn__strf(t->reason, sizeof t->reason, "every rank exited with 0");
     GANG_CALL(t, gn_gang_release(t->g, now_ms, "the training job finished", out));
@@ -805,6 +852,7 @@ static void watch(train *t, uint64_t now_ms) {
 }
 
 static void restore_all(gn_node *n);
+static void waits_expire(train_glue *gl, uint64_t now_ms);
 
 void gn__trainreq_tick(gn_node *n, uint64_t now_ms) {
   train_glue *gl = glue_of(n);
@@ -814,6 +862,7 @@ void gn__trainreq_tick(gn_node *n, uint64_t now_ms) {
     gl->restored = true;
     restore_all(n);
   }
+  waits_expire(gl, now_ms);
   for (train *t = gl->list; t; t = t->next) {
     if (!t->g)
       continue;
@@ -1014,7 +1063,7 @@ static void plan_work(uv_work_t *w) {
 }
 
 static void train_free(train *t) {
-  queue_drop(t);
+  queue_drop(t, false);
   gn_gang_free(t->g);
   json_decref(t->argv);
   json_decref(t->env);
@@ -1151,8 +1200,16 @@ static void api_train(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, 400, "output and allow_simulated are true or false");
   if (!gl)
     return gn_ctl_reply_error(req, 503, "training is not available on this node");
-  if (gl->count >= TRAIN_MAX)
-    return gn_ctl_reply_error(req, 409, "this node keeps at most %u training jobs", TRAIN_MAX);
+  if (gl->count >= TRAIN_MAX) { /* forget the oldest finished one (its row stays in the database) */
+    train *old = NULL;
+    for (train *o = gl->list; o; o = o->next)
+      if (state_final(o) && !o->req)
+        old = o; /* the list is newest first */
+    if (!old)
+      return gn_ctl_reply_error(req, 409, "this node runs at most %u training jobs at once", TRAIN_MAX);
+    train_unlink(old);
+    train_free(old);
+  }
   train *t = calloc(1, sizeof *t);
   if (!t)
     return gn_ctl_reply_error(req, 500, "out of memory");
@@ -1292,13 +1349,121 @@ static void api_train_delete(gn_ctl_req *req, void *ud) {
   if (!t->g)
     return gn_ctl_reply_error(req, 409, "training job %s is still being planned; try again in a moment", t->id);
   if (!state_final(t)) {
-    gn__strf(t->reason, sizeof t->reason, "stopped by the user");
-    set_state(t, "ended");
-    GANG_CALL(t, gn_gang_release(t->g, gn_mono_ms(), "stopped by the user", out));
+    if (!t->finished)
+      gn__strf(t->reason, sizeof t->reason, "stopped by the user");
+    set_state(t, t->finished ? "done" : "ended");
+    GANG_CALL(
+        t, gn_gang_release(t->g, gn_mono_ms(), t->finished ? "the training job finished" : "stopped by the user", out));
   }
   json_t *o = json_object();
   json_object_set_new(o, "train", train_json(t));
   gn_ctl_reply_json(req, 200, o);
+}
+
+#ifdef GN_JOB_OUTPUT_CHUNK /* the provider's /output messages (jobmsg.h) */
+/* GET /v1/train/:id/output?rank=R&offset=N: one chunk of rank R's /output
+ * (a tar stream made by the provider) from byte N, asked from its provider:
+ * {job, offset, data (base64), eof, size, reason}. */
+static void api_train_output(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  train_glue *gl = glue_of(n);
+  const char *id = gn_ctl_req_param(req, "id"), *qr = gn_ctl_req_query(req, "rank"),
+             *qo = gn_ctl_req_query(req, "offset");
+  if (!id || !gn_id_valid(id))
+    return gn_ctl_reply_error(req, 400, "not a training job id");
+  train *t = train_find(n, id);
+  if (!t)
+    return gn_ctl_reply_error(req, 404, "no training job %s", id);
+  char *end;
+  unsigned long long rank = qr ? strtoull(qr, &end, 10) : ULLONG_MAX;
+  if (!qr || *end || !qr[0] || rank >= t->world)
+    return gn_ctl_reply_error(req, 400, "rank must be a rank of training job %s (0..%u)", id,
+                              t->world ? t->world - 1 : 0);
+  unsigned long long offset = qo ? strtoull(qo, &end, 10) : 0;
+  if (qo && (*end || !qo[0] || offset > (1ull << 50)))
+    return gn_ctl_reply_error(req, 400, "offset must be a number of bytes");
+  gn_job *j = rank_job(t, (uint32_t)rank);
+  gn_lease *l = j ? gn__lease_find(n, j->lease_id) : NULL;
+  if (!j || !l)
+    return gn_ctl_reply_error(req, 404, "rank %llu of %s has no job", rank, id);
+  if (l->state != GN_LEASE_ACTIVE)
+    return gn_ctl_reply_error(req, 409, "rank %llu's lease %s has ended: its provider keeps no /output after it", rank,
+                              l->id);
+  size_t waiting = 0;
+  for (out_wait *w = gl->waits; w; w = w->next)
+    waiting++;
+  if (waiting >= 64)
+    return gn_ctl_reply_error(req, 503, "too many output requests at once; try again");
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 3);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, j->id);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, j->lease_id);
+  gn_wire_put_str(&w, "offset");
+  gn_wire_put_u64(&w, offset);
+  int r = gn__node_send(n, l->peer, GN_MSG_JOB_OUTPUT_GET, &w);
+  gn_wire_writer_done(&w);
+  if (r < 0)
+    return gn_ctl_reply_error(req, 502, "cannot reach the provider of rank %llu: %s", rank, gn_strerror(r));
+  out_wait *ow = calloc(1, sizeof *ow);
+  if (!ow)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  ow->req = req;
+  gn__strf(ow->job_id, sizeof ow->job_id, "%s", j->id);
+  memcpy(ow->peer, l->peer, GN_PK_LEN);
+  ow->offset = offset;
+  ow->deadline_ms = gn_mono_ms() + TRAIN_OUTPUT_WAIT_MS;
+  ow->next = gl->waits;
+  gl->waits = ow;
+}
+
+void gn__trainreq_on_output(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  train_glue *gl = glue_of(n);
+  gn_jobmsg m;
+  if (!gl || gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
+    return;
+  for (out_wait **pp = &gl->waits; *pp; pp = &(*pp)->next) {
+    out_wait *w = *pp;
+    if (strcmp(w->job_id, m.job_id) != 0 || memcmp(w->peer, peer, GN_PK_LEN) != 0 || w->offset != m.offset)
+      continue;
+    *pp = w->next;
+    { /* (a req lives until answered, even after its client left) */
+      size_t cap = sodium_base64_ENCODED_LEN(m.data_len, sodium_base64_VARIANT_ORIGINAL);
+      char *b64 = malloc(cap);
+      if (b64)
+        sodium_bin2base64(b64, cap, m.data ? m.data : (const uint8_t *)"", m.data_len, sodium_base64_VARIANT_ORIGINAL);
+      if (!b64)
+        gn_ctl_reply_error(w->req, 500, "out of memory");
+      else if (m.reason[0] && !m.data_len)
+        gn_ctl_reply_error(w->req, 409, "the provider refused the output of job %s: %s", m.job_id, m.reason);
+      else
+        gn_ctl_reply_json(w->req, 200,
+                          json_pack("{s:s, s:I, s:s, s:I, s:b, s:I}", "job", m.job_id, "offset", (json_int_t)m.offset,
+                                    "data", b64, "length", (json_int_t)m.data_len, "eof", m.eof, "size",
+                                    (json_int_t)m.size));
+      free(b64);
+    }
+    free(w);
+    break;
+  }
+  gn__jobmsg_done(&m);
+}
+
+#endif
+
+static void waits_expire(train_glue *gl, uint64_t now_ms) {
+  for (out_wait **pp = &gl->waits; *pp;) {
+    out_wait *w = *pp;
+    if (now_ms < w->deadline_ms) {
+      pp = &w->next;
+      continue;
+    }
+    *pp = w->next;
+    gn_ctl_reply_error(w->req, 504, "the provider did not send job %s's output in time", w->job_id);
+    free(w);
+  }
 }
 
 /* --- restore ----------------------------------------------------------------------------*/
@@ -1357,7 +1522,14 @@ static void restore_all(gn_node *n) {
     }
     json_decref(d);
     t->timer_at_ms = UINT64_MAX;
-    t->job_failed_reported = true; /* a restored group's ranks are not watched again */
+    /* A group that was running is watched again (its ranks' jobs came back
+     * with the node's records); a restart of its ranks fails without the
+     * plan's candidates, which are not kept. */
+    t->job_failed_reported = strcmp(t->state, "running") != 0 || !t->world;
+    if (strcmp(t->state, "collecting") == 0) { /* the outputs get a fresh while */
+      t->finished = true;
+      t->collect_until = gn_mono_ms() + TRAIN_COLLECT_MS;
+    }
     t->next = gl->list;
     gl->list = t;
     gl->count++;
@@ -1396,4 +1568,7 @@ void gn__trainreq_register(gn_node *n, const gn_train_ops *ops) {
   gn_ctl_route(n->ctl, "GET", "/v1/train", api_train_list, n);
   gn_ctl_route(n->ctl, "GET", "/v1/train/:id", api_train_get, n);
   gn_ctl_route(n->ctl, "DELETE", "/v1/train/:id", api_train_delete, n);
+#ifdef GN_JOB_OUTPUT_CHUNK
+  gn_ctl_route(n->ctl, "GET", "/v1/train/:id/output", api_train_output, n);
+#endif
 }

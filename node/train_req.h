@@ -31,6 +31,8 @@ bool gn__trainreq_on_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
                             const gn_agreement *ag);
 /* A LEASE_REJECT nobody's rent waits for. */
 void gn__trainreq_on_reject(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *lease_id, const char *reason);
+/* A JOB_OUTPUT: the answer to a GET /v1/train/ID/output waiting for it. */
+void gn__trainreq_on_output(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
 void gn__trainreq_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
 void gn__trainreq_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
 /* Timers: answer deadlines, the members' leases and ranks' jobs. */

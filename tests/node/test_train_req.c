@@ -40,8 +40,13 @@
 #include "node/helpers.h"
 
 #define NPROV 3
+#define OUT_BYTES 40000u
 
-enum { ACCEPT = 0, REFUSE, HOLD }; /* HOLD: agrees, its rank runs until told otherwise */
+static inline uint8_t out_byte(uint32_t rank, uint64_t i) {
+  return (uint8_t)(rank * 7u + i * 13u + (i >> 8));
+}
+
+enum { ACCEPT = 0, REFUSE, HOLD, SILENT }; /* HOLD: agrees, its rank runs until told otherwise */
 
 typedef struct fake_prov {
   gn_identity *id;
@@ -58,6 +63,7 @@ typedef struct fake_prov {
   bool have_man;
   int bills; /* debit notes accepted by the requester (we send none) */
   int stops; /* JOB_STOPs */
+  int output_gets;
 } fake_prov;
 
 static struct {
@@ -124,6 +130,8 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     assert_int_equal(gn_lease_request_open(raw, len, &lt), 0);
     f->requests++;
     snprintf(f->lease, sizeof f->lease, "%s", lt.lease_id);
+    if (f->mode == SILENT)
+      return;
     if (f->mode == REFUSE) {
       gn_wire_writer w;
       gn_wire_writer_init(&w);
@@ -165,6 +173,25 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     f->stops++;
     if (f->have_man)
       job_status(f, peer, f->man.job_id, f->man.lease_id, "stopped", 137);
+#ifdef GN_JOB_OUTPUT_CHUNK
+  } else if (env->type == GN_MSG_JOB_OUTPUT_GET) {
+    /* The rank's /output: OUT_BYTES + rank bytes, served in chunks. */
+    gn_jobmsg q;
+    assert_int_equal(gn__jobmsg_decode(env->type, env->body, env->body_len, &q), 0);
+    uint32_t rank = f->have_man ? f->man.net.rank : 0;
+    uint64_t size = OUT_BYTES + rank, n = q.offset < size ? size - q.offset : 0;
+    if (n > GN_JOB_OUTPUT_CHUNK)
+      n = GN_JOB_OUTPUT_CHUNK;
+    static uint8_t chunk[GN_JOB_OUTPUT_CHUNK];
+    for (uint64_t i = 0; i < n; i++)
+      chunk[i] = out_byte(rank, q.offset + i);
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    gn__joboutput_encode(&w, q.job_id, q.offset, chunk, (size_t)n, q.offset + n >= size, size, NULL);
+    send_body(f, peer, GN_MSG_JOB_OUTPUT, &w);
+    f->output_gets++;
+    gn__jobmsg_done(&q);
+#endif
   } else if (env->type == GN_MSG_DEBIT_ACCEPT) {
     f->bills++;
   }
@@ -493,6 +520,82 @@ static void test_provider_gone(void **state) {
   }
 }
 
+#ifdef GN_JOB_OUTPUT_CHUNK
+/* --output DIR: the leases are held until every rank's /output is copied
+ * to DIR/rank-R.tar, then released; the command waits for that. */
+static void test_outputs(void **state) {
+  (void)state;
+  char out[65536], err[16384], dir[PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s/results", W.dir);
+  char *args[] = {"train",    "--gpus", "3",  "--image", IMAGE,      "--allow-simulated",
+                  "--output", dir,      "--", "python3", "train.py", NULL};
+  int rc = run_cli(6, args, out, sizeof out, err, sizeof err);
+  print_message("stdout:\n%s\nstderr:\n%s\n", out, err);
+  assert_int_equal(rc, 0);
+  for (int k = 0; k < NPROV; k++) {
+    assert_true(W.p[k].man.output);
+    assert_true(W.p[k].output_gets >= 2); /* 40000 bytes: two chunks */
+    assert_true(W.p[k].released >= 1);
+  }
+  for (uint32_t r = 0; r < NPROV; r++) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/rank-%u.tar", dir, r);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static uint8_t buf[OUT_BYTES + 64];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_int_equal(n, OUT_BYTES + r);
+    for (size_t i = 0; i < n; i++)
+      if (buf[i] != out_byte(r, i))
+        fail_msg("rank %u's output differs at byte %zu", r, i);
+  }
+  assert_non_null(strstr(out, "outputs copied; leases released"));
+}
+#endif
+
+/* The requester restarts while the gang forms (provider 1 has not
+ * answered): restored, the gang fails and every agreed lease is released,
+ * the unanswered request too. */
+static void stop_daemon_when_two_agreed(void) {
+  if (W.daemon > 0 && W.p[0].accepted && W.p[2].accepted && W.p[1].requests) {
+    tn_daemon_stop(W.daemon);
+    W.daemon = 0;
+  }
+}
+
+static void test_restart_while_forming(void **state) {
+  (void)state;
+  W.p[1].mode = SILENT;
+  W.during = stop_daemon_when_two_agreed;
+  char out[65536], err[16384];
+  char *args[] = {"train", "--gpus",  "3",        "--per-node", "1", "--image", IMAGE, "--allow-simulated",
+                  "--",    "python3", "train.py", NULL};
+  int rc = run_cli(7, args, out, sizeof out, err, sizeof err);
+  W.during = NULL;
+  print_message("stdout:\n%s\nstderr:\n%s\n", out, err);
+  assert_int_equal(W.daemon, 0); /* stopped while forming */
+  assert_int_not_equal(rc, 0);
+  for (int k = 0; k < NPROV; k++)
+    assert_int_equal(W.p[k].released, 0);
+  start_daemon();
+  uint64_t end = gn_mono_ms() + 20000;
+  while ((!W.p[0].released || !W.p[1].released || !W.p[2].released) && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  for (int k = 0; k < NPROV; k++)
+    if (!W.p[k].released) {
+      char cmd[PATH_MAX + 64];
+      snprintf(cmd, sizeof cmd, "grep -i 'train\\|lease\\|peer' %s/gpunetd.log | tail -n 30", W.dir);
+      (void)system(cmd);
+      fail_msg("provider %d's lease was not released after the restart", k);
+    }
+  assert_int_equal(W.p[0].manifests + W.p[1].manifests + W.p[2].manifests, 0);
+  /* The daemon says so. */
+  char *jargs[] = {"jobs", NULL};
+  assert_int_equal(run_cli(8, jargs, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "failed"));
+}
+
 /* Bad command lines: exit 2, nothing sent. */
 static void test_bad_cli(void **state) {
   (void)state;
@@ -526,6 +629,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_one_refuses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_all_agree, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provider_gone, setup, teardown),
+#ifdef GN_JOB_OUTPUT_CHUNK
+      cmocka_unit_test_setup_teardown(test_outputs, setup, teardown),
+#endif
+      cmocka_unit_test_setup_teardown(test_restart_while_forming, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
