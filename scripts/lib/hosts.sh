@@ -83,6 +83,10 @@ hosts_init() {
   prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
   # shellcheck disable=SC2064
   trap "hosts_reap; ${prev:+$prev; }hosts_cleanup" EXIT
+  # A test stopped by a signal (a timeout, ^C) cleans up too: bash runs the
+  # EXIT trap only when it exits, not when a signal kills it.
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
   ip netns add "$hosts_parent" || gn_die "cannot create namespace $hosts_parent"
   ip -n "$hosts_parent" link set lo up
   ip -n "$hosts_parent" link add br0 type bridge

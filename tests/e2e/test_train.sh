@@ -208,12 +208,14 @@ targets="p1=${hosts_ip[p1]}:$port p2=${hosts_ip[p2]}:$port p3=${hosts_ip[p3]}:$p
 targets+=" hub=$hub:$reg_port net=${hosts_net}.254:9 internet=198.51.100.1:80 other0=$other0:29999 other1=$other1:29999"
 # The same targets answer from a provider's host (refused or accepted),
 # except the other job's, which live only on its job network.
+host_targets=""
 for t in $targets; do
   case $t in other*) continue ;; esac
   a=${t#*=}
   hosts_tcp_open p1 "${a%:*}" "${a##*:}" || fail "p1's host cannot reach $t: the probe below would prove nothing"
+  host_targets+=" $t"
 done
-ok "from a provider's host every host target answers ($targets)"
+ok "from a provider's host every host target answers:$host_targets"
 
 set +e
 gn_cli "$R" train --gpus 3 --per-node 1 --image "$timage" --allow-simulated --hours 1 \
