@@ -167,6 +167,20 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     f->have_man = true;
     f->manifests++;
     job_status(f, peer, f->man.job_id, f->man.lease_id, "running", -1);
+    char line[64];
+    int len = snprintf(line, sizeof line, "hello from rank %u\nstep 1 of rank %u\n", f->man.net.rank, f->man.net.rank);
+    gn_wire_writer lw;
+    gn_wire_writer_init(&lw);
+    gn_wire_put_map(&lw, 4);
+    gn_wire_put_str(&lw, "job_id");
+    gn_wire_put_str(&lw, f->man.job_id);
+    gn_wire_put_str(&lw, "lease_id");
+    gn_wire_put_str(&lw, f->man.lease_id);
+    gn_wire_put_str(&lw, "offset");
+    gn_wire_put_u64(&lw, 0);
+    gn_wire_put_str(&lw, "data");
+    gn_wire_put_bin(&lw, line, (size_t)len);
+    send_body(f, peer, GN_MSG_JOB_LOG, &lw);
     if (f->mode != HOLD)
       job_status(f, peer, f->man.job_id, f->man.lease_id, "exited", 0);
   } else if (env->type == GN_MSG_JOB_STOP) {
@@ -596,6 +610,50 @@ static void test_restart_while_forming(void **state) {
   assert_non_null(strstr(out, "failed"));
 }
 
+/* gpunet train without -f returns once the ranks run; logs TRAINID shows
+ * every rank's output with its prefix, --rank R only R's; stop TRAINID
+ * stops every rank and releases every lease. */
+static void test_logs_and_stop(void **state) {
+  (void)state;
+  for (int k = 0; k < NPROV; k++)
+    W.p[k].mode = HOLD;
+  char out[65536], err[16384], id[32] = "";
+  char *args[] = {"--json", "train",   "--gpus", "3", "--image", IMAGE, "--allow-simulated",
+                  "--",     "python3", "t.py",   NULL};
+  assert_int_equal(run_cli(20, args, out, sizeof out, err, sizeof err), 0);
+  json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL); /* the first line: id, state, plan */
+  assert_non_null(j);
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(j, "id")));
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "plan"), "nodes")), 3);
+  json_decref(j);
+  assert_true(id[0]);
+  char *largs[] = {"logs", id, NULL};
+  uint64_t end = gn_mono_ms() + 5000;
+  do
+    assert_int_equal(run_cli(21, largs, out, sizeof out, err, sizeof err), 0);
+  while (!strstr(out, "[rank 2] step 1 of rank 2") && gn_mono_ms() < end);
+  for (int r = 0; r < NPROV; r++) {
+    char want[64];
+    snprintf(want, sizeof want, "[rank %d] hello from rank %d\n", r, r);
+    assert_non_null(strstr(out, want));
+  }
+  char *rargs[] = {"logs", id, "--rank", "1", NULL};
+  assert_int_equal(run_cli(22, rargs, out, sizeof out, err, sizeof err), 0);
+  assert_string_equal(out, "hello from rank 1\nstep 1 of rank 1\n");
+  char *bargs[] = {"logs", id, "--rank", "3", NULL};
+  assert_int_equal(run_cli(23, bargs, out, sizeof out, err, sizeof err), 2);
+  char *sargs[] = {"stop", id, NULL};
+  assert_int_equal(run_cli(24, sargs, out, sizeof out, err, sizeof err), 0);
+  assert_non_null(strstr(out, "ended"));
+  end = gn_mono_ms() + 5000;
+  while ((!W.p[0].released || !W.p[1].released || !W.p[2].released) && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  for (int k = 0; k < NPROV; k++) {
+    assert_int_equal(W.p[k].stops, 1);
+    assert_true(W.p[k].released >= 1);
+  }
+}
+
 /* Bad command lines: exit 2, nothing sent. */
 static void test_bad_cli(void **state) {
   (void)state;
@@ -629,6 +687,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_one_refuses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_all_agree, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provider_gone, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_logs_and_stop, setup, teardown),
 #ifdef GN_JOB_OUTPUT_CHUNK
       cmocka_unit_test_setup_teardown(test_outputs, setup, teardown),
 #endif
