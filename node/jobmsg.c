@@ -281,6 +281,20 @@ int gn__jobmsg_decode(uint32_t type, const uint8_t *body, size_t len, gn_jobmsg 
     if (!m.job_id[0] || !m.lease_id[0])
       goto bad;
     break;
+  case GN_MSG_JOB_OUTPUT_GET:
+    if (!m.job_id[0] || !m.lease_id[0] || (r = gn_wire_get_u64(o, "offset", &m.offset)) < 0)
+      goto bad;
+    break;
+  case GN_MSG_JOB_OUTPUT:
+    if (!m.job_id[0] || (r = gn_wire_get_u64(o, "offset", &m.offset)) < 0 ||
+        (r = gn_wire_get_bin_ref(o, "data", GN_JOB_OUTPUT_CHUNK, &m.data, &m.data_len)) < 0 ||
+        (r = gn_wire_get_bool(o, "eof", &m.eof)) < 0)
+      goto bad;
+    if (gn_wire_get(o, "size") && (r = gn_wire_get_u64(o, "size", &m.size)) < 0)
+      goto fail;
+    if (m.offset > UINT64_MAX - m.data_len)
+      goto bad;
+    break;
   case GN_MSG_LEASE_END:
     if ((r = gn_wire_get_i64(o, "end_s", &m.end_s)) < 0)
       goto bad;
@@ -307,4 +321,24 @@ fail:
 
 void gn__jobmsg_done(gn_jobmsg *m) {
   gn_wire_doc_done(&m->doc);
+}
+
+void gn__joboutput_encode(gn_wire_writer *w, const char *job_id, uint64_t offset, const uint8_t *data, size_t len,
+                          bool eof, uint64_t size, const char *reason) {
+  bool why = reason && reason[0];
+  gn_wire_put_map(w, 5 + (why ? 1 : 0));
+  gn_wire_put_str(w, "job_id");
+  gn_wire_put_str(w, job_id);
+  gn_wire_put_str(w, "offset");
+  gn_wire_put_u64(w, offset);
+  gn_wire_put_str(w, "data");
+  gn_wire_put_bin(w, data, len > GN_JOB_OUTPUT_CHUNK ? GN_JOB_OUTPUT_CHUNK : len);
+  gn_wire_put_str(w, "eof");
+  gn_wire_put_bool(w, eof);
+  gn_wire_put_str(w, "size");
+  gn_wire_put_u64(w, size);
+  if (why) {
+    gn_wire_put_str(w, "reason");
+    gn_wire_put_str(w, reason);
+  }
 }

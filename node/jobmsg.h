@@ -15,6 +15,7 @@
 #define GN_JOB_MAX_ARGS 64
 #define GN_JOB_MAX_ARG_LEN 4096
 #define GN_JOB_LOG_CHUNK 32768
+#define GN_JOB_OUTPUT_CHUNK 32768 /* bytes of /output's tar in one JOB_OUTPUT */
 #define GN_MANIFEST_MAX_TTL_S 600 /* a manifest may live at most this long */
 #define GN_JOBMAN_MAX_PEERS 63    /* peer ranks in a manifest's net: world <= 64 */
 #define GN_JOBMAN_ENDPOINT_LEN 64 /* "ip:port" of a peer rank's provider, with the NUL */
@@ -74,14 +75,22 @@ typedef struct gn_jobmsg {
   char reason[256];  /* the error or reason, "" if none */
   char digest[GN_DIGEST_STRLEN];
   uint64_t offset;
-  const uint8_t *data; /* JOB_LOG: into the decoded document */
+  const uint8_t *data; /* JOB_LOG, JOB_OUTPUT: into the decoded document */
   size_t data_len;
+  bool eof;      /* JOB_OUTPUT: the last chunk of the snapshot */
+  uint64_t size; /* JOB_OUTPUT: the snapshot's bytes in all (0 when unknown) */
   gn_wire_doc doc;
 } gn_jobmsg;
 
-/* JOB_STATUS, JOB_LOG, JOB_STOP, LEASE_REJECT/RELEASE/END and ERROR all use
- * small maps; one decoder fills what each carries. */
+/* JOB_STATUS, JOB_LOG, JOB_STOP, JOB_OUTPUT_GET, JOB_OUTPUT,
+ * LEASE_REJECT/RELEASE/END and ERROR all use small maps; one decoder fills
+ * what each carries. JOB_OUTPUT_GET {job_id, lease_id, offset}; JOB_OUTPUT
+ * {job_id, offset, data (<= GN_JOB_OUTPUT_CHUNK), eof, size, reason (when
+ * refused: no data, eof true)}. */
 int gn__jobmsg_decode(uint32_t type, const uint8_t *body, size_t len, gn_jobmsg *ret);
 void gn__jobmsg_done(gn_jobmsg *m);
+/* The body of a JOB_OUTPUT (reason NULL or "" when none). */
+void gn__joboutput_encode(gn_wire_writer *w, const char *job_id, uint64_t offset, const uint8_t *data, size_t len,
+                          bool eof, uint64_t size, const char *reason);
 
 #endif

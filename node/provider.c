@@ -1183,7 +1183,7 @@ static void lease_cgroup_remove_if_idle(gn_node *n, gn_lease *l) {
 }
 
 bool gn__provider_busy(const gn_node *n) {
-  if (n->tasks_head || n->pulls_running || n->cleanups_running)
+  if (n->tasks_head || n->pulls_running || n->cleanups_running || gn__train_busy(n))
     return true;
   for (const gn_job *j = n->jobs; j; j = j->next)
     if (j->role == GN_ROLE_PROVIDER && (j->tasks || j->handles_open))
@@ -1876,6 +1876,9 @@ void gn__provider_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn
   case GN_MSG_JOB_STOP:
     on_job_stop(n, peer, env);
     break;
+  case GN_MSG_JOB_OUTPUT_GET:
+    gn__train_on_output_get(n, peer, env); /* a chunk of /output (train_prov.c) */
+    break;
   case GN_MSG_INVOICE_ACCEPT:
   case GN_MSG_INVOICE_REJECT:
   case GN_MSG_DEBIT_ACCEPT:
@@ -1930,8 +1933,10 @@ static void disk_check(gn_node *n, int64_t now_s) {
 }
 
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
-  if (n->cfg.provide)
+  if (n->cfg.provide) {
     disk_check(n, now_s);
+    gn__train_tick(n, now_s); /* /output's budget, ended leases' outputs */
+  }
   /* Each lease's machine does what is due: debit notes, credit control,
    * resends, expiry, and the seconds it meters, which all leases commit to
    * the ledger together (one fsync per timer however many leases run),

@@ -11,6 +11,8 @@
 #include "node_internal.h"
 #include "util.h"
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -528,6 +530,394 @@ void gn__train_remove_stale(gn_node *n) {
     }
   }
   closedir(d);
+  /* /output of an earlier run's jobs: their leases ended with it. */
+  if (gn__pathf(dir, sizeof dir, "%s/output", n->cfg.data_dir) == 0 && (d = opendir(dir))) {
+    while ((e = readdir(d))) {
+      char path[PATH_MAX];
+      if (e->d_name[0] == '.' || gn__pathf(path, sizeof path, "%s/%s", dir, e->d_name) < 0)
+        continue;
+      gn_rm_tree(path);
+      removed++;
+    }
+    closedir(d);
+  }
   if (removed)
-    gn_log(GN_LOG_INFO, "removed %u job network leftovers of an earlier run", removed);
+    gn_log(GN_LOG_INFO, "removed %u job network and /output leftovers of an earlier run", removed);
+}
+
+/* --- /output: snapshots, chunks, budget -------------------------------------*/
+
+#define OUTPUT_MAX_ENTRIES 100000 /* files and directories in one snapshot */
+#define OUTPUT_MAX_DEPTH 64
+#define OUTPUT_WORK_MAX 16 /* requests on the pool at once; more are refused "busy" */
+#define OUTPUT_TICK_S 10   /* the budget and the removal of ended leases' outputs */
+
+/* Requests and snapshots are serialized: one snapshot is built or read at
+ * a time (a build can take a while; the loop never waits for it). */
+static pthread_mutex_t output_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned output_work; /* loop-only: pool items of this file queued or running */
+static int64_t output_tick_s;
+
+static void output_paths(const gn_node *n, const char *job_id, char *dir, char *tar, size_t cap) {
+  gn__strf(dir, cap, "%s/output/%s", n->cfg.data_dir, job_id);
+  gn__strf(tar, cap, "%s/output/%s.tar", n->cfg.data_dir, job_id);
+}
+
+typedef struct tar_walk {
+  struct archive *a;
+  uint64_t entries, bytes, cap, skipped;
+  char err[256];
+} tar_walk;
+
+/* Adds the tree under dirfd (its path in the archive: prefix) without ever
+ * following a link: every name is opened relative to its parent with
+ * O_NOFOLLOW, so a job that swaps a directory for a symlink mid-walk makes
+ * the open fail, not the daemon read the host. Only directories and
+ * regular files go in (links, devices, fifos, sockets are skipped). */
+static int tar_dir(tar_walk *t, int dirfd, const char *prefix, int depth) {
+  if (depth > OUTPUT_MAX_DEPTH) {
+    gn__strf(t->err, sizeof t->err, "/output is nested deeper than %d directories", OUTPUT_MAX_DEPTH);
+    return GN_ETOOBIG;
+  }
+  DIR *d = fdopendir(dirfd);
+  if (!d) {
+    close(dirfd);
+    return GN_EIO;
+  }
+  struct dirent *e;
+  int r = 0;
+  while (r == 0 && (e = readdir(d))) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    char name[PATH_MAX];
+    if (gn__pathf(name, sizeof name, "%s%s%s", prefix, prefix[0] ? "/" : "", e->d_name) < 0) {
+      t->skipped++;
+      continue;
+    }
+    int fd = openat(dirfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+      t->skipped++; /* a symlink (ELOOP), gone, or not readable */
+      continue;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+      close(fd);
+      t->skipped++;
+      continue;
+    }
+    if (++t->entries > OUTPUT_MAX_ENTRIES) {
+      close(fd);
+      gn__strf(t->err, sizeof t->err, "/output has more than %d entries", OUTPUT_MAX_ENTRIES);
+      r = GN_ETOOBIG;
+      break;
+    }
+    uint64_t size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    if (size > t->cap || t->bytes > t->cap - size) {
+      close(fd);
+      gn__strf(t->err, sizeof t->err, "/output holds more than the provider's output budget (%llu MiB)",
+               (unsigned long long)(t->cap >> 20));
+      r = GN_ETOOBIG;
+      break;
+    }
+    t->bytes += size;
+    struct archive_entry *ae = archive_entry_new();
+    archive_entry_set_pathname(ae, name);
+    archive_entry_set_filetype(ae, S_ISDIR(st.st_mode) ? AE_IFDIR : AE_IFREG);
+    archive_entry_set_perm(ae, st.st_mode & 0755);
+    archive_entry_set_size(ae, (la_int64_t)size);
+    archive_entry_set_mtime(ae, st.st_mtime, 0);
+    if (archive_write_header(t->a, ae) != ARCHIVE_OK) {
+      gn__strf(t->err, sizeof t->err, "cannot write the snapshot: %s", archive_error_string(t->a));
+      r = GN_EIO;
+    }
+    archive_entry_free(ae);
+    if (r == 0 && S_ISDIR(st.st_mode)) {
+      r = tar_dir(t, fd, name, depth + 1); /* takes fd */
+      continue;
+    }
+    /* Exactly size bytes: a file that shrank meanwhile is padded with
+     * zeros, one that grew is cut, so the header stays true. */
+    char buf[65536];
+    uint64_t left = size;
+    while (r == 0 && left) {
+      ssize_t k = read(fd, buf, left < sizeof buf ? left : sizeof buf);
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k <= 0) {
+        memset(buf, 0, sizeof buf);
+        k = (ssize_t)(left < sizeof buf ? left : sizeof buf);
+      }
+      if (archive_write_data(t->a, buf, (size_t)k) != k) {
+        gn__strf(t->err, sizeof t->err, "cannot write the snapshot: %s", archive_error_string(t->a));
+        r = GN_EIO;
+      }
+      left -= (uint64_t)k;
+    }
+    close(fd);
+  }
+  closedir(d);
+  return r;
+}
+
+/* Builds DIR's snapshot at tar (through tar.tmp, renamed when whole). */
+static int tar_build(const char *dir, const char *tar, uint64_t cap, char *err, size_t err_cap) {
+  char tmp[PATH_MAX + 8];
+  gn__strf(tmp, sizeof tmp, "%s.tmp", tar);
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) {
+    gn__strf(err, err_cap, "this job has no /output");
+    return GN_ENOTFOUND;
+  }
+  tar_walk t = {.cap = cap};
+  t.a = archive_write_new();
+  int r = 0;
+  if (!t.a || archive_write_set_format_pax_restricted(t.a) != ARCHIVE_OK ||
+      archive_write_open_filename(t.a, tmp) != ARCHIVE_OK) {
+    gn__strf(err, err_cap, "cannot write the snapshot");
+    close(dfd);
+    r = GN_EIO;
+  } else {
+    r = tar_dir(&t, dfd, "", 0);
+    if (archive_write_close(t.a) != ARCHIVE_OK && r == 0) {
+      gn__strf(t.err, sizeof t.err, "cannot write the snapshot: %s", archive_error_string(t.a));
+      r = GN_EIO;
+    }
+  }
+  if (t.a)
+    archive_write_free(t.a);
+  if (r == 0 && rename(tmp, tar) < 0)
+    r = -errno;
+  if (r < 0) {
+    unlink(tmp);
+    if (t.err[0])
+      gn__strf(err, err_cap, "%s", t.err);
+    else if (!err[0])
+      gn__strf(err, err_cap, "cannot make the snapshot: %s", gn_strerror(r));
+  }
+  return r;
+}
+
+typedef struct out_req {
+  uv_work_t w;
+  gn_node *n;
+  uint8_t peer[GN_PK_LEN];
+  char job_id[GN_JOB_ID_STRLEN];
+  char dir[PATH_MAX], tar[PATH_MAX];
+  uint64_t offset, cap, size;
+  uint8_t data[GN_JOB_OUTPUT_CHUNK];
+  size_t len;
+  bool eof;
+  char reason[256];
+} out_req;
+
+static void output_get_work(uv_work_t *w) {
+  out_req *q = w->data;
+  pthread_mutex_lock(&output_lock);
+  struct stat st;
+  /* offset 0 asks for a new snapshot; later offsets read the one made */
+  if (q->offset == 0 || stat(q->tar, &st) < 0) {
+    if (tar_build(q->dir, q->tar, q->cap, q->reason, sizeof q->reason) < 0) {
+      pthread_mutex_unlock(&output_lock);
+      q->eof = true;
+      return;
+    }
+  }
+  int fd = open(q->tar, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 || fstat(fd, &st) < 0) {
+    gn__strf(q->reason, sizeof q->reason, "the snapshot of /output is gone; ask from offset 0");
+    q->eof = true;
+  } else if (q->offset > (uint64_t)st.st_size) {
+    gn__strf(q->reason, sizeof q->reason, "offset %llu is past the snapshot's %llu bytes",
+             (unsigned long long)q->offset, (unsigned long long)st.st_size);
+    q->eof = true;
+  } else {
+    ssize_t k = pread(fd, q->data, sizeof q->data, (off_t)q->offset);
+    q->len = k > 0 ? (size_t)k : 0;
+    q->size = (uint64_t)st.st_size;
+    q->eof = q->offset + q->len >= q->size;
+  }
+  if (fd >= 0)
+    close(fd);
+  pthread_mutex_unlock(&output_lock);
+}
+
+static void output_reply(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *job_id, uint64_t offset,
+                         const uint8_t *data, size_t len, bool eof, uint64_t size, const char *reason) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn__joboutput_encode(&w, job_id, offset, data, len, eof, size, reason);
+  gn__node_send(n, peer, GN_MSG_JOB_OUTPUT, &w);
+  gn_wire_writer_done(&w);
+}
+
+static void output_get_after(uv_work_t *w, int status) {
+  out_req *q = w->data;
+  output_work--;
+  if (status == 0 && q->n->tp)
+    output_reply(q->n, q->peer, q->job_id, q->offset, q->data, q->len, q->eof, q->size, q->reason);
+  free(q);
+}
+
+/* The provider's output budget: all jobs' /output together (snapshots
+ * included) within store_max, and nothing once the disk is into its
+ * reserve. */
+static uint64_t output_budget(const gn_node *n) {
+  return n->cfg.store_max_bytes;
+}
+
+void gn__train_on_output_get(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_jobmsg m;
+  if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
+    return;
+  gn_job *j = gn__job_find(n, m.job_id);
+  gn_lease *l = j ? gn__lease_find(n, j->lease_id) : NULL;
+  /* Only the lease holder hears anything, even that the job exists. */
+  if (!j || !l || j->role != GN_ROLE_PROVIDER || l->role != GN_ROLE_PROVIDER || strcmp(j->lease_id, m.lease_id) != 0 ||
+      memcmp(l->ag.terms.requester, peer, GN_PK_LEN) != 0) {
+    gn__jobmsg_done(&m);
+    return;
+  }
+  out_req *q = output_work < OUTPUT_WORK_MAX ? calloc(1, sizeof *q) : NULL;
+  if (!q) {
+    output_reply(n, peer, m.job_id, m.offset, NULL, 0, true, 0, "the provider is busy; ask again shortly");
+    gn__jobmsg_done(&m);
+    return;
+  }
+  q->n = n;
+  memcpy(q->peer, peer, GN_PK_LEN);
+  gn__strf(q->job_id, sizeof q->job_id, "%s", m.job_id);
+  output_paths(n, m.job_id, q->dir, q->tar, sizeof q->dir);
+  q->offset = m.offset;
+  q->cap = output_budget(n);
+  q->w.data = q;
+  gn__jobmsg_done(&m);
+  if (uv_queue_work(n->loop, &q->w, output_get_work, output_get_after) < 0) {
+    free(q);
+    return;
+  }
+  output_work++;
+}
+
+/* The tick's survey: bytes under each running output job's /output (the
+ * walk bounded like a snapshot's), and the removal of outputs whose lease
+ * has ended. */
+typedef struct out_survey {
+  uv_work_t w;
+  gn_node *n;
+  size_t count;
+  struct {
+    char job_id[GN_JOB_ID_STRLEN];
+    char dir[PATH_MAX], tar[PATH_MAX];
+    bool remove; /* the lease ended and the job is gone: delete */
+    uint64_t bytes;
+  } e[64];
+} out_survey;
+
+static uint64_t tree_bytes(int dirfd, int depth, uint64_t *entries) {
+  DIR *d = fdopendir(dirfd);
+  if (!d) {
+    close(dirfd);
+    return 0;
+  }
+  uint64_t sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && *entries < OUTPUT_MAX_ENTRIES * 4) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    struct stat st;
+    (*entries)++;
+    if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+      continue;
+    sum += (uint64_t)st.st_blocks * 512;
+    if (S_ISDIR(st.st_mode) && depth < OUTPUT_MAX_DEPTH) {
+      int fd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0)
+        sum += tree_bytes(fd, depth + 1, entries);
+    }
+  }
+  closedir(d);
+  return sum;
+}
+
+static void survey_work(uv_work_t *w) {
+  out_survey *s = w->data;
+  pthread_mutex_lock(&output_lock);
+  for (size_t i = 0; i < s->count; i++) {
+    if (s->e[i].remove) {
+      gn_rm_tree(s->e[i].dir);
+      unlink(s->e[i].tar);
+      continue;
+    }
+    uint64_t entries = 0;
+    int fd = open(s->e[i].dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    s->e[i].bytes = fd >= 0 ? tree_bytes(fd, 0, &entries) : 0;
+    struct stat st;
+    if (stat(s->e[i].tar, &st) == 0)
+      s->e[i].bytes += (uint64_t)st.st_size;
+  }
+  pthread_mutex_unlock(&output_lock);
+}
+
+static void survey_after(uv_work_t *w, int status) {
+  out_survey *s = w->data;
+  gn_node *n = s->n;
+  output_work--;
+  uint64_t total = 0;
+  for (size_t i = 0; i < s->count; i++)
+    total += s->e[i].remove ? 0 : s->e[i].bytes;
+  bool over = total > output_budget(n) || n->disk_low;
+  for (size_t i = 0; status == 0 && over && i < s->count; i++) {
+    gn_job *j = s->e[i].remove ? NULL : gn__job_find(n, s->e[i].job_id);
+    if (!j || (j->state != GN_JOB_PULLING && j->state != GN_JOB_RUNNING) || !n->stop_provided_job)
+      continue;
+    gn__strf(j->error, sizeof j->error, "%s",
+             n->disk_low ? "the provider's disk is down to its reserve: jobs writing /output are stopped"
+                         : "the jobs' /output passed the provider's output budget");
+    gn_log(GN_LOG_WARN, "job %s: %s (%llu MiB of %llu MiB)", j->id, j->error, (unsigned long long)(total >> 20),
+           (unsigned long long)(output_budget(n) >> 20));
+    n->stop_provided_job(n, j);
+  }
+  free(s);
+}
+
+void gn__train_tick(gn_node *n, int64_t now_s) {
+  if (now_s - output_tick_s < OUTPUT_TICK_S || n->stopping || output_work >= OUTPUT_WORK_MAX)
+    return;
+  output_tick_s = now_s;
+  out_survey *s = NULL;
+  for (gn_job *j = n->jobs; j; j = j->next) {
+    if (j->role != GN_ROLE_PROVIDER)
+      continue;
+    char dir[PATH_MAX], tar[PATH_MAX];
+    output_paths(n, j->id, dir, tar, sizeof dir);
+    bool live = j->state == GN_JOB_PULLING || j->state == GN_JOB_RUNNING || j->tasks || j->handles_open;
+    gn_lease *l = gn__lease_find(n, j->lease_id);
+    bool remove = !live && (!l || l->state != GN_LEASE_ACTIVE);
+    struct stat st;
+    if ((!live && !remove) || stat(dir, &st) < 0) /* cheap: the data dir is local */
+      continue;
+    if (!s && !(s = calloc(1, sizeof *s)))
+      return;
+    if (s->count == GN_ARRAY_SIZE(s->e))
+      break;
+    gn__strf(s->e[s->count].job_id, sizeof s->e[s->count].job_id, "%s", j->id);
+    gn__strf(s->e[s->count].dir, sizeof s->e[s->count].dir, "%s", dir);
+    gn__strf(s->e[s->count].tar, sizeof s->e[s->count].tar, "%s", tar);
+    s->e[s->count].remove = remove;
+    s->count++;
+  }
+  if (!s)
+    return;
+  s->n = n;
+  s->w.data = s;
+  if (uv_queue_work(n->loop, &s->w, survey_work, survey_after) < 0) {
+    free(s);
+    return;
+  }
+  output_work++;
+}
+
+bool gn__train_busy(const gn_node *n) {
+  (void)n;
+  return output_work > 0;
 }

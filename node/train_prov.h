@@ -53,4 +53,17 @@ void gn__train_detach(gn_job *j);
  * restart, so every record of this node's is stale. */
 void gn__train_remove_stale(gn_node *n);
 
+/* JOB_OUTPUT_GET from peer: answered (JOB_OUTPUT) only to the job's lease
+ * holder, from the thread pool: offset 0 makes a new snapshot of the job's
+ * /output (a tar: directories and regular files only, never following a
+ * link, bounded in entries, depth and bytes), other offsets read the one
+ * made; GN_JOB_OUTPUT_CHUNK bytes at most per answer. */
+void gn__train_on_output_get(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
+/* Every few seconds: /output's bytes against the budget (jobs writing it
+ * are stopped when all outputs pass store_max or the disk is into its
+ * reserve), and the outputs of ended leases' finished jobs removed. */
+void gn__train_tick(gn_node *n, int64_t now_s);
+/* Output work still on the thread pool (shutdown waits for it). */
+bool gn__train_busy(const gn_node *n);
+
 #endif

@@ -33,6 +33,10 @@ const char *gn_msg_type_name(uint32_t type) {
     return "job_log";
   case GN_MSG_JOB_STOP:
     return "job_stop";
+  case GN_MSG_JOB_OUTPUT_GET:
+    return "job_output_get";
+  case GN_MSG_JOB_OUTPUT:
+    return "job_output";
   case GN_MSG_INVOICE:
     return "invoice";
   case GN_MSG_INVOICE_ACCEPT:

@@ -27,6 +27,8 @@ enum gn_msg_type {
   GN_MSG_JOB_STATUS = 21,     /* provider -> requester: accepted/rejected/running/exited */
   GN_MSG_JOB_LOG = 22,        /* provider -> requester: a chunk of output */
   GN_MSG_JOB_STOP = 23,       /* requester -> provider */
+  GN_MSG_JOB_OUTPUT_GET = 24, /* requester -> provider: a chunk of a job's /output (tar) */
+  GN_MSG_JOB_OUTPUT = 25,     /* provider -> requester: that chunk */
   GN_MSG_INVOICE = 30,        /* provider -> requester */
   GN_MSG_INVOICE_ACCEPT = 31, /* requester's countersignature */
   GN_MSG_INVOICE_REJECT = 32,

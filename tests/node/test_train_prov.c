@@ -39,6 +39,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <archive.h>
+#include <archive_entry.h>
+
 #include "jobmsg.h"
 #include "node/helpers.h"
 #include "sandbox/helpers.h"
@@ -678,6 +681,105 @@ static char *read_all(const char *path) {
   return th_read_file(path, NULL);
 }
 
+/* Fetches job's /output snapshot from the provider: JOB_OUTPUT_GET from
+ * offset 0 until eof; the tar into ret. false (reason in ret_reason, 256)
+ * when refused. */
+static bool fetch_output(const char *job, const char *lease, gn_buf *ret, char *ret_reason, uint64_t timeout_ms) {
+  uint64_t offset = 0;
+  for (int i = 0; i < 100000; i++) {
+    gn_wire_writer w;
+    gn_buf body = {0}, env = {0};
+    gn_wire_writer_init(&w);
+    gn_wire_put_map(&w, 3);
+    gn_wire_put_str(&w, "job_id");
+    gn_wire_put_str(&w, job);
+    gn_wire_put_str(&w, "lease_id");
+    gn_wire_put_str(&w, lease);
+    gn_wire_put_str(&w, "offset");
+    gn_wire_put_u64(&w, offset);
+    assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+    gn_wire_writer_done(&w);
+    assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_OUTPUT_GET, body.data, body.len, &env), 0);
+    assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+    gn_buf_done(&body);
+    gn_buf_done(&env);
+    msg m;
+    if (!tn_wait_msg(&W.loop, &W.in, GN_MSG_JOB_OUTPUT, NULL, NULL, timeout_ms, &m)) {
+      snprintf(ret_reason, 256, "no answer");
+      return false;
+    }
+    gn_envelope e;
+    gn_jobmsg o;
+    assert_int_equal(gn_envelope_open(m.raw.data, m.raw.len, &e), 0);
+    assert_int_equal(gn__jobmsg_decode(GN_MSG_JOB_OUTPUT, e.body, e.body_len, &o), 0);
+    assert_string_equal(o.job_id, job);
+    assert_int_equal(o.offset, offset);
+    assert_true(o.data_len <= GN_JOB_OUTPUT_CHUNK);
+    bool done = o.eof;
+    if (o.reason[0]) {
+      snprintf(ret_reason, 256, "%s", o.reason);
+      gn__jobmsg_done(&o);
+      gn_buf_done(&m.raw);
+      return false;
+    }
+    gn_buf_append(ret, o.data, o.data_len);
+    offset += o.data_len;
+    if (done)
+      assert_int_equal(o.size, offset);
+    gn__jobmsg_done(&o);
+    gn_buf_done(&m.raw);
+    if (done)
+      return true;
+  }
+  fail_msg("no end to job %s's output", job);
+  return false;
+}
+
+/* The tar's entries: "name=content;" for files, "name/;" for directories. */
+static void tar_list(const gn_buf *tar, char *out, size_t cap) {
+  struct archive *a = archive_read_new();
+  archive_read_support_format_tar(a);
+  assert_int_equal(archive_read_open_memory(a, tar->data, tar->len), ARCHIVE_OK);
+  struct archive_entry *ae;
+  out[0] = 0;
+  while (archive_read_next_header(a, &ae) == ARCHIVE_OK) {
+    size_t k = strlen(out);
+    if (archive_entry_filetype(ae) == AE_IFDIR) {
+      snprintf(out + k, cap - k, "%s/;", archive_entry_pathname(ae));
+      continue;
+    }
+    char data[256] = "";
+    la_ssize_t n = archive_read_data(a, data, sizeof data - 1);
+    data[n > 0 ? n : 0] = 0;
+    snprintf(out + k, cap - k, "%s=%s;", archive_entry_pathname(ae), data);
+  }
+  archive_read_free(a);
+}
+
+/* What the run test made, for its teardown when it fails half way. */
+static struct {
+  char host_ns[64], peer_ns[64], veth[16];
+  gn_jobnet *peer_net;
+  pid_t srv;
+  bool world;
+} R;
+
+static int teardown_rank(void **state) {
+  (void)state;
+  if (R.srv > 0) {
+    kill(R.srv, SIGKILL);
+    waitpid(R.srv, NULL, 0);
+  }
+  if (R.world)
+    end_world();
+  R.peer_net = gn_jobnet_down(R.peer_net);
+  if (R.host_ns[0])
+    sh("ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null; ip link del %sa 2>/dev/null; true", R.host_ns,
+       R.peer_ns, R.veth);
+  memset(&R, 0, sizeof R);
+  return 0;
+}
+
 static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   (void)state;
   if (run_skip) {
@@ -693,6 +795,9 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   snprintf(veth, sizeof veth, "gtp%d", id);
   int net_b = 100 + id % 100; /* 192.168.B.0/24 joins this host and the peer's */
   sh("ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null; ip link del %sa 2>/dev/null", host_ns, peer_ns, veth);
+  snprintf(R.host_ns, sizeof R.host_ns, "%s", host_ns);
+  snprintf(R.peer_ns, sizeof R.peer_ns, "%s", peer_ns);
+  snprintf(R.veth, sizeof R.veth, "%s", veth);
   assert_int_equal(sh("ip netns add %s && ip netns add %s", host_ns, peer_ns), 0);
   assert_int_equal(sh("ip link add %sa type veth peer name %sb && ip link set %sb netns %s && "
                       "ip address add 192.168.%d.1/24 dev %sa && ip link set %sa up && "
@@ -714,6 +819,7 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   int host_port = ntohs(hs.sin_port);
 
   start_world((const char *const[]){"--training", "--registry-allow", "127.0.0.1", NULL});
+  R.world = true;
   gn_agreement a;
   rent(&a);
   char image[256];
@@ -743,6 +849,7 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   assert_int_equal(gn_jobnet_rank_address(subnet, 24, 0, &pc->peers[0].address), 0);
   peer_up pu = {.cfg = pc, .job_ns = peer_path};
   in_netns(host_path, do_peer_up, &pu);
+  R.peer_net = pu.net;
   if (pu.rc < 0)
     fail_msg("the peer rank's job network: %s (%s)", gn_strerror(pu.rc), pu.err);
   char peer_ip[32];
@@ -760,6 +867,7 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
     execlp("busybox", "busybox", "nc", "-l", "-p", "7000", (char *)NULL);
     _exit(127);
   }
+  R.srv = srv;
   /* Rank 0's job: talks to its peer, tries this host, prints its env and
    * interfaces, writes /output. */
   char script[1024];
@@ -768,7 +876,8 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
            "nc -w 2 %s %d </dev/null && echo HOST_REACHED || echo HOST_BLOCKED; "
            "env | grep -E '^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GLOO_SOCKET_IFNAME|"
            "NCCL_SOCKET_IFNAME)=' | sort; ls /sys/class/net 2>&1; cat /proc/net/dev | tail -n +3 | cut -d: -f1; "
-           "echo out > /output/result && echo OUTPUT_OK",
+           "echo out > /output/result && mkdir /output/d && echo y > /output/d/y && "
+           "ln -s /etc/shadow /output/evil && ln -s / /output/root && echo OUTPUT_OK",
            peer_ip, host_ip, host_port);
   free(m.argv[0]); /* the command, not the key: gn__jobman_done would wipe it */
   m.argc = 3;
@@ -817,6 +926,7 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   free(log);
   /* the peer's server got the greeting */
   waitpid(srv, NULL, 0);
+  R.srv = 0;
   char *got = read_all(srv_out);
   assert_non_null(got);
   assert_non_null(strstr(got, "hello-from-rank0"));
@@ -828,6 +938,25 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   assert_non_null(res);
   assert_string_equal(res, "out\n");
   free(res);
+  /* The lease holder fetches /output as a tar, 32 KiB at a time: the files
+   * and directories, no link (neither the file one nor the one to /). */
+  gn_buf tar = {0};
+  char why[256] = "", list[1024];
+  if (!fetch_output(job, a.terms.lease_id, &tar, why, 10000))
+    fail_msg("output of %s refused: %s", job, why);
+  tar_list(&tar, list, sizeof list);
+  print_message("  /output: %s (%zu bytes of tar)\n", list, tar.len);
+  assert_non_null(strstr(list, "result=out\n;"));
+  assert_true(strstr(list, "d/;") || strstr(list, "d//;")); /* a directory, with pax's slash */
+  assert_non_null(strstr(list, "d/y=y\n;"));
+  assert_null(strstr(list, "evil"));
+  assert_null(strstr(list, "root"));
+  gn_buf_done(&tar);
+  /* A job this provider does not run: no answer at all. */
+  tar = (gn_buf){0};
+  assert_false(fetch_output("j-000000000000", a.terms.lease_id, &tar, why, 1000));
+  assert_string_equal(why, "no answer");
+  gn_buf_done(&tar);
   /* Nothing left: no namespace file, no record, no interface on the host,
    * no wireguard-go socket. */
   char p[PATH_MAX + 64];
@@ -847,11 +976,8 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   json_decref(s);
 
   gn__jobman_done(&m);
-  end_world();
-  pu.net = gn_jobnet_down(pu.net);
   gn_jobnet_config_free(pc);
-  close(host_srv);
-  sh("ip netns del %s; ip netns del %s; ip link del %sa 2>/dev/null", host_ns, peer_ns, veth);
+  close(host_srv); /* the rest: teardown_rank */
 }
 
 int main(void) {
@@ -864,7 +990,7 @@ int main(void) {
       cmocka_unit_test(test_provider_refuses_bad_training_manifests),
   };
   const struct CMUnitTest run[] = {
-      cmocka_unit_test(test_rank_reaches_its_peer_and_nothing_else),
+      cmocka_unit_test_teardown(test_rank_reaches_its_peer_and_nothing_else, teardown_rank),
   };
   int fails = cmocka_run_group_tests_name("train_manifest", pure, NULL, NULL);
   fails += cmocka_run_group_tests_name("train_policy", daemon, NULL, NULL);
