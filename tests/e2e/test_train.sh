@@ -18,8 +18,10 @@
 # the provider host's addresses, the requester's, the hub, the "internet"
 # (198.51.100.1, routed from every host) nor a second training job's network
 # are reachable, while a provider's host reaches all but the last; its peer
-# rank is; the job interface is the job's only interface besides lo; every
-# lease of both training jobs ends and is countersigned.
+# rank is; the job interface is the job's only interface besides lo; each
+# rank's /output (ddp.py's checkpoints) comes back through --output; gpunet
+# stop stops every rank of a training job; every lease of both training
+# jobs ends and is countersigned.
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
@@ -218,9 +220,9 @@ done
 ok "from a provider's host every host target answers:$host_targets"
 
 set +e
-gn_cli "$R" train --gpus 3 --per-node 1 --image "$timage" --allow-simulated --hours 1 \
+gn_cli "$R" train --gpus 3 --per-node 1 --image "$timage" --allow-simulated --hours 1 --output "$work/out" \
   --env "TARGETS=$targets" --env "PROBE=$probe_py" -f -- \
-  sh -c 'python3 -c "$PROBE" && exec python3 /opt/gpunet/train/ddp.py --steps 20 --ckpt-every 0 --timeout 60 --log-every 5' \
+  sh -c 'python3 -c "$PROBE" && exec python3 /opt/gpunet/train/ddp.py --steps 20 --ckpt-every 10 --timeout 60 --log-every 5' \
   >"$work/train.out" 2>&1
 rc=$?
 set -e
@@ -235,6 +237,15 @@ for p in p1 p2 p3; do
   [ "$n" = $((${done_before[$p]} + 1)) ] || fail "$p finished $n jobs (before: ${done_before[$p]}), want one rank more"
 done
 ok "one rank ran on each of p1, p2, p3"
+# --output: every rank's /output (its checkpoints) copied back as a tar.
+for r in 0 1 2; do
+  f=$work/out/rank-$r.tar
+  [ -s "$f" ] || fail "no $f: $(ls -la "$work/out" 2>&1)"
+  tar -tf "$f" | grep -q "ckpt-r$r-00000020.pt\$" || fail "rank $r's /output lacks its last checkpoint: $(tar -tf "$f" | head)"
+  tar -xOf "$f" --wildcards "*ckpt-r$r-00000020.pt" >"$work/ckpt.pt" || fail "cannot read rank $r's checkpoint from $f"
+  [ "$(head -c 2 "$work/ckpt.pt")" = PK ] || fail "rank $r's checkpoint is not a torch (zip) file"
+done
+ok "--output: each rank's /output (its last checkpoint, a torch file) copied back from its provider"
 
 for r in 0 1 2; do
   line=$(grep -o "probe rank $r at .*" "$work/train.out" | head -n 1)
