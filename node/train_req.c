@@ -33,7 +33,8 @@
 #define TRAIN_MASTER_PORT 29500u /* MASTER_PORT */
 #define TRAIN_PORT_BASE 51820u   /* jobnet_ports default: 51820-51899 */
 #define TRAIN_PORT_SPAN 80u
-#define TRAIN_MEMORY_MIB 1024u
+#define TRAIN_MEMORY_MIB 2048u /* per rank unless the body says memory_mib: torch and gloo need more than a plain job  \
+                                */
 #define TRAIN_PIDS 1024u
 #define TRAIN_INTERVAL_S 60u
 #define TRAIN_COLLECT_MS 300000u    /* leases held this long after the ranks finished, for their /output */
@@ -70,7 +71,7 @@ typedef struct train {
   int64_t created_s, ended_s;
   /* the request */
   uint32_t gpus, per_node, restarts;
-  uint64_t max_price, max_s, max_spend;
+  uint64_t max_price, max_s, max_spend, memory_mib;
   bool output, allow_sim;
   json_t *argv, *env;
   char image[600];
@@ -509,7 +510,7 @@ static void start_ranks(train *t, uint32_t restart) {
     m.envc = (uint32_t)json_array_size(t->env);
     for (uint32_t i = 0; i < m.envc; i++)
       m.env[i] = (char *)json_string_value(json_array_get(t->env, i));
-    m.memory_mib = TRAIN_MEMORY_MIB;
+    m.memory_mib = t->memory_mib ? t->memory_mib : TRAIN_MEMORY_MIB;
     m.pids = TRAIN_PIDS;
     randombytes_buf(m.nonce, sizeof m.nonce);
     m.issued_s = gn_unix_s();
@@ -1180,6 +1181,9 @@ static void api_train(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, 400, "max_price (--max-price) must be a positive amount per GPU-hour");
   if (!uint_field(b, "max_spend", 1, INT64_MAX, &max_spend))
     return gn_ctl_reply_error(req, 400, "max_spend must be a positive amount");
+  json_int_t memory_mib = 0;
+  if (!uint_field(b, "memory_mib", 16, 1 << 20, &memory_mib))
+    return gn_ctl_reply_error(req, 400, "memory_mib must be a whole number of MiB from 16 to %u", 1u << 20);
   if (!uint_field(b, "restarts", 0, 100, &restarts))
     return gn_ctl_reply_error(req, 400, "restarts (--restarts) must be from 0 to 100");
   const json_t *jh = json_object_get(b, "hours");
@@ -1223,6 +1227,7 @@ static void api_train(gn_ctl_req *req, void *ud) {
   t->restarts = (uint32_t)restarts;
   t->max_price = (uint64_t)max_price;
   t->max_spend = (uint64_t)max_spend;
+  t->memory_mib = (uint64_t)memory_mib;
   t->max_s = (uint64_t)llround(hours * 3600.0);
   if (t->max_s < 1)
     t->max_s = 1;
