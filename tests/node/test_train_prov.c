@@ -361,24 +361,18 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
   tn_inbox_add(&W.in, peer, env, raw, len);
 }
 
-static void start_world(const char *const *extra) {
-  memset(&W, 0, sizeof W);
-  snprintf(W.dir, sizeof W.dir, "/tmp/gn-trainprov-XXXXXX");
-  assert_non_null(mkdtemp(W.dir));
-  /* A port range of this test's own, so tests side by side do not meet. */
-  W.port_lo = (uint16_t)(42000 + (getpid() % 2000) * 8);
-  W.port_hi = (uint16_t)(W.port_lo + 7);
+/* gpunetd on W.dir (log appended to W.dir/gpunetd.log) with this world's
+ * ports and extra flags. */
+static pid_t spawn_daemon(const char *const *extra) {
   char bin[PATH_MAX], ports[32];
   snprintf(ports, sizeof ports, "%u-%u", W.port_lo, W.port_hi);
   tn_gpunetd_path(bin, sizeof bin);
-  tn_identity_for(W.dir, &W.prov_id);
-  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
-  W.daemon = fork();
-  assert_true(W.daemon >= 0);
-  if (W.daemon == 0) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
     char log[PATH_MAX + 32];
     snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
-    if (!freopen(log, "w", stderr))
+    if (!freopen(log, "a", stderr))
       _exit(127);
     const char *args[48] = {
         bin,        "--data-dir", W.dir,  "--listen",    W.addr, "--provide",         "--simulate-gpu",
@@ -391,6 +385,19 @@ static void start_world(const char *const *extra) {
     execv(bin, (char *const *)args);
     _exit(127);
   }
+  return pid;
+}
+
+static void start_world(const char *const *extra) {
+  memset(&W, 0, sizeof W);
+  snprintf(W.dir, sizeof W.dir, "/tmp/gn-trainprov-XXXXXX");
+  assert_non_null(mkdtemp(W.dir));
+  /* A port range of this test's own, so tests side by side do not meet. */
+  W.port_lo = (uint16_t)(42000 + (getpid() % 2000) * 8);
+  W.port_hi = (uint16_t)(W.port_lo + 7);
+  tn_identity_for(W.dir, &W.prov_id);
+  snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
+  W.daemon = spawn_daemon(extra);
   uv_loop_init(&W.loop);
   gn_transport_cbs cbs = {on_up, on_down, on_msg};
   assert_int_equal(gn_identity_generate(&W.req_id), 0);
@@ -980,6 +987,69 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   close(host_srv); /* the rest: teardown_rank */
 }
 
+/* gpunetd killed while a rank runs leaves its job network behind (the
+ * wireguard-go child, its socket, the namespace); the next start removes
+ * all of it. */
+static void test_restart_after_crash_removes_the_job_network(void **state) {
+  (void)state;
+  if (run_skip) {
+    print_message("skipped: %s\n", run_skip);
+    skip();
+  }
+  const char *const extra[] = {"--training", "--registry-allow", "127.0.0.1", NULL};
+  start_world(extra);
+  R.world = true;
+  gn_agreement a;
+  rent(&a);
+  char image[256];
+  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
+  gn_jobman m;
+  net_manifest(&m, image, (uint16_t)(W.port_lo + 4), "", NULL, NULL); /* the peer dials in: nothing is sent */
+  free(m.argv[0]);
+  m.argc = 2;
+  m.argv[0] = strdup("sleep");
+  m.argv[1] = strdup("600");
+  char job[32], st[32], reason[256];
+  send_manifest(&m, a.terms.lease_id, job, st, reason);
+  gn__jobman_done(&m);
+  if (strcmp(st, "pulling") != 0)
+    fail_msg("job %s: %s (%s)", job, st, reason);
+  if (!wait_status(job, "running", 60000, st, reason))
+    fail_msg("job %s never ran (see %s/gpunetd.log)", job, W.dir);
+  char record[PATH_MAX + 64], ns[PATH_MAX + 64], ifname[32] = "", sock[128], cmdline[64];
+  snprintf(record, sizeof record, "%s/run/netns/%s.wg", W.dir, job);
+  snprintf(ns, sizeof ns, "%s/run/netns/%s", W.dir, job);
+  char *text = th_read_file(record, NULL);
+  int wg = 0;
+  assert_non_null(text);
+  assert_int_equal(sscanf(text, "%31s %d", ifname, &wg), 2);
+  free(text);
+  assert_true(wg > 0);
+  snprintf(sock, sizeof sock, "/var/run/wireguard/%s.sock", ifname);
+  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", wg);
+  assert_true(th_exists(sock));
+  assert_true(th_exists(ns));
+  kill(W.daemon, SIGKILL);
+  waitpid(W.daemon, NULL, 0);
+  W.daemon = 0;
+  char *cl = th_read_file(cmdline, NULL);
+  assert_non_null(cl);
+  assert_non_null(strstr(cl, "wireguard-go")); /* the crash left it running */
+  free(cl);
+  W.daemon = spawn_daemon(extra);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; i++) {
+    cl = th_read_file(cmdline, NULL); /* a reaped or zombie process has none */
+    gone = !th_exists(record) && !th_exists(ns) && !th_exists(sock) && (!cl || !strstr(cl, "wireguard-go"));
+    free(cl);
+    if (!gone)
+      usleep(100000);
+  }
+  if (!gone)
+    fail_msg("after the restart: record %d, namespace %d, socket %d, wireguard-go %d", th_exists(record), th_exists(ns),
+             th_exists(sock), th_exists(cmdline));
+}
+
 int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(test_manifest_net_round_trip),
@@ -991,6 +1061,7 @@ int main(void) {
   };
   const struct CMUnitTest run[] = {
       cmocka_unit_test_teardown(test_rank_reaches_its_peer_and_nothing_else, teardown_rank),
+      cmocka_unit_test_teardown(test_restart_after_crash_removes_the_job_network, teardown_rank),
   };
   int fails = cmocka_run_group_tests_name("train_manifest", pure, NULL, NULL);
   fails += cmocka_run_group_tests_name("train_policy", daemon, NULL, NULL);
