@@ -319,6 +319,7 @@ static int collect_outputs(cli *c, const char *id, const json_t *t, const char *
 static int follow_train(cli *c, const char *id, long only, bool logs, bool progress, bool follow, const char *outdir,
                         json_t **ret_last) {
   bool collected = false;
+  int fin_rounds = 0; /* log rounds since the group ended: output sent just before the end still comes */
   int collect_rc = CLI_OK;
   follow_state *f = calloc(1, sizeof *f);
   if (!f)
@@ -404,7 +405,9 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
     if (fin) {
       if (!settle_until)
         settle_until = now_ms() + TRAIN_SETTLE_WAIT_S * 1000u;
-      if (cli_has_int(t, "total_micro") || now_ms() >= settle_until || !progress) {
+      fin_rounds++;
+      if ((cli_has_int(t, "total_micro") && (fin_rounds >= 3 || !logs)) || now_ms() >= settle_until ||
+          (!progress && (fin_rounds >= 3 || !follow))) {
         if (progress) {
           char m[48];
           long long tot = cli_has_int(t, "total_micro") ? cli_int(t, "total_micro", 0) : cli_int(t, "cost_micro", 0);
