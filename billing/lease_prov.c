@@ -162,7 +162,7 @@ struct gn_lease_prov {
   gn_buf invoice;     /* the final invoice (ENDED, SETTLED) */
   gn_bill_head final; /* its head */
   uint64_t inv_resend_at_ms, inv_backoff_ms;
-  uint64_t inv_sends;  /* times this invoice was sent (GN_LEASE_INVOICE_SENDS_MAX) */
+  uint64_t inv_sends;  /* times this invoice was sent (GN_LEASE_INVOICE_SENDS_MIN) */
   bool inv_unanswered; /* sent that often, unanswered: not sent again */
   bool inv_accepted;
   gn_buf inv_resp;
@@ -450,7 +450,8 @@ static int prov_step(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out) {
     }
   }
   if (m->phase == GN_LEASE_PHASE_ENDED && m->peer_up && !m->inv_unanswered) {
-    if (now.mono_ms >= m->inv_resend_at_ms && m->inv_sends >= GN_LEASE_INVOICE_SENDS_MAX) {
+    if (now.mono_ms >= m->inv_resend_at_ms && m->inv_sends >= GN_LEASE_INVOICE_SENDS_MIN &&
+        now.utc_s - m->end_s >= GN_LEASE_INVOICE_GIVEUP_S) {
       /* The last send had its backoff to be answered: give up sending. */
       m->inv_unanswered = true;
       if ((r = prov_persist(m, out)) < 0)
@@ -458,8 +459,9 @@ static int prov_step(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out) {
       gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_UNANSWERED);
       if (!a)
         return GN_ENOMEM;
-      snprintf(a->reason, sizeof(a->reason), "final invoice sent %llu times, never answered: a provider-only claim",
-               (unsigned long long)m->inv_sends);
+      snprintf(a->reason, sizeof(a->reason),
+               "final invoice sent %llu times in %lld s, never answered: not sent again; a provider-only claim",
+               (unsigned long long)m->inv_sends, (long long)(now.utc_s - m->end_s));
       return 0;
     }
     if (now.mono_ms >= m->inv_resend_at_ms) {

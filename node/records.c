@@ -266,8 +266,9 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
       json_object_set_new(o, "invoice_status", json_string(l->invoice_status));
     }
     json_object_set_new(o, "disputed", json_boolean(disputed));
-    /* Provider: the final invoice was sent GN_LEASE_INVOICE_SENDS_MAX times
-     * unanswered and is not sent again (a provider-only claim). */
+    /* Provider: the final invoice went unanswered for a day after the end
+     * (GN_LEASE_INVOICE_GIVEUP_S) and is not sent again (a provider-only
+     * claim). */
     if (l->role == GN_ROLE_PROVIDER)
       json_object_set_new(o, "invoice_unanswered", json_boolean(info.invoice_unanswered));
     if (disputed) { /* the provider's rejected claim */

@@ -81,16 +81,21 @@
 #define GN_LEASE_RESEND_MIN_MS 1000u
 #define GN_LEASE_RESEND_MAX_MS 30000u
 #define GN_LEASE_INVOICE_RESEND_MAX_MS 600000u
-/* The final invoice is sent at most this many times (the first send, the
- * resends, a peer coming back and restarts included; a re-sealed invoice
- * starts again). Backing off from the resend interval to
- * GN_LEASE_INVOICE_RESEND_MAX_MS, that is about 2 hours of a peer that is
- * up and never answers (a requester that holds no such lease, such as one
- * whose rent timed out before the late acceptance). The invoice then stays a
- * provider-only claim in the ledger (exportable; the audit exits 3) and the
- * machine says so once: GN_LEASE_ACT_UNANSWERED. An answer that still
- * arrives later is taken. */
-#define GN_LEASE_INVOICE_SENDS_MAX 20u
+/* An unanswered final invoice is not sent forever: once
+ * GN_LEASE_INVOICE_GIVEUP_S have passed since the lease ended (its end_s, on
+ * the provider's UTC clock, so restarts count) and it was sent at least
+ * GN_LEASE_INVOICE_SENDS_MIN times (the first send, resends backing off to
+ * GN_LEASE_INVOICE_RESEND_MAX_MS, a peer coming back and restarts all count;
+ * a re-sealed invoice counts from 0), it is not sent again. A reachable
+ * requester that never answers (one that holds no such lease: a late
+ * acceptance after its rent timed out) gets about 150 sends in the day. The
+ * invoice stays a provider-only claim in the ledger (exportable; the audit
+ * exits 3) and the machine says so once: GN_LEASE_ACT_UNANSWERED. An answer
+ * that still arrives later is taken. Both conditions: a link that comes and
+ * goes does not use up the sends within minutes, and a requester that comes
+ * back after a day away still gets the invoice a few times. */
+#define GN_LEASE_INVOICE_GIVEUP_S 86400
+#define GN_LEASE_INVOICE_SENDS_MIN 20u
 
 /* The current time, as the caller's clocks read it. mono_ms (gn_mono_ms) runs
  * the schedule and every timeout; utc_s (gn_unix_s) only stamps records
@@ -143,9 +148,10 @@ enum gn_lease_act_kind {
   GN_LEASE_ACT_REJECTED,
   /* Requester: send (again) a LEASE_RELEASE for this lease. */
   GN_LEASE_ACT_RELEASE,
-  /* Provider: the final invoice was sent GN_LEASE_INVOICE_SENDS_MAX times
-   * and nobody answered: it is not sent again and stays as stored (a
-   * provider-only claim). Information for logs; emitted once per lease. */
+  /* Provider: the final invoice went unanswered for GN_LEASE_INVOICE_GIVEUP_S
+   * after the end and GN_LEASE_INVOICE_SENDS_MIN sends: it is not sent again
+   * and stays as stored (a provider-only claim). Information for logs;
+   * emitted once per lease. */
   GN_LEASE_ACT_UNANSWERED,
 };
 
