@@ -1112,11 +1112,9 @@ void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
   case GN_MSG_DEBIT_NOTE:
     on_bill(n, peer, env, raw, raw_len);
     break;
-#ifdef GN_JOB_OUTPUT_CHUNK /* the provider's /output messages (jobmsg.h) */
-  case GN_MSG_JOB_OUTPUT:  /* a training rank's /output (train_req.c) */
+  case GN_MSG_JOB_OUTPUT: /* a training rank's /output (train_req.c) */
     gn__trainreq_on_output(n, peer, env);
     break;
-#endif
   default:
     break;
   }

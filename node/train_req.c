@@ -33,8 +33,7 @@
 #define TRAIN_MASTER_PORT 29500u /* MASTER_PORT */
 #define TRAIN_PORT_BASE 51820u   /* jobnet_ports default: 51820-51899 */
 #define TRAIN_PORT_SPAN 80u
-#define TRAIN_MEMORY_MIB 2048u /* per rank unless the body says memory_mib: torch and gloo need more than a plain job  \
-                                */
+#define TRAIN_MEMORY_MIB 2048u /* per rank (body: memory_mib); torch with gloo needs more than 1 GiB */
 #define TRAIN_PIDS 1024u
 #define TRAIN_INTERVAL_S 60u
 #define TRAIN_COLLECT_MS 300000u    /* leases held this long after the ranks finished, for their /output */
@@ -1365,7 +1364,6 @@ static void api_train_delete(gn_ctl_req *req, void *ud) {
   gn_ctl_reply_json(req, 200, o);
 }
 
-#ifdef GN_JOB_OUTPUT_CHUNK /* the provider's /output messages (jobmsg.h) */
 /* GET /v1/train/:id/output?rank=R&offset=N: one chunk of rank R's /output
  * (a tar stream made by the provider) from byte N, asked from its provider:
  * {job, offset, data (base64), eof, size, reason}. */
@@ -1455,8 +1453,6 @@ void gn__trainreq_on_output(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   }
   gn__jobmsg_done(&m);
 }
-
-#endif
 
 static void waits_expire(train_glue *gl, uint64_t now_ms) {
   for (out_wait **pp = &gl->waits; *pp;) {
@@ -1573,7 +1569,5 @@ void gn__trainreq_register(gn_node *n, const gn_train_ops *ops) {
   gn_ctl_route(n->ctl, "GET", "/v1/train", api_train_list, n);
   gn_ctl_route(n->ctl, "GET", "/v1/train/:id", api_train_get, n);
   gn_ctl_route(n->ctl, "DELETE", "/v1/train/:id", api_train_delete, n);
-#ifdef GN_JOB_OUTPUT_CHUNK
   gn_ctl_route(n->ctl, "GET", "/v1/train/:id/output", api_train_output, n);
-#endif
 }

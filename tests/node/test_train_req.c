@@ -42,7 +42,7 @@
 #define NPROV 3
 #define OUT_BYTES 40000u
 
-static inline uint8_t out_byte(uint32_t rank, uint64_t i) {
+static uint8_t out_byte(uint32_t rank, uint64_t i) {
   return (uint8_t)(rank * 7u + i * 13u + (i >> 8));
 }
 
@@ -187,7 +187,6 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     f->stops++;
     if (f->have_man)
       job_status(f, peer, f->man.job_id, f->man.lease_id, "stopped", 137);
-#ifdef GN_JOB_OUTPUT_CHUNK
   } else if (env->type == GN_MSG_JOB_OUTPUT_GET) {
     /* The rank's /output: OUT_BYTES + rank bytes, served in chunks. */
     gn_jobmsg q;
@@ -205,7 +204,6 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     send_body(f, peer, GN_MSG_JOB_OUTPUT, &w);
     f->output_gets++;
     gn__jobmsg_done(&q);
-#endif
   } else if (env->type == GN_MSG_DEBIT_ACCEPT) {
     f->bills++;
   }
@@ -534,7 +532,6 @@ static void test_provider_gone(void **state) {
   }
 }
 
-#ifdef GN_JOB_OUTPUT_CHUNK
 /* --output DIR: the leases are held until every rank's /output is copied
  * to DIR/rank-R.tar, then released; the command waits for that. */
 static void test_outputs(void **state) {
@@ -566,7 +563,6 @@ static void test_outputs(void **state) {
   }
   assert_non_null(strstr(out, "outputs copied; leases released"));
 }
-#endif
 
 /* The requester restarts while the gang forms (provider 1 has not
  * answered): restored, the gang fails and every agreed lease is released,
@@ -688,9 +684,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_all_agree, setup, teardown),
       cmocka_unit_test_setup_teardown(test_provider_gone, setup, teardown),
       cmocka_unit_test_setup_teardown(test_logs_and_stop, setup, teardown),
-#ifdef GN_JOB_OUTPUT_CHUNK
       cmocka_unit_test_setup_teardown(test_outputs, setup, teardown),
-#endif
       cmocka_unit_test_setup_teardown(test_restart_while_forming, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
