@@ -25,6 +25,7 @@
 typedef struct script {
   const char *pieces[MAX_PIECES];
   int pause_ms;
+  int conns; /* connections served with this answer (0: one) */
 } script;
 
 typedef struct fixture {
@@ -62,24 +63,28 @@ static void read_request(int fd, char *buf, size_t cap) {
   }
 }
 
-/* Serves one connection with f->answer. */
+/* Serves one connection (or the script's count) with f->answer; the last
+ * request is kept. */
 static void *serve_one(void *arg) {
   fixture *f = arg;
-  struct pollfd pfd = {.fd = f->lfd, .events = POLLIN};
-  if (poll(&pfd, 1, 10000) != 1) /* the command never came: its test fails on what it printed */
-    return NULL;
-  int fd = accept(f->lfd, NULL, NULL);
-  if (fd < 0)
-    return NULL;
-  read_request(fd, f->request, sizeof f->request);
-  for (size_t i = 0; i < MAX_PIECES && f->answer->pieces[i]; i++) {
-    if (i)
-      pause_ms(f->answer->pause_ms);
-    const char *p = f->answer->pieces[i];
-    if (send(fd, p, strlen(p), MSG_NOSIGNAL) < 0)
-      break;
+  int conns = f->answer->conns > 0 ? f->answer->conns : 1;
+  for (int c = 0; c < conns; c++) {
+    struct pollfd pfd = {.fd = f->lfd, .events = POLLIN};
+    if (poll(&pfd, 1, 10000) != 1) /* the command never came: its test fails on what it printed */
+      return NULL;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0)
+      return NULL;
+    read_request(fd, f->request, sizeof f->request);
+    for (size_t i = 0; i < MAX_PIECES && f->answer->pieces[i]; i++) {
+      if (i)
+        pause_ms(f->answer->pause_ms);
+      const char *p = f->answer->pieces[i];
+      if (send(fd, p, strlen(p), MSG_NOSIGNAL) < 0)
+        break;
+    }
+    close(fd);
   }
-  close(fd);
   return NULL;
 }
 
@@ -245,8 +250,11 @@ static void test_answer_to_eof(void **state) {
 static void test_error_message(void **state) {
   SKIP_IF_NO_BINARY();
   fixture *f = *state;
+  /* logs asks first whether the id is a training job, then for the job's
+   * log: both answered 404. */
   static const script s = {
-      .pieces = {"HTTP/1.1 404 Not Found\r\nContent-Length: 29\r\n\r\n{\"error\":\"no job j-deadbeef\"}", NULL}};
+      .pieces = {"HTTP/1.1 404 Not Found\r\nContent-Length: 29\r\n\r\n{\"error\":\"no job j-deadbeef\"}", NULL},
+      .conns = 2};
   run_result *r = run(f, &s, "logs j-deadbeef");
   assert_int_equal(r->code, 1);
   assert_contains(r->err, "gpunet: no job j-deadbeef");
