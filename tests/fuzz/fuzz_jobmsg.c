@@ -6,9 +6,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  static const uint32_t types[] = {GN_MSG_JOB_MANIFEST, GN_MSG_JOB_STATUS,   GN_MSG_JOB_LOG,
-                                   GN_MSG_JOB_STOP,     GN_MSG_LEASE_REJECT, GN_MSG_LEASE_RELEASE,
-                                   GN_MSG_LEASE_END,    GN_MSG_ERROR,        GN_MSG_OFFER};
+  static const uint32_t types[] = {GN_MSG_JOB_MANIFEST, GN_MSG_JOB_STATUS,     GN_MSG_JOB_LOG,   GN_MSG_JOB_STOP,
+                                   GN_MSG_LEASE_REJECT, GN_MSG_LEASE_RELEASE,  GN_MSG_LEASE_END, GN_MSG_ERROR,
+                                   GN_MSG_OFFER,        GN_MSG_JOB_OUTPUT_GET, GN_MSG_JOB_OUTPUT};
   uint32_t type = types[data[0] % GN_ARRAY_SIZE(types)];
   data++;
   size--;
