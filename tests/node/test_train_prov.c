@@ -10,6 +10,8 @@
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
 #include <gpunet/jobnet.h>
+#include <gpunet/node.h>
+#include <gpunet/offer.h>
 #include <gpunet/transport.h>
 #include <gpunet/wire.h>
 
@@ -326,6 +328,87 @@ static void test_manifest_net_hostile(void **state) {
   assert_int_not_equal(gn__jobman_decode(b.data, b.len, &d), 0);
   gn_buf_done(&b);
   gn__jobman_done(&m);
+}
+
+/* Config: training (-1 auto by default) and jobnet_ports, as flags. */
+static void test_config_training_keys(void **state) {
+  (void)state;
+  gn_config c;
+  char err[256];
+  gn_config_defaults(&c);
+  assert_int_equal(c.training, -1);
+  assert_int_equal(c.jobnet_port_lo, 51820);
+  assert_int_equal(c.jobnet_port_hi, 51899);
+  char *ok[] = {"gpunetd", "--no-training", "--jobnet-ports", "40000-40009", NULL};
+  assert_int_equal(gn_config_parse_args(&c, 4, ok, err, sizeof err), 0);
+  assert_int_equal(c.training, 0);
+  assert_int_equal(c.jobnet_port_lo, 40000);
+  assert_int_equal(c.jobnet_port_hi, 40009);
+  char *on[] = {"gpunetd", "--training", "--jobnet-ports", "7-7", NULL};
+  assert_int_equal(gn_config_parse_args(&c, 4, on, err, sizeof err), 0);
+  assert_int_equal(c.training, 1);
+  assert_int_equal(c.jobnet_port_lo, 7);
+  static const char *const bad[] = {"100-50", "0-10", "1-65536", "abc", "10-", "-10", "10", "10-20x", "10--20", ""};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
+    char *argv[] = {"gpunetd", "--jobnet-ports", (char *)bad[i], NULL};
+    gn_config_defaults(&c);
+    err[0] = 0;
+    if (gn_config_parse_args(&c, 3, argv, err, sizeof err) == 0)
+      fail_msg("--jobnet-ports '%s' taken", bad[i]);
+    assert_non_null(strstr(err, "jobnet_ports"));
+    assert_int_equal(c.jobnet_port_lo, 51820); /* unchanged */
+  }
+  gn_config_done(&c);
+}
+
+static void offer_base(gn_offer *o) {
+  memset(o, 0, sizeof *o);
+  o->seq = 1;
+  o->issued_s = 1000;
+  o->expires_s = 1060;
+  snprintf(o->addr, sizeof o->addr, "192.0.2.1:7946");
+  snprintf(o->gpu_model, sizeof o->gpu_model, "NVIDIA GeForce RTX 4090");
+  o->gpus_free = o->gpus_total = 1;
+  snprintf(o->currency, sizeof o->currency, "EUR");
+  o->max_hours = 24;
+}
+
+/* Offers: training and jobnet_ports travel (signed) only when training;
+ * a malformed range makes the offer malformed. */
+static void test_offer_training_attributes(void **state) {
+  (void)state;
+  gn_offer o, d;
+  gn_buf b = {0};
+  offer_base(&o);
+  assert_int_equal(gn_offer_encode(&o, &b), 0);
+  assert_null(memmem(b.data, b.len, "training", 8));
+  assert_int_equal(gn_offer_decode(b.data, b.len, &d), 0);
+  assert_false(d.training);
+  gn_buf_done(&b);
+  o.training = true;
+  o.jobnet_port_lo = 51820;
+  o.jobnet_port_hi = 51899;
+  assert_int_equal(gn_offer_encode(&o, &b), 0);
+  assert_int_equal(gn_offer_decode(b.data, b.len, &d), 0);
+  assert_true(d.training);
+  assert_int_equal(d.jobnet_port_lo, 51820);
+  assert_int_equal(d.jobnet_port_hi, 51899);
+  /* hi below lo, in the encoded bytes: refused */
+  uint8_t *p = memmem(b.data, b.len, "jobnet_ports", 12);
+  assert_non_null(p);
+  p += 12; /* fixarray of 2: 0x92, cd hi lo, cd hi lo */
+  assert_int_equal(p[0], 0x92);
+  p[2] ^= p[5], p[5] ^= p[2], p[2] ^= p[5];
+  p[3] ^= p[6], p[6] ^= p[3], p[3] ^= p[6];
+  assert_int_not_equal(gn_offer_decode(b.data, b.len, &d), 0);
+  gn_buf_done(&b);
+  /* an encoder refuses what a decoder would */
+  o.jobnet_port_lo = 0;
+  assert_int_not_equal(gn_offer_encode(&o, &b), 0);
+  o.jobnet_port_lo = 60000;
+  o.jobnet_port_hi = 50000;
+  assert_int_not_equal(gn_offer_encode(&o, &b), 0);
+  gn_buf_done(&b);
 }
 
 /* --- a real provider --------------------------------------------------------*/
@@ -1054,6 +1137,8 @@ int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(test_manifest_net_round_trip),
       cmocka_unit_test(test_manifest_net_hostile),
+      cmocka_unit_test(test_config_training_keys),
+      cmocka_unit_test(test_offer_training_attributes),
   };
   const struct CMUnitTest daemon[] = {
       cmocka_unit_test(test_provider_refuses_training_it_must_not_run),
