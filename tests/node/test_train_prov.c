@@ -1133,6 +1133,53 @@ static void test_restart_after_crash_removes_the_job_network(void **state) {
              th_exists(sock), th_exists(cmdline));
 }
 
+/* A rank running when gpunetd is told to stop (SIGTERM): its lease ends,
+ * the job is stopped, and its job network and namespace are gone by the
+ * time the daemon has exited. */
+static void test_shutdown_takes_the_job_network_down(void **state) {
+  (void)state;
+  if (run_skip) {
+    print_message("skipped: %s\n", run_skip);
+    skip();
+  }
+  start_world((const char *const[]){"--training", "--registry-allow", "127.0.0.1", NULL});
+  R.world = true;
+  gn_agreement a;
+  rent(&a);
+  char image[256];
+  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
+  gn_jobman m;
+  net_manifest(&m, image, (uint16_t)(W.port_lo + 5), "", NULL, NULL);
+  free(m.argv[0]);
+  m.argc = 2;
+  m.argv[0] = strdup("sleep");
+  m.argv[1] = strdup("600");
+  char job[32], st[32], reason[256];
+  send_manifest(&m, a.terms.lease_id, job, st, reason);
+  gn__jobman_done(&m);
+  if (strcmp(st, "pulling") != 0 || !wait_status(job, "running", 60000, st, reason))
+    fail_msg("job %s: %s (%s; see %s/gpunetd.log)", job, st, reason, W.dir);
+  char record[PATH_MAX + 64], ns[PATH_MAX + 64], ifname[32] = "", sock[128], cmdline[64];
+  snprintf(record, sizeof record, "%s/run/netns/%s.wg", W.dir, job);
+  snprintf(ns, sizeof ns, "%s/run/netns/%s", W.dir, job);
+  char *text = th_read_file(record, NULL);
+  int wg = 0;
+  assert_non_null(text);
+  assert_int_equal(sscanf(text, "%31s %d", ifname, &wg), 2);
+  free(text);
+  snprintf(sock, sizeof sock, "/var/run/wireguard/%s.sock", ifname);
+  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", wg);
+  assert_true(th_exists(sock));
+  tn_daemon_stop(W.daemon); /* SIGTERM, and waits for it to exit */
+  W.daemon = 0;
+  char *cl = th_read_file(cmdline, NULL);
+  bool wg_alive = cl && strstr(cl, "wireguard-go");
+  free(cl);
+  if (th_exists(record) || th_exists(ns) || th_exists(sock) || wg_alive)
+    fail_msg("after the shutdown: record %d, namespace %d, socket %d, wireguard-go %d", th_exists(record),
+             th_exists(ns), th_exists(sock), wg_alive);
+}
+
 int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(test_manifest_net_round_trip),
@@ -1147,6 +1194,7 @@ int main(void) {
   const struct CMUnitTest run[] = {
       cmocka_unit_test_teardown(test_rank_reaches_its_peer_and_nothing_else, teardown_rank),
       cmocka_unit_test_teardown(test_restart_after_crash_removes_the_job_network, teardown_rank),
+      cmocka_unit_test_teardown(test_shutdown_takes_the_job_network_down, teardown_rank),
   };
   int fails = cmocka_run_group_tests_name("train_manifest", pure, NULL, NULL);
   fails += cmocka_run_group_tests_name("train_policy", daemon, NULL, NULL);
