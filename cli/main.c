@@ -96,7 +96,7 @@ static const cli_cmd commands[] = {
      "  --per-node K       GPUs per provider, 1..16, dividing N\n"
      "  --max-price P      most to pay per GPU-hour, like 0.50\n"
      "  --hours H          each lease's length (default 1)\n"
-     "  --output DIR       give every rank a writable /output on its provider\n"
+     "  --output DIR       copy every rank's /output back into DIR/rank-R.tar at the end\n"
      "  --env K=V          set a variable on every rank (repeatable)\n"
      "  --restarts K       restart the group from its checkpoints up to K times\n"
      "                     when a rank fails or a provider goes (on a spare\n"

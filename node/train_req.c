@@ -514,7 +514,9 @@ static void start_ranks(train *t, uint32_t restart) {
     randombytes_buf(m.nonce, sizeof m.nonce);
     m.issued_s = gn_unix_s();
     m.expires_s = m.issued_s + 300;
-    m.output = t->output;
+    /* Every rank gets a writable /output for its checkpoints (issue 8 item 7);
+     * --output only decides whether they are copied back at the end. */
+    m.output = true;
     m.has_net = true;
     gn__strf(m.net.group, sizeof m.net.group, "%s", t->id);
     m.net.rank = r;
