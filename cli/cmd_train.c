@@ -106,7 +106,8 @@ static void print_plan(FILE *out, const char *id, const json_t *plan) {
     char w[24];
     fmt_rtt(json_object_get(plan, "worst_rtt_ms"), w, sizeof w);
     fprintf(out, "worst pair RTT: %s (%s)\n", w, str_or(plan, "worst_kind", "?"));
-    fprintf(out, "RTT matrix (ms, requester-measured connect times; ? unknown):\n      ");
+    fprintf(out, "RTT matrix (ms; pairs not measured between the nodes are estimated as the sum\n"
+                 "of both nodes' connect times from here, see --json rtt_kind; ? unknown):\n      ");
     for (long long k = 0; k < nodes; k++)
       fprintf(out, "%6lld", k);
     fputc('\n', out);
