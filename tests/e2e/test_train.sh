@@ -241,7 +241,10 @@ ok "one rank ran on each of p1, p2, p3"
 for r in 0 1 2; do
   f=$work/out/rank-$r.tar
   [ -s "$f" ] || fail "no $f: $(ls -la "$work/out" 2>&1)"
-  tar -tf "$f" | grep -q "ckpt-r$r-00000020.pt\$" || fail "rank $r's /output lacks its last checkpoint: $(tar -tf "$f" | head)"
+  # The listing first: grep -q leaving early would kill tar with SIGPIPE,
+  # which pipefail reads as a failure (seen once in CI).
+  list=$(tar -tf "$f") || fail "cannot list $f"
+  grep -q "ckpt-r$r-00000020.pt\$" <<<"$list" || fail "rank $r's /output lacks its last checkpoint: $(head <<<"$list")"
   tar -xOf "$f" --wildcards "*ckpt-r$r-00000020.pt" >"$work/ckpt.pt" || fail "cannot read rank $r's checkpoint from $f"
   [ "$(head -c 2 "$work/ckpt.pt")" = PK ] || fail "rank $r's checkpoint is not a torch (zip) file"
 done
