@@ -407,6 +407,7 @@ static void on_closed(void *ud) {
 
 static void on_stop_timer(uv_timer_t *t) {
   gn_node *n = t->data;
+  gn__provider_kill_again(n, gn_mono_ms());
   if (gn__provider_busy(n) && gn_mono_ms() < n->stop_deadline_ms) {
     uv_timer_start(t, on_stop_timer, 100, 0);
     return;

@@ -26,6 +26,7 @@
 
 #define GN_LEASE_MAX_JOBS 8 /* jobs pulling or running at once on one lease */
 #define GN_OFFER_TTL_S 60
+#define GN_KILL_AGAIN_MS 300 /* a stopped job whose container still runs is killed again this often */
 #define GN_OFFER_REFRESH_S 20
 /* User namespaces: lease slot s maps the job's ids 0..65535 to host ids
  * GN_USERNS_BASE + s * GN_USERNS_SIZE onwards. */
@@ -1080,9 +1081,14 @@ static void task_after(uv_work_t *w, int status) {
     break;
   case TASK_KILL:
     j->kill_busy = false;
-    /* If the runtime could not signal the container, end the runtime itself. */
-    if (j->proc_running)
+    /* If the runtime could not signal the container, end the runtime itself,
+     * and kill again soon: a kill that reached `run` before it had made the
+     * container finds none ("container does not exist"), and a container's
+     * first process ignores the TERM `run` forwards (gn__provider_kill_again). */
+    if (j->proc_running) {
       job_signal(j, SIGTERM);
+      j->kill_again_ms = gn_mono_ms() + GN_KILL_AGAIN_MS;
+    }
     break;
   case TASK_FINISH:
     job_cleanup_done(n, j);
@@ -1838,6 +1844,15 @@ void gn__provider_stop_job(gn_node *n, gn_job *j) {
   job_signal(j, SIGTERM);
 }
 
+void gn__provider_kill_again(gn_node *n, uint64_t now_ms) {
+  for (gn_job *j = n->jobs; j; j = j->next)
+    if (j->role == GN_ROLE_PROVIDER && j->stop_requested && j->proc_running && !j->kill_busy && j->kill_again_ms &&
+        now_ms >= j->kill_again_ms) {
+      j->kill_again_ms = 0;
+      gn__provider_stop_job(n, j);
+    }
+}
+
 static void on_job_stop(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
   gn_jobmsg m;
   if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
@@ -1933,6 +1948,7 @@ static void disk_check(gn_node *n, int64_t now_s) {
 }
 
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
+  gn__provider_kill_again(n, now_ms);
   if (n->cfg.provide) {
     disk_check(n, now_s);
     gn__train_tick(n, now_s); /* /output's budget, ended leases' outputs */

@@ -17,6 +17,9 @@ void gn__provider_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
  * state and the ledger (an active lease resumes metering). */
 int gn__provider_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t len);
 void gn__provider_stop_job(gn_node *n, gn_job *j);
+/* Kills again the stopped jobs whose container outlived the last kill (run
+ * by the tick, and by the shutdown's wait, which stops the tick). */
+void gn__provider_kill_again(gn_node *n, uint64_t now_ms);
 /* At start, before any lease: budgets from config and the host, whether
  * limits and user namespaces can be enforced. GN_EUNSUPPORTED (with why in
  * err) when this host must not provide under its config. */

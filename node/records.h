@@ -124,6 +124,7 @@ struct gn_job {
   volatile int cancel;
   int tasks;                          /* thread-pool tasks queued or running for this job; it lives until 0 */
   bool kill_busy;                     /* a runtime kill is queued or running */
+  uint64_t kill_again_ms;             /* a stopped job still running is killed again then */
   bool budget_held;                   /* memory_mib and pids_max are counted in the node's budgets */
   bool finished;                      /* job_finish ran */
   char rootfs[4096];                  /* the shared read-only root in use, "" when none */

@@ -1175,9 +1175,11 @@ static void test_shutdown_takes_the_job_network_down(void **state) {
   char *cl = th_read_file(cmdline, NULL);
   bool wg_alive = cl && strstr(cl, "wireguard-go");
   free(cl);
-  if (th_exists(record) || th_exists(ns) || th_exists(sock) || wg_alive)
+  if (th_exists(record) || th_exists(ns) || th_exists(sock) || wg_alive) {
+    sh("tail -n 40 %s/gpunetd.log >&2", W.dir);
     fail_msg("after the shutdown: record %d, namespace %d, socket %d, wireguard-go %d", th_exists(record),
              th_exists(ns), th_exists(sock), wg_alive);
+  }
 }
 
 int main(void) {
