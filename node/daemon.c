@@ -349,6 +349,7 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_JOB_MANIFEST:
   case GN_MSG_JOB_STOP:
   case GN_MSG_JOB_OUTPUT_GET:
+  case GN_MSG_JOB_SEED:
   case GN_MSG_INVOICE_ACCEPT:
   case GN_MSG_INVOICE_REJECT:
   case GN_MSG_DEBIT_ACCEPT:
@@ -367,6 +368,7 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_INVOICE:
   case GN_MSG_DEBIT_NOTE:
   case GN_MSG_JOB_OUTPUT:
+  case GN_MSG_JOB_SEED_GET:
     gn__requester_on_message(n, peer, env, raw, raw_len);
     break;
   default:

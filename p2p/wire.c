@@ -37,6 +37,10 @@ const char *gn_msg_type_name(uint32_t type) {
     return "job_output_get";
   case GN_MSG_JOB_OUTPUT:
     return "job_output";
+  case GN_MSG_JOB_SEED_GET:
+    return "job_seed_get";
+  case GN_MSG_JOB_SEED:
+    return "job_seed";
   case GN_MSG_INVOICE:
     return "invoice";
   case GN_MSG_INVOICE_ACCEPT:
@@ -57,6 +61,14 @@ const char *gn_msg_type_name(uint32_t type) {
     return "attest_response";
   case GN_MSG_ATTEST_OPEN:
     return "attest_open";
+  case GN_MSG_RTT_ASK:
+    return "rtt_ask";
+  case GN_MSG_RTT_REPORT:
+    return "rtt_report";
+  case GN_MSG_RTT_PING:
+    return "rtt_ping";
+  case GN_MSG_RTT_PONG:
+    return "rtt_pong";
   case GN_MSG_ATTEST_PROOF:
     return "attest_proof";
   default:

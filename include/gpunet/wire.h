@@ -29,6 +29,8 @@ enum gn_msg_type {
   GN_MSG_JOB_STOP = 23,       /* requester -> provider */
   GN_MSG_JOB_OUTPUT_GET = 24, /* requester -> provider: a chunk of a job's /output (tar) */
   GN_MSG_JOB_OUTPUT = 25,     /* provider -> requester: that chunk */
+  GN_MSG_JOB_SEED_GET = 26,   /* provider -> requester: a chunk of the seed (tar) a manifest names */
+  GN_MSG_JOB_SEED = 27,       /* requester -> provider: that chunk */
   GN_MSG_INVOICE = 30,        /* provider -> requester */
   GN_MSG_INVOICE_ACCEPT = 31, /* requester's countersignature */
   GN_MSG_INVOICE_REJECT = 32,
@@ -40,6 +42,10 @@ enum gn_msg_type {
   GN_MSG_ATTEST_RESPONSE = 51,
   GN_MSG_ATTEST_OPEN = 52,
   GN_MSG_ATTEST_PROOF = 53,
+  GN_MSG_RTT_ASK = 60,    /* requester -> provider: measure your round trip to these peers */
+  GN_MSG_RTT_REPORT = 61, /* provider -> requester: the signed measurements */
+  GN_MSG_RTT_PING = 62,   /* provider -> provider */
+  GN_MSG_RTT_PONG = 63,
 };
 
 /* Returns a short lowercase name ("offer", "lease_request"...), or NULL for a
