@@ -20,7 +20,9 @@ void gn__jobman_done(gn_jobman *m) {
 }
 
 int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w) {
-  gn_wire_put_map(w, 12 + (m->output ? 1 : 0) + (m->has_net ? 1 : 0));
+  if (m->has_seed && (!m->output || m->seed_size == 0 || m->seed_size > GN_JOB_SEED_MAX))
+    return GN_EINVAL;
+  gn_wire_put_map(w, 12 + (m->output ? 1 : 0) + (m->has_net ? 1 : 0) + (m->has_seed ? 1 : 0));
   gn_wire_put_str(w, "job_id");
   gn_wire_put_str(w, m->job_id);
   gn_wire_put_str(w, "lease_id");
@@ -88,6 +90,14 @@ int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w) {
       gn_wire_put_str(w, "rank");
       gn_wire_put_u64(w, t->peers[i].rank);
     }
+  }
+  if (m->has_seed) {
+    gn_wire_put_str(w, "seed");
+    gn_wire_put_map(w, 2);
+    gn_wire_put_str(w, "sha256");
+    gn_wire_put_bin(w, m->seed_sha256, sizeof m->seed_sha256);
+    gn_wire_put_str(w, "size");
+    gn_wire_put_u64(w, m->seed_size);
   }
   return 0;
 }
@@ -224,6 +234,19 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
       goto out;
     }
   }
+  /* "seed": a tar /output starts as; only with output, bounded. */
+  const msgpack_object *seed = gn_wire_get(o, "seed");
+  if (seed) {
+    m.has_seed = true;
+    if (seed->type != MSGPACK_OBJECT_MAP ||
+        (r = gn_wire_get_bin_exact(seed, "sha256", m.seed_sha256, sizeof m.seed_sha256)) < 0 ||
+        (r = gn_wire_get_u64(seed, "size", &m.seed_size)) < 0 || !m.output || m.seed_size == 0 ||
+        m.seed_size > GN_JOB_SEED_MAX) {
+      r = r < 0 ? r : GN_EINVAL;
+      gn__jobman_done(&m);
+      goto out;
+    }
+  }
   bool env_ok = true;
   for (uint32_t i = 0; i < m.envc; i++)
     env_ok = env_ok && gn_env_entry_valid(m.env[i]);
@@ -282,10 +305,12 @@ int gn__jobmsg_decode(uint32_t type, const uint8_t *body, size_t len, gn_jobmsg 
       goto bad;
     break;
   case GN_MSG_JOB_OUTPUT_GET:
+  case GN_MSG_JOB_SEED_GET:
     if (!m.job_id[0] || !m.lease_id[0] || (r = gn_wire_get_u64(o, "offset", &m.offset)) < 0)
       goto bad;
     break;
   case GN_MSG_JOB_OUTPUT:
+  case GN_MSG_JOB_SEED:
     if (!m.job_id[0] || (r = gn_wire_get_u64(o, "offset", &m.offset)) < 0 ||
         (r = gn_wire_get_bin_ref(o, "data", GN_JOB_OUTPUT_CHUNK, &m.data, &m.data_len)) < 0 ||
         (r = gn_wire_get_bool(o, "eof", &m.eof)) < 0)
@@ -321,6 +346,16 @@ fail:
 
 void gn__jobmsg_done(gn_jobmsg *m) {
   gn_wire_doc_done(&m->doc);
+}
+
+void gn__joboutput_get_encode(gn_wire_writer *w, const char *job_id, const char *lease_id, uint64_t offset) {
+  gn_wire_put_map(w, 3);
+  gn_wire_put_str(w, "job_id");
+  gn_wire_put_str(w, job_id);
+  gn_wire_put_str(w, "lease_id");
+  gn_wire_put_str(w, lease_id);
+  gn_wire_put_str(w, "offset");
+  gn_wire_put_u64(w, offset);
 }
 
 void gn__joboutput_encode(gn_wire_writer *w, const char *job_id, uint64_t offset, const uint8_t *data, size_t len,

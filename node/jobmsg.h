@@ -15,11 +15,12 @@
 #define GN_JOB_MAX_ARGS 64
 #define GN_JOB_MAX_ARG_LEN 4096
 #define GN_JOB_LOG_CHUNK 32768
-#define GN_JOB_OUTPUT_CHUNK 32768 /* bytes of /output's tar in one JOB_OUTPUT */
-#define GN_MANIFEST_MAX_TTL_S 600 /* a manifest may live at most this long */
-#define GN_JOBMAN_MAX_PEERS 63    /* peer ranks in a manifest's net: world <= 64 */
-#define GN_JOBMAN_ENDPOINT_LEN 64 /* "ip:port" of a peer rank's provider, with the NUL */
-#define GN_JOBMAN_KEY_LEN 32      /* WireGuard (X25519) keys */
+#define GN_JOB_OUTPUT_CHUNK 32768    /* bytes of /output's tar in one JOB_OUTPUT */
+#define GN_MANIFEST_MAX_TTL_S 600    /* a manifest may live at most this long */
+#define GN_JOBMAN_MAX_PEERS 63       /* peer ranks in a manifest's net: world <= 64 */
+#define GN_JOBMAN_ENDPOINT_LEN 64    /* "ip:port" of a peer rank's provider, with the NUL */
+#define GN_JOBMAN_KEY_LEN 32         /* WireGuard (X25519) keys */
+#define GN_JOB_SEED_MAX (4ull << 30) /* bytes of a seed (a restarted rank's /output tar) */
 
 /* The training part of a manifest (docs/protocol.md §3, "net"): this rank's
  * place in the training job and its WireGuard key and peers. The decoder
@@ -59,10 +60,18 @@ typedef struct gn_jobman {
   bool output;  /* a writable /output for the job ("output"; absent: false) */
   bool has_net; /* "net" present: a rank of a training job */
   gn_jobman_net net;
+  /* "seed" {sha256, size}: /output starts as this tar, which the provider
+   * fetches from the lease holder (JOB_SEED_GET/JOB_SEED) before the
+   * container starts; only with output, 0 < size <= GN_JOB_SEED_MAX. */
+  bool has_seed;
+  uint8_t seed_sha256[32];
+  uint64_t seed_size;
 } gn_jobman;
 
 /* Frees the strings and wipes the net section's private key. */
 void gn__jobman_done(gn_jobman *m);
+/* GN_EINVAL (nothing written) for what the decoder would refuse of the
+ * seed (a seed without output, size 0 or over GN_JOB_SEED_MAX). */
 int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w);
 int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret);
 
@@ -77,19 +86,22 @@ typedef struct gn_jobmsg {
   uint64_t offset;
   const uint8_t *data; /* JOB_LOG, JOB_OUTPUT: into the decoded document */
   size_t data_len;
-  bool eof;      /* JOB_OUTPUT: the last chunk of the snapshot */
-  uint64_t size; /* JOB_OUTPUT: the snapshot's bytes in all (0 when unknown) */
+  bool eof;      /* JOB_OUTPUT, JOB_SEED: the last chunk */
+  uint64_t size; /* JOB_OUTPUT, JOB_SEED: the tar's bytes in all (0 when unknown) */
   gn_wire_doc doc;
 } gn_jobmsg;
 
-/* JOB_STATUS, JOB_LOG, JOB_STOP, JOB_OUTPUT_GET, JOB_OUTPUT,
- * LEASE_REJECT/RELEASE/END and ERROR all use small maps; one decoder fills
- * what each carries. JOB_OUTPUT_GET {job_id, lease_id, offset}; JOB_OUTPUT
- * {job_id, offset, data (<= GN_JOB_OUTPUT_CHUNK), eof, size, reason (when
- * refused: no data, eof true)}. */
+/* JOB_STATUS, JOB_LOG, JOB_STOP, JOB_OUTPUT_GET, JOB_OUTPUT, JOB_SEED_GET,
+ * JOB_SEED, LEASE_REJECT/RELEASE/END and ERROR all use small maps; one
+ * decoder fills what each carries. JOB_OUTPUT_GET and JOB_SEED_GET {job_id,
+ * lease_id, offset}; JOB_OUTPUT and JOB_SEED {job_id, offset, data (<=
+ * GN_JOB_OUTPUT_CHUNK), eof, size, reason (when refused: no data, eof
+ * true)}. */
 int gn__jobmsg_decode(uint32_t type, const uint8_t *body, size_t len, gn_jobmsg *ret);
 void gn__jobmsg_done(gn_jobmsg *m);
-/* The body of a JOB_OUTPUT (reason NULL or "" when none). */
+/* The body of a JOB_OUTPUT_GET or JOB_SEED_GET. */
+void gn__joboutput_get_encode(gn_wire_writer *w, const char *job_id, const char *lease_id, uint64_t offset);
+/* The body of a JOB_OUTPUT or JOB_SEED (reason NULL or "" when none). */
 void gn__joboutput_encode(gn_wire_writer *w, const char *job_id, uint64_t offset, const uint8_t *data, size_t len,
                           bool eof, uint64_t size, const char *reason);
 

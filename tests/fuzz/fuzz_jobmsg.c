@@ -1,4 +1,4 @@
-/* libFuzzer target: the daemon's job manifest (with its training section)
+/* libFuzzer target: the daemon's job manifest (with its training section and seed)
  * and lease/job notice decoders on arbitrary bytes. The first byte picks the
  * message type. */
 #include "node_internal.h"
@@ -6,9 +6,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  static const uint32_t types[] = {GN_MSG_JOB_MANIFEST, GN_MSG_JOB_STATUS,     GN_MSG_JOB_LOG,   GN_MSG_JOB_STOP,
-                                   GN_MSG_LEASE_REJECT, GN_MSG_LEASE_RELEASE,  GN_MSG_LEASE_END, GN_MSG_ERROR,
-                                   GN_MSG_OFFER,        GN_MSG_JOB_OUTPUT_GET, GN_MSG_JOB_OUTPUT};
+  static const uint32_t types[] = {GN_MSG_JOB_MANIFEST, GN_MSG_JOB_STATUS,     GN_MSG_JOB_LOG,    GN_MSG_JOB_STOP,
+                                   GN_MSG_LEASE_REJECT, GN_MSG_LEASE_RELEASE,  GN_MSG_LEASE_END,  GN_MSG_ERROR,
+                                   GN_MSG_OFFER,        GN_MSG_JOB_OUTPUT_GET, GN_MSG_JOB_OUTPUT, GN_MSG_JOB_SEED_GET,
+                                   GN_MSG_JOB_SEED};
   uint32_t type = types[data[0] % GN_ARRAY_SIZE(types)];
   data++;
   size--;
@@ -28,6 +29,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (t->peers[i].rank >= t->world || t->peers[i].rank == t->rank ||
             memchr(t->peers[i].endpoint, 0, sizeof t->peers[i].endpoint) == NULL)
           __builtin_trap();
+      /* A seed only with output, bounded. */
+      if (m.has_seed && (!m.output || m.seed_size == 0 || m.seed_size > GN_JOB_SEED_MAX))
+        __builtin_trap();
       /* What decodes encodes and decodes to the same. */
       gn_wire_writer w;
       gn_buf b = {0};
@@ -36,7 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (gn__jobman_encode(&m, &w) != 0 || gn_wire_writer_take(&w, &b) != 0 ||
           gn__jobman_decode(b.data, b.len, &m2) != 0)
         __builtin_trap();
-      if (m2.has_net != m.has_net || m2.output != m.output || m2.argc != m.argc ||
+      if (m2.has_net != m.has_net || m2.output != m.output || m2.argc != m.argc || m2.has_seed != m.has_seed ||
+          m2.seed_size != m.seed_size || memcmp(m2.seed_sha256, m.seed_sha256, sizeof m.seed_sha256) != 0 ||
           (m.has_net && (m2.net.npeers != t->npeers || m2.net.rank != t->rank ||
                          memcmp(m2.net.private_key, t->private_key, sizeof t->private_key) != 0)))
         __builtin_trap();

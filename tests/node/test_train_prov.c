@@ -137,7 +137,7 @@ static void test_manifest_net_round_trip(void **state) {
 /* A manifest whose net section is replaced by what put() writes. */
 typedef void (*net_writer)(gn_wire_writer *w);
 
-static gn_buf manifest_with(net_writer put) {
+static gn_buf manifest_with_key(const char *key, bool output, net_writer put) {
   gn_jobman m;
   fill_manifest(&m, 1, 0);
   m.has_net = false;
@@ -145,8 +145,8 @@ static gn_buf manifest_with(net_writer put) {
   gn_wire_writer w;
   gn_buf b = {0};
   gn_wire_writer_init(&w);
-  /* 12 ordinary keys and "net" */
-  gn_wire_put_map(&w, 13);
+  /* 12 ordinary keys, output if asked, and key */
+  gn_wire_put_map(&w, 13 + (output ? 1 : 0));
   gn_wire_put_str(&w, "job_id");
   gn_wire_put_str(&w, m.job_id);
   gn_wire_put_str(&w, "lease_id");
@@ -172,12 +172,20 @@ static gn_buf manifest_with(net_writer put) {
   gn_wire_put_i64(&w, 2);
   gn_wire_put_str(&w, "v");
   gn_wire_put_u64(&w, GN_PROTO_VERSION);
-  gn_wire_put_str(&w, "net");
+  if (output) {
+    gn_wire_put_str(&w, "output");
+    gn_wire_put_bool(&w, true);
+  }
+  gn_wire_put_str(&w, key);
   put(&w);
   assert_int_equal(gn_wire_writer_take(&w, &b), 0);
   gn_wire_writer_done(&w);
   gn__jobman_done(&m);
   return b;
+}
+
+static gn_buf manifest_with(net_writer put) {
+  return manifest_with_key("net", false, put);
 }
 
 /* The hostile variants of net: each one thing wrong. */
@@ -328,6 +336,212 @@ static void test_manifest_net_hostile(void **state) {
   assert_int_not_equal(gn__jobman_decode(b.data, b.len, &d), 0);
   gn_buf_done(&b);
   gn__jobman_done(&m);
+}
+
+/* The manifest's seed (a restarted rank's /output tar) round-trips; the
+ * encoder and the decoder refuse a seed without output, of 0 bytes, over
+ * GN_JOB_SEED_MAX, with a hash not of 32 bytes or not a map. */
+static void test_manifest_seed(void **state) {
+  (void)state;
+  gn_jobman m, d;
+  gn_buf b = {0};
+  fill_manifest(&m, 2, 1);
+  m.has_seed = true;
+  memset(m.seed_sha256, 0xab, sizeof m.seed_sha256);
+  m.seed_size = GN_JOB_SEED_MAX;
+  encode(&m, &b);
+  assert_int_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  assert_true(d.has_seed);
+  assert_true(d.output);
+  assert_int_equal(d.seed_size, GN_JOB_SEED_MAX);
+  assert_memory_equal(d.seed_sha256, m.seed_sha256, 32);
+  gn__jobman_done(&d);
+  /* over the bound in the bytes (4 GiB + 1): refused */
+  uint8_t *p = memmem(b.data, b.len, "size\xcf", 5);
+  assert_non_null(p);
+  p[5 + 7] = 1;
+  assert_int_not_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  gn_buf_done(&b);
+  /* every truncation refused */
+  encode(&m, &b);
+  for (size_t k = 0; k < b.len; k++)
+    if (gn__jobman_decode(b.data, k, &d) == 0)
+      fail_msg("a seeded manifest cut to %zu of %zu bytes decoded", k, b.len);
+  /* no seed: no key */
+  gn_buf_done(&b);
+  m.has_seed = false;
+  encode(&m, &b);
+  assert_null(memmem(b.data, b.len, "seed", 4));
+  assert_int_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  assert_false(d.has_seed);
+  gn__jobman_done(&d);
+  gn_buf_done(&b);
+  /* the encoder refuses what the decoder would, writing nothing */
+  m.has_seed = true;
+  struct {
+    bool output;
+    uint64_t size;
+  } bad[] = {{false, 100}, {true, 0}, {true, GN_JOB_SEED_MAX + 1}, {true, UINT64_MAX}};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
+    m.output = bad[i].output;
+    m.seed_size = bad[i].size;
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    assert_int_not_equal(gn__jobman_encode(&m, &w), 0);
+    assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+    assert_int_equal(b.len, 0);
+    gn_wire_writer_done(&w);
+    gn_buf_done(&b);
+  }
+  gn__jobman_done(&m);
+}
+
+/* Hand-written seed maps for the decoder (in manifest_with()'s "net" slot,
+ * renamed): each one thing wrong. */
+static void put_seed(gn_wire_writer *w) {
+  uint8_t h[40];
+  memset(h, 7, sizeof h);
+  size_t hlen = 32;
+  uint64_t size = 1000;
+  if (variant == 8) { /* not a map */
+    gn_wire_put_bin(w, h, 32);
+    return;
+  }
+  if (variant == 1)
+    hlen = 31;
+  if (variant == 2)
+    hlen = 33;
+  if (variant == 3)
+    size = 0;
+  if (variant == 4)
+    size = GN_JOB_SEED_MAX + 1;
+  gn_wire_put_map(w, variant == 5 ? 1 : 2);
+  gn_wire_put_str(w, "sha256");
+  if (variant == 6)
+    gn_wire_put_str(w, "0707070707070707070707070707070707070707070707070707070707070707");
+  else
+    gn_wire_put_bin(w, h, hlen);
+  if (variant != 5) {
+    gn_wire_put_str(w, "size");
+    if (variant == 7)
+      gn_wire_put_i64(w, -1);
+    else
+      gn_wire_put_u64(w, size);
+  }
+}
+
+static void test_manifest_seed_hostile(void **state) {
+  (void)state;
+  gn_jobman d;
+  variant = 0; /* the baseline decodes */
+  gn_buf b = manifest_with_key("seed", true, put_seed);
+  assert_int_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  assert_true(d.has_seed);
+  assert_int_equal(d.seed_size, 1000);
+  gn__jobman_done(&d);
+  gn_buf_done(&b);
+  /* a good seed without output=true */
+  b = manifest_with_key("seed", false, put_seed);
+  assert_int_not_equal(gn__jobman_decode(b.data, b.len, &d), 0);
+  gn_buf_done(&b);
+  for (variant = 1; variant <= 8; variant++) {
+    b = manifest_with_key("seed", true, put_seed);
+    if (gn__jobman_decode(b.data, b.len, &d) == 0)
+      fail_msg("hostile seed variant %d decoded", variant);
+    gn_buf_done(&b);
+  }
+  variant = 0;
+}
+
+static gn_buf seed_body(uint32_t type, int v) {
+  gn_wire_writer w;
+  gn_buf b = {0};
+  static uint8_t data[GN_JOB_OUTPUT_CHUNK + 1];
+  memset(data, 'x', sizeof data);
+  gn_wire_writer_init(&w);
+  if (type == GN_MSG_JOB_SEED_GET) {
+    if (v == 0)
+      gn__joboutput_get_encode(&w, "j-0123456789ab", "l-0123456789ab", 65536);
+    else if (v == 1) { /* no lease */
+      gn_wire_put_map(&w, 2);
+      gn_wire_put_str(&w, "job_id");
+      gn_wire_put_str(&w, "j-0123456789ab");
+      gn_wire_put_str(&w, "offset");
+      gn_wire_put_u64(&w, 0);
+    } else /* a job id that is not one */
+      gn__joboutput_get_encode(&w, "../x", "l-0123456789ab", 0);
+  } else {
+    if (v == 0)
+      gn__joboutput_encode(&w, "j-0123456789ab", 32768, data, 100, true, 32868, NULL);
+    else if (v == 1) { /* a chunk over GN_JOB_OUTPUT_CHUNK */
+      gn_wire_put_map(&w, 5);
+      gn_wire_put_str(&w, "job_id");
+      gn_wire_put_str(&w, "j-0123456789ab");
+      gn_wire_put_str(&w, "offset");
+      gn_wire_put_u64(&w, 0);
+      gn_wire_put_str(&w, "data");
+      gn_wire_put_bin(&w, data, sizeof data);
+      gn_wire_put_str(&w, "eof");
+      gn_wire_put_bool(&w, true);
+      gn_wire_put_str(&w, "size");
+      gn_wire_put_u64(&w, sizeof data);
+    } else /* offset + data past 2^64 */
+      gn__joboutput_encode(&w, "j-0123456789ab", UINT64_MAX - 10, data, 100, false, 0, NULL);
+  }
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  gn_wire_writer_done(&w);
+  return b;
+}
+
+/* JOB_SEED_GET is JOB_OUTPUT_GET's shape, JOB_SEED JOB_OUTPUT's. */
+static void test_seed_messages(void **state) {
+  (void)state;
+  gn_jobmsg m;
+  gn_buf b = seed_body(GN_MSG_JOB_SEED_GET, 0);
+  assert_int_equal(gn__jobmsg_decode(GN_MSG_JOB_SEED_GET, b.data, b.len, &m), 0);
+  assert_string_equal(m.job_id, "j-0123456789ab");
+  assert_string_equal(m.lease_id, "l-0123456789ab");
+  assert_int_equal(m.offset, 65536);
+  gn__jobmsg_done(&m);
+  /* the same bytes decode as JOB_OUTPUT_GET */
+  assert_int_equal(gn__jobmsg_decode(GN_MSG_JOB_OUTPUT_GET, b.data, b.len, &m), 0);
+  gn__jobmsg_done(&m);
+  gn_buf_done(&b);
+  b = seed_body(GN_MSG_JOB_SEED, 0);
+  assert_int_equal(gn__jobmsg_decode(GN_MSG_JOB_SEED, b.data, b.len, &m), 0);
+  assert_string_equal(m.job_id, "j-0123456789ab");
+  assert_int_equal(m.offset, 32768);
+  assert_int_equal(m.data_len, 100);
+  assert_true(m.eof);
+  assert_int_equal(m.size, 32868);
+  assert_string_equal(m.reason, "");
+  gn__jobmsg_done(&m);
+  for (size_t k = 0; k < b.len; k++)
+    if (gn__jobmsg_decode(GN_MSG_JOB_SEED, b.data, k, &m) == 0)
+      fail_msg("a JOB_SEED cut to %zu of %zu bytes decoded", k, b.len);
+  gn_buf_done(&b);
+  for (int v = 1; v <= 2; v++) {
+    b = seed_body(GN_MSG_JOB_SEED_GET, v);
+    if (gn__jobmsg_decode(GN_MSG_JOB_SEED_GET, b.data, b.len, &m) == 0)
+      fail_msg("hostile JOB_SEED_GET %d decoded", v);
+    gn_buf_done(&b);
+    b = seed_body(GN_MSG_JOB_SEED, v);
+    if (gn__jobmsg_decode(GN_MSG_JOB_SEED, b.data, b.len, &m) == 0)
+      fail_msg("hostile JOB_SEED %d decoded", v);
+    gn_buf_done(&b);
+  }
+  /* a refusal: no data, eof, the reason */
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn__joboutput_encode(&w, "j-0123456789ab", 0, NULL, 0, true, 0, "no seed kept for this job");
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn__jobmsg_decode(GN_MSG_JOB_SEED, b.data, b.len, &m), 0);
+  assert_true(m.eof);
+  assert_int_equal(m.data_len, 0);
+  assert_string_equal(m.reason, "no seed kept for this job");
+  gn__jobmsg_done(&m);
+  gn_buf_done(&b);
 }
 
 /* Config: training (-1 auto by default) and jobnet_ports, as flags. */
@@ -1186,6 +1400,9 @@ int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(test_manifest_net_round_trip),
       cmocka_unit_test(test_manifest_net_hostile),
+      cmocka_unit_test(test_manifest_seed),
+      cmocka_unit_test(test_manifest_seed_hostile),
+      cmocka_unit_test(test_seed_messages),
       cmocka_unit_test(test_config_training_keys),
       cmocka_unit_test(test_offer_training_attributes),
   };
