@@ -6,6 +6,7 @@
 #include "api.h"
 #include "attest_net.h"
 #include "node_internal.h"
+#include "peer_rtt.h"
 #include "provider.h"
 #include "records.h"
 #include "requester.h"
@@ -370,6 +371,12 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_JOB_OUTPUT:
   case GN_MSG_JOB_SEED_GET:
     gn__requester_on_message(n, peer, env, raw, raw_len);
+    break;
+  case GN_MSG_RTT_ASK:
+  case GN_MSG_RTT_REPORT:
+  case GN_MSG_RTT_PING:
+  case GN_MSG_RTT_PONG:
+    gn__rtt_on_message(n, peer, env, raw, raw_len);
     break;
   default:
     gn_log(GN_LOG_DEBUG, "ignored message type %u", env->type);
