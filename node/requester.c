@@ -1115,6 +1115,9 @@ void gn__requester_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
   case GN_MSG_JOB_OUTPUT: /* a training rank's /output (train_req.c) */
     gn__trainreq_on_output(n, peer, env);
     break;
+  case GN_MSG_JOB_SEED_GET: /* a restarted rank's seed (train_req.c) */
+    gn__trainreq_on_seed_get(n, peer, env);
+    break;
   default:
     break;
   }

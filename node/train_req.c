@@ -22,8 +22,12 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <dirent.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TRAIN_MAX_RANKS 64u
@@ -39,6 +43,14 @@
 #define TRAIN_COLLECT_MS 300000u    /* leases held this long after the ranks finished, for their /output */
 #define TRAIN_OUTPUT_WAIT_MS 20000u /* a provider's answer to JOB_OUTPUT_GET */
 #define TRAIN_PEER_GRACE_MS 20000u  /* an agreed member's provider unreachable this long is lost */
+/* A restart's seeds: the old ranks' /output, fetched from their providers
+ * into DATA_DIR/train/ID/seed/rank-R.tar and named in the new manifests. */
+#define TRAIN_SEED_FETCH_MS 60000u        /* the whole fetch, all ranks together */
+#define TRAIN_SEED_STOP_WAIT_MS 10000u    /* a rank's job is waited on to stop this long, then asked anyway */
+#define TRAIN_SEED_IDLE_MS 15000u         /* a provider that sends nothing this long is given up */
+#define TRAIN_SEED_WINDOW 4u              /* chunks asked at once per rank, after the first */
+#define TRAIN_SEED_RETRIES 8u             /* "busy" answers asked again, 500 ms later */
+#define TRAIN_SEED_TOTAL_MAX (8ull << 30) /* all of one group's seeds */
 
 typedef struct train_issued {
   char lease_id[GN_LEASE_ID_STRLEN];
@@ -59,7 +71,39 @@ typedef struct train_rank {
   uint32_t member;
   uint8_t provider[GN_PK_LEN]; /* where it runs, and its WireGuard port there */
   uint16_t port;
+  bool has_seed;      /* its manifest names a seed: */
+  uint32_t seed_rank; /* the old rank whose /output it is (seeds[seed_rank]) */
 } train_rank;
+
+/* A stored seed: DATA_DIR/train/ID/seed/rank-R.tar, hashed as written. */
+typedef struct train_seed {
+  bool have;
+  uint8_t sha256[32];
+  uint64_t size;
+} train_seed;
+
+enum { SEED_WAIT = 1, SEED_FIRST, SEED_MORE, SEED_DONE, SEED_FAILED };
+
+/* The fetch of one old rank's /output (JOB_OUTPUT_GET/JOB_OUTPUT): offset 0
+ * first (the provider makes its snapshot then), then up to
+ * TRAIN_SEED_WINDOW chunks at once, written and hashed in order. */
+typedef struct seed_fetch {
+  int st;
+  char job_id[GN_JOB_ID_STRLEN];
+  uint8_t peer[GN_PK_LEN];
+  char lease_id[GN_LEASE_ID_STRLEN];
+  int fd;
+  uint64_t size, next_ask, written, last_heard_ms, retry_at_ms;
+  uint32_t retries;
+  crypto_hash_sha256_state h;
+  struct {
+    uint64_t offset;
+    size_t len;
+    bool used, got;
+  } slot[TRAIN_SEED_WINDOW];
+  uint8_t *buf; /* TRAIN_SEED_WINDOW chunks */
+  char why[160];
+} seed_fetch;
 
 typedef struct train {
   struct train *next;
@@ -95,6 +139,14 @@ typedef struct train {
   uint64_t down_since[GN_GANG_MAX_MEMBERS]; /* a member's provider went down then (0: up) */
   bool finished;                            /* every rank exited 0 */
   uint64_t collect_until;                   /* "collecting": the leases are released then (or on DELETE) */
+  /* restarts from the last checkpoint */
+  train_seed seeds[TRAIN_MAX_RANKS]; /* by old rank */
+  seed_fetch *sf;                    /* while seeding: one per old rank */
+  uint32_t nsf;
+  bool seeding;
+  uint64_t seed_start_ms, seed_reserved;
+  uint32_t pending_ready; /* a READY (restart number) held until the seeds are in */
+  char seed_note[400];    /* what the last restart starts from */
   /* planning */
   gn_ctl_req *req;
   uv_work_t work;
@@ -160,20 +212,29 @@ static void db_init(gn_node *n) {
 
 static json_t *train_doc(const train *t) {
   json_t *ranks = json_array(), *issued = json_array();
+  json_t *seeds = json_array();
   for (uint32_t r = 0; r < t->world; r++)
-    json_array_append_new(ranks,
-                          json_pack("{s:s, s:I}", "job", t->ranks[r].job_id, "member", (json_int_t)t->ranks[r].member));
+    json_array_append_new(ranks, json_pack("{s:s, s:I, s:o}", "job", t->ranks[r].job_id, "member",
+                                           (json_int_t)t->ranks[r].member, "seed",
+                                           t->ranks[r].has_seed ? json_integer(t->ranks[r].seed_rank) : json_null()));
+  for (uint32_t r = 0; r < TRAIN_MAX_RANKS; r++)
+    if (t->seeds[r].have) {
+      char hex[65];
+      gn__hex(t->seeds[r].sha256, sizeof t->seeds[r].sha256, hex);
+      json_array_append_new(seeds, json_pack("{s:I, s:s, s:I}", "rank", (json_int_t)r, "sha256", hex, "size",
+                                             (json_int_t)t->seeds[r].size));
+    }
   for (size_t i = 0; i < t->nissued; i++) {
     char pid[GN_NODE_ID_STRLEN];
     gn_node_id_format(t->issued[i].provider, pid);
     json_array_append_new(issued, json_pack("{s:s, s:s}", "lease", t->issued[i].lease_id, "provider", pid));
   }
-  return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:O, s:s, s:O, s:o, s:o, s:s}", "id", t->id,
-                   "state", t->state, "reason", t->reason, "created_s", (json_int_t)t->created_s, "ended_s",
+  return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:O, s:O, s:s, s:O, s:o, s:o, s:s, s:o, s:s?}", "id",
+                   t->id, "state", t->state, "reason", t->reason, "created_s", (json_int_t)t->created_s, "ended_s",
                    (json_int_t)t->ended_s, "gpus", (json_int_t)t->gpus, "per_node", (json_int_t)t->per_member,
                    "restarts", (json_int_t)t->restarts, "world", (json_int_t)t->world, "argv", t->argv, "env", t->env,
                    "image", t->image, "plan", t->plan ? t->plan : json_null(), "ranks", ranks, "issued", issued,
-                   "currency", t->currency);
+                   "currency", t->currency, "seeds", seeds, "restart_note", t->seed_note[0] ? t->seed_note : NULL);
 }
 
 /* Saves t (and its gang): GN_EDB when it could not be, then nothing the
@@ -490,6 +551,13 @@ static void start_ranks(train *t, uint32_t restart) {
   }
   t->world = world;
   t->job_failed_reported = false;
+  /* A restart's ranks start from the seeds fetched: each its own old
+   * rank's /output, else the lowest rank's that came. */
+  int first_seed = -1;
+  for (uint32_t r = 0; restart && r < TRAIN_MAX_RANKS && first_seed < 0; r++)
+    if (t->seeds[r].have)
+      first_seed = (int)r;
+  uint32_t seeded = 0;
   uint32_t host = (ntohl(subnet.s_addr) >> 8) & 0xffu;
   char jobs_dir[sizeof n->run_dir + 8];
   gn__pathf(jobs_dir, sizeof jobs_dir, "%s/jobs", n->run_dir);
@@ -517,6 +585,15 @@ static void start_ranks(train *t, uint32_t restart) {
     /* Every rank gets a writable /output for its checkpoints (issue 8 item 7);
      * --output only decides whether they are copied back at the end. */
     m.output = true;
+    t->ranks[r].has_seed = first_seed >= 0;
+    t->ranks[r].seed_rank = t->seeds[r].have ? r : (uint32_t)(first_seed >= 0 ? first_seed : 0);
+    if (t->ranks[r].has_seed) {
+      const train_seed *s = &t->seeds[t->ranks[r].seed_rank];
+      m.has_seed = true;
+      memcpy(m.seed_sha256, s->sha256, sizeof m.seed_sha256);
+      m.seed_size = s->size;
+      seeded++;
+    }
     m.has_net = true;
     gn__strf(m.net.group, sizeof m.net.group, "%s", t->id);
     m.net.rank = r;
@@ -570,21 +647,510 @@ static void start_ranks(train *t, uint32_t restart) {
     n->jobs = j;
     gn__strf(t->ranks[r].job_id, sizeof t->ranks[r].job_id, "%s", j->id);
     gn__node_persist_job(n, j);
-    gn_log(GN_LOG_INFO, "training %s: rank %u/%u is job %s on lease %s (restart %u)", t->id, r, world, j->id, lease[r],
-           restart);
+    gn_log(GN_LOG_INFO, "training %s: rank %u/%u is job %s on lease %s (restart %u%s)", t->id, r, world, j->id,
+           lease[r], restart, m.has_seed ? ", with a seed" : "");
     if (train_send(t, peer[r], env.data, env.len) < 0)
       gn_log(GN_LOG_WARN, "training %s: rank %u waits for its provider's connection", t->id, r);
     sodium_memzero(env.data, env.len);
     gn_buf_done(&env);
   }
   sodium_memzero(priv, sizeof priv);
+  if (restart && !seeded && !t->seed_note[0])
+    gn__strf(t->seed_note, sizeof t->seed_note, "restarting from scratch: no checkpoint could be fetched");
   train_save(t);
 }
+
+static void seed_drop(train *t);
 
 static void set_state(train *t, const char *state) {
   gn__strf(t->state, sizeof t->state, "%s", state);
   if (state_final(t) && !t->ended_s)
     t->ended_s = gn_unix_s();
+  if (state_final(t))
+    seed_drop(t);
+}
+
+/* --- seeds: a restart starts from the last checkpoint -------------------------------
+ *
+ * When the group stops its ranks and a restart follows, each old rank's
+ * /output (a tar the provider makes, JOB_OUTPUT_GET/JOB_OUTPUT as for
+ * --output) is fetched into DATA_DIR/train/ID/seed/rank-R.tar (0600), within
+ * TRAIN_SEED_FETCH_MS in all, only from ranks whose lease lives and whose
+ * provider is connected, each at most GN_JOB_SEED_MAX and all together at
+ * most TRAIN_SEED_TOTAL_MAX. The SHA-256 is ours, of the bytes written.
+ * The restarted ranks' manifests name a seed (their own old rank's, else
+ * the lowest rank's that came); their providers fetch it with JOB_SEED_GET
+ * (answered by gn__trainreq_on_seed_get). The files go when the group
+ * ends, and at startup for groups that ended. */
+
+static int seed_dir(const gn_node *n, const char *id, char *buf, size_t cap) {
+  return gn__pathf(buf, cap, "%s/train/%s/seed", n->cfg.data_dir, id);
+}
+
+static int seed_path(const gn_node *n, const char *id, uint32_t rank, bool part, char *buf, size_t cap) {
+  return gn__pathf(buf, cap, "%s/train/%s/seed/rank-%u.tar%s", n->cfg.data_dir, id, rank, part ? ".part" : "");
+}
+
+/* Removes DATA_DIR/train/ID (its seed files; nothing below is ours but them). */
+static void seed_remove_dir(const gn_node *n, const char *id) {
+  char dir[PATH_MAX], path[PATH_MAX + 300];
+  if (seed_dir(n, id, dir, sizeof dir) < 0)
+    return;
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)))
+      if (e->d_name[0] != '.' && gn__pathf(path, sizeof path, "%s/%s", dir, e->d_name) == 0)
+        unlink(path);
+    closedir(d);
+  }
+  rmdir(dir);
+  if (gn__pathf(dir, sizeof dir, "%s/train/%s", n->cfg.data_dir, id) == 0)
+    rmdir(dir);
+}
+
+static int seed_mkdirs(const gn_node *n, const char *id) {
+  char dir[PATH_MAX];
+  const char *fmts[] = {"%s/train", "%s/train/%s", "%s/train/%s/seed"};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(fmts); i++) {
+    int r = i == 0   ? gn__pathf(dir, sizeof dir, "%s/train", n->cfg.data_dir)
+            : i == 1 ? gn__pathf(dir, sizeof dir, "%s/train/%s", n->cfg.data_dir, id)
+                     : seed_dir(n, id, dir, sizeof dir);
+    if (r < 0)
+      return r;
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+      return -errno;
+  }
+  return 0;
+}
+
+static void seed_fetch_close(train *t, uint32_t r, bool unlink_part) {
+  seed_fetch *f = &t->sf[r];
+  if (f->fd >= 0)
+    close(f->fd);
+  f->fd = -1;
+  free(f->buf);
+  f->buf = NULL;
+  char path[PATH_MAX];
+  if (unlink_part && seed_path(t->n, t->id, r, true, path, sizeof path) == 0)
+    unlink(path);
+}
+
+static void seed_fail(train *t, uint32_t r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seed_fail(train *t, uint32_t r, const char *fmt, ...) {
+  seed_fetch *f = &t->sf[r];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f->why, sizeof f->why, fmt, ap);
+  va_end(ap);
+  f->st = SEED_FAILED;
+  seed_fetch_close(t, r, true);
+  gn_log(GN_LOG_INFO, "training %s: no checkpoint from rank %u: %s", t->id, r, f->why);
+}
+
+/* Ends a fetch in progress (the files made so far are removed). */
+static void seed_abort(train *t) {
+  for (uint32_t r = 0; t->sf && r < t->nsf; r++)
+    seed_fetch_close(t, r, true);
+  free(t->sf);
+  t->sf = NULL;
+  t->nsf = 0;
+  t->seeding = false;
+  t->pending_ready = 0;
+}
+
+/* The group ended: no seed is needed any more. */
+static void seed_drop(train *t) {
+  seed_abort(t);
+  for (uint32_t r = 0; r < TRAIN_MAX_RANKS; r++)
+    t->seeds[r].have = false;
+  for (uint32_t r = 0; r < t->world; r++)
+    t->ranks[r].has_seed = false;
+  seed_remove_dir(t->n, t->id);
+}
+
+static int seed_ask(train *t, seed_fetch *f, uint64_t offset) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 3);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, f->job_id);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, f->lease_id);
+  gn_wire_put_str(&w, "offset");
+  gn_wire_put_u64(&w, offset);
+  int r = gn__node_send(t->n, f->peer, GN_MSG_JOB_OUTPUT_GET, &w);
+  gn_wire_writer_done(&w);
+  return r;
+}
+
+static void start_ranks(train *t, uint32_t restart);
+
+/* Every fetch is done or given up: the note, then the held READY. */
+static void seed_finish(train *t) {
+  uint32_t got = 0;
+  uint64_t bytes = 0;
+  char fails[300] = "";
+  size_t fl = 0;
+  for (uint32_t r = 0; r < t->nsf; r++) {
+    if (t->seeds[r].have) {
+      got++;
+      bytes += t->seeds[r].size;
+      continue;
+    }
+    char path[PATH_MAX];
+    if (seed_path(t->n, t->id, r, false, path, sizeof path) == 0)
+      unlink(path); /* an earlier restart's */
+    if (fl < sizeof fails - 1) {
+      int k = snprintf(fails + fl, sizeof fails - fl, "%srank %u: %s", fl ? "; " : "", r,
+                       t->sf[r].why[0] ? t->sf[r].why : "not fetched");
+      fl = k > 0 ? fl + (size_t)k : fl;
+      if (fl >= sizeof fails)
+        fl = sizeof fails - 1;
+    }
+  }
+  for (uint32_t r = 0; r < t->nsf; r++)
+    seed_fetch_close(t, r, true);
+  free(t->sf);
+  t->sf = NULL;
+  uint32_t old = t->nsf;
+  t->nsf = 0;
+  t->seeding = false;
+  if (!got)
+    gn__strf(t->seed_note, sizeof t->seed_note, "restarting from scratch: no checkpoint could be fetched (%s)",
+             fails[0] ? fails : "no rank ran");
+  else
+    gn__strf(t->seed_note, sizeof t->seed_note,
+             "restarting from the last checkpoint: /output of %u of %u ranks (%llu bytes)%s%s", got, old,
+             (unsigned long long)bytes, fails[0] ? "; none from " : "", fails);
+  gn_log(got ? GN_LOG_INFO : GN_LOG_WARN, "training %s: %s", t->id, t->seed_note);
+  gn__strf(t->reason, sizeof t->reason, "%s", t->seed_note);
+  train_save(t);
+  uint32_t restart = t->pending_ready;
+  t->pending_ready = 0;
+  gn_gang_info gi;
+  if (restart && t->g && (gn_gang_info_get(t->g, &gi), gi.phase == GN_GANG_READY) && !state_final(t))
+    start_ranks(t, restart);
+}
+
+/* Does what is due: asks the ranks whose jobs stopped, gives up the late
+ * ones; finishes when nothing is pending. */
+static void seed_step(train *t, uint64_t now) {
+  if (!t->seeding)
+    return;
+  bool pending = false, over = now - t->seed_start_ms >= TRAIN_SEED_FETCH_MS;
+  for (uint32_t r = 0; r < t->nsf; r++) {
+    seed_fetch *f = &t->sf[r];
+    if (f->st == SEED_DONE || f->st == SEED_FAILED)
+      continue;
+    if (over) {
+      seed_fail(t, r, "no whole /output within %u s", TRAIN_SEED_FETCH_MS / 1000);
+      continue;
+    }
+    if (f->st == SEED_WAIT) {
+      gn_job *j = gn__job_find(t->n, f->job_id);
+      if (j && j->state < GN_JOB_EXITED && now - t->seed_start_ms < TRAIN_SEED_STOP_WAIT_MS) {
+        pending = true;
+        continue;
+      }
+      char path[PATH_MAX];
+      if (seed_path(t->n, t->id, r, true, path, sizeof path) < 0 ||
+          (f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0) {
+        seed_fail(t, r, "cannot write %s: %s", path, strerror(errno));
+        continue;
+      }
+      f->buf = malloc((size_t)TRAIN_SEED_WINDOW * GN_JOB_OUTPUT_CHUNK);
+      if (!f->buf) {
+        seed_fail(t, r, "out of memory");
+        continue;
+      }
+      crypto_hash_sha256_init(&f->h);
+      f->st = SEED_FIRST;
+      f->slot[0].offset = 0;
+      f->slot[0].used = true;
+      f->next_ask = GN_JOB_OUTPUT_CHUNK;
+      f->last_heard_ms = now;
+      int rc = seed_ask(t, f, 0);
+      if (rc < 0) {
+        seed_fail(t, r, "cannot reach its provider: %s", gn_strerror(rc));
+        continue;
+      }
+    } else if (now - f->last_heard_ms >= TRAIN_SEED_IDLE_MS) {
+      seed_fail(t, r, "its provider sent nothing for %u s", TRAIN_SEED_IDLE_MS / 1000);
+      continue;
+    } else if (f->retry_at_ms && now >= f->retry_at_ms) {
+      f->retry_at_ms = 0;
+      for (uint32_t k = 0; k < TRAIN_SEED_WINDOW; k++)
+        if (f->slot[k].used && !f->slot[k].got)
+          seed_ask(t, f, f->slot[k].offset);
+    }
+    pending = true;
+  }
+  if (!pending)
+    seed_finish(t);
+}
+
+/* The group stopped its ranks and a restart follows: fetch their /output. */
+static void seed_begin(train *t) {
+  if (t->seeding || !t->world)
+    return;
+  for (uint32_t r = 0; r < TRAIN_MAX_RANKS; r++)
+    t->seeds[r].have = false;
+  t->seed_reserved = 0;
+  t->pending_ready = 0;
+  t->seed_note[0] = 0;
+  t->sf = calloc(t->world, sizeof *t->sf);
+  if (!t->sf) {
+    gn__strf(t->seed_note, sizeof t->seed_note,
+             "restarting from scratch: no checkpoint could be fetched (out of memory)");
+    return;
+  }
+  t->nsf = t->world;
+  t->seeding = true;
+  t->seed_start_ms = gn_mono_ms();
+  int mk = seed_mkdirs(t->n, t->id);
+  for (uint32_t r = 0; r < t->nsf; r++) {
+    seed_fetch *f = &t->sf[r];
+    f->fd = -1;
+    gn_job *j = rank_job(t, r);
+    gn_lease *l = j ? gn__lease_find(t->n, j->lease_id) : NULL;
+    if (mk < 0)
+      seed_fail(t, r, "cannot make the seed directory: %s", gn_strerror(mk));
+    else if (!j)
+      seed_fail(t, r, "it has no job");
+    else if (!l || l->role != GN_ROLE_REQUESTER || l->state != GN_LEASE_ACTIVE)
+      seed_fail(t, r, "its lease has ended");
+    else if (!t->n->tp || !gn_transport_is_up(t->n->tp, l->peer))
+      seed_fail(t, r, "its provider is not connected");
+    else {
+      f->st = SEED_WAIT;
+      gn__strf(f->job_id, sizeof f->job_id, "%s", j->id);
+      gn__strf(f->lease_id, sizeof f->lease_id, "%s", j->lease_id);
+      memcpy(f->peer, l->peer, GN_PK_LEN);
+    }
+  }
+  gn_log(GN_LOG_INFO, "training %s: fetching the ranks' /output for the restart (at most %u s)", t->id,
+         TRAIN_SEED_FETCH_MS / 1000);
+  set_state(t, "restarting");
+  gn__strf(t->seed_note, sizeof t->seed_note, "fetching the ranks' checkpoints for the restart");
+  train_save(t);
+  seed_step(t, gn_mono_ms());
+}
+
+/* Writes what arrived in order: DONE when it is whole. */
+static void seed_progress(train *t, uint32_t r, uint64_t now) {
+  seed_fetch *f = &t->sf[r];
+  for (;;) {
+    uint32_t k = 0;
+    while (k < TRAIN_SEED_WINDOW && !(f->slot[k].used && f->slot[k].got && f->slot[k].offset == f->written))
+      k++;
+    if (k == TRAIN_SEED_WINDOW)
+      break;
+    const uint8_t *p = f->buf + (size_t)k * GN_JOB_OUTPUT_CHUNK;
+    size_t left = f->slot[k].len;
+    while (left) {
+      ssize_t w = write(f->fd, p, left);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0) {
+        seed_fail(t, r, "cannot write its seed: %s", w < 0 ? strerror(errno) : "short write");
+        return;
+      }
+      crypto_hash_sha256_update(&f->h, p, (size_t)w);
+      p += w;
+      left -= (size_t)w;
+    }
+    f->written += f->slot[k].len;
+    f->slot[k].used = f->slot[k].got = false;
+  }
+  if (f->written == f->size) {
+    char part[PATH_MAX], path[PATH_MAX];
+    train_seed *s = &t->seeds[r];
+    crypto_hash_sha256_final(&f->h, s->sha256);
+    if (fsync(f->fd) < 0 || seed_path(t->n, t->id, r, true, part, sizeof part) < 0 ||
+        seed_path(t->n, t->id, r, false, path, sizeof path) < 0 || rename(part, path) < 0) {
+      seed_fail(t, r, "cannot keep its seed: %s", strerror(errno));
+      return;
+    }
+    s->size = f->size;
+    s->have = true;
+    f->st = SEED_DONE;
+    seed_fetch_close(t, r, false);
+    gn_log(GN_LOG_INFO, "training %s: rank %u's /output fetched for the restart (%llu bytes)", t->id, r,
+           (unsigned long long)s->size);
+    return;
+  }
+  for (uint32_t k = 0; k < TRAIN_SEED_WINDOW && f->next_ask < f->size; k++) {
+    if (f->slot[k].used)
+      continue;
+    f->slot[k].offset = f->next_ask;
+    f->slot[k].used = true;
+    f->slot[k].got = false;
+    f->next_ask += GN_JOB_OUTPUT_CHUNK;
+    int rc = seed_ask(t, f, f->slot[k].offset);
+    if (rc < 0) {
+      seed_fail(t, r, "cannot reach its provider: %s", gn_strerror(rc));
+      return;
+    }
+  }
+  (void)now;
+}
+
+/* A JOB_OUTPUT that answers a seed fetch: true when it was one. */
+static bool seed_on_output(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_jobmsg *m) {
+  train_glue *gl = glue_of(n);
+  uint64_t now = gn_mono_ms();
+  for (train *t = gl ? gl->list : NULL; t; t = t->next) {
+    if (!t->seeding)
+      continue;
+    for (uint32_t r = 0; r < t->nsf; r++) {
+      seed_fetch *f = &t->sf[r];
+      if ((f->st != SEED_FIRST && f->st != SEED_MORE) || strcmp(f->job_id, m->job_id) != 0 ||
+          memcmp(f->peer, peer, GN_PK_LEN) != 0)
+        continue;
+      uint32_t k = 0;
+      while (k < TRAIN_SEED_WINDOW && !(f->slot[k].used && !f->slot[k].got && f->slot[k].offset == m->offset))
+        k++;
+      if (k == TRAIN_SEED_WINDOW)
+        return false; /* not asked by the fetch (an API request's, or a repeat) */
+      f->last_heard_ms = now;
+      if (m->reason[0] && !m->data_len) {
+        if (strstr(m->reason, "busy") && f->retries < TRAIN_SEED_RETRIES) {
+          f->retries++;
+          f->retry_at_ms = now + 500;
+        } else
+          seed_fail(t, r, "its provider refused: %s", m->reason);
+      } else if (f->st == SEED_FIRST && (m->size == 0 || m->size > GN_JOB_SEED_MAX)) {
+        if (m->size == 0)
+          seed_fail(t, r, "its provider sent an empty /output");
+        else
+          seed_fail(t, r, "its /output (%llu bytes) is larger than a seed may be (%llu bytes)",
+                    (unsigned long long)m->size, (unsigned long long)GN_JOB_SEED_MAX);
+      } else if (f->st == SEED_FIRST && t->seed_reserved + m->size > TRAIN_SEED_TOTAL_MAX) {
+        seed_fail(t, r, "the group's seeds would pass %llu bytes in all", (unsigned long long)TRAIN_SEED_TOTAL_MAX);
+      } else {
+        if (f->st == SEED_FIRST) {
+          f->size = m->size;
+          t->seed_reserved += m->size;
+          f->st = SEED_MORE;
+        }
+        uint64_t due = f->size - m->offset < GN_JOB_OUTPUT_CHUNK ? f->size - m->offset : GN_JOB_OUTPUT_CHUNK;
+        if (m->size != f->size)
+          seed_fail(t, r, "its /output's snapshot changed while it was read");
+        else if (m->data_len != due)
+          seed_fail(t, r, "a chunk of %zu bytes at %llu where %llu were due", m->data_len,
+                    (unsigned long long)m->offset, (unsigned long long)due);
+        else {
+          memcpy(f->buf + (size_t)k * GN_JOB_OUTPUT_CHUNK, m->data, m->data_len);
+          f->slot[k].len = m->data_len;
+          f->slot[k].got = true;
+          seed_progress(t, r, now);
+        }
+      }
+      seed_step(t, now);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* JOB_SEED_GET: one chunk of the seed a rank's manifest names, to the
+ * provider of that rank's lease only (anyone else hears nothing, not even
+ * that the job exists). One pread per request, nothing queued. */
+void gn__trainreq_on_seed_get(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_jobmsg m;
+  if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
+    return;
+  gn_job *j = gn__job_find(n, m.job_id);
+  gn_lease *l = j ? gn__lease_find(n, j->lease_id) : NULL;
+  train *t = NULL;
+  uint32_t r = 0;
+  if (j && l && j->role == GN_ROLE_REQUESTER && l->role == GN_ROLE_REQUESTER && l->state == GN_LEASE_ACTIVE &&
+      strcmp(j->lease_id, m.lease_id) == 0 && memcmp(l->peer, peer, GN_PK_LEN) == 0) {
+    train_glue *gl = glue_of(n);
+    for (t = gl ? gl->list : NULL; t; t = t->next) {
+      for (r = 0; r < t->world && strcmp(t->ranks[r].job_id, m.job_id) != 0; r++)
+        ;
+      if (r < t->world)
+        break;
+    }
+  }
+  if (!t) {
+    gn__jobmsg_done(&m);
+    return;
+  }
+  static uint8_t chunk[GN_JOB_OUTPUT_CHUNK];
+  size_t len = 0;
+  uint64_t size = 0;
+  char why[160] = "";
+  const train_rank *tr = &t->ranks[r];
+  const train_seed *s = tr->has_seed && tr->seed_rank < TRAIN_MAX_RANKS ? &t->seeds[tr->seed_rank] : NULL;
+  if (!s || !s->have || state_final(t))
+    gn__strf(why, sizeof why, "job %s has no seed", m.job_id);
+  else if (m.offset > s->size)
+    gn__strf(why, sizeof why, "offset %llu is past the seed's %llu bytes", (unsigned long long)m.offset,
+             (unsigned long long)s->size);
+  else {
+    char path[PATH_MAX];
+    struct stat st;
+    int fd = seed_path(n, t->id, tr->seed_rank, false, path, sizeof path) == 0
+                 ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+                 : -1;
+    if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size != s->size)
+      gn__strf(why, sizeof why, "the seed of job %s is gone", m.job_id);
+    else {
+      ssize_t k = pread(fd, chunk, sizeof chunk, (off_t)m.offset);
+      uint64_t due = s->size - m.offset < sizeof chunk ? s->size - m.offset : sizeof chunk;
+      if (k < 0 || (uint64_t)k != due)
+        gn__strf(why, sizeof why, "cannot read the seed of job %s", m.job_id);
+      else {
+        len = (size_t)k;
+        size = s->size;
+      }
+    }
+    if (fd >= 0)
+      close(fd);
+  }
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn__joboutput_encode(&w, m.job_id, m.offset, why[0] ? NULL : chunk, len, why[0] || m.offset + len >= size,
+                       why[0] ? 0 : size, why);
+  gn__node_send(n, peer, GN_MSG_JOB_SEED, &w);
+  gn_wire_writer_done(&w);
+  gn__jobmsg_done(&m);
+}
+
+/* At startup: seed directories of groups that ended or are gone, and the
+ * parts of fetches the stop cut short. */
+static void seed_sweep(gn_node *n) {
+  char dir[PATH_MAX];
+  if (gn__pathf(dir, sizeof dir, "%s/train", n->cfg.data_dir) < 0)
+    return;
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  unsigned removed = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.' || !gn_id_valid(e->d_name))
+      continue;
+    train *t = train_find(n, e->d_name);
+    if (!t || state_final(t)) {
+      seed_remove_dir(n, e->d_name);
+      removed++;
+      continue;
+    }
+    for (uint32_t r = 0; r < TRAIN_MAX_RANKS; r++) {
+      char path[PATH_MAX];
+      if (seed_path(n, t->id, r, true, path, sizeof path) == 0)
+        unlink(path);
+      if (t->seeds[r].have && seed_path(n, t->id, r, false, path, sizeof path) == 0 && access(path, R_OK) != 0)
+        t->seeds[r].have = false;
+    }
+  }
+  closedir(d);
+  if (removed)
+    gn_log(GN_LOG_INFO, "removed the restart seeds of %u training jobs that ended", removed);
 }
 
 /* Saves the gang, then performs out's actions in order and arms the timer. */
@@ -595,7 +1161,7 @@ static void perform(train *t, gn_gang_out *out) {
     if (gi.phase == GN_GANG_FORMING)
       set_state(t, "forming");
     else if (gi.phase == GN_GANG_READY && !t->finished)
-      set_state(t, "running");
+      set_state(t, t->seeding ? "restarting" : "running");
     else if (gi.phase == GN_GANG_RESTARTING)
       set_state(t, "restarting");
     else if (gi.phase == GN_GANG_FAILED)
@@ -612,6 +1178,12 @@ static void perform(train *t, gn_gang_out *out) {
   if (!acts)
     return;
   memcpy(acts, out->act, nact * sizeof *acts);
+  /* A stop that a restart follows: in this call (a failed rank restarts on
+   * the same leases) or once a replacement agreed. */
+  bool restart_follows = gi.phase == GN_GANG_RESTARTING;
+  for (size_t i = 0; i < nact; i++)
+    if (acts[i].kind == GN_GANG_ACT_READY && acts[i].restart)
+      restart_follows = true;
   for (size_t i = 0; i < nact; i++) {
     const gn_gang_action *a = &acts[i];
     switch (a->kind) {
@@ -633,6 +1205,12 @@ static void perform(train *t, gn_gang_out *out) {
       release_member(t, a);
       break;
     case GN_GANG_ACT_READY:
+      if (a->restart && t->seeding) { /* started once the old ranks' checkpoints are in */
+        gn_log(GN_LOG_INFO, "training %s: every member agreed: the ranks start again once the checkpoints are in",
+               t->id);
+        t->pending_ready = a->restart;
+        break;
+      }
       gn_log(GN_LOG_INFO, "training %s: every member agreed: starting the ranks%s", t->id, a->restart ? " again" : "");
       start_ranks(t, a->restart);
       break;
@@ -640,6 +1218,9 @@ static void perform(train *t, gn_gang_out *out) {
       gn_log(GN_LOG_INFO, "training %s: stopping every rank: %s", t->id, a->reason);
       stop_jobs(t);
       t->job_failed_reported = true;
+      t->pending_ready = 0; /* the group left READY: a READY held for the seeds is void */
+      if (restart_follows)
+        seed_begin(t);
       break;
     case GN_GANG_ACT_FAILED:
       gn_log(GN_LOG_WARN, "training %s failed: %s", t->id, a->reason);
@@ -870,6 +1451,7 @@ void gn__trainreq_tick(gn_node *n, uint64_t now_ms) {
       continue;
     if (now_ms >= t->timer_at_ms)
       GANG_CALL(t, gn_gang_timer(t->g, now_ms, out));
+    seed_step(t, now_ms);
     watch(t, now_ms);
   }
 }
@@ -958,8 +1540,9 @@ static json_t *train_json(train *t) {
   }
   for (uint32_t r = 0; r < t->world; r++) {
     gn_job *j = rank_job(t, r);
-    json_t *jr = json_pack("{s:I, s:s, s:I}", "rank", (json_int_t)r, "job", t->ranks[r].job_id, "member",
-                           (json_int_t)t->ranks[r].member);
+    json_t *jr = json_pack("{s:I, s:s, s:I, s:o}", "rank", (json_int_t)r, "job", t->ranks[r].job_id, "member",
+                           (json_int_t)t->ranks[r].member, "seed",
+                           t->ranks[r].has_seed ? json_integer(t->ranks[r].seed_rank) : json_null());
     if (j) {
       gn_lease *l = gn__lease_find(t->n, j->lease_id);
       char pid[GN_NODE_ID_STRLEN] = "";
@@ -1065,6 +1648,7 @@ static void plan_work(uv_work_t *w) {
 }
 
 static void train_free(train *t) {
+  seed_abort(t);
   queue_drop(t, false);
   gn_gang_free(t->g);
   json_decref(t->argv);
@@ -1429,6 +2013,10 @@ void gn__trainreq_on_output(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   gn_jobmsg m;
   if (!gl || gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
     return;
+  if (seed_on_output(n, peer, &m)) {
+    gn__jobmsg_done(&m);
+    return;
+  }
   for (out_wait **pp = &gl->waits; *pp; pp = &(*pp)->next) {
     out_wait *w = *pp;
     if (strcmp(w->job_id, m.job_id) != 0 || memcmp(w->peer, peer, GN_PK_LEN) != 0 || w->offset != m.offset)
@@ -1513,6 +2101,10 @@ static void restore_all(gn_node *n) {
       const char *job = jstr(v, "job");
       gn__strf(t->ranks[i].job_id, sizeof t->ranks[i].job_id, "%s", job ? job : "");
       t->ranks[i].member = (uint32_t)json_integer_value(json_object_get(v, "member"));
+      json_t *sr = json_object_get(v, "seed");
+      t->ranks[i].has_seed =
+          json_is_integer(sr) && json_integer_value(sr) >= 0 && json_integer_value(sr) < TRAIN_MAX_RANKS;
+      t->ranks[i].seed_rank = t->ranks[i].has_seed ? (uint32_t)json_integer_value(sr) : 0;
       t->world = (uint32_t)i + 1;
     }
     json_array_foreach(json_object_get(d, "issued"), i, v) {
@@ -1523,6 +2115,19 @@ static void restore_all(gn_node *n) {
       gn_node_id_parse(pid, t->issued[i].provider);
       t->nissued = i + 1;
     }
+    json_array_foreach(json_object_get(d, "seeds"), i, v) {
+      json_int_t sr = json_integer_value(json_object_get(v, "rank"));
+      json_int_t size = json_integer_value(json_object_get(v, "size"));
+      const char *hex = jstr(v, "sha256");
+      size_t bl = 0;
+      if (sr < 0 || sr >= TRAIN_MAX_RANKS || size <= 0 || (uint64_t)size > GN_JOB_SEED_MAX || !hex ||
+          strlen(hex) != 64 ||
+          sodium_hex2bin(t->seeds[sr].sha256, sizeof t->seeds[sr].sha256, hex, 64, NULL, &bl, NULL) != 0 || bl != 32)
+        continue;
+      t->seeds[sr].size = (uint64_t)size;
+      t->seeds[sr].have = true;
+    }
+    gn__strf(t->seed_note, sizeof t->seed_note, "%s", jstr(d, "restart_note") ? jstr(d, "restart_note") : "");
     json_decref(d);
     t->timer_at_ms = UINT64_MAX;
     /* A group that was running is watched again (its ranks' jobs came back
@@ -1554,6 +2159,7 @@ static void restore_all(gn_node *n) {
     }
   }
   sqlite3_finalize(st);
+  seed_sweep(n);
 }
 
 void gn__trainreq_register(gn_node *n, const gn_train_ops *ops) {

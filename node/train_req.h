@@ -33,6 +33,10 @@ bool gn__trainreq_on_accept(gn_node *n, const uint8_t peer[GN_PK_LEN], const uin
 void gn__trainreq_on_reject(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *lease_id, const char *reason);
 /* A JOB_OUTPUT: the answer to a GET /v1/train/ID/output waiting for it. */
 void gn__trainreq_on_output(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
+/* A JOB_SEED_GET: a restarted rank's provider asks a chunk of the seed its
+ * manifest names; answered with a JOB_SEED only to the provider of that
+ * rank's lease. */
+void gn__trainreq_on_seed_get(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
 void gn__trainreq_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]);
 void gn__trainreq_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
 /* Timers: answer deadlines, the members' leases and ranks' jobs. */

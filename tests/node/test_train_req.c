@@ -11,13 +11,23 @@
  *     network (ranks 0..2, world 3, one group, peers' keys and endpoints
  *     consistent), the ranks' exits end the group and release every lease;
  *   - bad command lines exit 2 before anything is sent (the daemon holds no
- *     training job afterwards). */
+ *     training job afterwards);
+ *   - --restarts 1 and a rank that fails: the requester fetches every old
+ *     rank's /output, the restarted ranks' manifests name a seed whose
+ *     sha256 and size are those of what was served, each provider fetches
+ *     its seed back byte for byte with JOB_SEED_GET; a JOB_SEED_GET from
+ *     another provider, for an unknown or an old job gets nothing, one past
+ *     the end a refusal; the seed files (0600) are gone once the group
+ *     ends; with no /output to fetch the restart says it starts from
+ *     scratch and names no seed. */
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
 #include <gpunet/jobnet.h>
 #include <gpunet/offer.h>
 #include <gpunet/transport.h>
 #include <gpunet/wire.h>
+
+#include <sodium.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,7 +42,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,6 +76,13 @@ typedef struct fake_prov {
   int bills; /* debit notes accepted by the requester (we send none) */
   int stops; /* JOB_STOPs */
   int output_gets;
+  uint64_t out_size;  /* its rank's /output: this many bytes (0: OUT_BYTES + rank) */
+  bool refuse_output; /* answers JOB_OUTPUT_GET with a refusal */
+  char first_job[GN_JOB_ID_STRLEN], first_lease[GN_LEASE_ID_STRLEN];
+  uint32_t first_rank; /* of its first manifest */
+  int seed_replies;    /* JOB_SEEDs received, the last one: */
+  gn_jobmsg seed;
+  bool have_seed;
 } fake_prov;
 
 static struct {
@@ -73,7 +92,8 @@ static struct {
   uv_loop_t loop;
   fake_prov p[NPROV];
   uint64_t refused_at;
-  void (*during)(void); /* called while a gpunet command runs */
+  uint8_t req_pk[GN_PK_LEN]; /* the daemon's */
+  void (*during)(void);      /* called while a gpunet command runs */
 } W;
 
 static fake_prov *prov_of(void *ud) {
@@ -165,7 +185,11 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
       gn__jobman_done(&f->man);
     assert_int_equal(gn__jobman_decode(env->body, env->body_len, &f->man), 0);
     f->have_man = true;
-    f->manifests++;
+    if (f->manifests++ == 0) {
+      snprintf(f->first_job, sizeof f->first_job, "%s", f->man.job_id);
+      snprintf(f->first_lease, sizeof f->first_lease, "%s", f->man.lease_id);
+      f->first_rank = f->man.net.rank;
+    }
     job_status(f, peer, f->man.job_id, f->man.lease_id, "running", -1);
     char line[64];
     int len = snprintf(line, sizeof line, "hello from rank %u\nstep 1 of rank %u\n", f->man.net.rank, f->man.net.rank);
@@ -192,7 +216,16 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     gn_jobmsg q;
     assert_int_equal(gn__jobmsg_decode(env->type, env->body, env->body_len, &q), 0);
     uint32_t rank = f->have_man ? f->man.net.rank : 0;
-    uint64_t size = OUT_BYTES + rank, n = q.offset < size ? size - q.offset : 0;
+    uint64_t size = f->out_size ? f->out_size : OUT_BYTES + rank, n = q.offset < size ? size - q.offset : 0;
+    if (f->refuse_output) {
+      gn_wire_writer w;
+      gn_wire_writer_init(&w);
+      gn__joboutput_encode(&w, q.job_id, q.offset, NULL, 0, true, 0, "this job has no /output");
+      send_body(f, peer, GN_MSG_JOB_OUTPUT, &w);
+      f->output_gets++;
+      gn__jobmsg_done(&q);
+      return;
+    }
     if (n > GN_JOB_OUTPUT_CHUNK)
       n = GN_JOB_OUTPUT_CHUNK;
     static uint8_t chunk[GN_JOB_OUTPUT_CHUNK];
@@ -206,6 +239,12 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     gn__jobmsg_done(&q);
   } else if (env->type == GN_MSG_DEBIT_ACCEPT) {
     f->bills++;
+  } else if (env->type == GN_MSG_JOB_SEED) {
+    if (f->have_seed)
+      gn__jobmsg_done(&f->seed);
+    assert_int_equal(gn__jobmsg_decode(env->type, env->body, env->body_len, &f->seed), 0);
+    f->have_seed = true;
+    f->seed_replies++;
   }
 }
 
@@ -290,6 +329,7 @@ static int setup(void **state) {
   assert_non_null(mkdtemp(W.dir));
   gn_identity *req_id;
   tn_identity_for(W.dir, &req_id);
+  memcpy(W.req_pk, req_id->pk, GN_PK_LEN);
   start_daemon();
   uv_loop_init(&W.loop);
   gn_transport_cbs cbs = {.on_peer_up = on_up, .on_peer_down = on_down, .on_message = on_msg};
@@ -348,6 +388,8 @@ static int teardown(void **state) {
       tps[ntp++] = W.p[k].tp;
     if (W.p[k].have_man)
       gn__jobman_done(&W.p[k].man);
+    if (W.p[k].have_seed)
+      gn__jobmsg_done(&W.p[k].seed);
   }
   tn_inbox in = {0};
   int rc = tn_world_end(&W.loop, tps, ntp, W.daemon, &in, W.dir);
@@ -677,6 +719,230 @@ static void test_bad_cli(void **state) {
   assert_null(strstr(out, "TRAINING"));
 }
 
+/* GET PATH on the daemon's control socket: the JSON body (NULL if none). */
+static json_t *ctl_get(const char *path) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  char sock[PATH_MAX + 16];
+  snprintf(sock, sizeof sock, "%s/gpunetd.sock", W.dir);
+  assert_true(strlen(sock) < sizeof a.sun_path);
+  memcpy(a.sun_path, sock, strlen(sock) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char req[512];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: gpunetd\r\nConnection: close\r\n\r\n", path);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  static char buf[1 << 20];
+  size_t len = 0;
+  ssize_t k;
+  while (len < sizeof buf - 1 && (k = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+    len += (size_t)k;
+  close(fd);
+  buf[len] = 0;
+  char *body = strstr(buf, "\r\n\r\n");
+  return body ? json_loads(body + 4, 0, NULL) : NULL;
+}
+
+static json_t *train_status(const char *id) {
+  char path[96];
+  snprintf(path, sizeof path, "/v1/train/%s", id);
+  json_t *j = ctl_get(path);
+  json_t *t = json_incref(json_object_get(j, "train"));
+  json_decref(j);
+  return t;
+}
+
+/* Provider k sends a JOB_SEED_GET; true if a JOB_SEED came within ms. */
+static bool seed_get(int k, const char *job, const char *lease, uint64_t offset, uint64_t ms) {
+  fake_prov *f = &W.p[k];
+  int before = f->seed_replies;
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 3);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, job);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease);
+  gn_wire_put_str(&w, "offset");
+  gn_wire_put_u64(&w, offset);
+  send_body(f, W.req_pk, GN_MSG_JOB_SEED_GET, &w);
+  uint64_t end = gn_mono_ms() + ms;
+  while (f->seed_replies == before && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  return f->seed_replies > before;
+}
+
+static uint64_t out_size_of(int k, uint32_t rank) {
+  return W.p[k].out_size ? W.p[k].out_size : OUT_BYTES + rank;
+}
+
+static bool seed_file_exists(const char *id, uint32_t rank, mode_t *mode) {
+  char path[PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/train/%s/seed/rank-%u.tar", W.dir, id, rank);
+  struct stat st;
+  if (stat(path, &st) < 0)
+    return false;
+  if (mode)
+    *mode = st.st_mode & 0777;
+  return true;
+}
+
+/* Starts a 3-rank group with --restarts 1 (every provider holds its rank)
+ * and fails provider 1's rank once all run: the group's id in id. */
+static void start_and_fail_rank(char *id, size_t cap) {
+  for (int k = 0; k < NPROV; k++)
+    W.p[k].mode = HOLD;
+  char out[65536], err[16384];
+  char *args[] = {"--json", "train",   "--gpus", "3", "--restarts", "1", "--image", IMAGE, "--allow-simulated",
+                  "--",     "python3", "t.py",   NULL};
+  assert_int_equal(run_cli(40, args, out, sizeof out, err, sizeof err), 0);
+  json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+  assert_non_null(j);
+  snprintf(id, cap, "%s", json_string_value(json_object_get(j, "id")));
+  json_decref(j);
+  assert_true(id[0]);
+  uint64_t end = gn_mono_ms() + 5000;
+  while ((!W.p[0].manifests || !W.p[1].manifests || !W.p[2].manifests) && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  for (int k = 0; k < NPROV; k++) {
+    assert_int_equal(W.p[k].manifests, 1);
+    assert_false(W.p[k].man.has_seed); /* the first start has none */
+  }
+  job_status(&W.p[1], W.req_pk, W.p[1].man.job_id, W.p[1].man.lease_id, "exited", 1);
+  end = gn_mono_ms() + 20000;
+  while ((W.p[0].manifests < 2 || W.p[1].manifests < 2 || W.p[2].manifests < 2) && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  for (int k = 0; k < NPROV; k++)
+    if (W.p[k].manifests != 2) {
+      char cmd[PATH_MAX + 64];
+      snprintf(cmd, sizeof cmd, "grep -i 'train' %s/gpunetd.log | tail -n 30", W.dir);
+      (void)system(cmd);
+      fail_msg("provider %d got %d manifests, not the restart's", k, W.p[k].manifests);
+    }
+}
+
+/* --restarts 1: a failed rank restarts the group from the old ranks'
+ * /output; the seeds are served to their providers only, then removed. */
+static void test_restart_seed(void **state) {
+  (void)state;
+  W.p[0].out_size = 5 * 32768 + 1234; /* six chunks: more than the window */
+  char id[32] = "";
+  start_and_fail_rank(id, sizeof id);
+  for (int k = 0; k < NPROV; k++) {
+    fake_prov *f = &W.p[k];
+    assert_true(f->output_gets >= 1);
+    assert_string_equal(f->man.lease_id, f->first_lease); /* a failed rank restarts on the same leases */
+    assert_string_not_equal(f->man.job_id, f->first_job);
+    assert_true(f->man.output);
+    assert_true(f->man.has_seed);
+    /* The seed is the old rank's /output: same rank here (same member). */
+    assert_int_equal(f->man.net.rank, f->first_rank);
+    uint64_t size = out_size_of(k, f->first_rank);
+    assert_int_equal(f->man.seed_size, size);
+    uint8_t *want = malloc(size), sha[32];
+    for (uint64_t i = 0; i < size; i++)
+      want[i] = out_byte(f->first_rank, i);
+    crypto_hash_sha256(sha, want, size);
+    assert_memory_equal(f->man.seed_sha256, sha, 32);
+    mode_t mode = 0;
+    assert_true(seed_file_exists(id, f->first_rank, &mode));
+    assert_int_equal(mode, 0600);
+    /* Its provider fetches it back, byte for byte. */
+    uint8_t *got = malloc(size + 1);
+    uint64_t off = 0;
+    for (int guard = 0; guard < 64; guard++) {
+      assert_true(seed_get(k, f->man.job_id, f->man.lease_id, off, 3000));
+      assert_string_equal(f->seed.reason, "");
+      assert_int_equal(f->seed.offset, off);
+      assert_int_equal(f->seed.size, size);
+      assert_true(f->seed.data_len <= GN_JOB_OUTPUT_CHUNK && off + f->seed.data_len <= size);
+      memcpy(got + off, f->seed.data, f->seed.data_len);
+      off += f->seed.data_len;
+      assert_int_equal(f->seed.eof, off == size);
+      if (f->seed.eof)
+        break;
+    }
+    assert_int_equal(off, size);
+    assert_memory_equal(got, want, size);
+    free(got);
+    free(want);
+  }
+  assert_true(W.p[0].output_gets >= 6);
+  /* Attacks: another rank's provider asks for rank 1's seed with its
+   * lease; an unknown job; the old job of the same lease; nothing is sent. */
+  assert_false(seed_get(0, W.p[1].man.job_id, W.p[1].man.lease_id, 0, 700));
+  assert_false(seed_get(0, "j-0123456789ab", W.p[0].man.lease_id, 0, 700));
+  assert_false(seed_get(0, W.p[0].first_job, W.p[0].first_lease, 0, 700));
+  assert_false(seed_get(0, W.p[0].man.job_id, W.p[1].man.lease_id, 0, 700)); /* not its lease */
+  /* Past the end: a refusal, nothing else. */
+  assert_true(seed_get(2, W.p[2].man.job_id, W.p[2].man.lease_id, out_size_of(2, W.p[2].first_rank) + 1, 3000));
+  assert_non_null(strstr(W.p[2].seed.reason, "past"));
+  assert_true(W.p[2].seed.eof);
+  assert_int_equal(W.p[2].seed.data_len, 0);
+  /* A flood is answered one chunk each, and the daemon lives on. */
+  int replies = W.p[2].seed_replies;
+  for (int i = 0; i < 200; i++) {
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    gn_wire_put_map(&w, 3);
+    gn_wire_put_str(&w, "job_id");
+    gn_wire_put_str(&w, W.p[2].man.job_id);
+    gn_wire_put_str(&w, "lease_id");
+    gn_wire_put_str(&w, W.p[2].man.lease_id);
+    gn_wire_put_str(&w, "offset");
+    gn_wire_put_u64(&w, 0);
+    send_body(&W.p[2], W.req_pk, GN_MSG_JOB_SEED_GET, &w);
+  }
+  uint64_t end = gn_mono_ms() + 5000;
+  while (W.p[2].seed_replies < replies + 200 && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  assert_int_equal(W.p[2].seed_replies, replies + 200);
+  /* The status says where the restart starts from. */
+  json_t *t = train_status(id);
+  assert_non_null(t);
+  const char *note = json_string_value(json_object_get(t, "restart_note"));
+  assert_non_null(note);
+  assert_non_null(strstr(note, "restarting from the last checkpoint: /output of 3 of 3 ranks"));
+  assert_int_equal(json_array_size(json_object_get(t, "seeds")), 3);
+  json_decref(t);
+  /* The group ends: every seed file goes, nothing is served any more. */
+  char out[65536], err[16384];
+  char *sargs[] = {"stop", id, NULL};
+  assert_int_equal(run_cli(41, sargs, out, sizeof out, err, sizeof err), 0);
+  for (uint32_t r = 0; r < NPROV; r++)
+    assert_false(seed_file_exists(id, r, NULL));
+  char dir[PATH_MAX + 64];
+  snprintf(dir, sizeof dir, "%s/train/%s", W.dir, id);
+  assert_int_not_equal(access(dir, F_OK), 0);
+}
+
+/* --restarts 1 where no /output can be fetched: the restart says it starts
+ * from scratch, and its manifests name no seed. */
+static void test_restart_scratch(void **state) {
+  (void)state;
+  for (int k = 0; k < NPROV; k++)
+    W.p[k].refuse_output = true;
+  char id[32] = "";
+  start_and_fail_rank(id, sizeof id);
+  for (int k = 0; k < NPROV; k++) {
+    assert_true(W.p[k].output_gets >= 1);
+    assert_false(W.p[k].man.has_seed);
+    assert_false(seed_file_exists(id, (uint32_t)k, NULL));
+    assert_false(seed_get(k, W.p[k].man.job_id, W.p[k].man.lease_id, 0, 3000) && !W.p[k].seed.reason[0]);
+  }
+  json_t *t = train_status(id);
+  assert_non_null(t);
+  const char *note = json_string_value(json_object_get(t, "restart_note"));
+  assert_non_null(note);
+  print_message("restart note: %s\n", note);
+  assert_non_null(strstr(note, "restarting from scratch: no checkpoint could be fetched ("));
+  assert_non_null(strstr(note, "no /output"));
+  json_decref(t);
+  char out[65536], err[16384];
+  char *sargs[] = {"stop", id, NULL};
+  assert_int_equal(run_cli(42, sargs, out, sizeof out, err, sizeof err), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bad_cli, setup, teardown),
@@ -686,6 +952,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_logs_and_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_outputs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_while_forming, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_restart_seed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_restart_scratch, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
