@@ -32,8 +32,9 @@ void gn_gpu_model_norm(const char *s, char *buf, size_t cap) {
 }
 
 static const char *const key_names[] = {
-    [GN_FILTER_GPU] = "gpu",     [GN_FILTER_VRAM] = "vram",           [GN_FILTER_PRICE] = "price",
-    [GN_FILTER_COUNT] = "count", [GN_FILTER_SIMULATED] = "simulated", [GN_FILTER_CONFINED] = "confined",
+    [GN_FILTER_GPU] = "gpu",           [GN_FILTER_VRAM] = "vram",           [GN_FILTER_PRICE] = "price",
+    [GN_FILTER_COUNT] = "count",       [GN_FILTER_SIMULATED] = "simulated", [GN_FILTER_CONFINED] = "confined",
+    [GN_FILTER_TRAINING] = "training",
 };
 
 /* Longest operators first so "<=" is not read as "<". */
@@ -107,7 +108,7 @@ static int parse_term(const char *s, size_t len, gn_filter_term *t, char *err, s
     if (strcasecmp(key, key_names[i]) == 0)
       k = i;
   if (k == GN_ARRAY_SIZE(key_names)) {
-    snprintf(err, cap, "unknown filter key '%s' (known: gpu, vram, price, count, simulated, confined)", key);
+    snprintf(err, cap, "unknown filter key '%s' (known: gpu, vram, price, count, simulated, confined, training)", key);
     return GN_EINVAL;
   }
   t->key = (enum gn_filter_key)k;
@@ -116,7 +117,8 @@ static int parse_term(const char *s, size_t len, gn_filter_term *t, char *err, s
     snprintf(err, cap, "filter term '%.100s' has no value", term);
     return GN_EINVAL;
   }
-  bool eq_only = t->key == GN_FILTER_GPU || t->key == GN_FILTER_SIMULATED || t->key == GN_FILTER_CONFINED;
+  bool eq_only = t->key == GN_FILTER_GPU || t->key == GN_FILTER_SIMULATED || t->key == GN_FILTER_CONFINED ||
+                 t->key == GN_FILTER_TRAINING;
   if (eq_only && t->op != GN_FILTER_EQ && t->op != GN_FILTER_NE) {
     snprintf(err, cap, "operator '%s' does not apply to %s (use = or !=)", op_text(t->op), key_names[k]);
     return GN_EINVAL;
@@ -144,7 +146,8 @@ static int parse_term(const char *s, size_t len, gn_filter_term *t, char *err, s
     }
     return 0;
   case GN_FILTER_SIMULATED:
-  case GN_FILTER_CONFINED: {
+  case GN_FILTER_CONFINED:
+  case GN_FILTER_TRAINING: {
     bool yes = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
     bool no = strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0 || strcmp(v, "0") == 0;
     if (!yes && !no) {
@@ -254,6 +257,9 @@ static bool term_match(const gn_filter_term *t, const gn_offer *o) {
   case GN_FILTER_CONFINED:
     /* Confined: the provider's signed offer admits to no missing isolation. */
     return cmp(!o->no_userns && !o->unenforced_limits ? 1 : 0, t->op, t->num);
+  case GN_FILTER_TRAINING:
+    /* The provider's signed offer says it takes ranks of training jobs. */
+    return cmp(o->training ? 1 : 0, t->op, t->num);
   }
   return false;
 }

@@ -6,8 +6,9 @@
  * by spaces or commas, all must hold. Keys: gpu (= or !=, case-insensitive
  * substring ignoring spaces, dashes and an "NVIDIA"/"GeForce" prefix), vram
  * (GiB, rounded), price (currency units per GPU-hour), count (GPUs free),
- * simulated (true/false). Operators: = != < <= > >= (== is =). A bare word
- * after a gpu term continues the model, so "gpu=RTX 4090 vram>=24" works. */
+ * simulated, confined and training (true/false). Operators: = != < <= > >=
+ * (== is =). A bare word after a gpu term continues the model, so
+ * "gpu=RTX 4090 vram>=24" works. */
 #ifndef GPUNET_FILTER_H
 #define GPUNET_FILTER_H
 
@@ -25,7 +26,8 @@ enum gn_filter_key {
   GN_FILTER_PRICE,
   GN_FILTER_COUNT,
   GN_FILTER_SIMULATED,
-  GN_FILTER_CONFINED /* the offer says neither no_userns nor unenforced_limits */
+  GN_FILTER_CONFINED, /* the offer says neither no_userns nor unenforced_limits */
+  GN_FILTER_TRAINING  /* the offer says it takes ranks of training jobs */
 };
 enum gn_filter_op { GN_FILTER_EQ, GN_FILTER_NE, GN_FILTER_LT, GN_FILTER_LE, GN_FILTER_GT, GN_FILTER_GE };
 
@@ -33,7 +35,7 @@ typedef struct gn_filter_term {
   enum gn_filter_key key;
   enum gn_filter_op op;
   char text[64]; /* gpu: the normalized model fragment */
-  uint64_t num;  /* vram GiB, price micro-units, count, simulated 0/1 */
+  uint64_t num;  /* vram GiB, price micro-units, count, simulated/confined/training 0/1 */
 } gn_filter_term;
 
 typedef struct gn_filter {

@@ -28,6 +28,9 @@ static void test_filter_matches_table(void **state) {
   gn_offer oh100 = offer("NVIDIA H100 80GB HBM3", 81559, 2500000, 8, true);
   o3090.unenforced_limits = true; /* what its signed offer says */
   oh100.no_userns = true;
+  o4090.training = true; /* takes ranks of training jobs, on these UDP ports */
+  o4090.jobnet_port_lo = 51820;
+  o4090.jobnet_port_hi = 51899;
   static const struct {
     const char *filter;
     bool m4090, m3090, mh100;
@@ -69,6 +72,12 @@ static void test_filter_matches_table(void **state) {
       {"Confined=yes gpu=rtx", true, false, false},
       {"confined=0 simulated=false", false, true, false},
       {"GPU=4090", true, false, false},
+      {"training=true", true, false, false},
+      {"training=false", false, true, true},
+      {"training!=true", false, true, true},
+      {"Training=YES vram>=24", true, false, false},
+      {"training=1 gpu=3090", false, false, false},
+      {"training=no confined=false", false, true, true},
   };
   for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
     gn_filter f;
@@ -91,7 +100,8 @@ static void test_filter_rejects_bad_input_table(void **state) {
     int code;
     const char *msg; /* must appear in the error */
   } cases[] = {
-      {"vrm>=24", GN_EINVAL, "unknown filter key 'vrm' (known: gpu, vram, price, count, simulated, confined)"},
+      {"vrm>=24", GN_EINVAL,
+       "unknown filter key 'vrm' (known: gpu, vram, price, count, simulated, confined, training)"},
       {"vram24", GN_EINVAL, "bad filter term 'vram24'"},
       {"count>=1 4090", GN_EINVAL, "bad filter term '4090'"},
       {">=24", GN_EINVAL, "bad filter term"},
@@ -108,6 +118,9 @@ static void test_filter_rejects_bad_input_table(void **state) {
       {"simulated=maybe", GN_EINVAL, "simulated must be true or false"},
       {"confined>=1", GN_EINVAL, "operator '>=' does not apply to confined"},
       {"confined=sandboxed", GN_EINVAL, "confined must be true or false, not 'sandboxed'"},
+      {"training<1", GN_EINVAL, "operator '<' does not apply to training"},
+      {"training=maybe", GN_EINVAL, "training must be true or false, not 'maybe'"},
+      {"training=", GN_EINVAL, "has no value"},
       {"gpu=nvidia", GN_EINVAL, "names no model"},
       {"gpu=rtx4090aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", GN_ETOOBIG, "too long"},
       {"count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 count=1 "
