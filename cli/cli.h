@@ -102,6 +102,14 @@ int cli_want_args(int argc, char **argv, int nargs, const char *what);
 int cli_check_id(const char *cmd, const char *what, const char *id);
 /* The same for a --env entry: NAME=VALUE with NAME [A-Za-z_][A-Za-z0-9_]*. */
 int cli_check_env(const char *cmd, const char *entry);
+/* A memory size for --memory (run, train): digits and an optional K, M, G or
+ * T (powers of 1024, optionally followed by "iB" or "B"); plain digits are
+ * MiB. It must be a whole number of MiB. Returns false on anything else. A
+ * huge number is not an error here: it saturates, and the range check
+ * (CLI_MEMORY_MIB_MIN..MAX, what gpunetd accepts) names it. In cmd_jobs.c. */
+#define CLI_MEMORY_MIB_MIN 16u
+#define CLI_MEMORY_MIB_MAX (1u << 20) /* 1 TiB */
+bool cli_parse_memory_mib(const char *v, uint64_t *ret);
 /* prefix + "/" + urlencoded id + suffix ("/v1/jobs", id, "/logs"). Caller
  * frees; NULL when out of memory. */
 char *cli_path(const char *prefix, const char *id, const char *suffix);

@@ -14,16 +14,10 @@
 #define CLI_MAX_ENV 256
 /* What gpunetd accepts for a job's limits (it refuses anything else too);
  * checked here as well so a typo is a usage error before any request. */
-#define CLI_MEMORY_MIB_MIN 16u
-#define CLI_MEMORY_MIB_MAX (1u << 20) /* 1 TiB */
 #define CLI_PIDS_MIN 8u
 #define CLI_PIDS_MAX 4096u
 
-/* A memory size for --memory: digits and an optional K, M, G or T (powers of
- * 1024, optionally followed by "iB" or "B"); plain digits are MiB. It must be
- * a whole number of MiB. Returns false on anything else. A huge number is not
- * an error here: it saturates, and the range check names it. */
-static bool parse_memory_mib(const char *v, uint64_t *ret) {
+bool cli_parse_memory_mib(const char *v, uint64_t *ret) {
   uint64_t n = 0;
   const char *p = v;
   for (; *p >= '0' && *p <= '9'; p++)
@@ -222,7 +216,7 @@ int cmd_run(cli *c, int argc, char **argv) {
       follow = true;
       break;
     case 'm':
-      if (!parse_memory_mib(optarg, &memory_mib)) {
+      if (!cli_parse_memory_mib(optarg, &memory_mib)) {
         rc = cli_usage_error("run", "--memory '%s' is not a size such as 512M or 2G (whole MiB)", optarg);
         goto out;
       }

@@ -12,7 +12,7 @@
 
 static void offer_row(cli_table *t, const json_t *of, size_t i) {
   (void)i;
-  char prov[64], vram[32], freec[32], price[64], maxh[32], exp[32];
+  char prov[64], vram[32], freec[32], price[64], maxh[32], exp[32], training[32];
   cli_fmt_node(cli_str(of, "provider"), prov, sizeof(prov));
   snprintf(vram, sizeof(vram), "%lld GiB", (long long)llround((double)cli_int(of, "vram_mib", 0) / 1024.0));
   snprintf(freec, sizeof(freec), "%lld/%lld", (long long)cli_int(of, "gpus_free", 0),
@@ -33,6 +33,18 @@ static void offer_row(cli_table *t, const json_t *of, size_t i) {
                           : no_userns            ? "NO-USERNS"
                           : no_limits            ? "NO-LIMITS"
                                                  : "full";
+  /* Whether it takes ranks of gpunet train jobs, and their UDP ports ("-":
+   * a gpunetd that does not say). */
+  const json_t *tr = json_object_get(of, "training"), *ports = json_object_get(of, "jobnet_ports");
+  if (!json_is_boolean(tr))
+    snprintf(training, sizeof(training), "-");
+  else if (!json_is_true(tr))
+    snprintf(training, sizeof(training), "no");
+  else if (json_is_integer(json_array_get(ports, 0)) && json_is_integer(json_array_get(ports, 1)))
+    snprintf(training, sizeof(training), "yes %lld-%lld", (long long)json_integer_value(json_array_get(ports, 0)),
+             (long long)json_integer_value(json_array_get(ports, 1)));
+  else
+    snprintf(training, sizeof(training), "yes");
   const char *row[] = {cli_str(of, "id"),
                        prov,
                        cli_str(of, "gpu_model"),
@@ -42,6 +54,7 @@ static void offer_row(cli_table *t, const json_t *of, size_t i) {
                        maxh,
                        cli_bool(of, "simulated") ? "SIMULATED" : "real",
                        isolation,
+                       training,
                        exp};
   cli_table_row(t, row);
 }
@@ -90,8 +103,8 @@ int cmd_offers(cli *c, int argc, char **argv) {
     snprintf(empty, sizeof(empty), "no offers match '%s'", filter);
   else
     snprintf(empty, sizeof(empty), "no offers known yet (is this node connected? see gpunet peers)");
-  static const char *const hdr[] = {"OFFER", "PROVIDER", "GPU",  "VRAM",      "FREE",
-                                    "PRICE", "MAX",      "KIND", "ISOLATION", "EXPIRES"};
+  static const char *const hdr[] = {"OFFER", "PROVIDER", "GPU",       "VRAM",     "FREE",   "PRICE",
+                                    "MAX",   "KIND",     "ISOLATION", "TRAINING", "EXPIRES"};
   const cli_list_spec spec = {"offers", empty, GN_ARRAY_SIZE(hdr), hdr, offer_row};
   return cli_list(c, path, &spec);
 }

@@ -110,6 +110,21 @@ int cmd_id(cli *c, int argc, char **argv) {
   return CLI_OK;
 }
 
+/* A provider's training setting: whether ranks of gpunet train jobs run here,
+ * their job network's UDP ports and how many run now. */
+static void show_training(const json_t *tr) {
+  if (!json_is_object(tr))
+    return;
+  const char *ports = json_string_value(json_object_get(tr, "jobnet_ports"));
+  if (!json_is_true(json_object_get(tr, "enabled"))) {
+    printf("%-10s off: this provider takes no ranks of training jobs\n", "training");
+    return;
+  }
+  long long ranks = (long long)json_integer_value(json_object_get(tr, "ranks"));
+  printf("%-10s on, job network UDP ports %s, %lld rank%s running\n", "training", ports ? ports : "?", ranks,
+         ranks == 1 ? "" : "s");
+}
+
 static void show_status(const json_t *j, const void *ctx) {
   (void)ctx;
   static const struct {
@@ -129,6 +144,7 @@ static void show_status(const json_t *j, const void *ctx) {
       text = buf;
     printf("%-10s %s\n", rows[i].label, text);
   }
+  show_training(json_object_get(j, "training"));
   /* A provider's isolation in one line each: what a renter's job gets, and
    * how much of the provider's budgets its jobs hold now. */
   const json_t *iso = json_object_get(j, "isolation");

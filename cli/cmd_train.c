@@ -22,6 +22,11 @@
 #define TRAIN_POLL_US (300 * 1000)
 #define TRAIN_SETTLE_WAIT_S 10 /* how long the end waits for the final invoices */
 #define TRAIN_COST_EVERY_S 10  /* the running cost, at most this often */
+/* The largest --max-price and --max-spend in micro-units: what gpunetd takes
+ * (max_price up to INT64_MAX / 1024), and a group cap that stays far from
+ * overflow when gpunetd splits it over the leases by their GPUs. */
+#define TRAIN_MAX_PRICE_MICRO ((uint64_t)INT64_MAX / 1024)
+#define TRAIN_MAX_SPEND_MICRO ((uint64_t)INT64_MAX / 1024)
 
 static uint64_t now_ms(void) {
   struct timespec ts;
@@ -440,11 +445,19 @@ int cli_train_logs(cli *c, const char *id, long rank, bool follow) {
 
 /* --- the command ----------------------------------------------------------------------*/
 
+static int too_large(const char *opt, const char *v, uint64_t max_micro) {
+  return cli_usage_error("train", "%s '%s' is too large (at most %llu.%06llu)", opt, v,
+                         (unsigned long long)(max_micro / 1000000u), (unsigned long long)(max_micro % 1000000u));
+}
+
 int cmd_train(cli *c, int argc, char **argv) {
   static const struct option opts[] = {{"gpus", required_argument, NULL, 'g'},
                                        {"per-node", required_argument, NULL, 'k'},
                                        {"image", required_argument, NULL, 'i'},
                                        {"max-price", required_argument, NULL, 'P'},
+                                       {"max-spend", required_argument, NULL, 'M'},
+                                       {"memory", required_argument, NULL, 'm'},
+                                       {"no-attest", no_argument, NULL, 'A'},
                                        {"hours", required_argument, NULL, 'H'},
                                        {"output", required_argument, NULL, 'o'},
                                        {"env", required_argument, NULL, 'e'},
@@ -461,8 +474,8 @@ int cmd_train(cli *c, int argc, char **argv) {
     }
   long gpus = 0, per_node = 0, restarts = 0;
   const char *image = NULL, *output = NULL, *hours_s = NULL;
-  uint64_t max_price = 0;
-  bool allow_sim = false, follow = false;
+  uint64_t max_price = 0, max_spend = 0, memory_mib = 0; /* 0: not given, gpunetd's default */
+  bool allow_sim = false, follow = false, attest = true;
   json_t *env = json_array(), *cmd = json_array(), *body = NULL;
   int rc = CLI_FAIL, o;
   if (!env || !cmd) {
@@ -490,6 +503,10 @@ int cmd_train(cli *c, int argc, char **argv) {
       image = optarg;
       break;
     case 'P':
+      if (gn_price_parse(optarg, &max_price) == 0 && max_price > TRAIN_MAX_PRICE_MICRO) {
+        rc = too_large("--max-price", optarg, TRAIN_MAX_PRICE_MICRO);
+        goto out;
+      }
       if (gn_price_parse(optarg, &max_price) < 0 || max_price == 0) {
         rc = cli_usage_error("train",
                              "--max-price wants the most to pay per GPU-hour, like 0.50 (at most 6 decimals), not "
@@ -497,6 +514,33 @@ int cmd_train(cli *c, int argc, char **argv) {
                              optarg);
         goto out;
       }
+      break;
+    case 'M':
+      if (gn_price_parse(optarg, &max_spend) == 0 && max_spend > TRAIN_MAX_SPEND_MICRO) {
+        rc = too_large("--max-spend", optarg, TRAIN_MAX_SPEND_MICRO);
+        goto out;
+      }
+      if (gn_price_parse(optarg, &max_spend) < 0 || max_spend == 0) {
+        rc = cli_usage_error("train",
+                             "--max-spend wants the most to pay for the whole group, like 20.00 (at most 6 "
+                             "decimals), not '%s'",
+                             optarg);
+        goto out;
+      }
+      break;
+    case 'm':
+      if (!cli_parse_memory_mib(optarg, &memory_mib)) {
+        rc = cli_usage_error("train", "--memory '%s' is not a size such as 512M or 4G (whole MiB)", optarg);
+        goto out;
+      }
+      if (memory_mib < CLI_MEMORY_MIB_MIN || memory_mib > CLI_MEMORY_MIB_MAX) {
+        rc = cli_usage_error("train", "--memory '%s' is outside %uM..%uG", optarg, CLI_MEMORY_MIB_MIN,
+                             CLI_MEMORY_MIB_MAX >> 10);
+        goto out;
+      }
+      break;
+    case 'A':
+      attest = false;
       break;
     case 'H':
       hours_s = optarg;
@@ -589,10 +633,13 @@ int cmd_train(cli *c, int argc, char **argv) {
     }
   }
   json_t *jh = hours == floor(hours) ? json_integer((json_int_t)hours) : json_real(hours);
-  body = json_pack("{s:I, s:I, s:s, s:o, s:O, s:O, s:b, s:I, s:b}", "gpus", (json_int_t)gpus, "per_node",
+  /* "attest" like rent's body: gpunetd ignores a key it does not know. */
+  body = json_pack("{s:I, s:I, s:s, s:o, s:O, s:O, s:b, s:I, s:b, s:b}", "gpus", (json_int_t)gpus, "per_node",
                    (json_int_t)per_node, "image", image, "hours", jh, "env", env, "argv", cmd, "output", output != NULL,
-                   "restarts", (json_int_t)restarts, "allow_simulated", allow_sim);
-  if (body && max_price && json_object_set_new(body, "max_price", json_integer((json_int_t)max_price)) < 0) {
+                   "restarts", (json_int_t)restarts, "allow_simulated", allow_sim, "attest", attest);
+  if (body && ((max_price && json_object_set_new(body, "max_price", json_integer((json_int_t)max_price)) < 0) ||
+               (max_spend && json_object_set_new(body, "max_spend", json_integer((json_int_t)max_spend)) < 0) ||
+               (memory_mib && json_object_set_new(body, "memory_mib", json_integer((json_int_t)memory_mib)) < 0))) {
     json_decref(body);
     body = NULL;
   }

@@ -62,10 +62,12 @@ static void on_status(gn_ctl_req *r, void *ud) {
       json_pack("{s:b, s:b, s:s, s:i, s:i, s:i, s:i, s:f, s:b}", "limits_enforced", 0, "user_namespaces", 0,
                 "user_namespaces_why", "max_user_namespaces is 0", "memory_used_mib", 1024, "memory_budget_mib", 12052,
                 "pids_used", 64, "pids_budget", 16384, "cpu_budget", 1.5, "disk_low", 1);
+  json_t *tr = json_pack("{s:b, s:s, s:i}", "enabled", 1, "jobnet_ports", "51820-51899", "ranks", 1);
   gn_ctl_reply_json(r, 200,
-                    json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:i, s:i, s:i, s:i, s:o}", "node_id", PROVIDER, "version",
-                              "0.1.0", "listen", "127.0.0.1:7946", "data_dir", "/x", "provider", 1, "runtime", "runc",
-                              "peers", 2, "offers", 3, "leases", 1, "jobs", 0, "isolation", iso));
+                    json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:i, s:i, s:i, s:i, s:o, s:o}", "node_id", PROVIDER,
+                              "version", "0.1.0", "listen", "127.0.0.1:7946", "data_dir", "/x", "provider", 1,
+                              "runtime", "runc", "peers", 2, "offers", 3, "leases", 1, "jobs", 0, "isolation", iso,
+                              "training", tr));
 }
 
 static void on_offers(gn_ctl_req *r, void *ud) {
@@ -89,6 +91,10 @@ static void on_offers(gn_ctl_req *r, void *ud) {
   json_object_set_new(o1, "unenforced_limits", json_false());
   json_object_set_new(o2, "no_userns", json_true());
   json_object_set_new(o2, "unenforced_limits", json_true());
+  /* o1's provider takes ranks of training jobs, o2's runs --no-training. */
+  json_object_set_new(o1, "training", json_true());
+  json_object_set_new(o1, "jobnet_ports", json_pack("[i, i]", 51820, 51899));
+  json_object_set_new(o2, "training", json_false());
   gn_ctl_reply_json(r, 200, json_pack("{s:[o,o]}", "offers", o1, o2));
 }
 
@@ -158,6 +164,30 @@ static void on_stop(gn_ctl_req *r, void *ud) {
   gn_ctl_reply_json(r, 200, json_pack("{s:{s:s, s:s}}", "job", "id", gn_ctl_req_param(r, "id"), "state", "stopped"));
 }
 
+/* POST /v1/train: the plan of one provider; GET /v1/train/ID: running (for
+ * that id only). */
+static void on_train(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  json_t *p =
+      json_pack("{s:i, s:s, s:s, s:s, s:i, s:i, s:i, s:i}", "node", 0, "provider", PROVIDER, "offer", "o-aaaaaaaaaaaa",
+                "addr", "10.0.0.1:7946", "gpus", 2, "price_uper_hour", 400000, "rtt_ms", 3, "first_rank", 0);
+  gn_ctl_reply_json(r, 202,
+                    json_pack("{s:s, s:{s:i, s:i, s:i, s:s, s:i, s:[o]}}", "id", "j-00aa11bb22cc", "plan", "gpus", 2,
+                              "nodes", 1, "per_node", 2, "currency", "EUR", "total_uper_hour", 800000, "providers", p));
+}
+
+static void on_train_get(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  if (strcmp(gn_ctl_req_param(r, "id"), "j-00aa11bb22cc") != 0) { /* logs and stop ask first: not a training job */
+    gn_ctl_reply_error(r, 404, "no training job %s", gn_ctl_req_param(r, "id"));
+    return;
+  }
+  gn_ctl_reply_json(r, 200,
+                    json_pack("{s:{s:s, s:s, s:[], s:[]}}", "train", "id", gn_ctl_req_param(r, "id"), "state",
+                              "running", "members", "ranks"));
+}
+
 static const char export_doc[] = "{\"format\": \"gpunet-invoice/1\",   \"odd spacing\": [1, 2]}\n";
 
 static void on_export(gn_ctl_req *r, void *ud) {
@@ -207,6 +237,8 @@ static int setup(void **state) {
   gn_ctl_route(f->ctl, "GET", "/v1/jobs", on_jobs, f);
   gn_ctl_route(f->ctl, "POST", "/v1/jobs/:id/stop", on_stop, f);
   gn_ctl_route(f->ctl, "GET", "/v1/invoices/:id/export", on_export, f);
+  gn_ctl_route(f->ctl, "POST", "/v1/train", on_train, f);
+  gn_ctl_route(f->ctl, "GET", "/v1/train/:id", on_train_get, f);
   pthread_create(&f->thread, NULL, loop_main, f);
   *state = f;
   return 0;
@@ -302,6 +334,7 @@ static void test_cli_status_table_and_json(void **state) {
   assert_contains(r->out, "isolation  NO USER NAMESPACES (jobs' root is host root), LIMITS NOT ENFORCED: "
                           "max_user_namespaces is 0");
   assert_contains(r->out, "budgets    memory 1024/12052 MiB, pids 64/16384, cpu 1.50, DISK BELOW RESERVE");
+  assert_contains(r->out, "training   on, job network UDP ports 51820-51899, 1 rank running\n");
   r = run(f, "--json status");
   assert_int_equal(r->code, 0);
   json_t *j = json_loads(r->out, 0, NULL);
@@ -333,6 +366,15 @@ static void test_cli_offers_sends_filter_and_marks_simulated(void **state) {
   assert_non_null(eol);
   const char *full = strstr(line1, " full ");
   assert_true(full && full < eol);
+  /* Whether each provider takes ranks of training jobs, and on which ports. */
+  assert_contains(r->out, "TRAINING");
+  const char *tr1 = strstr(line1, " yes 51820-51899 ");
+  assert_true(tr1 && tr1 < eol);
+  const char *line2 = strstr(r->out, "o-bbbbbbbbbbbb");
+  assert_non_null(line2);
+  const char *eol2 = strchr(line2, '\n'), *tr2 = strstr(line2, " no ");
+  assert_true(tr2 && eol2 && tr2 < eol2);
+  assert_null(strstr(line2, "yes"));
   /* Columns line up: every line has the PRICE column at the same place. */
   const char *hdr = strstr(r->out, "PRICE");
   const char *row = strstr(r->out, "0.40 EUR/h");
@@ -347,6 +389,22 @@ static void test_cli_offers_sends_filter_and_marks_simulated(void **state) {
   assert_int_equal(r->code, 0);
   assert_contains(r->out, "\"no_userns\": true");
   assert_contains(r->out, "\"unenforced_limits\": true");
+  assert_contains(r->out, "\"jobnet_ports\": [");
+  /* The training key goes to gpunetd as written; a bad one never leaves. */
+  r = run(f, "offers training=true");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(f->last_filter, "training=true");
+  r = run(f, "offers 'gpu=rtx training=false'");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(f->last_filter, "gpu=rtx training=false");
+  static const char *const bad[] = {"offers training=maybe", "offers 'training>=1'", "offers training="};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
+    snprintf(f->last_filter, sizeof(f->last_filter), "untouched");
+    r = run(f, bad[i]);
+    if (r->code != 2 || !strstr(r->err, "training"))
+      fail_msg("'gpunet %s' exited %d, want 2 naming training: %s", bad[i], r->code, r->err);
+    assert_string_equal(f->last_filter, "untouched");
+  }
 }
 
 static void test_cli_rent_body_matches_contract(void **state) {
@@ -474,6 +532,97 @@ static void test_cli_run_sends_memory_and_pids(void **state) {
     snprintf(args, sizeof(args), "run l-00112233445566778 --image busybox %s -- true", bad[i].args);
     if (strcmp(bad[i].args, "--memory") == 0)
       snprintf(args, sizeof(args), "run l-00112233445566778 --image busybox --memory");
+    r = run(f, args);
+    if (r->code != 2 || !strstr(r->err, bad[i].says))
+      fail_msg("'gpunet %s' exited %d, want 2 and '%s': %s", args, r->code, bad[i].says, r->err);
+    assert_null(f->last_body);
+  }
+}
+
+static void forget_body(fixture *f) {
+  pthread_mutex_lock(&f->lock);
+  json_decref(f->last_body);
+  f->last_body = NULL;
+  pthread_mutex_unlock(&f->lock);
+}
+
+/* gpunet train's --max-spend, --memory and --no-attest reach POST /v1/train
+ * as max_spend (micro-units), memory_mib and attest; bad values are usage
+ * errors and nothing is sent. */
+static void test_cli_train_sends_spend_memory_and_attest(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  /* Without them: no cap, gpunetd's default memory, attestation asked. */
+  run_result *r = run(f, "train --gpus 2 --image 127.0.0.1:5000/x:1 -- true");
+  if (r->code != 0)
+    fail_msg("train exited %d: %s", r->code, r->err);
+  assert_contains(r->out, "training j-00aa11bb22cc: 2 GPUs on 1 provider");
+  assert_int_equal(json_integer_value(json_object_get(f->last_body, "gpus")), 2);
+  assert_null(json_object_get(f->last_body, "max_spend"));
+  assert_null(json_object_get(f->last_body, "memory_mib"));
+  assert_true(json_is_true(json_object_get(f->last_body, "attest")));
+  static const struct {
+    const char *args;
+    json_int_t max_spend, memory_mib;
+    bool attest;
+  } good[] = {
+      {"--max-spend 20", 20000000, 0, true},
+      {"--max-spend 0.000001", 1, 0, true},
+      {"--max-spend=2.5 --memory 4G --no-attest", 2500000, 4096, false},
+      {"--memory 512M", 0, 512, true},
+      {"--memory=1536", 0, 1536, true},
+      {"--memory 16m --no-attest", 0, 16, false},
+      {"--memory 1T", 0, 1048576, true},
+      {"--max-price 0.50 --max-spend 9007199254.740991", 9007199254740991, 0, true}, /* the largest */
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(good); i++) {
+    char args[256];
+    snprintf(args, sizeof(args), "train --gpus 2 --image 127.0.0.1:5000/x:1 %s -- true", good[i].args);
+    forget_body(f);
+    r = run(f, args);
+    if (r->code != 0 || !f->last_body)
+      fail_msg("'gpunet %s' exited %d: %s", args, r->code, r->err);
+    const json_t *s = json_object_get(f->last_body, "max_spend"), *m = json_object_get(f->last_body, "memory_mib");
+    if (good[i].max_spend ? json_integer_value(s) != good[i].max_spend : s != NULL)
+      fail_msg("'%s' sent max_spend %lld, want %lld", good[i].args, (long long)json_integer_value(s),
+               (long long)good[i].max_spend);
+    if (good[i].memory_mib ? json_integer_value(m) != good[i].memory_mib : m != NULL)
+      fail_msg("'%s' sent memory_mib %lld, want %lld", good[i].args, (long long)json_integer_value(m),
+               (long long)good[i].memory_mib);
+    if (json_is_true(json_object_get(f->last_body, "attest")) != good[i].attest ||
+        !json_is_boolean(json_object_get(f->last_body, "attest")))
+      fail_msg("'%s' sent attest %s", good[i].args,
+               json_is_true(json_object_get(f->last_body, "attest")) ? "true" : "not true");
+  }
+  static const struct {
+    const char *args, *says;
+  } bad[] = {
+      {"--max-spend 0", "--max-spend wants the most to pay for the whole group, like 20.00"},
+      {"--max-spend 0.000000", "--max-spend wants"},
+      {"--max-spend -1", "--max-spend wants"},
+      {"--max-spend 1.1234567", "--max-spend wants"},
+      {"--max-spend 2,50", "--max-spend wants"},
+      {"--max-spend ''", "--max-spend wants"},
+      {"--max-spend 'EUR 5'", "--max-spend wants"},
+      {"--max-spend 9007199254.740992", "--max-spend '9007199254.740992' is too large (at most 9007199254.740991)"},
+      {"--max-spend 99999999999999999999999", "--max-spend wants"},
+      {"--max-price 9007199254.740992", "--max-price '9007199254.740992' is too large"},
+      {"--memory 0", "--memory '0' is outside 16M..1024G"},
+      {"--memory 8M", "--memory '8M' is outside"},
+      {"--memory 2T", "--memory '2T' is outside"},
+      {"--memory 1.5G", "--memory '1.5G' is not a size"},
+      {"--memory 1000K", "is not a size"},
+      {"--memory 4X", "is not a size"},
+      {"--memory ''", "is not a size"},
+      {"--memory -1G", "is not a size"},
+      {"--no-attest=yes", "unknown option '--no-attest=yes'"},
+      {"--memory", "option '--memory' needs a value"},
+      {"--max-spend", "option '--max-spend' needs a value"},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(bad); i++) {
+    forget_body(f);
+    char args[256];
+    snprintf(args, sizeof(args), "train --gpus 2 --image 127.0.0.1:5000/x:1 %s -- true", bad[i].args);
     r = run(f, args);
     if (r->code != 2 || !strstr(r->err, bad[i].says))
       fail_msg("'gpunet %s' exited %d, want 2 and '%s': %s", args, r->code, bad[i].says, r->err);
@@ -628,6 +777,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cli_release_prints_bill, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_run_follow_streams_and_exits_with_job_code, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_run_sends_memory_and_pids, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_train_sends_spend_memory_and_attest, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_logs_without_follow_prints_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_follow_of_failed_job_says_why, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_stop, setup, teardown),

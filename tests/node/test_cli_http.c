@@ -316,6 +316,30 @@ static void test_query_escaped(void **state) {
   assert_contains(f->request, "filter=gpu%3Drtx4090%20vram%3E%3D24");
 }
 
+/* A provider with training off says so in gpunet status; a gpunetd whose
+ * offers do not say whether they take training jobs shows "-" there. */
+static void test_training_off_and_unsaid(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  static const script st = {
+      .pieces = {"HTTP/1.1 200 OK\r\n\r\n{\"node_id\":\"gn-test-node\",\"provider\":true,\"training\":"
+                 "{\"enabled\":false,\"jobnet_ports\":\"51820-51899\",\"ranks\":0}}",
+                 NULL}};
+  run_result *r = run(f, &st, "status");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "training   off: this provider takes no ranks of training jobs\n");
+  assert_null(strstr(r->out, "51820"));
+  static const script of = {
+      .pieces = {"HTTP/1.1 200 OK\r\n\r\n{\"offers\":[{\"id\":\"o-cccccccccccc\",\"gpu_model\":\"RTX 4090\"}]}", NULL}};
+  r = run(f, &of, "offers");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "TRAINING");
+  const char *row = strstr(r->out, "o-cccccccccccc");
+  assert_non_null(row);
+  assert_non_null(strstr(row, " full       -         expired")); /* ISOLATION, TRAINING, EXPIRES */
+  assert_null(strstr(row, "yes"));
+}
+
 /* No daemon at all: the message says how to start one. */
 static void test_not_running(void **state) {
   SKIP_IF_NO_BINARY();
@@ -344,6 +368,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_truncated_chunks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_http_and_silence, setup, teardown),
       cmocka_unit_test_setup_teardown(test_query_escaped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_training_off_and_unsaid, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_running, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
