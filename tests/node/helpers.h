@@ -230,6 +230,53 @@ static inline void tn_lease_terms(gn_lease_terms *t, const gn_identity *prov, co
   t->simulated = simulated;
 }
 
+/* A JOB_STOP for job on lease, sealed by signer (the lease holder). */
+static inline void tn_job_stop_seal(const gn_identity *signer, const char *lease_id, const char *job_id, gn_buf *ret) {
+  gn_wire_writer w;
+  gn_buf body = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, job_id);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease_id);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(signer, GN_MSG_JOB_STOP, body.data, body.len, ret), 0);
+  gn_buf_done(&body);
+}
+
+/* Runs the loop until the inbox holds a JOB_STATUS of job in state (any
+ * state when NULL), which leaves the inbox (others stay), or timeout_ms
+ * passes. Its state to ret_state (32 bytes) and reason to ret_reason (256)
+ * when not NULL. Returns whether it came. */
+static inline bool tn_wait_job_status(uv_loop_t *loop, tn_inbox *in, const char *job, const char *state,
+                                      uint64_t timeout_ms, char *ret_state, char *ret_reason) {
+  uint64_t end = gn_mono_ms() + timeout_ms;
+  for (;;) {
+    for (size_t i = 0; i < in->n; i++) {
+      char id[64], st[32];
+      if (in->m[i].type != GN_MSG_JOB_STATUS)
+        continue;
+      tn_msg_str(&in->m[i], "job_id", id, sizeof id);
+      tn_msg_str(&in->m[i], "state", st, sizeof st);
+      if (strcmp(id, job) != 0 || (state && strcmp(st, state) != 0))
+        continue;
+      if (ret_state)
+        snprintf(ret_state, 32, "%s", st);
+      if (ret_reason)
+        tn_msg_str(&in->m[i], "reason", ret_reason, 256);
+      tn_msg taken;
+      tn_inbox_remove(in, i, &taken);
+      gn_buf_done(&taken.raw);
+      return true;
+    }
+    if (gn_mono_ms() >= end)
+      return false;
+    tn_run_until_flag(loop, &(int){0}, 50);
+  }
+}
+
 /* What a job manifest says; any field a hostile requester can choose. */
 typedef struct tn_manifest {
   const char *job_id;
