@@ -44,8 +44,8 @@ int gn__rtt_ask_decode(const uint8_t *body, size_t len, gn_rtt_ask *ret) {
   const msgpack_object_array *arr = NULL;
   memset(&a, 0, sizeof a);
   int r = gn_wire_decode(body, len, &doc);
-  if (r < 0)
-    return r;
+  if (r < 0) /* GN_ETOOBIG is kept for too many targets, with the nonce */
+    return r == GN_ETOOBIG ? GN_EINVAL : r;
   if ((r = gn_wire_get_bin_exact(doc.root, "nonce", a.nonce, GN_RTT_NONCE_LEN)) < 0)
     goto out;
   if ((r = gn_wire_get_array(doc.root, "targets", GN_RTT_MAX_TARGETS, &arr)) < 0) {

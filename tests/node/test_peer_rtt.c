@@ -321,6 +321,16 @@ static int teardown(void **state) {
     if (W.pend[i].busy && !uv_is_closing((uv_handle_t *)&W.pend[i].t))
       uv_close((uv_handle_t *)&W.pend[i].t, on_delayed_closed);
   tn_inbox_done(&W.t_in);
+  /* The daemon first: it must stop cleanly (no sanitizer report, exit 0). */
+  int status = -1;
+  kill(W.daemon, SIGTERM);
+  waitpid(W.daemon, &status, 0);
+  W.daemon = 0;
+  bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !log_has("Sanitizer");
+  if (!clean) {
+    fprintf(stderr, "gpunetd did not stop cleanly (status 0x%x)\n", (unsigned)status);
+    print_log();
+  }
   W.node.stopping = true; /* ends what the in-process node has running and closes its timer */
   spin(100);
   W.node_on = false;
@@ -330,7 +340,7 @@ static int teardown(void **state) {
   W.r_id = gn_identity_free(W.r_id);
   W.t_id = gn_identity_free(W.t_id);
   W.d_id = gn_identity_free(W.d_id);
-  return rc;
+  return clean ? rc : -1;
 }
 
 /* --- the provider's answer -------------------------------------------------*/
