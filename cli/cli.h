@@ -3,6 +3,7 @@
 #ifndef GN_CLI_H
 #define GN_CLI_H
 
+#include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -21,11 +22,20 @@ typedef struct cli {
   bool quiet; /* cli_call failures return CLI_FAIL without a message */
 } cli;
 
+/* A command's getopt_long options, which it parses with. main.c reads from
+ * them which options take a value, so that a value (`--image --json`) is
+ * never taken for a global option. */
+typedef struct cli_opts {
+  const char *shorts;
+  const struct option *longs;
+} cli_opts;
+
 typedef struct cli_cmd {
   const char *name;
   int (*fn)(cli *c, int argc, char **argv); /* argv[0] is the command name */
   const char *help;                         /* one line for `gpunet help` */
   const char *usage;                        /* full text for COMMAND --help */
+  const cli_opts *opts;                     /* NULL: only --help (cli_simple_args) */
 } cli_cmd;
 
 /* --- errors (cli/output.c) --------------------------------------------------*/
@@ -152,6 +162,9 @@ int cmd_stop(cli *c, int argc, char **argv);
 int cmd_invoices(cli *c, int argc, char **argv);
 int cmd_invoice(cli *c, int argc, char **argv);
 int cmd_balance(cli *c, int argc, char **argv);
+/* The options of the commands that take more than --help. */
+extern const cli_opts cli_init_opts, cli_offers_opts, cli_rent_opts, cli_run_opts, cli_train_opts, cli_logs_opts,
+    cli_invoice_opts, cli_balance_opts;
 
 /* cli/conf.c: mkdir -p (0700 for what it creates), and the default config
  * file of `gpunet init`, written atomically with mode 0600. -errno on error. */

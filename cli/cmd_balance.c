@@ -48,13 +48,15 @@ static void show_retried(const json_t *j, const void *ctx) {
          cli_str(j, "driver") ? cli_str(j, "driver") : "?");
 }
 
+static const struct option balance_longs[] = {{"retry", no_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'}, {0}};
+const cli_opts cli_balance_opts = {":h", balance_longs};
+
 int cmd_balance(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"retry", no_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'}, {0}};
   bool retry = false;
   int o;
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, cli_balance_opts.shorts, cli_balance_opts.longs, NULL)) != -1) {
     if (o == 'r')
       retry = true;
     else if (o == 'h')

@@ -297,18 +297,20 @@ static const char audit_usage[] = "Usage: gpunet invoice audit FILE [--full] [--
                                   "  1  the file does not verify (names the first problem)\n"
                                   "  2  usage error, or FILE is unreadable or not an invoice export\n";
 
+static const struct option invoice_longs[] = {{"out", required_argument, NULL, 'o'},
+                                              {"full", no_argument, NULL, 'f'},
+                                              {"linked", no_argument, NULL, 'l'},
+                                              {"help", no_argument, NULL, 'h'},
+                                              {0}};
+const cli_opts cli_invoice_opts = {":ho:", invoice_longs};
+
 int cmd_invoice(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
-                                       {"full", no_argument, NULL, 'f'},
-                                       {"linked", no_argument, NULL, 'l'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
   const char *out = NULL;
   bool full = false, linked = false, help = false;
   int o;
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, cli_invoice_opts.shorts, cli_invoice_opts.longs, NULL)) != -1) {
     if (o == 'o')
       out = optarg;
     else if (o == 'f')

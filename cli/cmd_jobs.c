@@ -179,14 +179,16 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
   return rc;
 }
 
+static const struct option run_longs[] = {{"image", required_argument, NULL, 'i'},
+                                          {"env", required_argument, NULL, 'e'},
+                                          {"follow", no_argument, NULL, 'f'},
+                                          {"memory", required_argument, NULL, 'm'},
+                                          {"pids", required_argument, NULL, 'p'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {0}};
+const cli_opts cli_run_opts = {":hfe:", run_longs};
+
 int cmd_run(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"image", required_argument, NULL, 'i'},
-                                       {"env", required_argument, NULL, 'e'},
-                                       {"follow", no_argument, NULL, 'f'},
-                                       {"memory", required_argument, NULL, 'm'},
-                                       {"pids", required_argument, NULL, 'p'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
   /* Options end at "--": what follows is the job's command, untouched. */
   int dd = argc;
   for (int i = 1; i < argc; i++)
@@ -207,7 +209,7 @@ int cmd_run(cli *c, int argc, char **argv) {
   }
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(dd, argv, ":hfe:", opts, NULL)) != -1) {
+  while ((o = getopt_long(dd, argv, cli_run_opts.shorts, cli_run_opts.longs, NULL)) != -1) {
     switch (o) {
     case 'i':
       image = optarg;
@@ -399,17 +401,17 @@ int cmd_jobs(cli *c, int argc, char **argv) {
   return r;
 }
 
+static const struct option logs_longs[] = {
+    {"follow", no_argument, NULL, 'f'}, {"rank", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'}, {0}};
+const cli_opts cli_logs_opts = {":hf", logs_longs};
+
 int cmd_logs(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"follow", no_argument, NULL, 'f'},
-                                       {"rank", required_argument, NULL, 'r'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
   bool follow = false;
   long rank = -1;
   int o;
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, ":hf", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, cli_logs_opts.shorts, cli_logs_opts.longs, NULL)) != -1) {
     if (o == 'f')
       follow = true;
     else if (o == 'r') {

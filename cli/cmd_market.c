@@ -59,13 +59,16 @@ static void offer_row(cli_table *t, const json_t *of, size_t i) {
   cli_table_row(t, row);
 }
 
+static const struct option offers_longs[] = {
+    {"sort", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
+const cli_opts cli_offers_opts = {":h", offers_longs};
+
 int cmd_offers(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"sort", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
   const char *sort = NULL;
   int o;
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, cli_offers_opts.shorts, cli_offers_opts.longs, NULL)) != -1) {
     if (o == 's')
       sort = optarg;
     else if (o == 'h')
@@ -143,17 +146,19 @@ static void show_rented(const json_t *j, const void *ctx) {
   print_lease_line(json_object_get(j, "lease"), "active");
 }
 
+static const struct option rent_longs[] = {{"gpu", required_argument, NULL, 'g'},
+                                           {"hours", required_argument, NULL, 'H'},
+                                           {"count", required_argument, NULL, 'n'},
+                                           {"allow-simulated", no_argument, NULL, 'S'},
+                                           {"no-attest", no_argument, NULL, 'A'},
+                                           {"max-price", required_argument, NULL, 'P'},
+                                           {"max-spend", required_argument, NULL, 'M'},
+                                           {"interval", required_argument, NULL, 'I'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {0}};
+const cli_opts cli_rent_opts = {":hn:", rent_longs};
+
 int cmd_rent(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"gpu", required_argument, NULL, 'g'},
-                                       {"hours", required_argument, NULL, 'H'},
-                                       {"count", required_argument, NULL, 'n'},
-                                       {"allow-simulated", no_argument, NULL, 'S'},
-                                       {"no-attest", no_argument, NULL, 'A'},
-                                       {"max-price", required_argument, NULL, 'P'},
-                                       {"max-spend", required_argument, NULL, 'M'},
-                                       {"interval", required_argument, NULL, 'I'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
   const char *gpu = NULL, *hours_s = NULL;
   long count = 1, interval_s = 0;
   uint64_t max_price = 0, max_spend = 0;
@@ -161,7 +166,7 @@ int cmd_rent(cli *c, int argc, char **argv) {
   int o;
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, ":hn:", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, cli_rent_opts.shorts, cli_rent_opts.longs, NULL)) != -1) {
     char *end;
     switch (o) {
     case 'g':

@@ -22,13 +22,15 @@ static int load_identity(cli *c, gn_identity **ret, char *path, size_t cap) {
   return CLI_OK;
 }
 
+static const struct option init_longs[] = {{"force", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
+const cli_opts cli_init_opts = {":h", init_longs};
+
 int cmd_init(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"force", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
   bool force = false;
   int o;
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, cli_init_opts.shorts, cli_init_opts.longs, NULL)) != -1) {
     if (o == 'f')
       force = true;
     else if (o == 'h')

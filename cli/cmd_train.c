@@ -450,22 +450,24 @@ static int too_large(const char *opt, const char *v, uint64_t max_micro) {
                          (unsigned long long)(max_micro / 1000000u), (unsigned long long)(max_micro % 1000000u));
 }
 
+static const struct option train_longs[] = {{"gpus", required_argument, NULL, 'g'},
+                                            {"per-node", required_argument, NULL, 'k'},
+                                            {"image", required_argument, NULL, 'i'},
+                                            {"max-price", required_argument, NULL, 'P'},
+                                            {"max-spend", required_argument, NULL, 'M'},
+                                            {"memory", required_argument, NULL, 'm'},
+                                            {"no-attest", no_argument, NULL, 'A'},
+                                            {"hours", required_argument, NULL, 'H'},
+                                            {"output", required_argument, NULL, 'o'},
+                                            {"env", required_argument, NULL, 'e'},
+                                            {"restarts", required_argument, NULL, 'r'},
+                                            {"allow-simulated", no_argument, NULL, 'S'},
+                                            {"follow", no_argument, NULL, 'f'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {0}};
+const cli_opts cli_train_opts = {":hfe:", train_longs};
+
 int cmd_train(cli *c, int argc, char **argv) {
-  static const struct option opts[] = {{"gpus", required_argument, NULL, 'g'},
-                                       {"per-node", required_argument, NULL, 'k'},
-                                       {"image", required_argument, NULL, 'i'},
-                                       {"max-price", required_argument, NULL, 'P'},
-                                       {"max-spend", required_argument, NULL, 'M'},
-                                       {"memory", required_argument, NULL, 'm'},
-                                       {"no-attest", no_argument, NULL, 'A'},
-                                       {"hours", required_argument, NULL, 'H'},
-                                       {"output", required_argument, NULL, 'o'},
-                                       {"env", required_argument, NULL, 'e'},
-                                       {"restarts", required_argument, NULL, 'r'},
-                                       {"allow-simulated", no_argument, NULL, 'S'},
-                                       {"follow", no_argument, NULL, 'f'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
   int dd = argc;
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--") == 0) {
@@ -484,7 +486,7 @@ int cmd_train(cli *c, int argc, char **argv) {
   }
   optind = 0;
   opterr = 0;
-  while ((o = getopt_long(dd, argv, ":hfe:", opts, NULL)) != -1) {
+  while ((o = getopt_long(dd, argv, cli_train_opts.shorts, cli_train_opts.longs, NULL)) != -1) {
     switch (o) {
     case 'g':
       if (!parse_uint(optarg, 1, TRAIN_MAX_GPUS, &gpus)) {

@@ -15,21 +15,26 @@ static const cli_cmd commands[] = {
      "Usage: gpunet init [--force]\n"
      "Creates the data directory (0700), a fresh node identity (identity.key,\n"
      "0600) and a commented gpunet.conf, then prints the node id. Never\n"
-     "overwrites an existing identity; --force only rewrites the config.\n"},
+     "overwrites an existing identity; --force only rewrites the config.\n",
+     &cli_init_opts},
     {"id", cmd_id, "print this node's id",
      "Usage: gpunet id\n"
-     "Prints the node id from DATA_DIR/identity.key (no daemon needed).\n"},
+     "Prints the node id from DATA_DIR/identity.key (no daemon needed).\n",
+     NULL},
     {"status", cmd_status, "show the daemon's state",
      "Usage: gpunet status\n"
      "Shows the node id, version, addresses and counts of peers, offers,\n"
-     "leases and jobs of the running gpunetd.\n"},
+     "leases and jobs of the running gpunetd.\n",
+     NULL},
     {"gpus", cmd_gpus, "list this node's GPUs",
      "Usage: gpunet gpus\n"
      "Lists the local GPUs gpunetd found (real and simulated), whether they are\n"
-     "leased, their utilization and attestation.\n"},
+     "leased, their utilization and attestation.\n",
+     NULL},
     {"peers", cmd_peers, "list known peers",
      "Usage: gpunet peers\n"
-     "Lists the peers in the overlay membership.\n"},
+     "Lists the peers in the overlay membership.\n",
+     NULL},
     {"offers", cmd_offers, "search GPU offers",
      "Usage: gpunet offers [FILTER...] [--sort price|vram|count]\n"
      "Lists offers from the local offer table. FILTER terms (all must hold):\n"
@@ -45,7 +50,8 @@ static const cli_cmd commands[] = {
      "                         jobs (TRAINING column: yes and their job network's\n"
      "                         UDP ports, or no)\n"
      "Operators: = != < <= > >=. Example:\n"
-     "  gpunet offers 'gpu=rtx4090 vram>=24 price<=0.50' --sort price\n"},
+     "  gpunet offers 'gpu=rtx4090 vram>=24 price<=0.50' --sort price\n",
+     &cli_offers_opts},
     {"rent", cmd_rent, "lease GPUs from a provider",
      "Usage: gpunet rent (OFFER | --gpu MODEL) --hours H [--count N]\n"
      "                   [--max-price P] [--max-spend AMOUNT] [--interval S]\n"
@@ -63,13 +69,16 @@ static const cli_cmd commands[] = {
      "                      invoice beyond it\n"
      "  --interval S        seconds between debit notes, 1..86400 (default 60;\n"
      "                      the provider refuses one outside its own bounds,\n"
-     "                      10..3600 unless configured otherwise)\n"},
+     "                      10..3600 unless configured otherwise)\n",
+     &cli_rent_opts},
     {"leases", cmd_leases, "list leases",
      "Usage: gpunet leases\n"
-     "Lists leases, as requester or provider, with elapsed time and cost.\n"},
+     "Lists leases, as requester or provider, with elapsed time and cost.\n",
+     NULL},
     {"release", cmd_release, "end a lease and settle it",
      "Usage: gpunet release LEASE\n"
-     "Ends the lease now and prints the final bill.\n"},
+     "Ends the lease now and prints the final bill.\n",
+     NULL},
     {"run", cmd_run, "run a container job on a lease",
      "Usage: gpunet run LEASE --image REF [--env K=V]... [--memory SIZE] [--pids N]\n"
      "                  [-f|--follow] -- CMD [ARGS...]\n"
@@ -79,7 +88,8 @@ static const cli_cmd commands[] = {
      "  --memory SIZE  the job's memory limit, e.g. 512M or 2G (K, M, G, T; plain\n"
      "                 numbers are MiB; 16M..1024G; default 1024M). The provider\n"
      "                 refuses a job its memory budget cannot hold.\n"
-     "  --pids N       the most processes the job may have (8..4096, default 1024)\n"},
+     "  --pids N       the most processes the job may have (8..4096, default 1024)\n",
+     &cli_run_opts},
     {"train", cmd_train, "run one training job on GPUs from several providers",
      "Usage: gpunet train --gpus N [--per-node K] --image REF [--max-price P]\n"
      "                    [--max-spend AMOUNT] [--hours H] [--memory SIZE]\n"
@@ -117,26 +127,31 @@ static const cli_cmd commands[] = {
      "                     running cost and the total\n"
      "  --json             print the plan, and the result at the end, as JSON\n"
      "Exits 0 when every rank exited 0 (-f) or the ranks run; 1 when the group\n"
-     "failed (each member's and rank's reason on stderr); 2 for a usage error.\n"},
+     "failed (each member's and rank's reason on stderr); 2 for a usage error.\n",
+     &cli_train_opts},
     {"jobs", cmd_jobs, "list jobs",
      "Usage: gpunet jobs\n"
-     "Lists jobs and their states, and the ranks of training jobs.\n"},
+     "Lists jobs and their states, and the ranks of training jobs.\n",
+     NULL},
     {"logs", cmd_logs, "print a job's output",
      "Usage: gpunet logs JOB [-f|--follow]\n"
      "       gpunet logs TRAINID [--rank R] [-f|--follow]\n"
      "Prints the job's output so far; with -f keeps following it until the job\n"
      "ends, then exits with the job's exit code. For a training job, every\n"
-     "rank's output with a [rank R] prefix, or only rank R's.\n"},
+     "rank's output with a [rank R] prefix, or only rank R's.\n",
+     &cli_logs_opts},
     {"stop", cmd_stop, "stop a job",
      "Usage: gpunet stop JOB|TRAINID\n"
      "Stops a running job; for a training job, every rank, and releases its\n"
-     "leases.\n"},
+     "leases.\n",
+     NULL},
     {"invoices", cmd_invoices, "list invoices",
      "Usage: gpunet invoices\n"
      "Lists the bills of this node's leases, as provider or requester: the\n"
      "final invoice, or the running bill of a lease not yet invoiced (its\n"
      "STATUS), its duration and total, and whether it is SETTLED (settled,\n"
-     "pending, failed, or no: no final voucher went to the settlement driver).\n"},
+     "pending, failed, or no: no final voucher went to the settlement driver).\n",
+     NULL},
     {"invoice", cmd_invoice, "show, export or audit an invoice",
      "Usage: gpunet invoice show ID\n"
      "       gpunet invoice export ID --out FILE\n"
@@ -152,7 +167,8 @@ static const cli_cmd commands[] = {
      "3: a provider-only claim (no countersigned final invoice; says what the\n"
      "requester's vouchers cover); 4: rejected by the requester (prints why);\n"
      "1: does not verify; 2: usage error, or FILE is not an invoice export.\n"
-     "`gpunet invoice audit --help` says what each check covers.\n"},
+     "`gpunet invoice audit --help` says what each check covers.\n",
+     &cli_invoice_opts},
     {"balance", cmd_balance, "show what peers owe this node and what it owes",
      "Usage: gpunet balance [--json] [--retry]\n"
      "Shows, per counterparty and currency, the sum of the highest payment\n"
@@ -162,11 +178,13 @@ static const cli_cmd commands[] = {
      "taken by the settlement driver: settle_driver ledger or webhook) and how\n"
      "much is outstanding.\n"
      "--retry queues the settlements the driver refused for good (a webhook\n"
-     "that answered 4xx) again, e.g. after the endpoint was fixed.\n"},
+     "that answered 4xx) again, e.g. after the endpoint was fixed.\n",
+     &cli_balance_opts},
     {"attest", cmd_attest, "challenge a provider's GPU",
      "Usage: gpunet attest OFFER|NODE\n"
      "Asks gpunetd to run the GPU attestation challenge against the provider\n"
-     "of an offer, or a node, and prints the verdict.\n"},
+     "of an offer, or a node, and prints the verdict.\n",
+     NULL},
 };
 
 const cli_cmd *cli_find_cmd(const char *name) {
@@ -231,30 +249,41 @@ static int global_option(cli *c, int argc, char **argv, int *i, bool *have_dir) 
   return GLOBAL_NO;
 }
 
-/* Whether a command's option a takes the next argument as its value (so
- * that value is never read as a global option: `--env --json` sets a
- * variable). The commands' value options, long and short; keep in step
- * with their getopt tables. */
-static bool value_follows(const char *a) {
-  /* Every option of every command that takes a value (keep in step with
-   * the commands' getopt tables: grep required_argument cli/). */
-  static const char *const longs[] = {"--image", "--env",       "--gpu",       "--hours",    "--count",  "--out",
-                                      "--sort",  "--max-price", "--max-spend", "--interval", "--memory", "--pids",
-                                      "--gpus",  "--per-node",  "--output",    "--restarts", "--rank"};
-  static const char shorts[] = "eno";
-  if (a[0] != '-' || !a[1])
+/* Whether argument a, an option of cmd, takes the next argument as its
+ * value (so that value is never read as a global option: `--image --json`
+ * names an image), read from cmd's getopt_long table the way getopt_long
+ * reads it: a long option by its exact name or an unambiguous prefix, a
+ * cluster of short ones (-fe) up to the first that takes a value. */
+static bool value_follows(const cli_cmd *cmd, const char *a) {
+  const cli_opts *o = cmd->opts;
+  if (!o || a[0] != '-' || !a[1])
     return false;
   if (a[1] == '-') {
-    for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
-      if (strcmp(a, longs[i]) == 0)
-        return true;
-    return false;
+    const char *name = a + 2;
+    size_t len = strlen(name);
+    if (!len || strchr(name, '=')) /* "--" itself, or --name=value */
+      return false;
+    const struct option *hit = NULL;
+    bool ambiguous = false;
+    for (const struct option *l = o->longs; l->name; l++) {
+      if (strcmp(l->name, name) == 0)
+        return l->has_arg == required_argument;
+      if (strncmp(l->name, name, len) != 0)
+        continue;
+      if (hit && (hit->has_arg != l->has_arg || hit->flag != l->flag || hit->val != l->val))
+        ambiguous = true; /* getopt_long refuses it: no value is taken */
+      if (!hit)
+        hit = l;
+    }
+    return hit && !ambiguous && hit->has_arg == required_argument;
   }
-  /* A cluster such as -fe: the first value option takes the rest of the
-   * word, or the next argument when it ends the word. */
-  for (const char *p = a + 1; *p; p++)
-    if (strchr(shorts, *p))
+  /* The first value option of a cluster takes the rest of the word, or the
+   * next argument when it ends the word. */
+  for (const char *p = a + 1; *p; p++) {
+    const char *s = *p == ':' ? NULL : strchr(o->shorts, *p);
+    if (s && s[1] == ':')
       return p[1] == 0;
+  }
   return false;
 }
 
@@ -316,7 +345,8 @@ int main(int argc, char **argv) {
       return r;
     }
     args[nargs++] = argv[k];
-    if (value_follows(argv[k]) && k + 1 < argc)
+    /* A "--" is never taken as a value: the job's command follows it. */
+    if (value_follows(cmd, argv[k]) && k + 1 < argc && strcmp(argv[k + 1], "--") != 0)
       args[nargs++] = argv[++k];
   }
   args[nargs] = NULL;

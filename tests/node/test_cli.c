@@ -745,6 +745,30 @@ static void test_cli_job_arguments_are_not_global_options(void **state) {
   r = run(f, "offers --sort --json");
   assert_int_equal(r->code, 2);
   assert_contains(r->err, "--json");
+  /* Which options take a value comes from each command's getopt table:
+   * train's --image (also as getopt_long's prefix --ima), logs' --rank, a
+   * short cluster ending in run's -e. */
+  forget_body(f);
+  r = run(f, "train --gpus 2 --image --json -- true");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(json_string_value(json_object_get(f->last_body, "image")), "--json");
+  assert_contains(r->out, "training j-00aa11bb22cc: 2 GPUs"); /* the plan as text, not JSON */
+  forget_body(f);
+  r = run(f, "train --gpus 2 --ima --data-dir -- true");
+  assert_int_equal(r->code, 0);
+  assert_string_equal(json_string_value(json_object_get(f->last_body, "image")), "--data-dir");
+  r = run(f, "logs --rank --json j-1");
+  assert_int_equal(r->code, 2);
+  assert_contains(r->err, "--rank wants a rank number from 0 to 63, not '--json'");
+  r = run(f, "run l-00112233445566778 -fe --json --image busybox -- true");
+  assert_int_equal(r->code, 2);
+  assert_contains(r->err, "not '--json'");
+  /* A value missing before "--" is a usage error ("--" is never a value). */
+  forget_body(f);
+  r = run(f, "train --gpus 2 --image busybox --memory -- echo --json");
+  assert_int_equal(r->code, 2);
+  assert_contains(r->err, "option '--memory' needs a value");
+  assert_null(f->last_body);
 }
 
 static void test_cli_hostile_ids_refused_before_any_request(void **state) {
