@@ -16,6 +16,7 @@
 #include "records.h"
 #include "util.h"
 
+#include <gpunet/gang.h>
 #include <sodium.h>
 
 #define RTT_TIMER_MS 20 /* dials polled, deadlines kept */
@@ -174,6 +175,11 @@ void gn__rtt_combine(size_t k, const uint32_t *dir, uint32_t *ret) {
       uint32_t a = dir[i * k + j], b = dir[j * k + i];
       ret[i * k + j] = i == j ? 0 : a > b ? a : b; /* 0 (unknown) loses to any measure */
     }
+}
+
+void gn__rtt_to_plan_ms(size_t k, const uint32_t *rtt_us, uint32_t *ret_ms) {
+  for (size_t i = 0; i < k * k; i++)
+    ret_ms[i] = i % (k + 1) == 0 ? 0 : rtt_us[i] ? (rtt_us[i] + 999u) / 1000u : GN_RTT_UNKNOWN;
 }
 
 /* --- state -------------------------------------------------------------------*/

@@ -69,6 +69,11 @@ int gn__rtt_ping_decode(const uint8_t *body, size_t len, uint8_t ret_nonce[GN_RT
  * otherwise, 0 when neither; the diagonal is 0. Symmetric. */
 void gn__rtt_combine(size_t k, const uint32_t *dir, uint32_t *ret);
 
+/* The matrix in the planner's units (billing/plan.c, gn_plan_choose's
+ * rtt_ms): k*k milliseconds, rounded up (a measure under 1 ms is 1 ms, not
+ * 0); 0 (unknown) becomes GN_RTT_UNKNOWN; the diagonal is 0. */
+void gn__rtt_to_plan_ms(size_t k, const uint32_t *rtt_us, uint32_t *ret_ms);
+
 /* --- the daemon ------------------------------------------------------------ */
 
 /* RTT_ASK, RTT_REPORT, RTT_PING and RTT_PONG from peer (the signer, checked

@@ -34,6 +34,8 @@
 #include "node_internal.h"
 #include "peer_rtt.h"
 
+#include <gpunet/gang.h>
+
 #define T_DELAY_MS 60
 #define RTT_LOOSE_US 1500000u       /* a 60 ms answer on loopback, even under load and ASan */
 #define UNREACHABLE_WITHIN_MS 3500u /* GN_RTT_TARGET_MS plus the timer and a loaded machine */
@@ -47,7 +49,9 @@ typedef struct delayed {
 } delayed;
 
 /* The transports' ud: which of the test's nodes a callback is for. */
-static char TAG_R, TAG_T, TAG_D;
+static char TAG_R, TAG_T, TAG_D, TAG_A;
+
+#define N_ASKERS GN_RTT_MAX_ASKS /* other requesters, for the global cap */
 
 static struct {
   char dir[PATH_MAX];
@@ -57,11 +61,13 @@ static struct {
   gn_identity *prov_id, *r_id, *t_id, *d_id;
   uint8_t u_pk[GN_PK_LEN]; /* a key nobody knows */
   gn_transport *r_tp, *t_tp, *d_tp;
-  int r_up, t_up, d_up;
+  gn_identity *a_id[N_ASKERS];
+  gn_transport *a_tp[N_ASKERS];
+  int r_up, t_up, d_up, a_up;
   int t_mode;
   int t_pings, d_pings, r_pongs;
   delayed pend[8];
-  tn_inbox r_in, t_in;
+  tn_inbox r_in, t_in, a_in;
   gn_node node; /* the requester of the matrix tests, on R's transport */
   bool node_on;
   int done_calls;
@@ -74,7 +80,7 @@ static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *ad
   (void)t, (void)addr;
   if (memcmp(peer, W.prov_id->pk, GN_PK_LEN) != 0)
     return;
-  int *flag = ud == &TAG_R ? &W.r_up : ud == &TAG_T ? &W.t_up : &W.d_up;
+  int *flag = ud == &TAG_R ? &W.r_up : ud == &TAG_T ? &W.t_up : ud == &TAG_A ? &W.a_up : &W.d_up;
   (*flag)++;
 }
 
@@ -145,6 +151,8 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
       t_on_ping(env);
     else
       tn_inbox_add(&W.t_in, peer, env, raw, len);
+  } else if (ud == &TAG_A) {
+    tn_inbox_add(&W.a_in, peer, env, raw, len);
   } else if (ud == &TAG_D) {
     uint8_t nonce[GN_RTT_NONCE_LEN];
     if (env->type == GN_MSG_RTT_PING && gn__rtt_ping_decode(env->body, env->body_len, nonce) == 0) {
@@ -171,7 +179,8 @@ static void spin(uint64_t ms) {
 
 /* --- R's asks ---------------------------------------------------------------*/
 
-static void ask_raw(const uint8_t nonce[GN_RTT_NONCE_LEN], const uint8_t (*targets)[GN_PK_LEN], size_t count) {
+static void ask_from(gn_transport *tp, const gn_identity *by, const uint8_t nonce[GN_RTT_NONCE_LEN],
+                     const uint8_t (*targets)[GN_PK_LEN], size_t count) {
   gn_wire_writer w;
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 2);
@@ -181,8 +190,12 @@ static void ask_raw(const uint8_t nonce[GN_RTT_NONCE_LEN], const uint8_t (*targe
   gn_wire_put_array(&w, (uint32_t)count);
   for (size_t i = 0; i < count; i++)
     gn_wire_put_bin(&w, targets[i], GN_PK_LEN);
-  send_body(W.r_tp, W.r_id, W.prov_id->pk, GN_MSG_RTT_ASK, &w);
+  send_body(tp, by, W.prov_id->pk, GN_MSG_RTT_ASK, &w);
   gn_wire_writer_done(&w);
+}
+
+static void ask_raw(const uint8_t nonce[GN_RTT_NONCE_LEN], const uint8_t (*targets)[GN_PK_LEN], size_t count) {
+  ask_from(W.r_tp, W.r_id, nonce, targets, count);
 }
 
 /* R asks P about targets; returns the nonce in ret_nonce. */
@@ -316,7 +329,11 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  gn_transport *tps[] = {W.r_tp, W.t_tp, W.d_tp};
+  gn_transport *tps[3 + N_ASKERS] = {W.r_tp, W.t_tp, W.d_tp};
+  size_t ntps = 3;
+  for (size_t i = 0; i < N_ASKERS; i++)
+    if (W.a_tp[i])
+      tps[ntps++] = W.a_tp[i];
   for (size_t i = 0; i < GN_ARRAY_SIZE(W.pend); i++) /* no PONG after T's transport is gone */
     if (W.pend[i].busy && !uv_is_closing((uv_handle_t *)&W.pend[i].t))
       uv_close((uv_handle_t *)&W.pend[i].t, on_delayed_closed);
@@ -334,7 +351,10 @@ static int teardown(void **state) {
   W.node.stopping = true; /* ends what the in-process node has running and closes its timer */
   spin(100);
   W.node_on = false;
-  int rc = tn_world_end(&W.loop, tps, 3, W.daemon, &W.r_in, W.dir);
+  tn_inbox_done(&W.a_in);
+  int rc = tn_world_end(&W.loop, tps, ntps, W.daemon, &W.r_in, W.dir);
+  for (size_t i = 0; i < N_ASKERS; i++)
+    W.a_id[i] = gn_identity_free(W.a_id[i]);
   W.node.offers = gn_offer_table_free(W.node.offers);
   W.prov_id = gn_identity_free(W.prov_id);
   W.r_id = gn_identity_free(W.r_id);
@@ -526,7 +546,92 @@ static void test_forged_pong_is_ignored(void **state) {
   assert_true(log_has("answers no ping in flight"));
 }
 
+/* GN_RTT_MAX_ASKS askers each with an ask in flight: a fifth asker is
+ * refused "busy", and that refusal spends none of its rate. */
+static void test_global_cap_refuses_busy(void **state) {
+  (void)state;
+  uint8_t nonces[N_ASKERS][GN_RTT_NONCE_LEN], nonce[GN_RTT_NONCE_LEN];
+  gn_rtt_report rep;
+  gn_transport_cbs cbs = {.on_peer_up = on_up, .on_peer_down = on_down, .on_message = on_msg};
+  W.t_mode = T_SILENT;
+  for (size_t i = 0; i < N_ASKERS; i++) {
+    assert_int_equal(gn_identity_generate(&W.a_id[i]), 0);
+    assert_int_equal(gn_transport_new(&W.loop, W.a_id[i], &cbs, &TAG_A, &W.a_tp[i]), 0);
+    gn_transport_connect(W.a_tp[i], W.addr);
+  }
+  for (int i = 0; i < 250 && W.a_up < N_ASKERS; i++)
+    spin(20);
+  assert_int_equal(W.a_up, N_ASKERS);
+  for (size_t i = 0; i < N_ASKERS; i++) {
+    randombytes_buf(nonces[i], GN_RTT_NONCE_LEN);
+    ask_from(W.a_tp[i], W.a_id[i], nonces[i], (const uint8_t(*)[GN_PK_LEN])W.t_id->pk, 1);
+  }
+  spin(200); /* all taken before R's */
+  ask((const uint8_t(*)[GN_PK_LEN])W.u_pk, 1, nonce);
+  assert_true(wait_report(nonce, 3000, &rep));
+  assert_string_equal(rep.error, "busy");
+  /* The four are measured (T is silent: unreachable), each answered. */
+  size_t got = 0;
+  for (size_t i = 0; i < N_ASKERS; i++) {
+    tn_msg m;
+    if (!tn_wait_msg(&W.loop, &W.a_in, GN_MSG_RTT_REPORT, NULL, NULL, UNREACHABLE_WITHIN_MS + 2000, &m))
+      break;
+    gn_envelope env;
+    assert_int_equal(gn_envelope_open(m.raw.data, m.raw.len, &env), 0);
+    assert_int_equal(gn__rtt_report_decode(env.body, env.body_len, &rep), 0);
+    for (size_t k = 0; k < N_ASKERS; k++)
+      if (memcmp(rep.nonce, nonces[k], GN_RTT_NONCE_LEN) == 0) {
+        assert_string_equal(rep.error, "");
+        assert_string_equal(rep.results[0].error, "unreachable");
+        got++;
+      }
+    gn_buf_done(&m.raw);
+  }
+  assert_int_equal(got, N_ASKERS);
+  ask((const uint8_t(*)[GN_PK_LEN])W.u_pk, 1, nonce);
+  assert_true(wait_report(nonce, 3000, &rep));
+  assert_string_equal(rep.error, "");
+  assert_string_equal(rep.results[0].error, "unknown");
+}
+
 /* --- the requester's matrix -------------------------------------------------*/
+
+/* T dials R (the in-process node's transport) and waits for the session. */
+static void t_dials_r(void) {
+  gn_transport_connect(W.t_tp, gn_transport_listen_addr(W.r_tp));
+  for (int i = 0; i < 100 && !gn_transport_is_up(W.r_tp, W.t_id->pk); i++)
+    spin(20);
+  assert_true(gn_transport_is_up(W.r_tp, W.t_id->pk));
+}
+
+/* A node that does not provide refuses an ask: "not_provider". */
+static void test_requester_refuses_asks(void **state) {
+  (void)state;
+  t_dials_r();
+  W.node_on = true;
+  uint8_t nonce[GN_RTT_NONCE_LEN];
+  gn_rtt_ask a;
+  gn_wire_writer w;
+  memset(&a, 0, sizeof a);
+  randombytes_buf(a.nonce, sizeof a.nonce);
+  memcpy(nonce, a.nonce, sizeof nonce);
+  a.count = 1;
+  memcpy(a.targets[0], W.prov_id->pk, GN_PK_LEN);
+  gn_wire_writer_init(&w);
+  assert_int_equal(gn__rtt_ask_encode(&a, &w), 0);
+  send_body(W.t_tp, W.t_id, W.r_id->pk, GN_MSG_RTT_ASK, &w);
+  gn_wire_writer_done(&w);
+  tn_msg m;
+  assert_true(tn_wait_msg(&W.loop, &W.t_in, GN_MSG_RTT_REPORT, NULL, NULL, 3000, &m));
+  gn_envelope env;
+  gn_rtt_report rep;
+  assert_int_equal(gn_envelope_open(m.raw.data, m.raw.len, &env), 0);
+  assert_int_equal(gn__rtt_report_decode(env.body, env.body_len, &rep), 0);
+  assert_memory_equal(rep.nonce, nonce, GN_RTT_NONCE_LEN);
+  assert_string_equal(rep.error, "not_provider");
+  assert_int_equal(rep.count, 0);
+  gn_buf_done(&m.raw);
+}
 
 static void on_done(gn_node *n, void *ud, const uint32_t *rtt_us) {
   assert_ptr_equal(n, &W.node);
@@ -576,13 +681,7 @@ static void test_matrix_takes_the_larger_end(void **state) {
   uint8_t cands[2][GN_PK_LEN];
   memcpy(cands[0], W.prov_id->pk, GN_PK_LEN);
   memcpy(cands[1], W.t_id->pk, GN_PK_LEN);
-  /* T needs a session with R for R's ask: T dials R. */
-  int r_seen_t = 0;
-  gn_transport_connect(W.t_tp, gn_transport_listen_addr(W.r_tp));
-  for (int i = 0; i < 100 && !gn_transport_is_up(W.r_tp, W.t_id->pk); i++)
-    spin(20);
-  r_seen_t = gn_transport_is_up(W.r_tp, W.t_id->pk);
-  assert_true(r_seen_t);
+  t_dials_r(); /* T needs a session with R for R's ask */
   W.node_on = true;
   uint64_t t0 = gn_mono_ms();
   int h = gn__rtt_matrix_begin(&W.node, (const uint8_t(*)[GN_PK_LEN])cands, 2, 8000, on_done, &W);
@@ -645,6 +744,19 @@ static void test_combine(void **state) {
   gn__rtt_combine(3, dir, out);
   const uint32_t want[9] = {0, 300, 50, 300, 0, 0, 50, 0, 0};
   assert_memory_equal(out, want, sizeof want);
+}
+
+static void test_plan_ms(void **state) {
+  (void)state;
+  const uint32_t us[9] = {0, 1, 1000, 1, 0, 0, 1000, 0, 0};
+  uint32_t ms[9];
+  gn__rtt_to_plan_ms(3, us, ms);
+  const uint32_t want[9] = {0, 1, 1, 1, 0, GN_RTT_UNKNOWN, 1, GN_RTT_UNKNOWN, 0};
+  assert_memory_equal(ms, want, sizeof want);
+  const uint32_t us2[4] = {0, 60001, 60001, 0};
+  gn__rtt_to_plan_ms(2, us2, ms);
+  assert_int_equal(ms[1], 61);
+  assert_int_equal(ms[0], 0);
 }
 
 static void test_codec(void **state) {
@@ -723,6 +835,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_combine),
       cmocka_unit_test(test_codec),
+      cmocka_unit_test(test_plan_ms),
       cmocka_unit_test_setup_teardown(test_measures_a_slow_peer_and_dials_an_offer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_silent_target_is_unreachable_in_time, setup, teardown),
       cmocka_unit_test_setup_teardown(test_seventeen_targets_refused, setup, teardown),
@@ -730,6 +843,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_second_ask_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ping_flood_is_capped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_forged_pong_is_ignored, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_global_cap_refuses_busy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_requester_refuses_asks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_matrix_takes_the_larger_end, setup, teardown),
       cmocka_unit_test_setup_teardown(test_matrix_ends_at_its_timeout, setup, teardown),
   };
