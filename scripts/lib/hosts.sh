@@ -266,6 +266,13 @@ hosts_train_image() {
   timage=$hub:$reg_port/gpunet/train:1@$tdigest
 }
 
+# hosts_image_hint FILE: what a failed start (its output in FILE) says about
+# the training image, or nothing.
+hosts_image_hint() {
+  ! grep -q "is a device node; refusing the image" "$1" ||
+    echo " (the training image holds device nodes that providers refuse: scripts/image/train-image must build with mmdebstrap --skip=output/dev)"
+}
+
 hosts_reap() {
   local dir id rt
   rt=$(command -v runc || command -v crun) || return 0

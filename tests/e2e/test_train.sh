@@ -115,11 +115,6 @@ if [ -n "$missing" ]; then
 fi
 t2=$(now_ms)
 hosts_train_image
-# image_hint FILE: what a failed start says about the training image.
-image_hint() {
-  ! grep -q "is a device node; refusing the image" "$1" ||
-    echo " (the training image holds device nodes that providers refuse: scripts/image/train-image must build with mmdebstrap --skip=output/dev)"
-}
 jobs0() { gn_cli "$nodes/$1" --json jobs | jq '[.jobs[] | select(.exit_code == 0)] | length'; }
 declare -A done_before=()
 for p in p1 p2 p3; do done_before[$p]=$(jobs0 "$p"); done
@@ -166,7 +161,7 @@ for ((i = 0; i < 600; i++)); do
   sleep 0.2
 done
 [ $st = 0 ] ||
-  fail "the second training job did not come up$(image_hint "$work/other.out"): $(tail -n 20 "$work/other.out")"
+  fail "the second training job did not come up$(hosts_image_hint "$work/other.out"): $(tail -n 20 "$work/other.out")"
 other0=$(grep -o "other rank 0 addr [0-9.]*" "$work/other.out" | awk '{print $5}')
 other1=$(grep -o "other rank 1 addr [0-9.]*" "$work/other.out" | awk '{print $5}')
 [[ $other0 == 10.77.* ]] && [[ $other1 == 10.77.* ]] || fail "second job's addresses: '$other0' '$other1'"
@@ -226,7 +221,7 @@ gn_cli "$R" train --gpus 3 --per-node 1 --image "$timage" --allow-simulated --ho
   >"$work/train.out" 2>&1
 rc=$?
 set -e
-[ $rc = 0 ] || fail "gpunet train exited $rc$(image_hint "$work/train.out"): $(tail -n 30 "$work/train.out")"
+[ $rc = 0 ] || fail "gpunet train exited $rc$(hosts_image_hint "$work/train.out"): $(tail -n 30 "$work/train.out")"
 hashes=$(grep -o "rank [0-9] final_params_sha256 [0-9a-f]*" "$work/train.out" | sort -u)
 [ "$(wc -l <<<"$hashes")" = 3 ] && [ "$(awk '{print $2}' <<<"$hashes" | tr '\n' ' ')" = "0 1 2 " ] ||
   fail "want one final hash from each of ranks 0, 1, 2: '$hashes' $(tail -n 30 "$work/train.out")"

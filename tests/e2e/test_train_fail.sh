@@ -111,10 +111,6 @@ if [ -n "$missing" ]; then
 fi
 t2=$(now_ms)
 hosts_train_image
-image_hint() {
-  ! grep -q "is a device node; refusing the image" "$1" ||
-    echo " (the training image holds device nodes that providers refuse: scripts/image/train-image must build with mmdebstrap --skip=output/dev)"
-}
 train() { gn_cli "$R" train --per-node 1 --image "$timage" --allow-simulated --max-price 0.50 "$@"; }
 
 # A group that needs p3 for longer than it leases: refused whole.
@@ -183,7 +179,7 @@ for ((i = 0; i < 600; i++)); do
   sleep 0.2
 done
 grep -q "step [0-9]* loss" "$work/run.out" ||
-  fail "the group never trained$(image_hint "$work/run.out"): $(tail -n 20 "$work/run.out")"
+  fail "the group never trained$(hosts_image_hint "$work/run.out"): $(tail -n 20 "$work/run.out")"
 kill -9 "$(cat "$nodes/p2/gpunetd.pid")"
 t_kill=$(now_ms)
 set +e
