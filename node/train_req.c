@@ -9,6 +9,7 @@
  * train_groups) before the actions of each change are performed. */
 #include "train_req.h"
 
+#include "attest_net.h"
 #include "node_internal.h"
 #include "util.h"
 
@@ -51,6 +52,8 @@
 #define TRAIN_SEED_WINDOW 4u              /* chunks asked at once per rank, after the first */
 #define TRAIN_SEED_RETRIES 8u             /* "busy" answers asked again, 500 ms later */
 #define TRAIN_SEED_TOTAL_MAX (8ull << 30) /* all of one group's seeds */
+#define TRAIN_ATTEST_MS 30000u            /* a provider's attestation before the leases are signed, at most */
+#define TRAIN_ATTEST_AT_ONCE 8u           /* attestations of one group in flight */
 
 typedef struct train_issued {
   char lease_id[GN_LEASE_ID_STRLEN];
@@ -147,6 +150,14 @@ typedef struct train {
   uint64_t seed_start_ms, seed_reserved;
   uint32_t pending_ready; /* a READY (restart number) held until the seeds are in */
   char seed_note[400];    /* what the last restart starts from */
+  /* attestation of the chosen providers before anything is signed */
+  bool attest;                             /* body "attest" (default true) */
+  uint8_t att[GN_PLAN_MAX_CANDIDATES];     /* by candidate: ATT_* */
+  uint64_t att_at[GN_PLAN_MAX_CANDIDATES]; /* asked then */
+  bool att_wait;                           /* "attesting": waiting for the plan's members: */
+  uint8_t att_members[GN_PLAN_MAX_NODES][GN_PK_LEN];
+  uint32_t att_nmembers;
+  json_t *dropped; /* [{provider, offer, reason}]: failed attestation */
   /* planning */
   gn_ctl_req *req;
   uv_work_t work;
@@ -172,6 +183,8 @@ typedef struct train_glue {
   size_t count;
   bool restored;
 } train_glue;
+
+enum { ATT_NONE = 0, ATT_QUEUED, ATT_ASKING, ATT_OK };
 
 static train_glue glues[4];
 
@@ -1435,6 +1448,8 @@ static void watch(train *t, uint64_t now_ms) {
 }
 
 static void restore_all(gn_node *n);
+static bool attesting(const train *t);
+static void attest_step(train *t);
 static void waits_expire(train_glue *gl, uint64_t now_ms);
 
 void gn__trainreq_tick(gn_node *n, uint64_t now_ms) {
@@ -1446,6 +1461,11 @@ void gn__trainreq_tick(gn_node *n, uint64_t now_ms) {
     restore_all(n);
   }
   waits_expire(gl, now_ms);
+  for (train *t = gl->list, *next; t; t = next) {
+    next = t->next;
+    if (attesting(t))
+      attest_step(t); /* may forget t */
+  }
   for (train *t = gl->list; t; t = t->next) {
     if (!t->g)
       continue;
@@ -1649,6 +1669,7 @@ static void plan_work(uv_work_t *w) {
 
 static void train_free(train *t) {
   seed_abort(t);
+  json_decref(t->dropped);
   queue_drop(t, false);
   gn_gang_free(t->g);
   json_decref(t->argv);
@@ -1668,33 +1689,29 @@ static void train_unlink(train *t) {
     }
 }
 
-static void plan_done(uv_work_t *w, int status) {
-  train *t = w->data;
+/* Answers the POST with an error and forgets t. */
+static void plan_fail(train *t, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void plan_fail(train *t, int status, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   gn_ctl_req *req = t->req;
   t->req = NULL;
-  if (status < 0 || t->rc < 0) {
-    gn_ctl_reply_error(req, 502, "cannot resolve image %s: %s", t->ref.repository,
-                       t->err[0] ? t->err : gn_strerror(t->rc));
-    train_unlink(t);
-    train_free(t);
-    return;
-  }
-  gn_imageref_format(&t->ref, t->image, sizeof t->image);
-  gn_plan *p = calloc(1, sizeof *p);
-  gn_plan_request pr = {
-      .gpus = t->gpus, .per_node = t->per_node, .max_total_uper_hour = t->max_price ? t->max_price * t->gpus : 0};
-  char why[256] = "";
-  int r = p ? gn_plan_choose(t->cand, t->ncand, NULL, &pr, p, why, sizeof why) : GN_ENOMEM;
-  if (r < 0) {
-    gn_ctl_reply_error(req, r == GN_EINVAL ? 400 : 409, "no plan for %u GPUs from %zu candidate offers: %s", t->gpus,
-                       t->ncand, why[0] ? why : gn_strerror(r));
-    free(p);
-    train_unlink(t);
-    train_free(t);
-    return;
-  }
+  gn_log(GN_LOG_INFO, "training %s: %s", t->id, msg);
+  gn_ctl_reply_error(req, status, "%s", msg);
+  train_unlink(t);
+  train_free(t);
+}
+
+/* The plan's gang: the leases are asked for; answers the POST (202). */
+static void form_gang(train *t, gn_plan *p) {
   t->per_member = p->per_node;
+  json_decref(t->plan);
   t->plan = plan_json(t, p);
+  json_object_set_new(t->plan, "attested", json_boolean(t->attest));
+  json_object_set(t->plan, "dropped", t->dropped ? t->dropped : json_array());
   gn_gang_offer members[GN_PLAN_MAX_NODES], spares[GN_PLAN_MAX_CANDIDATES];
   gn_plan_gang_offers(p, t->cand, members, spares);
   uint64_t timeout = TRAIN_ANSWER_MS;
@@ -1707,16 +1724,16 @@ static void plan_done(uv_work_t *w, int status) {
   uint8_t seed[32];
   randombytes_buf(seed, sizeof seed);
   gn_gang_out *out = calloc(1, sizeof *out);
-  r = out ? gn_gang_new(members, p->n, spares, t->restarts ? p->n_spares : 0, &go, seed, gn_mono_ms(), &t->g, out)
-          : GN_ENOMEM;
+  int r = out ? gn_gang_new(members, p->n, spares, t->restarts ? p->n_spares : 0, &go, seed, gn_mono_ms(), &t->g, out)
+              : GN_ENOMEM;
   if (r < 0) {
-    gn_ctl_reply_error(req, 500, "cannot start the gang lease: %s", gn_strerror(r));
     free(out);
     free(p);
-    train_unlink(t);
-    train_free(t);
+    plan_fail(t, 500, "cannot start the gang lease: %s", gn_strerror(r));
     return;
   }
+  gn_ctl_req *req = t->req;
+  t->req = NULL;
   set_state(t, "forming");
   json_t *o = json_pack("{s:s, s:s, s:O}", "id", t->id, "state", t->state, "plan", t->plan);
   gn_log(GN_LOG_INFO, "training %s: %u GPUs on %u providers, worst pair RTT %d ms: asking for the leases", t->id,
@@ -1725,6 +1742,194 @@ static void plan_done(uv_work_t *w, int status) {
   perform(t, out);
   free(out);
   gn_ctl_reply_json(req, 202, o);
+}
+
+/* "; N providers dropped after attestation: P (why), ..." for messages. */
+static void dropped_summary(const train *t, char *buf, size_t cap) {
+  buf[0] = 0;
+  size_t n = json_array_size(t->dropped), len = 0;
+  if (!n)
+    return;
+  int k = snprintf(buf, cap, "; %zu provider%s dropped for failing attestation:", n, n == 1 ? "" : "s");
+  len = k > 0 && (size_t)k < cap ? (size_t)k : cap - 1;
+  for (size_t i = 0; i < n && len < cap - 1; i++) {
+    const json_t *d = json_array_get(t->dropped, i);
+    k = snprintf(buf + len, cap - len, "%s %.16s… (%s)", i ? "," : "", jstr(d, "provider"), jstr(d, "reason"));
+    len = k > 0 && len + (size_t)k < cap ? len + (size_t)k : cap - 1;
+  }
+}
+
+/* Chooses a plan among the candidates left; its members not yet attested
+ * are attested first (unless the body said "attest": false). */
+static void plan_next(train *t) {
+  gn_plan *p = calloc(1, sizeof *p);
+  gn_plan_request pr = {
+      .gpus = t->gpus, .per_node = t->per_node, .max_total_uper_hour = t->max_price ? t->max_price * t->gpus : 0};
+  char why[256] = "", drop[600];
+  int r = p ? gn_plan_choose(t->cand, t->ncand, NULL, &pr, p, why, sizeof why) : GN_ENOMEM;
+  if (r < 0) {
+    free(p);
+    dropped_summary(t, drop, sizeof drop);
+    plan_fail(t, r == GN_EINVAL ? 400 : 409, "no plan for %u GPUs from %zu candidate offers: %s%s", t->gpus, t->ncand,
+              why[0] ? why : gn_strerror(r), drop);
+    return;
+  }
+  bool all_ok = true;
+  for (uint32_t i = 0; t->attest && i < p->n; i++) {
+    uint32_t c = p->cand[i];
+    if (t->att[c] != ATT_OK)
+      all_ok = false;
+    if (t->att[c] == ATT_NONE)
+      t->att[c] = ATT_QUEUED;
+  }
+  if (all_ok) {
+    t->att_wait = false;
+    form_gang(t, p);
+    return;
+  }
+  t->att_wait = true;
+  t->att_nmembers = p->n;
+  for (uint32_t i = 0; i < p->n && i < GN_PLAN_MAX_NODES; i++)
+    memcpy(t->att_members[i], t->cand[p->cand[i]].provider, GN_PK_LEN);
+  free(p);
+  set_state(t, "attesting");
+  attest_step(t);
+}
+
+/* Candidate c failed its attestation: out of the candidates, and said so. */
+static void drop_cand(train *t, size_t c, const char *why) {
+  char pid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(t->cand[c].provider, pid);
+  gn_log(GN_LOG_WARN, "training %s: provider %s (offer %s) dropped: %s", t->id, pid, t->cand[c].offer_id, why);
+  if (!t->dropped)
+    t->dropped = json_array();
+  json_array_append_new(t->dropped,
+                        json_pack("{s:s, s:s, s:s}", "provider", pid, "offer", t->cand[c].offer_id, "reason", why));
+  size_t rest = t->ncand - c - 1;
+  memmove(&t->cand[c], &t->cand[c + 1], rest * sizeof t->cand[0]);
+  memmove(&t->cand_addr[c], &t->cand_addr[c + 1], rest * sizeof t->cand_addr[0]);
+  memmove(&t->cand_ports[c], &t->cand_ports[c + 1], rest * sizeof t->cand_ports[0]);
+  memmove(&t->att[c], &t->att[c + 1], rest * sizeof t->att[0]);
+  memmove(&t->att_at[c], &t->att_at[c + 1], rest * sizeof t->att_at[0]);
+  t->ncand--;
+}
+
+static size_t cand_of_provider(const train *t, const uint8_t provider[GN_PK_LEN]) {
+  for (size_t i = 0; i < t->ncand; i++)
+    if (memcmp(t->cand[i].provider, provider, GN_PK_LEN) == 0)
+      return i;
+  return SIZE_MAX;
+}
+
+typedef struct train_att {
+  char id[GN_JOB_ID_STRLEN];
+  uint8_t provider[GN_PK_LEN];
+} train_att;
+
+static bool attesting(const train *t) {
+  return t->att_wait && strcmp(t->state, "attesting") == 0;
+}
+
+/* An attestation's end: passed (verified, or simulated where allowed) or
+ * the provider is dropped; t is found again by id (it may be gone). */
+static void train_attest_done(gn_node *n, void *ud, int rc, const gn_attest_result *res, const char *err) {
+  train_att *a = ud;
+  train *t = train_find(n, a->id);
+  size_t c = t ? cand_of_provider(t, a->provider) : SIZE_MAX;
+  if (t && attesting(t) && c != SIZE_MAX && t->att[c] == ATT_ASKING) {
+    char why[200] = "";
+    if (rc < 0)
+      gn__strf(why, sizeof why, "cannot attest it: %s", err ? err : gn_strerror(rc));
+    else if (res->outcome == GN_ATTEST_FAILED || res->outcome == GN_ATTEST_TOO_SLOW)
+      gn__strf(why, sizeof why, "failed attestation: %s", res->verdict);
+    else if (res->outcome == GN_ATTEST_SIMULATED && !t->allow_sim)
+      gn__strf(why, sizeof why, "it proved only a simulated GPU (pass --allow-simulated)");
+    if (why[0])
+      drop_cand(t, c, why);
+    else {
+      gn_log(GN_LOG_INFO, "training %s: attestation of offer %s: %s", t->id, t->cand[c].offer_id, res->verdict);
+      t->att[c] = ATT_OK;
+    }
+    attest_step(t);
+  }
+  free(a);
+}
+
+/* Starts queued attestations (TRAIN_ATTEST_AT_ONCE in flight), gives up
+ * the late ones, then plans again without the dropped providers or forms
+ * the gang once every member passed. */
+static void attest_step(train *t) {
+  if (!attesting(t))
+    return;
+  gn_node *n = t->n;
+  uint64_t now = gn_mono_ms();
+  for (size_t c = 0; c < t->ncand;) {
+    if (t->att[c] == ATT_ASKING && now - t->att_at[c] >= TRAIN_ATTEST_MS) {
+      char why[96];
+      gn__strf(why, sizeof why, "its attestation did not finish within %u s", TRAIN_ATTEST_MS / 1000);
+      drop_cand(t, c, why);
+    } else
+      c++;
+  }
+  uint32_t running = 0;
+  for (size_t c = 0; c < t->ncand; c++)
+    running += t->att[c] == ATT_ASKING;
+  for (size_t c = 0; c < t->ncand && running < TRAIN_ATTEST_AT_ONCE;) {
+    if (t->att[c] != ATT_QUEUED) {
+      c++;
+      continue;
+    }
+    const gn_offer_entry *e = gn_offer_table_find(n->offers, t->cand[c].offer_id);
+    train_att *a = e ? calloc(1, sizeof *a) : NULL;
+    int r = !e ? GN_ENOTFOUND : !a ? GN_ENOMEM : 0;
+    if (a) {
+      gn__strf(a->id, sizeof a->id, "%s", t->id);
+      memcpy(a->provider, t->cand[c].provider, GN_PK_LEN);
+      r = gn__attest_begin(n, e, train_attest_done, a);
+    }
+    if (r < 0) {
+      free(a);
+      char why[200];
+      if (!e)
+        gn__strf(why, sizeof why, "its offer left the offer table");
+      else if (r == GN_EPERM)
+        gn__strf(why, sizeof why, "the node at %s is another one than the provider its offer names", e->offer.addr);
+      else if (r == GN_ENOTFOUND)
+        gn__strf(why, sizeof why, "no attestation class for its GPU model (%s)", e->offer.gpu_model);
+      else
+        gn__strf(why, sizeof why, "cannot attest it: %s", gn_strerror(r));
+      drop_cand(t, c, why);
+      continue;
+    }
+    t->att[c] = ATT_ASKING;
+    t->att_at[c] = now;
+    running++;
+    c++;
+  }
+  /* The plan's members: one was dropped, or all passed: plan again (the
+   * same plan when all passed; indexes move as candidates are dropped). */
+  bool pending = false, lost = false;
+  for (uint32_t i = 0; i < t->att_nmembers; i++) {
+    size_t c = cand_of_provider(t, t->att_members[i]);
+    if (c == SIZE_MAX)
+      lost = true;
+    else if (t->att[c] != ATT_OK)
+      pending = true;
+  }
+  if (lost || !pending) {
+    t->att_wait = false;
+    plan_next(t);
+  }
+}
+
+static void plan_done(uv_work_t *w, int status) {
+  train *t = w->data;
+  if (status < 0 || t->rc < 0) {
+    plan_fail(t, 502, "cannot resolve image %s: %s", t->ref.repository, t->err[0] ? t->err : gn_strerror(t->rc));
+    return;
+  }
+  gn_imageref_format(&t->ref, t->image, sizeof t->image);
+  plan_next(t);
 }
 
 /* --- routes ----------------------------------------------------------------------------*/
@@ -1784,9 +1989,11 @@ static void api_train(gn_ctl_req *req, void *ud) {
                               GN_JOB_MAX_ARGS, GN_JOB_MAX_ARG_LEN);
   if (env && !json_is_null(env) && !str_array_ok(env, GN_JOB_MAX_ARGS, true))
     return gn_ctl_reply_error(req, 400, "env (--env) must be at most %d entries NAME=VALUE", GN_JOB_MAX_ARGS);
-  const json_t *jo = json_object_get(b, "output"), *js = json_object_get(b, "allow_simulated");
-  if ((jo && !json_is_boolean(jo) && !json_is_null(jo)) || (js && !json_is_boolean(js) && !json_is_null(js)))
-    return gn_ctl_reply_error(req, 400, "output and allow_simulated are true or false");
+  const json_t *jo = json_object_get(b, "output"), *js = json_object_get(b, "allow_simulated"),
+               *ja = json_object_get(b, "attest");
+  if ((jo && !json_is_boolean(jo) && !json_is_null(jo)) || (js && !json_is_boolean(js) && !json_is_null(js)) ||
+      (ja && !json_is_boolean(ja) && !json_is_null(ja)))
+    return gn_ctl_reply_error(req, 400, "output, allow_simulated and attest are true or false");
   if (!gl)
     return gn_ctl_reply_error(req, 503, "training is not available on this node");
   if (gl->count >= TRAIN_MAX) { /* forget the oldest finished one (its row stays in the database) */
@@ -1817,6 +2024,7 @@ static void api_train(gn_ctl_req *req, void *ud) {
   if (t->max_s < 1)
     t->max_s = 1;
   t->output = json_is_true(jo);
+  t->attest = !json_is_false(ja); /* attest the chosen providers first (--no-attest: "attest": false) */
   t->allow_sim = json_is_true(js) || n->cfg.allow_simulated;
   t->argv = json_deep_copy(argv);
   t->env = env && !json_is_null(env) ? json_deep_copy(env) : json_array();

@@ -20,6 +20,7 @@
  *     the end a refusal; the seed files (0600) are gone once the group
  *     ends; with no /output to fetch the restart says it starts from
  *     scratch and names no seed. */
+#include <gpunet/attest.h>
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
 #include <gpunet/jobnet.h>
@@ -37,6 +38,7 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -58,7 +60,8 @@ static uint8_t out_byte(uint32_t rank, uint64_t i) {
   return (uint8_t)(rank * 7u + i * 13u + (i >> 8));
 }
 
-enum { ACCEPT = 0, REFUSE, HOLD, SILENT }; /* HOLD: agrees, its rank runs until told otherwise */
+enum { ACCEPT = 0, REFUSE, HOLD, SILENT };      /* HOLD: agrees, its rank runs until told otherwise */
+enum { ATT_HONEST = 0, ATT_GARBAGE, ATT_MUTE }; /* how a provider answers the requester's attestation */
 
 typedef struct fake_prov {
   gn_identity *id;
@@ -83,6 +86,10 @@ typedef struct fake_prov {
   int seed_replies;    /* JOB_SEEDs received, the last one: */
   gn_jobmsg seed;
   bool have_seed;
+  int attest_mode;
+  int challenges; /* ATTEST_CHALLENGEs received */
+  gn_attest_prover *pr;
+  gn_attest_mem_prover *mpr;
 } fake_prov;
 
 static struct {
@@ -141,10 +148,70 @@ static void job_status(fake_prov *f, const uint8_t peer[GN_PK_LEN], const char *
   send_body(f, peer, GN_MSG_JOB_STATUS, &w);
 }
 
+/* The requester's attestation of this provider's (simulated) GPU: answered
+ * honestly by the CPU prover, with garbage, or not at all. */
+static void on_attest(fake_prov *f, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_wire_doc doc;
+  char sid[32] = "";
+  const uint8_t *d = NULL;
+  size_t dl = 0;
+  if (gn_wire_decode(env->body, env->body_len, &doc) < 0)
+    return;
+  gn_wire_get_str(doc.root, "sid", sid, sizeof sid);
+  gn_wire_get_bin_ref(doc.root, "data", GN_MSG_MAX, &d, &dl);
+  gn_buf out = {0};
+  uint32_t reply = 0;
+  int r = -1;
+  if (env->type == GN_MSG_ATTEST_CHALLENGE)
+    f->challenges++;
+  if (f->attest_mode == ATT_MUTE) {
+    gn_wire_doc_done(&doc);
+    return;
+  }
+  if (f->attest_mode == ATT_GARBAGE && env->type == GN_MSG_ATTEST_CHALLENGE) {
+    static const uint8_t junk[64] = {1, 2, 3};
+    r = gn_buf_append(&out, junk, sizeof junk);
+    reply = GN_MSG_ATTEST_RESPONSE;
+  } else if (env->type == GN_MSG_ATTEST_CHALLENGE) {
+    f->pr = gn_attest_prover_free(f->pr);
+    if (gn_attest_prover_new(gn_attest_backend_cpu(), &f->pr) == 0)
+      r = gn_attest_prover_on_challenge(f->pr, d, dl, &out);
+    reply = GN_MSG_ATTEST_RESPONSE;
+  } else if (env->type == GN_MSG_ATTEST_OPEN && f->pr) {
+    r = gn_attest_prover_on_open(f->pr, d, dl, &out);
+    reply = GN_MSG_ATTEST_PROOF;
+  } else if (env->type == GN_MSG_ATTEST_MEM_CHALLENGE) {
+    f->mpr = gn_attest_mem_prover_free(f->mpr);
+    if (gn_attest_mem_prover_new(64, &f->mpr) == 0)
+      r = gn_attest_mem_prover_on_challenge(f->mpr, d, dl, &out);
+    reply = GN_MSG_ATTEST_MEM_READY;
+  } else if (env->type == GN_MSG_ATTEST_MEM_WALK && f->mpr) {
+    r = gn_attest_mem_prover_on_walk(f->mpr, d, dl, &out);
+    reply = GN_MSG_ATTEST_MEM_RESULT;
+  }
+  gn_wire_doc_done(&doc);
+  if (r >= 0 && reply) {
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    gn_wire_put_map(&w, 2);
+    gn_wire_put_str(&w, "sid");
+    gn_wire_put_str(&w, sid);
+    gn_wire_put_str(&w, "data");
+    gn_wire_put_bin(&w, out.data, out.len);
+    send_body(f, peer, reply, &w);
+  }
+  gn_buf_done(&out);
+}
+
 static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
                    size_t len, void *ud) {
   (void)t;
   fake_prov *f = prov_of(ud);
+  if (env->type >= GN_MSG_ATTEST_CHALLENGE && env->type <= GN_MSG_ATTEST_MEM_RESULT &&
+      env->type != GN_MSG_ATTEST_VERDICT) {
+    on_attest(f, peer, env);
+    return;
+  }
   if (env->type == GN_MSG_LEASE_REQUEST) {
     gn_lease_terms lt;
     assert_int_equal(gn_lease_request_open(raw, len, &lt), 0);
@@ -260,6 +327,7 @@ static void start_daemon(void) {
     if (!freopen(log, "w", stderr))
       _exit(127);
     setenv("GN_RENT_TIMEOUT_MS", "3000", 1);
+    setenv("GN_ATTEST_TIMEOUT_MS", "5000", 1);
     execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, (char *)NULL);
     _exit(127);
   }
@@ -390,6 +458,8 @@ static int teardown(void **state) {
       gn__jobman_done(&W.p[k].man);
     if (W.p[k].have_seed)
       gn__jobmsg_done(&W.p[k].seed);
+    W.p[k].pr = gn_attest_prover_free(W.p[k].pr);
+    W.p[k].mpr = gn_attest_mem_prover_free(W.p[k].mpr);
   }
   tn_inbox in = {0};
   int rc = tn_world_end(&W.loop, tps, ntp, W.daemon, &in, W.dir);
@@ -474,6 +544,7 @@ static void test_all_agree(void **state) {
   assert_non_null(strstr(out, "RTT matrix"));
   assert_non_null(strstr(out, "worst pair RTT"));
   for (int k = 0; k < NPROV; k++) {
+    assert_int_equal(W.p[k].challenges, 1); /* each provider attested once, before its lease */
     char shortid[GN_NODE_ID_STRLEN];
     gn_node_id_format(W.p[k].id->pk, shortid);
     shortid[12] = 0;
@@ -943,6 +1014,141 @@ static void test_restart_scratch(void **state) {
   assert_int_equal(run_cli(42, sargs, out, sizeof out, err, sizeof err), 0);
 }
 
+/* POST PATH with a JSON body on the control socket: the status, *ret the
+ * JSON answer. */
+static int ctl_post(const char *path, const char *body, json_t **ret) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  char sock[PATH_MAX + 16];
+  snprintf(sock, sizeof sock, "%s/gpunetd.sock", W.dir);
+  assert_true(strlen(sock) < sizeof a.sun_path);
+  memcpy(a.sun_path, sock, strlen(sock) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char req[4096];
+  int n = snprintf(req, sizeof req,
+                   "POST %s HTTP/1.0\r\nHost: gpunetd\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                   "Connection: close\r\n\r\n%s",
+                   path, strlen(body), body);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  static char buf[1 << 20];
+  size_t len = 0;
+  ssize_t k;
+  /* The answer may wait for the providers: the loop turns meanwhile. */
+  uint64_t end = gn_mono_ms() + 30000;
+  for (;;) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 10) == 1) {
+      k = read(fd, buf + len, sizeof buf - 1 - len);
+      if (k <= 0)
+        break;
+      len += (size_t)k;
+    }
+    tn_run_until_flag(&W.loop, &(int){0}, 10);
+    if (gn_mono_ms() > end)
+      fail_msg("POST %s: no answer within 30 s", path);
+  }
+  close(fd);
+  buf[len] = 0;
+  int status = 0;
+  sscanf(buf, "HTTP/1.%*d %d", &status);
+  char *b = strstr(buf, "\r\n\r\n");
+  *ret = b ? json_loads(b + 4, 0, NULL) : NULL;
+  return status;
+}
+
+/* Attestation before the leases, one GPU: the cheapest provider answers
+ * the challenge with garbage, the next one not at all (the daemon's
+ * attestation timeout, 5 s here); both are dropped (the plan says why) and
+ * the group forms on the third; nothing was asked of the dropped ones. */
+static void test_attest_drops_provider(void **state) {
+  (void)state;
+  W.p[0].attest_mode = ATT_GARBAGE;
+  W.p[1].attest_mode = ATT_MUTE;
+  char out[65536], err[16384];
+  char *args[] = {"--json", "train",   "--gpus", "1", "--per-node", "1", "--image", IMAGE, "--allow-simulated",
+                  "--",     "python3", "t.py",   NULL};
+  uint64_t t0 = gn_mono_ms();
+  int rc = run_cli(50, args, out, sizeof out, err, sizeof err);
+  print_message("stdout:\n%s\nstderr:\n%s\n", out, err);
+  assert_int_equal(rc, 0);
+  json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+  assert_non_null(j);
+  const json_t *plan = json_object_get(j, "plan");
+  assert_true(json_is_true(json_object_get(plan, "attested")));
+  const json_t *dropped = json_object_get(plan, "dropped");
+  print_message("answered after %llu ms\n", (unsigned long long)(gn_mono_ms() - t0));
+  assert_int_equal(json_array_size(dropped), 2);
+  char pid[NPROV][GN_NODE_ID_STRLEN];
+  for (int k = 0; k < NPROV; k++)
+    gn_node_id_format(W.p[k].id->pk, pid[k]);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(dropped, 0), "provider")), pid[0]);
+  assert_non_null(
+      strstr(json_string_value(json_object_get(json_array_get(dropped, 0), "reason")), "failed attestation"));
+  assert_string_equal(json_string_value(json_object_get(json_array_get(dropped, 1), "provider")), pid[1]);
+  assert_non_null(strstr(json_string_value(json_object_get(json_array_get(dropped, 1), "reason")), "attest"));
+  assert_int_equal(json_array_size(json_object_get(plan, "providers")), 1);
+  assert_string_equal(
+      json_string_value(json_object_get(json_array_get(json_object_get(plan, "providers"), 0), "provider")), pid[2]);
+  json_decref(j);
+  for (int k = 0; k < NPROV; k++)
+    assert_int_equal(W.p[k].challenges, 1);
+  assert_int_equal(W.p[0].requests, 0); /* nothing signed for the dropped */
+  assert_int_equal(W.p[1].requests, 0);
+  uint64_t end = gn_mono_ms() + 5000;
+  while (!W.p[2].manifests && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  assert_int_equal(W.p[2].requests, 1);
+  assert_int_equal(W.p[2].manifests, 1);
+}
+
+/* Two of three providers fail their attestation for a 2-GPU group: no
+ * plan (at once: the third's attestation cannot make one), nothing asked,
+ * the answer names each dropped provider. "attest": false skips the check
+ * (nothing challenged); a non-boolean "attest" is refused. */
+static void test_attest_all_fail_and_opt_out(void **state) {
+  (void)state;
+  for (int k = 0; k < NPROV; k++)
+    W.p[k].attest_mode = ATT_GARBAGE;
+  W.p[2].attest_mode = ATT_MUTE; /* the daemon's attestation timeout (5 s here) */
+  char body[1024];
+  snprintf(body, sizeof body,
+           "{\"gpus\": 2, \"per_node\": 1, \"image\": \"%s\", \"allow_simulated\": true, \"argv\": [\"python3\", "
+           "\"t.py\"]%%s}",
+           IMAGE);
+  char b1[1100];
+  snprintf(b1, sizeof b1, body, "");
+  json_t *j = NULL;
+  uint64_t t0 = gn_mono_ms();
+  int st = ctl_post("/v1/train", b1, &j);
+  print_message("answer after %llu ms: %s\n", (unsigned long long)(gn_mono_ms() - t0),
+                json_string_value(json_object_get(j, "error")));
+  assert_int_equal(st, 409);
+  const char *e = json_string_value(json_object_get(j, "error"));
+  assert_non_null(e);
+  assert_non_null(strstr(e, "no plan for 2 GPUs"));
+  assert_non_null(strstr(e, "2 providers dropped for failing attestation"));
+  json_decref(j);
+  for (int k = 0; k < NPROV; k++) {
+    assert_int_equal(W.p[k].challenges, 1);
+    assert_int_equal(W.p[k].requests, 0);
+  }
+  snprintf(b1, sizeof b1, body, ", \"attest\": \"no\"");
+  assert_int_equal(ctl_post("/v1/train", b1, &j), 400);
+  json_decref(j);
+  snprintf(b1, sizeof b1, body, ", \"attest\": false");
+  st = ctl_post("/v1/train", b1, &j);
+  assert_int_equal(st, 202);
+  assert_true(json_is_false(json_object_get(json_object_get(j, "plan"), "attested")));
+  json_decref(j);
+  uint64_t end = gn_mono_ms() + 5000;
+  while (W.p[0].requests + W.p[1].requests + W.p[2].requests < 2 && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  assert_int_equal(W.p[0].requests + W.p[1].requests + W.p[2].requests, 2);
+  for (int k = 0; k < NPROV; k++)
+    assert_int_equal(W.p[k].challenges, 1); /* none more */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bad_cli, setup, teardown),
@@ -954,6 +1160,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_restart_while_forming, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_seed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_scratch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_attest_drops_provider, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_attest_all_fail_and_opt_out, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
