@@ -1569,6 +1569,12 @@ static void job_prepare_done(gn_node *n, gn_job *j, int status) {
   gn_lease *l = job_lease(n, j);
   if (j->work_log[0])
     gn_log(GN_LOG_WARN, "job %s: %s", j->id, j->work_log);
+  j->work_log[0] = 0; /* said once: a job waiting for its seed comes back here */
+  /* A restarted rank's seed (train_prov.c): the container waits until it
+   * is unpacked into /output; gn__provider_job_seeded comes back here. */
+  if (status == 0 && j->work_rc >= 0 && !j->stop_requested && !j->error[0] && l && l->state == GN_LEASE_ACTIVE &&
+      gn__train_seed_wait(n, j))
+    return;
   /* j->error set on the loop already: failed before it could run. */
   if (status < 0 || j->work_rc < 0 || j->stop_requested || j->error[0] || !l || l->state != GN_LEASE_ACTIVE) {
     j->state = j->error[0]                                               ? GN_JOB_FAILED
@@ -1637,6 +1643,10 @@ static void job_prepare_done(gn_node *n, gn_job *j, int status) {
     job_finish(n, j);
   }
   gn_argv_free(argv);
+}
+
+void gn__provider_job_seeded(gn_node *n, gn_job *j) {
+  job_prepare_done(n, j, 0);
 }
 
 static void on_job_manifest(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
@@ -1833,6 +1843,8 @@ void gn__provider_stop_job(gn_node *n, gn_job *j) {
     return;
   j->stop_requested = true;
   j->cancel = 1; /* a pull or unpack in progress stops within a second */
+  /* and a job waiting for its seed now (train_prov.c) */
+  gn__train_seed_stop(n, j);
   if (!j->proc_running || j->kill_busy)
     return;
   char **argv = NULL;
@@ -1893,6 +1905,9 @@ void gn__provider_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn
     break;
   case GN_MSG_JOB_OUTPUT_GET:
     gn__train_on_output_get(n, peer, env); /* a chunk of /output (train_prov.c) */
+    break;
+  case GN_MSG_JOB_SEED:
+    gn__train_on_seed(n, peer, env); /* a chunk of a restarted rank's seed (train_prov.c) */
     break;
   case GN_MSG_INVOICE_ACCEPT:
   case GN_MSG_INVOICE_REJECT:

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gpunet/jobnet.h>
+#include <limits.h>
 #include <net/if.h>
 #include <pthread.h>
 #include <sched.h>
@@ -30,6 +31,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,10 +54,26 @@ typedef struct train_rank {
   char output_dir[PATH_MAX];
   char output_visible[PATH_MAX];
   gn_bundle_bind rw;
+  /* The seed (a restarted rank's /output, fetched from the lease holder):
+   * loop-owned; the unpack's work item has its own copies. */
+  int seed_state;    /* SEED_* */
+  bool seed_waiting; /* prepared: the container waits for the seed */
+  uint8_t seed_sha256[32];
+  uint64_t seed_size, seed_off, seed_last_ms;
+  uint8_t seed_from[GN_PK_LEN]; /* the lease holder: the only one heard */
+  int seed_fd;
+  char seed_path[PATH_MAX];
+  crypto_hash_sha256_state seed_hash;
 } train_rank;
+
+enum { SEED_NONE, SEED_FETCHING, SEED_FETCHED, SEED_UNPACKING, SEED_DONE, SEED_FAILED };
 
 static pthread_mutex_t ranks_lock = PTHREAD_MUTEX_INITIALIZER;
 static train_rank *ranks;
+
+static uint64_t output_budget(const gn_node *n);
+static void seed_start(gn_node *n, gn_job *j, train_rank *t, const gn_jobman *m);
+static void seed_close(train_rank *t);
 
 static train_rank *rank_find(const gn_job *j) {
   pthread_mutex_lock(&ranks_lock);
@@ -170,6 +188,24 @@ int gn__train_check(gn_node *n, const gn_jobman *m, char *reason, size_t cap) {
     gn__strf(reason, cap, "this provider gives no /output: its jobs have no user namespace of their own");
     return GN_EPERM;
   }
+  /* A seed is kept whole (its tar) while /output is unpacked from it:
+   * within the output budget, and twice over in the disk's free space
+   * above its reserve. Nothing of the job exists yet. */
+  if (m->has_seed) {
+    struct statvfs vfs;
+    uint64_t avail = statvfs(n->cfg.data_dir, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize : 0;
+    if (m->seed_size > output_budget(n)) {
+      gn__strf(reason, cap, "the seed of %llu MiB is larger than this provider's /output budget (%llu MiB)",
+               (unsigned long long)((m->seed_size + (1 << 20) - 1) >> 20),
+               (unsigned long long)(output_budget(n) >> 20));
+      return GN_ETOOBIG;
+    }
+    if (avail < n->cfg.disk_reserve_bytes || (avail - n->cfg.disk_reserve_bytes) / 2 < m->seed_size) {
+      gn__strf(reason, cap, "this provider has not the free disk for the seed of %llu MiB",
+               (unsigned long long)((m->seed_size + (1 << 20) - 1) >> 20));
+      return GN_ETOOBIG;
+    }
+  }
   if (!m->has_net)
     return 0;
   const gn_jobman_net *t = &m->net;
@@ -226,6 +262,7 @@ int gn__train_attach(gn_node *n, gn_job *j, const gn_jobman *m) {
     return GN_ENOMEM;
   t->j = j;
   t->output = m->output;
+  t->seed_fd = -1;
   if (m->has_net) {
     char why[256];
     if (!(t->cfg = gn_jobnet_config_new()) || net_config(n, &m->net, t->cfg, &t->master, why, sizeof why) < 0) {
@@ -261,6 +298,8 @@ int gn__train_attach(gn_node *n, gn_job *j, const gn_jobman *m) {
   t->next = ranks;
   ranks = t;
   pthread_mutex_unlock(&ranks_lock);
+  if (m->has_seed)
+    seed_start(n, j, t, m); /* a failure fails the job (j->error) */
   return 0;
 }
 
@@ -445,6 +484,7 @@ void gn__train_detach(gn_job *j) {
   pthread_mutex_unlock(&ranks_lock);
   if (!t)
     return;
+  seed_close(t);                   /* the seed's tar, if any is left */
   t->net = gn_jobnet_down(t->net); /* a cleanup that never ran */
   if (t->netns_made)
     netns_remove(t->netns_path);
@@ -541,8 +581,19 @@ void gn__train_remove_stale(gn_node *n) {
     }
     closedir(d);
   }
+  /* Seeds an earlier run was fetching or had not unpacked yet. */
+  if (gn__pathf(dir, sizeof dir, "%s/seed", n->cfg.data_dir) == 0 && (d = opendir(dir))) {
+    while ((e = readdir(d))) {
+      char path[PATH_MAX];
+      if (e->d_name[0] == '.' || gn__pathf(path, sizeof path, "%s/%s", dir, e->d_name) < 0)
+        continue;
+      gn_rm_tree(path);
+      removed++;
+    }
+    closedir(d);
+  }
   if (removed)
-    gn_log(GN_LOG_INFO, "removed %u job network and /output leftovers of an earlier run", removed);
+    gn_log(GN_LOG_INFO, "removed %u job network, /output and seed leftovers of an earlier run", removed);
 }
 
 /* --- /output: snapshots, chunks, budget -------------------------------------*/
@@ -880,7 +931,10 @@ static void survey_after(uv_work_t *w, int status) {
   free(s);
 }
 
+static void seed_tick(gn_node *n);
+
 void gn__train_tick(gn_node *n, int64_t now_s) {
+  seed_tick(n);
   if (now_s - output_tick_s < OUTPUT_TICK_S || n->stopping || output_work >= OUTPUT_WORK_MAX)
     return;
   output_tick_s = now_s;
@@ -920,4 +974,457 @@ void gn__train_tick(gn_node *n, int64_t now_s) {
 bool gn__train_busy(const gn_node *n) {
   (void)n;
   return output_work > 0;
+}
+
+/* --- the seed: a restarted rank's /output --------------------------------------*/
+
+#define SEED_WAIT_MS 120000u /* without a chunk this long, the job fails */
+
+/* GN_SEED_WAIT_MS (100..600000) shortens the wait for tests. */
+static uint64_t seed_wait_ms(void) {
+  const char *e = getenv("GN_SEED_WAIT_MS");
+  char *end;
+  unsigned long long v = e ? strtoull(e, &end, 10) : 0;
+  return e && *end == 0 && v >= 100 && v <= 600000 ? v : SEED_WAIT_MS;
+}
+
+static void seed_close(train_rank *t) {
+  if (t->seed_fd >= 0)
+    close(t->seed_fd);
+  t->seed_fd = -1;
+  if (t->seed_path[0])
+    unlink(t->seed_path);
+  t->seed_path[0] = 0;
+}
+
+static int seed_ask(gn_node *n, const train_rank *t) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn__joboutput_get_encode(&w, t->j->id, t->j->lease_id, t->seed_off);
+  int r = gn__node_send(n, t->seed_from, GN_MSG_JOB_SEED_GET, &w);
+  gn_wire_writer_done(&w);
+  return r;
+}
+
+static void seed_unpack_start(gn_node *n, gn_job *j, train_rank *t);
+
+/* The seed failed (why) or the job stops (why NULL): its tar removed; a
+ * job waiting for it goes on to fail or stop (provider.c). */
+static void seed_end(gn_node *n, gn_job *j, train_rank *t, const char *why) {
+  seed_close(t);
+  t->seed_state = SEED_FAILED;
+  if (why) {
+    gn_log(GN_LOG_WARN, "job %s: %s", j->id, why);
+    if (!j->error[0])
+      gn__strf(j->error, sizeof j->error, "%s", why);
+    j->cancel = 1; /* a pull still running stops */
+  }
+  if (t->seed_waiting) {
+    t->seed_waiting = false;
+    gn__provider_job_seeded(n, j);
+  }
+}
+
+static void seed_start(gn_node *n, gn_job *j, train_rank *t, const gn_jobman *m) {
+  gn_lease *l = gn__lease_find(n, j->lease_id);
+  char dir[PATH_MAX], why[300] = "";
+  t->seed_state = SEED_FETCHING;
+  t->seed_size = m->seed_size;
+  memcpy(t->seed_sha256, m->seed_sha256, sizeof t->seed_sha256);
+  crypto_hash_sha256_init(&t->seed_hash);
+  t->seed_last_ms = gn_mono_ms();
+  if (!l) {
+    seed_end(n, j, t, "no lease for the seed");
+    return;
+  }
+  memcpy(t->seed_from, l->ag.terms.requester, GN_PK_LEN);
+  if (gn__pathf(dir, sizeof dir, "%s/seed", n->cfg.data_dir) < 0 ||
+      gn__pathf(t->seed_path, sizeof t->seed_path, "%s/%s.tar", dir, j->id) < 0) {
+    t->seed_path[0] = 0;
+    seed_end(n, j, t, "cannot keep the seed: its path is too long");
+    return;
+  }
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+    gn__strf(why, sizeof why, "cannot keep the seed: %s: %s", dir, strerror(errno));
+    t->seed_path[0] = 0;
+    seed_end(n, j, t, why);
+    return;
+  }
+  /* A job id is used once: a file there is no one's, never followed. */
+  t->seed_fd = open(t->seed_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (t->seed_fd < 0) {
+    gn__strf(why, sizeof why, "cannot keep the seed: %s: %s", t->seed_path, strerror(errno));
+    t->seed_path[0] = 0; /* not ours to remove */
+    seed_end(n, j, t, why);
+    return;
+  }
+  int r = seed_ask(n, t);
+  if (r < 0) {
+    gn__strf(why, sizeof why, "cannot ask the lease holder for the seed: %s", gn_strerror(r));
+    seed_end(n, j, t, why);
+  }
+}
+
+void gn__train_on_seed(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_jobmsg m;
+  if (gn__jobmsg_decode(env->type, env->body, env->body_len, &m) < 0)
+    return;
+  gn_job *j = gn__job_find(n, m.job_id);
+  train_rank *t = j && j->role == GN_ROLE_PROVIDER ? rank_find(j) : NULL;
+  /* Only the lease holder's chunks of a seed being fetched count; any
+   * other is dropped unread. */
+  if (!t || t->seed_state != SEED_FETCHING || memcmp(peer, t->seed_from, GN_PK_LEN) != 0) {
+    gn__jobmsg_done(&m);
+    return;
+  }
+  char why[300] = "";
+  if (j->finished || j->state != GN_JOB_PULLING) {
+    seed_end(n, j, t, NULL);
+  } else if (m.reason[0]) {
+    gn__strf(why, sizeof why, "the lease holder has no seed for this job: %s", m.reason);
+  } else if (m.offset != t->seed_off) {
+    gn__strf(why, sizeof why, "bad seed: a chunk at offset %llu, not %llu", (unsigned long long)m.offset,
+             (unsigned long long)t->seed_off);
+  } else if (m.size && m.size != t->seed_size) {
+    gn__strf(why, sizeof why, "bad seed: the lease holder's has %llu bytes, the manifest says %llu",
+             (unsigned long long)m.size, (unsigned long long)t->seed_size);
+  } else if (m.data_len > t->seed_size - t->seed_off) {
+    gn__strf(why, sizeof why, "bad seed: more bytes than the manifest's %llu", (unsigned long long)t->seed_size);
+  } else if (m.data_len == 0 && !m.eof) {
+    gn__strf(why, sizeof why, "bad seed: an empty chunk at offset %llu", (unsigned long long)m.offset);
+  } else {
+    /* One chunk of GN_JOB_OUTPUT_CHUNK at most, to a local file. */
+    size_t done = 0;
+    while (done < m.data_len) {
+      ssize_t k = pwrite(t->seed_fd, m.data + done, m.data_len - done, (off_t)(t->seed_off + done));
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k <= 0) {
+        gn__strf(why, sizeof why, "cannot keep the seed: %s", k < 0 ? strerror(errno) : "short write");
+        break;
+      }
+      done += (size_t)k;
+    }
+    if (!why[0]) {
+      crypto_hash_sha256_update(&t->seed_hash, m.data, m.data_len);
+      t->seed_off += m.data_len;
+      t->seed_last_ms = gn_mono_ms();
+      if (m.eof) {
+        uint8_t h[32];
+        crypto_hash_sha256_final(&t->seed_hash, h);
+        if (t->seed_off != t->seed_size)
+          gn__strf(why, sizeof why, "bad seed: it ended at %llu of the manifest's %llu bytes",
+                   (unsigned long long)t->seed_off, (unsigned long long)t->seed_size);
+        else if (sodium_memcmp(h, t->seed_sha256, sizeof h) != 0)
+          gn__strf(why, sizeof why, "bad seed: its sha256 is not the manifest's");
+        else {
+          close(t->seed_fd);
+          t->seed_fd = -1;
+          t->seed_state = SEED_FETCHED;
+          gn_log(GN_LOG_INFO, "job %s: seed of %llu bytes fetched", j->id, (unsigned long long)t->seed_size);
+          if (t->seed_waiting)
+            seed_unpack_start(n, j, t);
+        }
+      } else {
+        int r = seed_ask(n, t);
+        if (r < 0)
+          gn__strf(why, sizeof why, "cannot ask the lease holder for the seed: %s", gn_strerror(r));
+      }
+    }
+  }
+  gn__jobmsg_done(&m);
+  if (why[0])
+    seed_end(n, j, t, why);
+}
+
+bool gn__train_seed_wait(gn_node *n, gn_job *j) {
+  train_rank *t = rank_find(j);
+  if (!t || t->seed_state == SEED_NONE || t->seed_state == SEED_DONE)
+    return false;
+  if (t->seed_state == SEED_FAILED) { /* j->error says why; never started */
+    if (!j->error[0])
+      gn__strf(j->error, sizeof j->error, "the seed failed");
+    return false;
+  }
+  t->seed_waiting = true;
+  if (t->seed_state == SEED_FETCHED)
+    seed_unpack_start(n, j, t);
+  return true;
+}
+
+void gn__train_seed_stop(gn_node *n, gn_job *j) {
+  train_rank *t = rank_find(j);
+  if (!t || (t->seed_state != SEED_FETCHING && t->seed_state != SEED_FETCHED))
+    return; /* an unpack in progress sees j->cancel and ends */
+  seed_end(n, j, t, NULL);
+}
+
+/* --- unpacking, on the thread pool --- */
+
+typedef struct seed_work {
+  uv_work_t w;
+  gn_node *n;
+  gn_job *j;
+  char tar[PATH_MAX], dir[PATH_MAX];
+  uint32_t uid;
+  bool own; /* chown to the job's mapped root */
+  uint64_t cap, bytes, entries;
+  int rc;
+  char err[300];
+} seed_work;
+
+/* The parent directory of name's last component under dirfd, made (0755)
+ * where missing, never through a link; the last component to *ret_last.
+ * GN_EINVAL for a name that is absolute, climbs (".."), too deep or long.
+ * A name of only "." components gives ret_last "" (the root). */
+static int seed_parent(seed_work *s, int dirfd, const char *name, char *buf, size_t cap, const char **ret_last) {
+  if (name[0] == '/' || strlen(name) >= cap)
+    return GN_EINVAL;
+  memcpy(buf, name, strlen(name) + 1);
+  const char *comps[OUTPUT_MAX_DEPTH + 2];
+  size_t k = 0;
+  char *save = NULL;
+  for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    if (strcmp(c, ".") == 0)
+      continue;
+    if (strcmp(c, "..") == 0 || strlen(c) > NAME_MAX || k == GN_ARRAY_SIZE(comps))
+      return GN_EINVAL;
+    comps[k++] = c;
+  }
+  if (k > OUTPUT_MAX_DEPTH + 1)
+    return GN_EINVAL;
+  *ret_last = k ? comps[k - 1] : "";
+  int fd = dup(dirfd);
+  for (size_t i = 0; fd >= 0 && i + 1 < k; i++) {
+    if (mkdirat(fd, comps[i], 0755) == 0) {
+      if (s->own && fchownat(fd, comps[i], s->uid, s->uid, AT_SYMLINK_NOFOLLOW) < 0) {
+        close(fd);
+        return -errno;
+      }
+    } else if (errno != EEXIST) {
+      int e = -errno;
+      close(fd);
+      return e;
+    }
+    int next = openat(fd, comps[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = -errno;
+    close(fd);
+    if (next < 0)
+      return e == -ELOOP || e == -ENOTDIR ? GN_EINVAL : e;
+    fd = next;
+  }
+  return fd < 0 ? -errno : fd;
+}
+
+/* One entry: a directory or a regular file (its data), nothing else. */
+static int seed_entry(seed_work *s, struct archive *a, struct archive_entry *ae, int dirfd) {
+  const char *name = archive_entry_pathname(ae);
+  char shown[96];
+  gn__strf(shown, sizeof shown, "%s", name ? name : "(no name)");
+  mode_t type = archive_entry_filetype(ae);
+  if (!name || archive_entry_hardlink(ae) || archive_entry_symlink(ae) || (type != AE_IFREG && type != AE_IFDIR)) {
+    gn__strf(s->err, sizeof s->err,
+             "bad seed: '%s' is a link, device, fifo or socket; a seed holds only files and directories", shown);
+    return GN_EINVAL;
+  }
+  if (++s->entries > OUTPUT_MAX_ENTRIES) {
+    gn__strf(s->err, sizeof s->err, "bad seed: more than %d entries", OUTPUT_MAX_ENTRIES);
+    return GN_ETOOBIG;
+  }
+  char buf[PATH_MAX];
+  const char *last = NULL;
+  int pfd = seed_parent(s, dirfd, name, buf, sizeof buf, &last);
+  if (pfd < 0) {
+    if (pfd == GN_EINVAL)
+      gn__strf(s->err, sizeof s->err, "bad seed: '%s' is not a path inside /output", shown);
+    else
+      gn__strf(s->err, sizeof s->err, "cannot unpack the seed's '%s': %s", shown, gn_strerror(pfd));
+    return pfd;
+  }
+  int r = 0;
+  if (!last[0]) { /* "." or "./": /output itself */
+    if (type != AE_IFDIR) {
+      gn__strf(s->err, sizeof s->err, "bad seed: '%s' is not a path inside /output", shown);
+      r = GN_EINVAL;
+    }
+    close(pfd);
+    return r;
+  }
+  if (type == AE_IFDIR) {
+    struct stat st;
+    if (mkdirat(pfd, last, 0755) < 0 &&
+        (errno != EEXIST || fstatat(pfd, last, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))) {
+      gn__strf(s->err, sizeof s->err, "bad seed: cannot make the directory '%s'", shown);
+      r = GN_EINVAL;
+    } else if (s->own && fchownat(pfd, last, s->uid, s->uid, AT_SYMLINK_NOFOLLOW) < 0) {
+      r = -errno;
+      gn__strf(s->err, sizeof s->err, "cannot unpack the seed's '%s': %s", shown, strerror(errno));
+    }
+    close(pfd);
+    return r;
+  }
+  la_int64_t size = archive_entry_size_is_set(ae) ? archive_entry_size(ae) : 0;
+  if (size < 0 || (uint64_t)size > s->cap - s->bytes) {
+    gn__strf(s->err, sizeof s->err, "bad seed: it unpacks to more than the provider's /output budget (%llu MiB)",
+             (unsigned long long)(s->cap >> 20));
+    close(pfd);
+    return GN_ETOOBIG;
+  }
+  /* Setuid, setgid and sticky bits never come out; the execute bit does. */
+  mode_t mode = (archive_entry_perm(ae) & 0111) ? 0755 : 0644;
+  int fd = openat(pfd, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  close(pfd);
+  if (fd < 0) {
+    gn__strf(s->err, sizeof s->err, "bad seed: cannot make the file '%s': %s", shown, strerror(errno));
+    return GN_EINVAL;
+  }
+  if ((s->own && fchown(fd, s->uid, s->uid) < 0) || fchmod(fd, mode) < 0) {
+    r = -errno;
+    gn__strf(s->err, sizeof s->err, "cannot unpack the seed's '%s': %s", shown, strerror(errno));
+  }
+  char data[65536];
+  while (r == 0) {
+    if (s->j->cancel) {
+      r = GN_ECANCELED;
+      break;
+    }
+    la_ssize_t k = archive_read_data(a, data, sizeof data);
+    if (k == 0)
+      break;
+    if (k < 0) {
+      gn__strf(s->err, sizeof s->err, "bad seed: '%s': %s", shown, archive_error_string(a));
+      r = GN_EINVAL;
+      break;
+    }
+    /* What comes out is counted, whatever the header said (sparse holes
+     * included). */
+    if ((uint64_t)k > s->cap - s->bytes) {
+      gn__strf(s->err, sizeof s->err, "bad seed: it unpacks to more than the provider's /output budget (%llu MiB)",
+               (unsigned long long)(s->cap >> 20));
+      r = GN_ETOOBIG;
+      break;
+    }
+    s->bytes += (uint64_t)k;
+    for (la_ssize_t done = 0; r == 0 && done < k;) {
+      ssize_t w = write(fd, data + done, (size_t)(k - done));
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0) {
+        r = w < 0 ? -errno : GN_EIO;
+        gn__strf(s->err, sizeof s->err, "cannot unpack the seed's '%s': %s", shown,
+                 w < 0 ? strerror(errno) : "short write");
+      }
+      done += w > 0 ? w : 0;
+    }
+  }
+  close(fd);
+  return r;
+}
+
+static void seed_unpack_work(uv_work_t *w) {
+  seed_work *s = w->data;
+  int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int tfd = open(s->tar, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  struct archive *a = archive_read_new();
+  if (dfd < 0 || tfd < 0 || !a) {
+    s->rc = dfd < 0 || tfd < 0 ? GN_EIO : GN_ENOMEM;
+    gn__strf(s->err, sizeof s->err, "cannot unpack the seed: %s", dfd < 0 ? "no /output" : "its tar is gone");
+    goto out;
+  }
+  /* tar only, uncompressed: no filter, so nothing inflates. */
+  archive_read_support_format_tar(a);
+  if (archive_read_open_fd(a, tfd, 65536) != ARCHIVE_OK) {
+    gn__strf(s->err, sizeof s->err, "bad seed: not a tar: %s", archive_error_string(a));
+    s->rc = GN_EINVAL;
+    goto out;
+  }
+  struct archive_entry *ae;
+  for (;;) {
+    int r = archive_read_next_header(a, &ae);
+    if (r == ARCHIVE_EOF)
+      break;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+      gn__strf(s->err, sizeof s->err, "bad seed: not a tar: %s", archive_error_string(a));
+      s->rc = GN_EINVAL;
+      break;
+    }
+    if ((s->rc = seed_entry(s, a, ae, dfd)) < 0)
+      break;
+  }
+out:
+  if (a)
+    archive_read_free(a);
+  if (tfd >= 0)
+    close(tfd);
+  if (dfd >= 0)
+    close(dfd);
+  unlink(s->tar); /* unpacked or refused: not needed any more */
+}
+
+static void seed_unpack_after(uv_work_t *w, int status) {
+  seed_work *s = w->data;
+  gn_node *n = s->n;
+  gn_job *j = s->j;
+  output_work--;
+  j->tasks--;
+  train_rank *t = rank_find(j);
+  if (t) {
+    t->seed_path[0] = 0; /* removed by the work */
+    if (status == 0 && s->rc == 0) {
+      t->seed_state = SEED_DONE;
+      gn_log(GN_LOG_INFO, "job %s: seed unpacked into /output (%llu entries, %llu bytes)", j->id,
+             (unsigned long long)s->entries, (unsigned long long)s->bytes);
+      t->seed_waiting = false;
+      gn__provider_job_seeded(n, j);
+    } else {
+      seed_end(n, j, t,
+               s->rc == GN_ECANCELED && j->stop_requested ? NULL
+               : s->err[0]                                ? s->err
+                                                          : "cannot unpack the seed");
+    }
+  }
+  free(s);
+}
+
+static void seed_unpack_start(gn_node *n, gn_job *j, train_rank *t) {
+  seed_work *s = calloc(1, sizeof *s);
+  if (!s) {
+    seed_end(n, j, t, "provider out of memory");
+    return;
+  }
+  s->n = n;
+  s->j = j;
+  gn__strf(s->tar, sizeof s->tar, "%s", t->seed_path);
+  gn__strf(s->dir, sizeof s->dir, "%s", t->output_dir);
+  s->uid = j->uid_base;
+  s->own = j->id_count > 0;
+  s->cap = output_budget(n);
+  s->w.data = s;
+  t->seed_state = SEED_UNPACKING;
+  if (uv_queue_work(n->loop, &s->w, seed_unpack_work, seed_unpack_after) < 0) {
+    free(s);
+    seed_end(n, j, t, "cannot unpack the seed");
+    return;
+  }
+  output_work++;
+  j->tasks++;
+}
+
+/* The lease holders that went quiet: called each tick (once a second). */
+static void seed_tick(gn_node *n) {
+  uint64_t now = gn_mono_ms(), wait = seed_wait_ms();
+  for (int i = 0; i < 64; i++) {
+    train_rank *late = NULL;
+    pthread_mutex_lock(&ranks_lock);
+    for (train_rank *t = ranks; t && !late; t = t->next)
+      if (t->seed_state == SEED_FETCHING && now - t->seed_last_ms > wait)
+        late = t;
+    pthread_mutex_unlock(&ranks_lock);
+    if (!late)
+      return;
+    char why[200];
+    gn__strf(why, sizeof why, "the lease holder sent no part of the seed for %.1f s (%llu of %llu bytes in)",
+             (double)wait / 1000, (unsigned long long)late->seed_off, (unsigned long long)late->seed_size);
+    seed_end(n, gn__job_find(n, late->j->id), late, why);
+  }
 }

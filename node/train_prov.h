@@ -63,7 +63,29 @@ void gn__train_on_output_get(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn
  * are stopped when all outputs pass store_max or the disk is into its
  * reserve), and the outputs of ended leases' finished jobs removed. */
 void gn__train_tick(gn_node *n, int64_t now_s);
-/* Output work still on the thread pool (shutdown waits for it). */
+/* The seed (docs/protocol.md §3, "JOB_SEED_GET"): a manifest with one has
+ * gn__train_check refuse it past the output budget or the free disk;
+ * gn__train_attach starts fetching it from the lease holder (JOB_SEED_GET,
+ * one chunk in flight) into DATA_DIR/seed/JOB.tar. JOB_SEED from peer:
+ * taken only from the lease holder, for a seed being fetched, at the
+ * offset asked; more bytes than the manifest's size, a hash not the
+ * manifest's, a refusal or GN_SEED_WAIT_MS (120 s) without a chunk fail the
+ * job (j->error). */
+void gn__train_on_seed(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
+/* On the loop, the preparation done and successful: true when the job
+ * must wait for its seed (fetched, then unpacked into /output on the
+ * thread pool: regular files and directories only, modes 0644/0755,
+ * within the output budget); gn__provider_job_seeded is called once it is
+ * in or has failed (j->error set). false: start (no seed, or unpacked), or
+ * fail when j->error is set. */
+bool gn__train_seed_wait(gn_node *n, gn_job *j);
+/* On the loop when the job is stopped: a seed being fetched is dropped and
+ * a job waiting for it comes back (gn__provider_job_seeded) to stop. */
+void gn__train_seed_stop(gn_node *n, gn_job *j);
+/* provider.c: takes up a job gn__train_seed_wait held (it starts, or ends
+ * failed or stopped). */
+void gn__provider_job_seeded(gn_node *n, gn_job *j);
+/* Output and seed work still on the thread pool (shutdown waits for it). */
 bool gn__train_busy(const gn_node *n);
 
 #endif

@@ -1066,6 +1066,8 @@ static struct {
   gn_jobnet *peer_net;
   pid_t srv;
   bool world;
+  gn_transport *tp2; /* a second node's connection (the seed test) */
+  gn_identity *id2;
 } R;
 
 static int teardown_rank(void **state) {
@@ -1074,8 +1076,11 @@ static int teardown_rank(void **state) {
     kill(R.srv, SIGKILL);
     waitpid(R.srv, NULL, 0);
   }
+  if (R.tp2)
+    gn_transport_close(R.tp2, NULL, NULL); /* end_world runs the loop until it is gone */
   if (R.world)
     end_world();
+  R.id2 = gn_identity_free(R.id2);
   R.peer_net = gn_jobnet_down(R.peer_net);
   if (R.host_ns[0])
     sh("ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null; ip link del %sa 2>/dev/null; true", R.host_ns,
@@ -1396,6 +1401,434 @@ static void test_shutdown_takes_the_job_network_down(void **state) {
   }
 }
 
+/* --- the seed: a restarted rank's /output ------------------------------------*/
+
+typedef struct tar_ent {
+  const char *name;
+  char type;        /* 'f' file, 'd' directory, 'l' symlink, 'h' hardlink, 'p' fifo, 'c' device */
+  const char *data; /* a file's content, or the link's target */
+  size_t len;       /* a file's bytes when data is NULL (a pattern) */
+  mode_t perm;
+} tar_ent;
+
+/* A pax tar of the entries, as a requester keeps one (any name, any type:
+ * the test's own writer checks nothing). */
+static void tar_make(const tar_ent *e, size_t n, gn_buf *ret) {
+  size_t cap = 4u << 20, used = 0;
+  uint8_t *buf = malloc(cap);
+  assert_non_null(buf);
+  struct archive *a = archive_write_new();
+  assert_int_equal(archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
+  assert_int_equal(archive_write_open_memory(a, buf, cap, &used), ARCHIVE_OK);
+  for (size_t i = 0; i < n; i++) {
+    struct archive_entry *ae = archive_entry_new();
+    archive_entry_set_pathname(ae, e[i].name);
+    archive_entry_set_perm(ae, e[i].perm ? e[i].perm : 0644);
+    size_t len = e[i].type == 'f' ? (e[i].data ? strlen(e[i].data) : e[i].len) : 0;
+    switch (e[i].type) {
+    case 'd':
+      archive_entry_set_filetype(ae, AE_IFDIR);
+      break;
+    case 'l':
+      archive_entry_set_filetype(ae, AE_IFLNK);
+      archive_entry_set_symlink(ae, e[i].data);
+      break;
+    case 'h':
+      archive_entry_set_filetype(ae, AE_IFREG);
+      archive_entry_set_hardlink(ae, e[i].data);
+      break;
+    case 'p':
+      archive_entry_set_filetype(ae, AE_IFIFO);
+      break;
+    case 'c':
+      archive_entry_set_filetype(ae, AE_IFCHR);
+      archive_entry_set_rdevmajor(ae, 1);
+      archive_entry_set_rdevminor(ae, 3);
+      break;
+    default:
+      archive_entry_set_filetype(ae, AE_IFREG);
+      archive_entry_set_size(ae, (la_int64_t)len);
+    }
+    assert_int_equal(archive_write_header(a, ae), ARCHIVE_OK);
+    archive_entry_free(ae);
+    if (e[i].type == 'f' && len) {
+      uint8_t *d = malloc(len);
+      assert_non_null(d);
+      for (size_t k = 0; k < len; k++)
+        d[k] = e[i].data ? (uint8_t)e[i].data[k] : (uint8_t)('a' + k % 26);
+      assert_int_equal(archive_write_data(a, d, len), (la_ssize_t)len);
+      free(d);
+    }
+  }
+  assert_int_equal(archive_write_close(a), ARCHIVE_OK);
+  archive_write_free(a);
+  *ret = (gn_buf){0};
+  gn_buf_append(ret, buf, used);
+  free(buf);
+}
+
+/* An output-only job (no net) that starts from a seed of size bytes with
+ * hash sha (of tar when NULL). */
+static void seed_manifest(gn_jobman *m, const char *image, const char *script, const gn_buf *tar, uint64_t size,
+                          const uint8_t *sha) {
+  fill_manifest(m, 1, 0);
+  m->has_net = false;
+  m->output = true;
+  snprintf(m->image, sizeof m->image, "%s", image);
+  free(m->argv[0]);
+  m->argc = 3;
+  m->argv[0] = strdup("sh");
+  m->argv[1] = strdup("-c");
+  m->argv[2] = strdup(script);
+  m->has_seed = true;
+  m->seed_size = size ? size : tar->len;
+  if (sha)
+    memcpy(m->seed_sha256, sha, 32);
+  else
+    crypto_hash_sha256(m->seed_sha256, tar->data, tar->len);
+}
+
+enum { SERVE_OK, SERVE_SILENT, SERVE_BAD_OFFSET, SERVE_REFUSE, SERVE_NO_SIZE, SERVE_STOP };
+
+static void send_body(gn_transport *tp, const gn_identity *id, uint32_t type, gn_wire_writer *w) {
+  gn_buf body = {0}, env = {0};
+  assert_int_equal(gn_wire_writer_take(w, &body), 0);
+  assert_int_equal(gn_envelope_seal(id, type, body.data, body.len, &env), 0);
+  assert_int_equal(gn_transport_send(tp, W.prov_id->pk, env.data, env.len), 0);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+}
+
+static void send_seed_chunk(gn_transport *tp, const gn_identity *id, const char *job, uint64_t offset,
+                            const uint8_t *data, size_t len, bool eof, uint64_t size, const char *reason) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn__joboutput_encode(&w, job, offset, data, len, eof, size, reason);
+  send_body(tp, id, GN_MSG_JOB_SEED, &w);
+  gn_wire_writer_done(&w);
+}
+
+/* Plays the lease holder for job's seed: answers its JOB_SEED_GETs from
+ * tar (misbehaving as mode says) until the job's first status after
+ * "pulling", which it returns (state 32, reason 256). Checks each ask: for
+ * this job and lease, at the offset that follows the last answer, one at a
+ * time. The asks to ret_gets. */
+static bool serve_seed(const char *job, const char *lease, const gn_buf *tar, int mode, uint64_t timeout_ms,
+                       char *ret_state, char *ret_reason, int *ret_gets) {
+  uint64_t end = gn_mono_ms() + timeout_ms, next = 0;
+  int gets = 0;
+  for (;;) {
+    for (size_t i = 0; i < W.in.n; i++) {
+      msg *m = &W.in.m[i];
+      char id[64], st[32];
+      msg_str(m, "job_id", id, sizeof id);
+      if (m->type == GN_MSG_JOB_STATUS && strcmp(id, job) == 0) {
+        msg_str(m, "state", st, sizeof st);
+        if (strcmp(st, "pulling") == 0)
+          continue;
+        snprintf(ret_state, 32, "%s", st);
+        msg_str(m, "reason", ret_reason, 256);
+        msg taken;
+        tn_inbox_remove(&W.in, i, &taken);
+        gn_buf_done(&taken.raw);
+        if (ret_gets)
+          *ret_gets = gets;
+        return true;
+      }
+      if (m->type != GN_MSG_JOB_SEED_GET)
+        continue;
+      msg taken;
+      tn_inbox_remove(&W.in, i, &taken);
+      gn_envelope e;
+      gn_jobmsg g;
+      assert_memory_equal(taken.peer, W.prov_id->pk, GN_PK_LEN);
+      assert_int_equal(gn_envelope_open(taken.raw.data, taken.raw.len, &e), 0);
+      assert_int_equal(gn__jobmsg_decode(GN_MSG_JOB_SEED_GET, e.body, e.body_len, &g), 0);
+      assert_string_equal(g.job_id, job);
+      assert_string_equal(g.lease_id, lease);
+      assert_int_equal(g.offset, next);
+      /* one chunk in flight: no other ask of this job waits */
+      for (size_t k = 0; k < W.in.n; k++) {
+        char other[64];
+        msg_str(&W.in.m[k], "job_id", other, sizeof other);
+        if (W.in.m[k].type == GN_MSG_JOB_SEED_GET && strcmp(other, job) == 0)
+          fail_msg("job %s: a second JOB_SEED_GET before the first was answered", job);
+      }
+      gets++;
+      uint64_t off = g.offset;
+      gn__jobmsg_done(&g);
+      gn_buf_done(&taken.raw);
+      size_t len = off < tar->len ? tar->len - off : 0;
+      len = len > GN_JOB_OUTPUT_CHUNK ? GN_JOB_OUTPUT_CHUNK : len;
+      bool eof = off + len >= tar->len;
+      switch (mode) {
+      case SERVE_SILENT:
+        break;
+      case SERVE_STOP: { /* the lease holder stops the job instead */
+        gn_wire_writer w;
+        gn_wire_writer_init(&w);
+        gn_wire_put_map(&w, 2);
+        gn_wire_put_str(&w, "job_id");
+        gn_wire_put_str(&w, job);
+        gn_wire_put_str(&w, "lease_id");
+        gn_wire_put_str(&w, lease);
+        send_body(W.req_tp, W.req_id, GN_MSG_JOB_STOP, &w);
+        gn_wire_writer_done(&w);
+        break;
+      }
+      case SERVE_REFUSE:
+        send_seed_chunk(W.req_tp, W.req_id, job, off, NULL, 0, true, 0, "no seed kept for this job");
+        break;
+      case SERVE_BAD_OFFSET: /* the second chunk one byte on */
+        send_seed_chunk(W.req_tp, W.req_id, job, off ? off + 1 : off, tar->data + off, len, eof, tar->len, NULL);
+        break;
+      default:
+        send_seed_chunk(W.req_tp, W.req_id, job, off, tar->data + off, len, eof, mode == SERVE_NO_SIZE ? 0 : tar->len,
+                        NULL);
+      }
+      next = off + len;
+      i = (size_t)-1; /* the inbox changed: from its start */
+    }
+    if (gn_mono_ms() >= end)
+      return false;
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  }
+}
+
+static void seed_tar_path(const char *job, char *out, size_t cap) {
+  snprintf(out, cap, "%s/seed/%s.tar", W.dir, job);
+}
+
+/* A job with a seed: sent, served as mode says; ends in state (failed
+ * with a reason holding part), never running, its seed's tar gone. */
+static void expect_seed_ends(gn_jobman *m, const char *lease, const gn_buf *tar, int mode, const char *state,
+                             const char *part) {
+  char job[32], st[32], reason[256], path[PATH_MAX + 64];
+  send_manifest(m, lease, job, st, reason);
+  if (strcmp(st, "pulling") != 0)
+    fail_msg("job %s: %s (%s)", job, st, reason);
+  if (!serve_seed(job, lease, tar, mode, 30000, st, reason, NULL))
+    fail_msg("job %s: no end (see %s/gpunetd.log)", job, W.dir);
+  if (strcmp(st, state) != 0 || !strstr(reason, part))
+    fail_msg("job %s: %s '%s', expected %s with '%s'", job, st, reason, state, part);
+  print_message("  %s: %s\n", st, reason);
+  seed_tar_path(job, path, sizeof path);
+  bool gone = false;
+  for (int i = 0; i < 100 && !(gone = !th_exists(path)); i++)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  if (!gone)
+    fail_msg("job %s: its seed %s is still there", job, path);
+  /* nothing ran: the job's log is empty or absent */
+  snprintf(path, sizeof path, "%s/run/jobs/%s.log", W.dir, job);
+  size_t len = 0;
+  char *log = th_read_file(path, &len);
+  if (log && len)
+    fail_msg("job %s ran: %s", job, log);
+  free(log);
+}
+
+static void expect_seed_fails(gn_jobman *m, const char *lease, const gn_buf *tar, int mode, const char *part) {
+  expect_seed_ends(m, lease, tar, mode, "failed", part);
+}
+
+static int on_up2_flag;
+
+static void on_up2(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
+  (void)t, (void)peer, (void)addr, (void)ud;
+  on_up2_flag = 1;
+}
+
+/* A rank restarted from its checkpoint: the seed the lease holder keeps is
+ * fetched 32 KiB at a time, one ask in flight, and unpacked into /output
+ * before the container starts (the job reads it and writes on it); a
+ * JOB_SEED from another node, or for another job, changes nothing. Then
+ * each way a lease holder can fail it: a hash not the manifest's, more
+ * bytes than the manifest's, a chunk at another offset, a refusal, silence
+ * (GN_SEED_WAIT_MS), a seed over the output budget (refused at once); and
+ * a job stopped while it waits for its seed stops. */
+static void test_seed_restores_output(void **state) {
+  (void)state;
+  if (run_skip) {
+    print_message("skipped: %s\n", run_skip);
+    skip();
+  }
+  setenv("GN_SEED_WAIT_MS", "3000", 1);
+  start_world((const char *const[]){"--registry-allow", "127.0.0.1", "--store-max", "64M", NULL});
+  unsetenv("GN_SEED_WAIT_MS");
+  R.world = true;
+  gn_agreement a;
+  rent(&a);
+  char image[256];
+  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
+  const tar_ent ents[] = {
+      {"ckpt", 'd', NULL, 0, 0755},
+      {"ckpt/step", 'f', "1234\n", 0, 0644},
+      {"run.sh", 'f', "#!/bin/sh\n", 0, 04755}, /* setuid: it comes out 0755 */
+      {"deep/er/big", 'f', NULL, 100000, 0600}, /* parents made; four chunks in all */
+  };
+  gn_buf tar;
+  tar_make(ents, GN_ARRAY_SIZE(ents), &tar);
+  gn_jobman m;
+  seed_manifest(&m, image,
+                "cat /output/ckpt/step; stat -c 'mode %a %s %n' /output/run.sh /output/deep/er/big; "
+                "echo 5678 > /output/ckpt/step && echo WRITE_OK",
+                &tar, 0, NULL);
+  char job[32], st[32], reason[256];
+  send_manifest(&m, a.terms.lease_id, job, st, reason);
+  if (strcmp(st, "pulling") != 0)
+    fail_msg("job %s: %s (%s)", job, st, reason);
+  /* Another node, and the lease holder for another job: both ignored. */
+  gn_transport_cbs cbs2 = {on_up2, on_down, on_msg};
+  assert_int_equal(gn_identity_generate(&R.id2), 0);
+  assert_int_equal(gn_transport_new(&W.loop, R.id2, &cbs2, NULL, &R.tp2), 0);
+  gn_identity *other = R.id2;
+  gn_transport *tp2 = R.tp2;
+  on_up2_flag = 0;
+  for (int i = 0; i < 50 && !on_up2_flag; i++) {
+    gn_transport_connect(tp2, W.addr);
+    tn_run_until_flag(&W.loop, &on_up2_flag, 300);
+  }
+  assert_true(on_up2_flag);
+  static const uint8_t junk[] = "not the seed";
+  send_seed_chunk(tp2, other, job, 0, junk, sizeof junk, true, tar.len, NULL);
+  send_seed_chunk(W.req_tp, W.req_id, "j-000000000000", 0, junk, sizeof junk, true, sizeof junk, NULL);
+  /* a second: the pull and the preparation are done, the job waits */
+  tn_run_until_flag(&W.loop, &(int){0}, 1000);
+  int gets = 0;
+  if (!serve_seed(job, a.terms.lease_id, &tar, SERVE_OK, 60000, st, reason, &gets))
+    fail_msg("job %s: no status after its seed (see %s/gpunetd.log)", job, W.dir);
+  if (strcmp(st, "running") != 0)
+    fail_msg("job %s: %s (%s)", job, st, reason);
+  assert_int_equal(gets, (int)((tar.len + GN_JOB_OUTPUT_CHUNK - 1) / GN_JOB_OUTPUT_CHUNK));
+  assert_true(gets >= 4);
+  bool ended = wait_status(job, "exited", 60000, st, reason) || wait_status(job, "failed", 100, st, reason);
+  char path[PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/run/jobs/%s.log", W.dir, job);
+  char *log = read_all(path);
+  print_message("  job log:\n%s\n", log ? log : "(none)");
+  if (!ended || strcmp(st, "exited") != 0)
+    fail_msg("job %s: %s (%s)", job, ended ? st : "did not end", reason);
+  assert_non_null(log);
+  assert_non_null(strstr(log, "1234\n"));
+  assert_non_null(strstr(log, "mode 755 10 /output/run.sh"));
+  assert_non_null(strstr(log, "mode 644 100000 /output/deep/er/big"));
+  assert_non_null(strstr(log, "WRITE_OK"));
+  free(log);
+  /* on the host: what the job wrote over the seed, the tar gone */
+  snprintf(path, sizeof path, "%s/output/%s/ckpt/step", W.dir, job);
+  log = read_all(path);
+  assert_non_null(log);
+  assert_string_equal(log, "5678\n");
+  free(log);
+  seed_tar_path(job, path, sizeof path);
+  assert_false(th_exists(path));
+  gn__jobman_done(&m);
+  gn_transport_close(tp2, NULL, NULL);
+  R.tp2 = NULL;
+
+  const char *script = "echo RAN";
+  /* a hash not the manifest's */
+  uint8_t sha[32];
+  crypto_hash_sha256(sha, tar.data, tar.len);
+  sha[0] ^= 1;
+  seed_manifest(&m, image, script, &tar, 0, sha);
+  expect_seed_fails(&m, a.terms.lease_id, &tar, SERVE_OK, "sha256 is not the manifest's");
+  gn__jobman_done(&m);
+  /* more bytes than the manifest says (the answers name no size) */
+  seed_manifest(&m, image, script, &tar, tar.len - 512, NULL);
+  expect_seed_fails(&m, a.terms.lease_id, &tar, SERVE_NO_SIZE, "more bytes than the manifest's");
+  gn__jobman_done(&m);
+  /* ... and answers that name another size than the manifest's */
+  seed_manifest(&m, image, script, &tar, tar.len - 512, NULL);
+  expect_seed_fails(&m, a.terms.lease_id, &tar, SERVE_OK, "the manifest says");
+  gn__jobman_done(&m);
+  /* a chunk at another offset than asked */
+  seed_manifest(&m, image, script, &tar, 0, NULL);
+  expect_seed_fails(&m, a.terms.lease_id, &tar, SERVE_BAD_OFFSET, "not 32768");
+  gn__jobman_done(&m);
+  /* a refusal */
+  seed_manifest(&m, image, script, &tar, 0, NULL);
+  expect_seed_fails(&m, a.terms.lease_id, &tar, SERVE_REFUSE, "no seed kept for this job");
+  gn__jobman_done(&m);
+  /* silence: failed after GN_SEED_WAIT_MS */
+  uint64_t t0 = gn_mono_ms();
+  seed_manifest(&m, image, script, &tar, 0, NULL);
+  expect_seed_fails(&m, a.terms.lease_id, &tar, SERVE_SILENT, "sent no part of the seed for 3.0 s");
+  assert_true(gn_mono_ms() - t0 >= 2900);
+  gn__jobman_done(&m);
+  /* stopped while it waits for its seed: stopped, nothing ran */
+  seed_manifest(&m, image, script, &tar, 0, NULL);
+  expect_seed_ends(&m, a.terms.lease_id, &tar, SERVE_STOP, "stopped", "");
+  gn__jobman_done(&m);
+  /* over the output budget (64 MiB here): refused before anything of it
+   * exists */
+  seed_manifest(&m, image, script, &tar, 65ull << 20, NULL);
+  send_manifest(&m, a.terms.lease_id, job, st, reason);
+  if (strcmp(st, "rejected") != 0 || !strstr(reason, "larger than this provider's /output budget"))
+    fail_msg("job %s: %s '%s'", job, st, reason);
+  seed_tar_path(job, path, sizeof path);
+  assert_false(th_exists(path));
+  snprintf(path, sizeof path, "%s/output/%s", W.dir, job);
+  assert_false(th_exists(path));
+  gn__jobman_done(&m);
+  gn_buf_done(&tar);
+}
+
+/* A seed's entries: only regular files and directories, at paths inside
+ * /output. Each hostile tar fails its job before the container starts and
+ * writes nothing outside /output. */
+static void test_seed_hostile_entries(void **state) {
+  (void)state;
+  if (run_skip) {
+    print_message("skipped: %s\n", run_skip);
+    skip();
+  }
+  start_world((const char *const[]){"--registry-allow", "127.0.0.1", NULL});
+  R.world = true;
+  gn_agreement a;
+  rent(&a);
+  char image[256], abs_evil[PATH_MAX + 32], out_evil[PATH_MAX + 32];
+  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
+  snprintf(abs_evil, sizeof abs_evil, "%s/evil-abs", W.dir);
+  snprintf(out_evil, sizeof out_evil, "%s/output/evil", W.dir);
+  struct {
+    tar_ent e;
+    const char *part;
+  } cases[] = {
+      {{"../evil", 'f', "x", 0, 0644}, "is not a path inside /output"},
+      {{abs_evil, 'f', "x", 0, 0644}, "is not a path inside /output"},
+      {{"a/../../evil", 'f', "x", 0, 0644}, "is not a path inside /output"},
+      {{"lnk", 'l', "/etc", 0, 0777}, "is a link"},
+      {{"hl", 'h', "ckpt/step", 0, 0644}, "is a link"},
+      {{"fifo", 'p', NULL, 0, 0644}, "is a link, device, fifo"},
+      {{"null", 'c', NULL, 0, 0666}, "is a link, device, fifo"},
+      {{"ckpt/step", 'f', "again", 0, 0644}, "cannot make the file"}, /* a second time */
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    tar_ent ents[] = {{"ckpt", 'd', NULL, 0, 0755}, {"ckpt/step", 'f', "1\n", 0, 0644}, cases[i].e};
+    gn_buf tar;
+    tar_make(ents, GN_ARRAY_SIZE(ents), &tar);
+    gn_jobman m;
+    seed_manifest(&m, image, "echo RAN", &tar, 0, NULL);
+    print_message("  entry '%s' (%c)\n", cases[i].e.name, cases[i].e.type);
+    expect_seed_fails(&m, a.terms.lease_id, &tar, SERVE_OK, cases[i].part);
+    gn__jobman_done(&m);
+    gn_buf_done(&tar);
+    assert_false(th_exists(abs_evil));
+    assert_false(th_exists(out_evil));
+  }
+  /* not a tar at all */
+  gn_buf junk = {0};
+  uint8_t bytes[3000];
+  randombytes_buf(bytes, sizeof bytes);
+  gn_buf_append(&junk, bytes, sizeof bytes);
+  gn_jobman m;
+  seed_manifest(&m, image, "echo RAN", &junk, 0, NULL);
+  expect_seed_fails(&m, a.terms.lease_id, &junk, SERVE_OK, "not a tar");
+  gn__jobman_done(&m);
+  gn_buf_done(&junk);
+}
+
 int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(test_manifest_net_round_trip),
@@ -1414,6 +1847,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_rank_reaches_its_peer_and_nothing_else, teardown_rank),
       cmocka_unit_test_teardown(test_restart_after_crash_removes_the_job_network, teardown_rank),
       cmocka_unit_test_teardown(test_shutdown_takes_the_job_network_down, teardown_rank),
+      cmocka_unit_test_teardown(test_seed_restores_output, teardown_rank),
+      cmocka_unit_test_teardown(test_seed_hostile_entries, teardown_rank),
   };
   int fails = cmocka_run_group_tests_name("train_manifest", pure, NULL, NULL);
   fails += cmocka_run_group_tests_name("train_policy", daemon, NULL, NULL);
