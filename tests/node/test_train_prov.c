@@ -1418,7 +1418,11 @@ static void tar_make(const tar_ent *e, size_t n, gn_buf *ret) {
   uint8_t *buf = malloc(cap);
   assert_non_null(buf);
   struct archive *a = archive_write_new();
-  assert_int_equal(archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
+  bool sparse = false;
+  for (size_t i = 0; i < n; i++)
+    sparse = sparse || e[i].type == 's';
+  /* pax (not restricted) for a sparse file's map */
+  assert_int_equal(sparse ? archive_write_set_format_pax(a) : archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
   assert_int_equal(archive_write_open_memory(a, buf, cap, &used), ARCHIVE_OK);
   for (size_t i = 0; i < n; i++) {
     struct archive_entry *ae = archive_entry_new();
@@ -1445,12 +1449,19 @@ static void tar_make(const tar_ent *e, size_t n, gn_buf *ret) {
       archive_entry_set_rdevmajor(ae, 1);
       archive_entry_set_rdevminor(ae, 3);
       break;
+    case 's':
+      archive_entry_set_filetype(ae, AE_IFREG);
+      archive_entry_set_size(ae, (la_int64_t)e[i].len);
+      archive_entry_sparse_add_entry(ae, (la_int64_t)e[i].len - 1, 1);
+      break;
     default:
       archive_entry_set_filetype(ae, AE_IFREG);
       archive_entry_set_size(ae, (la_int64_t)len);
     }
     assert_int_equal(archive_write_header(a, ae), ARCHIVE_OK);
     archive_entry_free(ae);
+    if (e[i].type == 's')
+      assert_int_equal(archive_write_data(a, "x", 1), 1);
     if (e[i].type == 'f' && len) {
       uint8_t *d = malloc(len);
       assert_non_null(d);
@@ -1644,7 +1655,8 @@ static void on_up2(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *a
  * JOB_SEED from another node, or for another job, changes nothing. Then
  * each way a lease holder can fail it: a hash not the manifest's, more
  * bytes than the manifest's, a chunk at another offset, a refusal, silence
- * (GN_SEED_WAIT_MS), a seed over the output budget (refused at once); and
+ * (GN_SEED_WAIT_MS), a small tar that unpacks past the output budget, a
+ * seed over the output budget (refused at once); and
  * a job stopped while it waits for its seed stops. */
 static void test_seed_restores_output(void **state) {
   (void)state;
@@ -1760,6 +1772,18 @@ static void test_seed_restores_output(void **state) {
   seed_manifest(&m, image, script, &tar, 0, NULL);
   expect_seed_ends(&m, a.terms.lease_id, &tar, SERVE_STOP, "stopped", "");
   gn__jobman_done(&m);
+  /* a tar of a few KiB that unpacks to 80 MiB (a sparse file): over the
+   * output budget, refused before the file is made */
+  const tar_ent holes[] = {{"ckpt", 'd', NULL, 0, 0755}, {"ckpt/holes", 's', NULL, 80u << 20, 0644}};
+  gn_buf bomb;
+  tar_make(holes, GN_ARRAY_SIZE(holes), &bomb);
+  assert_true(bomb.len < 65536);
+  seed_manifest(&m, image, script, &bomb, 0, NULL);
+  expect_seed_fails(&m, a.terms.lease_id, &bomb, SERVE_OK, "unpacks to more than the provider's /output budget");
+  snprintf(path, sizeof path, "%s/output/%s/ckpt/holes", W.dir, m.job_id);
+  assert_false(th_exists(path));
+  gn__jobman_done(&m);
+  gn_buf_done(&bomb);
   /* over the output budget (64 MiB here): refused before anything of it
    * exists */
   seed_manifest(&m, image, script, &tar, 65ull << 20, NULL);
