@@ -1340,6 +1340,10 @@ static void seed_unpack_work(uv_work_t *w) {
   }
   struct archive_entry *ae;
   for (;;) {
+    if (s->j->cancel) { /* stopped meanwhile */
+      s->rc = GN_ECANCELED;
+      break;
+    }
     int r = archive_read_next_header(a, &ae);
     if (r == ARCHIVE_EOF)
       break;
