@@ -9,6 +9,7 @@
 
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
+#include <gpunet/offer.h>
 #include <gpunet/transport.h>
 #include <gpunet/wire.h>
 
@@ -17,6 +18,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +169,137 @@ static inline void tn_identity_for(const char *dir, gn_identity **ret) {
   assert_int_equal(gn_identity_save(*ret, key), 0);
 }
 
+/* Forks gpunetd (tn_gpunetd_path) with args (NULL-terminated, after the
+ * program's name; at most 62), its stderr to LOG_DIR/gpunetd.log opened
+ * with log_mode ("w" or "a") and env (NAME=VALUE strings, NULL-terminated,
+ * or NULL) set in the child only. Returns its pid. */
+static inline pid_t tn_daemon_spawnv(const char *log_dir, const char *log_mode, const char *const *env,
+                                     const char *const *args) {
+  char bin[PATH_MAX], log[PATH_MAX + 32];
+  const char *argv[64];
+  size_t n = 0;
+  tn_gpunetd_path(bin, sizeof bin);
+  snprintf(log, sizeof log, "%s/gpunetd.log", log_dir);
+  argv[n++] = bin;
+  for (size_t i = 0; args[i]; i++) {
+    if (n + 1 >= GN_ARRAY_SIZE(argv))
+      fail_msg("tn_daemon_spawnv: more than %zu arguments for gpunetd", GN_ARRAY_SIZE(argv) - 2);
+    argv[n++] = args[i];
+  }
+  argv[n] = NULL;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    for (size_t i = 0; env && env[i]; i++)
+      if (putenv((char *)env[i]) != 0)
+        _exit(127);
+    if (!freopen(log, log_mode, stderr))
+      _exit(127);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+/* tn_daemon_spawnv with the arguments as a NULL-terminated list. */
+static inline pid_t tn_daemon_spawn(const char *log_dir, const char *log_mode, ...) {
+  const char *args[64];
+  size_t n = 0;
+  va_list ap;
+  va_start(ap, log_mode);
+  while (n + 1 < GN_ARRAY_SIZE(args) && (args[n] = va_arg(ap, const char *)) != NULL)
+    n++;
+  va_end(ap);
+  args[n] = NULL;
+  return tn_daemon_spawnv(log_dir, log_mode, NULL, args);
+}
+
+/* Prints the last `lines` lines of LOG_DIR/gpunetd.log to stderr. */
+static inline void tn_print_log(const char *log_dir, int lines) {
+  char cmd[PATH_MAX + 64];
+  snprintf(cmd, sizeof cmd, "tail -n %d %s/gpunetd.log >&2", lines, log_dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "(no daemon log)\n");
+}
+
+/* What a played peer's transport reports to: *up is 1 while a session is
+ * up (with a peer whose key is `only`, when not NULL), and its messages go
+ * to in. Must outlive the transport. */
+typedef struct tn_link {
+  int *up;
+  tn_inbox *in;
+  const uint8_t *only; /* GN_PK_LEN bytes, or NULL: any peer */
+} tn_link;
+
+static inline void tn__link_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
+  tn_link *l = ud;
+  (void)t, (void)addr;
+  if (!l->only || memcmp(peer, l->only, GN_PK_LEN) == 0)
+    *l->up = 1;
+}
+
+static inline void tn__link_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
+  tn_link *l = ud;
+  (void)t;
+  if (!l->only || memcmp(peer, l->only, GN_PK_LEN) == 0)
+    *l->up = 0;
+}
+
+static inline void tn__link_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env,
+                                const uint8_t *raw, size_t len, void *ud) {
+  tn_link *l = ud;
+  (void)t;
+  tn_inbox_add(l->in, peer, env, raw, len);
+}
+
+/* A played peer on loop: a new identity to *ret_id (unless *ret_id is
+ * already one) and a transport to *ret_tp whose sessions and messages are
+ * reported to link. */
+static inline void tn_peer_new(uv_loop_t *loop, tn_link *link, gn_identity **ret_id, gn_transport **ret_tp) {
+  static const gn_transport_cbs cbs = {tn__link_up, tn__link_down, tn__link_msg};
+  if (!*ret_id)
+    assert_int_equal(gn_identity_generate(ret_id), 0);
+  assert_int_equal(gn_transport_new(loop, *ret_id, &cbs, link, ret_tp), 0);
+}
+
+/* Dials addr from tp until *up (set by the transport's on_peer_up), as a
+ * daemon just started needs a moment to listen: 50 tries 100 ms apart, each
+ * waiting up to 300 ms. When it never comes up the test fails, after the
+ * tail of LOG_DIR/gpunetd.log (log_dir not NULL) went to stderr. */
+static inline void tn_dial(uv_loop_t *loop, gn_transport *tp, const char *addr, int *up, const char *log_dir) {
+  for (int i = 0; i < 50 && !*up; i++) {
+    usleep(100000);
+    gn_transport_connect(tp, addr);
+    tn_run_until_flag(loop, up, 300);
+  }
+  if (!*up) {
+    if (log_dir)
+      tn_print_log(log_dir, 20);
+    fail_msg("no session with gpunetd at %s after 50 tries", addr);
+  }
+}
+
+/* An offer by pk at addr: `gpus` free of `gpus` RTX 4090s (simulated or
+ * not) at 0.40 EUR an hour for up to 2 hours, seq 1, issued now and valid
+ * for ttl_s. */
+static inline void tn_offer(gn_offer *o, const uint8_t pk[GN_PK_LEN], const char *addr, uint32_t gpus, int64_t ttl_s,
+                            bool simulated) {
+  memset(o, 0, sizeof *o);
+  memcpy(o->provider, pk, GN_PK_LEN);
+  o->seq = 1;
+  o->issued_s = gn_unix_s();
+  o->expires_s = o->issued_s + ttl_s;
+  snprintf(o->addr, sizeof o->addr, "%s", addr);
+  snprintf(o->gpu_model, sizeof o->gpu_model, "NVIDIA GeForce RTX 4090");
+  o->vram_mib = 24564;
+  o->gpus_free = gpus;
+  o->gpus_total = gpus;
+  o->price_uper_hour = 400000;
+  snprintf(o->currency, sizeof o->currency, "EUR");
+  o->max_hours = 2;
+  o->simulated = simulated;
+}
+
 /* SIGTERM to the daemon, and waits for it (nothing when pid <= 0). */
 static inline void tn_daemon_stop(pid_t pid) {
   int status = 0;
@@ -244,6 +377,45 @@ static inline void tn_job_stop_seal(const gn_identity *signer, const char *lease
   gn_wire_writer_done(&w);
   assert_int_equal(gn_envelope_seal(signer, GN_MSG_JOB_STOP, body.data, body.len, ret), 0);
   gn_buf_done(&body);
+}
+
+/* Seals body as a message of type by signer and sends it over tp to the
+ * peer whose key is to. */
+static inline void tn_send(gn_transport *tp, const gn_identity *signer, uint32_t type, const gn_buf *body,
+                           const uint8_t to[GN_PK_LEN]) {
+  gn_buf env = {0};
+  assert_int_equal(gn_envelope_seal(signer, type, body->data, body->len, &env), 0);
+  assert_int_equal(gn_transport_send(tp, to, env.data, env.len), 0);
+  gn_buf_done(&env);
+}
+
+/* Rents t as its requester req over tp from prov: sends the lease request
+ * and waits up to 5 s for the LEASE_ACCEPT, whose agreement (for t's lease)
+ * goes to ret_ag and, when ret_env is not NULL, its envelope is appended
+ * to ret_env. The test fails when none comes or it does not open. */
+static inline void tn_rent(uv_loop_t *loop, tn_inbox *in, gn_transport *tp, const gn_identity *req,
+                           const gn_identity *prov, const gn_lease_terms *t, gn_agreement *ret_ag, gn_buf *ret_env) {
+  gn_buf env = {0};
+  tn_msg m;
+  assert_int_equal(gn_lease_request_seal(req, t, &env), 0);
+  assert_int_equal(gn_transport_send(tp, prov->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+  if (!tn_wait_msg(loop, in, GN_MSG_LEASE_ACCEPT, NULL, NULL, 5000, &m))
+    fail_msg("no LEASE_ACCEPT for lease %s within 5 s", t->lease_id);
+  assert_int_equal(gn_agreement_open(m.raw.data, m.raw.len, ret_ag), 0);
+  assert_string_equal(ret_ag->terms.lease_id, t->lease_id);
+  if (ret_env)
+    gn_buf_append(ret_env, m.raw.data, m.raw.len);
+  gn_buf_done(&m.raw);
+}
+
+/* A fresh job id, "j-" and 12 hex digits, to ret (32 bytes). */
+static inline void tn_job_id(char *ret) {
+  uint8_t rnd[6];
+  char hex[13];
+  randombytes_buf(rnd, sizeof rnd);
+  sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
+  snprintf(ret, 32, "j-%s", hex);
 }
 
 /* Runs the loop until the inbox holds a JOB_STATUS of job in state (any
@@ -336,6 +508,16 @@ static inline void tn_manifest_body(const tn_manifest *m, gn_buf *ret) {
   gn_wire_put_u64(&w, GN_PROTO_VERSION);
   assert_int_equal(gn_wire_writer_take(&w, ret), 0);
   gn_wire_writer_done(&w);
+}
+
+/* Sends the manifest m, sealed by signer (the lease holder, or anyone a
+ * test plays), over tp to the peer whose key is to. */
+static inline void tn_manifest_send(gn_transport *tp, const gn_identity *signer, const tn_manifest *m,
+                                    const uint8_t to[GN_PK_LEN]) {
+  gn_buf body = {0};
+  tn_manifest_body(m, &body);
+  tn_send(tp, signer, GN_MSG_JOB_MANIFEST, &body, to);
+  gn_buf_done(&body);
 }
 
 #endif

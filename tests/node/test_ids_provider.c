@@ -39,23 +39,8 @@ static struct world {
   gn_transport *tp;
   int up;
   tn_inbox in;
+  tn_link link;
 } W;
-
-static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t, (void)peer, (void)addr, (void)ud;
-  W.up = 1;
-}
-
-static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)t, (void)peer, (void)ud;
-  W.up = 0;
-}
-
-static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                   size_t len, void *ud) {
-  (void)t, (void)ud;
-  tn_inbox_add(&W.in, peer, env, raw, len);
-}
 
 /* Runs the loop until a message of type arrives (returned, the caller frees
  * raw) or timeout_ms passes (0). */
@@ -83,9 +68,8 @@ static bool file_says(const char *path, const char *text) {
 
 static int setup(void **state) {
   (void)state;
-  char path[PATH_MAX + 64], bin[PATH_MAX];
+  char path[PATH_MAX + 64];
   memset(&W, 0, sizeof W);
-  tn_gpunetd_path(bin, sizeof bin);
   snprintf(W.top, sizeof W.top, "/tmp/gn-ids-prov-XXXXXX");
   assert_non_null(mkdtemp(W.top));
   snprintf(W.dir, sizeof W.dir, "%s/data", W.top);
@@ -94,33 +78,14 @@ static int setup(void **state) {
   write_file(path, "canary\n");
   tn_identity_for(W.dir, &W.prov_id);
   snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
-  W.daemon = fork();
-  assert_true(W.daemon >= 0);
-  if (W.daemon == 0) {
-    snprintf(path, sizeof path, "%s/gpunetd.log", W.top);
-    if (!freopen(path, "w", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu", "RTX 4090", "--price",
-          "0.40", "--max-hours", "2",
-          /* Isolation is not what this tests, and not every host has it. */
-          "--allow-no-userns", (char *)NULL);
-    _exit(127);
-  }
+  W.daemon = tn_daemon_spawn(W.top, "w", "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu",
+                             "RTX 4090", "--price", "0.40", "--max-hours", "2",
+                             /* Isolation is not what this tests, and not every host has it. */
+                             "--allow-no-userns", (char *)NULL);
   uv_loop_init(&W.loop);
-  gn_transport_cbs cbs = {on_up, on_down, on_msg};
-  assert_int_equal(gn_identity_generate(&W.req_id), 0);
-  assert_int_equal(gn_transport_new(&W.loop, W.req_id, &cbs, NULL, &W.tp), 0);
-  for (int i = 0; i < 50 && !W.up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.tp, W.addr);
-    tn_run_until_flag(&W.loop, &W.up, 300);
-  }
-  if (!W.up) {
-    snprintf(path, sizeof path, "tail -n 20 %s/gpunetd.log >&2", W.top);
-    if (system(path) != 0)
-      print_message("no daemon log\n");
-  }
-  assert_true(W.up);
+  W.link = (tn_link){&W.up, &W.in, NULL};
+  tn_peer_new(&W.loop, &W.link, &W.req_id, &W.tp);
+  tn_dial(&W.loop, W.tp, W.addr, &W.up, W.top);
   /* What an earlier, still running job "x" has: its bundle directory (made
    * now: the daemon clears leftover bundles when it starts). */
   snprintf(path, sizeof path, "%s/run/bundle-x", W.dir);
@@ -138,41 +103,24 @@ static int teardown(void **state) {
 
 static void rent(gn_agreement *ret_ag) {
   gn_lease_terms t;
-  gn_buf env = {0};
-  msg m;
   tn_lease_terms(&t, W.prov_id, W.req_id, 1, true);
-  assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
-  assert_int_equal(gn_transport_send(W.tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&env);
-  assert_true(wait_msg(GN_MSG_LEASE_ACCEPT, 5000, &m));
-  assert_int_equal(gn_agreement_open(m.raw.data, m.raw.len, ret_ag), 0);
-  gn_buf_done(&m.raw);
+  tn_rent(&W.loop, &W.in, W.tp, W.req_id, W.prov_id, &t, ret_ag, NULL);
 }
 
-/* A signed manifest naming any job id (what a hostile requester can send). */
-static void manifest_env(const char *job_id, const char *lease_id, gn_buf *ret) {
-  tn_manifest m = {.job_id = job_id,
-                   .lease_id = lease_id,
-                   .image = PINNED,
-                   .memory_mib = 64,
-                   .pids = 16,
-                   .issued_s = gn_unix_s(),
-                   .expires_s = gn_unix_s() + 120};
-  gn_buf body = {0};
-  tn_manifest_body(&m, &body);
-  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_MANIFEST, body.data, body.len, ret), 0);
-  gn_buf_done(&body);
-}
-
-/* Sends the manifest and returns the state of the provider's first answer
- * ("rejected", "pulling"...), waiting up to wait_end_ms more for the job to
- * reach an end state if it was taken. */
+/* Sends a manifest naming any job id (what a hostile requester can send)
+ * and returns the state of the provider's first answer ("rejected",
+ * "pulling"...), waiting up to wait_end_ms more for the job to reach an end
+ * state if it was taken. */
 static void send_job(const char *job_id, const char *lease_id, char *state, size_t cap, uint64_t wait_end_ms) {
-  gn_buf env = {0};
+  tn_manifest man = {.job_id = job_id,
+                     .lease_id = lease_id,
+                     .image = PINNED,
+                     .memory_mib = 64,
+                     .pids = 16,
+                     .issued_s = gn_unix_s(),
+                     .expires_s = gn_unix_s() + 120};
   msg m;
-  manifest_env(job_id, lease_id, &env);
-  assert_int_equal(gn_transport_send(W.tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&env);
+  tn_manifest_send(W.tp, W.req_id, &man, W.prov_id->pk);
   if (!wait_msg(GN_MSG_JOB_STATUS, 5000, &m))
     fail_msg("no answer to a manifest for job '%s'", job_id);
   tn_msg_str(&m, "state", state, cap);

@@ -46,28 +46,13 @@ static struct {
   gn_transport *tp;
   int up;
   tn_inbox in;
+  tn_link link;
   char sleep_arg[16]; /* the job's `sleep N`, N of this test's own */
   char job[32];
 } W;
 
 static th_registry reg;
 static const char *skip_why;
-
-static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t, (void)peer, (void)addr, (void)ud;
-  W.up = 1;
-}
-
-static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)t, (void)peer, (void)ud;
-  W.up = 0;
-}
-
-static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                   size_t len, void *ud) {
-  (void)t, (void)ud;
-  tn_inbox_add(&W.in, peer, env, raw, len);
-}
 
 static bool find_runtime(const char *name, char *out, size_t cap) {
   char cmd[128];
@@ -136,34 +121,18 @@ static int setup(void **state) {
   snprintf(W.dir, sizeof W.dir, "/tmp/gn-stoprace-XXXXXX");
   assert_non_null(mkdtemp(W.dir));
   snprintf(W.sleep_arg, sizeof W.sleep_arg, "%d", 600 + (int)(getpid() % 1000));
-  char wrapper[PATH_MAX + 16], bin[PATH_MAX];
+  char wrapper[PATH_MAX + 16];
   snprintf(wrapper, sizeof wrapper, "%s/slow-runtime", W.dir);
   write_wrapper(wrapper);
   tn_identity_for(W.dir, &W.prov_id);
   snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
-  tn_gpunetd_path(bin, sizeof bin);
-  W.daemon = fork();
-  assert_true(W.daemon >= 0);
-  if (W.daemon == 0) {
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
-    if (!freopen(log, "a", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu", "RTX 4090", "--price",
-          "0.40", "--max-hours", "2", "--allow-no-userns", "--registry-allow", "127.0.0.1", "--runtime", wrapper,
-          (char *)NULL);
-    _exit(127);
-  }
+  W.daemon = tn_daemon_spawn(W.dir, "a", "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu",
+                             "RTX 4090", "--price", "0.40", "--max-hours", "2", "--allow-no-userns", "--registry-allow",
+                             "127.0.0.1", "--runtime", wrapper, (char *)NULL);
   uv_loop_init(&W.loop);
-  gn_transport_cbs cbs = {on_up, on_down, on_msg};
-  assert_int_equal(gn_identity_generate(&W.req_id), 0);
-  assert_int_equal(gn_transport_new(&W.loop, W.req_id, &cbs, NULL, &W.tp), 0);
-  for (int i = 0; i < 50 && !W.up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.tp, W.addr);
-    tn_run_until_flag(&W.loop, &W.up, 300);
-  }
-  assert_true(W.up);
+  W.link = (tn_link){&W.up, &W.in, NULL};
+  tn_peer_new(&W.loop, &W.link, &W.req_id, &W.tp);
+  tn_dial(&W.loop, W.tp, W.addr, &W.up, NULL);
   return 0;
 }
 
@@ -242,23 +211,13 @@ static int teardown(void **state) {
  * reports the job running, with the lease id in ret_lease. */
 static void start_sleeper(char *ret_lease) {
   gn_lease_terms t;
-  gn_buf env = {0};
-  tn_msg m;
-  tn_lease_terms(&t, W.prov_id, W.req_id, 1, true);
-  assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
-  assert_int_equal(gn_transport_send(W.tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&env);
-  assert_true(tn_wait_msg(&W.loop, &W.in, GN_MSG_LEASE_ACCEPT, NULL, NULL, 5000, &m));
   gn_agreement ag;
-  assert_int_equal(gn_agreement_open(m.raw.data, m.raw.len, &ag), 0);
-  gn_buf_done(&m.raw);
+  tn_lease_terms(&t, W.prov_id, W.req_id, 1, true);
+  tn_rent(&W.loop, &W.in, W.tp, W.req_id, W.prov_id, &t, &ag, NULL);
   snprintf(ret_lease, GN_LEASE_ID_STRLEN, "%s", ag.terms.lease_id);
 
-  uint8_t rnd[6];
-  char hex[13], image[256];
-  randombytes_buf(rnd, sizeof rnd);
-  sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
-  snprintf(W.job, sizeof W.job, "j-%s", hex);
+  char image[256];
+  tn_job_id(W.job);
   snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
   const char *cmd[] = {"sleep", W.sleep_arg, NULL};
   tn_manifest man = {.job_id = W.job,
@@ -269,12 +228,7 @@ static void start_sleeper(char *ret_lease) {
                      .pids = 16,
                      .issued_s = gn_unix_s(),
                      .expires_s = gn_unix_s() + 120};
-  gn_buf body = {0};
-  tn_manifest_body(&man, &body);
-  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_MANIFEST, body.data, body.len, &env), 0);
-  assert_int_equal(gn_transport_send(W.tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&body);
-  gn_buf_done(&env);
+  tn_manifest_send(W.tp, W.req_id, &man, W.prov_id->pk);
   char st[32] = "", reason[256] = "";
   if (!tn_wait_job_status(&W.loop, &W.in, W.job, "running", 60000, st, reason)) {
     show_log();
