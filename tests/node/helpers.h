@@ -14,11 +14,14 @@
 #include <gpunet/wire.h>
 
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +223,19 @@ static inline void tn_print_log(const char *log_dir, int lines) {
   snprintf(cmd, sizeof cmd, "tail -n %d %s/gpunetd.log >&2", lines, log_dir);
   if (system(cmd) != 0)
     fprintf(stderr, "(no daemon log)\n");
+}
+
+/* Whether LOG_DIR/gpunetd.log has a line with part (lines up to 2 KiB). */
+static inline bool tn_log_has(const char *log_dir, const char *part) {
+  char path[PATH_MAX + 32], line[2048];
+  snprintf(path, sizeof path, "%s/gpunetd.log", log_dir);
+  FILE *f = fopen(path, "r");
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = strstr(line, part) != NULL;
+  if (f)
+    fclose(f);
+  return found;
 }
 
 /* What a played peer's transport reports to: *up is 1 while a session is
@@ -518,6 +534,78 @@ static inline void tn_manifest_send(gn_transport *tp, const gn_identity *signer,
   tn_manifest_body(m, &body);
   tn_send(tp, signer, GN_MSG_JOB_MANIFEST, &body, to);
   gn_buf_done(&body);
+}
+
+/* One control API call to a daemon, run on its own thread (curl blocks)
+ * while the test's loop keeps its played peers going. */
+typedef struct tn_call {
+  char sock[PATH_MAX + 16]; /* the daemon's control socket */
+  char path[64];
+  char body[512];
+  bool get; /* a GET; else a POST of body */
+  pthread_t thread;
+  atomic_int done;
+  long status; /* 0 when no answer came (30 s at most) */
+  gn_buf out;  /* the answer's body, NUL-terminated (the caller frees) */
+} tn_call;
+
+static inline size_t tn__call_data(char *p, size_t size, size_t nmemb, void *ud) {
+  gn_buf_append(ud, (const uint8_t *)p, size * nmemb);
+  return size * nmemb;
+}
+
+static inline void *tn__call_main(void *ud) {
+  tn_call *c = ud;
+  char url[128];
+  snprintf(url, sizeof url, "http://x%s", c->path);
+  CURL *h = curl_easy_init();
+  curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->sock);
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  if (!c->get)
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tn__call_data);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &c->out);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
+  if (curl_easy_perform(h) == CURLE_OK)
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &c->status);
+  curl_easy_cleanup(h);
+  gn_buf_append(&c->out, (const uint8_t *)"", 1);
+  atomic_store(&c->done, 1);
+  return NULL;
+}
+
+/* Starts a call of path on the daemon at control socket sock: a POST of
+ * body, or a GET when body is NULL. tn_call_finish must follow. */
+static inline void tn_call_start(tn_call *c, const char *sock, const char *path, const char *body) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->sock, sizeof c->sock, "%s", sock);
+  snprintf(c->path, sizeof c->path, "%s", path);
+  snprintf(c->body, sizeof c->body, "%s", body ? body : "");
+  c->get = body == NULL;
+  assert_int_equal(pthread_create(&c->thread, NULL, tn__call_main, c), 0);
+}
+
+/* Whether the call ud (a tn_call, or NULL: no call) has its answer. */
+static inline bool tn_call_done(void *ud) {
+  const tn_call *c = ud;
+  return c && atomic_load(&c->done);
+}
+
+/* Runs loop until the call has its answer or timeout_ms passes, then joins
+ * its thread (which curl ends within its own 30 s). */
+static inline void tn_call_finish(uv_loop_t *loop, tn_call *c, uint64_t timeout_ms) {
+  tn_run_until(loop, tn_call_done, c, timeout_ms);
+  pthread_join(c->thread, NULL);
+}
+
+/* The call ended with status and an answer that mentions part, or the
+ * test fails saying what came (GN_TEST_VERBOSE: printed either way). */
+static inline void tn_call_expect(const tn_call *c, long status, const char *part) {
+  const char *body = (const char *)c->out.data;
+  if (getenv("GN_TEST_VERBOSE"))
+    printf("%ld %s\n", c->status, body);
+  if (c->status != status || !strstr(body, part))
+    fail_msg("expected %ld mentioning '%s', got %ld: %s", status, part, c->status, body);
 }
 
 #endif

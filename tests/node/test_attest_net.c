@@ -30,15 +30,7 @@
 
 typedef tn_msg msg;
 
-/* One control API call, run on its own thread: curl blocks. */
-typedef struct call {
-  char path[64];
-  char body[256];
-  pthread_t thread;
-  atomic_int done;
-  long status;
-  gn_buf out;
-} call;
+typedef tn_call call;
 
 typedef struct world {
   char dir[PATH_MAX];
@@ -51,38 +43,16 @@ typedef struct world {
   int up;
   char offer_id[GN_OFFER_ID_STRLEN];
   tn_inbox in;
+  tn_link link;
 } world;
 
 static world W;
-
-static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t, (void)addr, (void)ud;
-  if (memcmp(peer, W.req_id->pk, GN_PK_LEN) == 0)
-    W.up = 1;
-}
-
-static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)t, (void)ud;
-  if (memcmp(peer, W.req_id->pk, GN_PK_LEN) == 0)
-    W.up = 0;
-}
-
-static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                   size_t len, void *ud) {
-  (void)t, (void)ud;
-  tn_inbox_add(&W.in, peer, env, raw, len);
-}
-
-static bool call_done(void *ud) {
-  const call *c = ud;
-  return c && atomic_load(&c->done);
-}
 
 /* Runs the loop until a message of `type` arrives (returned, removed from
  * the inbox; the caller frees raw), the call c is done (when c is not NULL),
  * or timeout_ms passes. Returns 1 when the message came. */
 static int wait_msg(uint32_t type, const call *c, uint64_t timeout_ms, msg *ret) {
-  return tn_wait_msg(&W.loop, &W.in, type, call_done, (void *)c, timeout_ms, ret);
+  return tn_wait_msg(&W.loop, &W.in, type, tn_call_done, (void *)c, timeout_ms, ret);
 }
 
 static bool inbox_has(uint32_t type) {
@@ -91,42 +61,9 @@ static bool inbox_has(uint32_t type) {
 
 /* --- the control API --------------------------------------------------------*/
 
-static size_t on_data(char *p, size_t size, size_t nmemb, void *ud) {
-  gn_buf_append(ud, (const uint8_t *)p, size * nmemb);
-  return size * nmemb;
-}
-
-static void *call_main(void *ud) {
-  call *c = ud;
-  char url[128];
-  snprintf(url, sizeof url, "http://x%s", c->path);
-  CURL *h = curl_easy_init();
-  curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, W.sock);
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &c->out);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
-  if (curl_easy_perform(h) == CURLE_OK)
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &c->status);
-  curl_easy_cleanup(h);
-  gn_buf_append(&c->out, (const uint8_t *)"", 1);
-  atomic_store(&c->done, 1);
-  return NULL;
-}
-
-static void call_start(call *c, const char *path, const char *body) {
-  memset(c, 0, sizeof *c);
-  snprintf(c->path, sizeof c->path, "%s", path);
-  snprintf(c->body, sizeof c->body, "%s", body);
-  assert_int_equal(pthread_create(&c->thread, NULL, call_main, c), 0);
-}
-
 /* Keeps the fake provider's loop running until the call returns. */
 static void call_finish(call *c, uint64_t timeout_ms) {
-  msg none;
-  wait_msg(UINT32_MAX, c, timeout_ms, &none);
-  pthread_join(c->thread, NULL);
+  tn_call_finish(&W.loop, c, timeout_ms);
 }
 
 static void rent_start(call *c, bool attest) {
@@ -134,15 +71,7 @@ static void rent_start(call *c, bool attest) {
   snprintf(body, sizeof body,
            "{\"offer\": \"%s\", \"hours\": 1, \"count\": 1, \"attest\": %s, \"allow_simulated\": true}", W.offer_id,
            attest ? "true" : "false");
-  call_start(c, "/v1/leases", body);
-}
-
-static void expect_error(const call *c, long status, const char *part) {
-  const char *body = (const char *)c->out.data;
-  if (getenv("GN_TEST_VERBOSE"))
-    printf("%ld %s\n", c->status, body);
-  if (c->status != status || !strstr(body, part))
-    fail_msg("expected %ld mentioning '%s', got %ld: %s", status, part, c->status, body);
+  tn_call_start(c, W.sock, "/v1/leases", body);
 }
 
 /* --- the fake provider ------------------------------------------------------*/
@@ -196,20 +125,7 @@ static void expect_challenge(uint32_t type, call *c, wrapped *ret) {
 static void publish_offer(bool simulated) {
   gn_offer o;
   gn_buf env = {0};
-  memset(&o, 0, sizeof o);
-  memcpy(o.provider, W.prov_id->pk, GN_PK_LEN);
-  o.seq = 1;
-  o.issued_s = gn_unix_s();
-  o.expires_s = o.issued_s + 60;
-  snprintf(o.addr, sizeof o.addr, "%s", gn_transport_listen_addr(W.tp));
-  snprintf(o.gpu_model, sizeof o.gpu_model, "NVIDIA GeForce RTX 4090");
-  o.vram_mib = 24564;
-  o.gpus_free = 1;
-  o.gpus_total = 1;
-  o.price_uper_hour = 400000;
-  snprintf(o.currency, sizeof o.currency, "EUR");
-  o.max_hours = 2;
-  o.simulated = simulated;
+  tn_offer(&o, W.prov_id->pk, gn_transport_listen_addr(W.tp), 1, 60, simulated);
   gn_offer_id(&o, W.offer_id);
   assert_int_equal(gn_offer_seal(W.prov_id, &o, &env), 0);
   assert_int_equal(gn_transport_send(W.tp, W.req_id->pk, env.data, env.len), 0);
@@ -222,23 +138,13 @@ static void publish_offer(bool simulated) {
 /* --- setup ------------------------------------------------------------------*/
 
 static void start_daemon(void) {
-  char bin[PATH_MAX];
-  tn_gpunetd_path(bin, sizeof bin);
+  char t[48];
   tn_identity_for(W.dir, &W.req_id);
   snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
   snprintf(W.sock, sizeof W.sock, "%s/gpunetd.sock", W.dir);
-  W.daemon = fork();
-  assert_true(W.daemon >= 0);
-  if (W.daemon == 0) {
-    char log[PATH_MAX + 32], t[16];
-    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
-    snprintf(t, sizeof t, "%d", TIMEOUT_MS);
-    setenv("GN_ATTEST_TIMEOUT_MS", t, 1);
-    if (!freopen(log, "w", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, (char *)NULL);
-    _exit(127);
-  }
+  snprintf(t, sizeof t, "GN_ATTEST_TIMEOUT_MS=%d", TIMEOUT_MS);
+  const char *const env[] = {t, NULL};
+  W.daemon = tn_daemon_spawnv(W.dir, "w", env, (const char *const[]){"--data-dir", W.dir, "--listen", W.addr, NULL});
 }
 
 static int setup_with(bool simulated) {
@@ -247,19 +153,11 @@ static int setup_with(bool simulated) {
   assert_non_null(mkdtemp(W.dir));
   start_daemon();
   uv_loop_init(&W.loop);
-  gn_transport_cbs cbs = {on_up, on_down, on_msg};
-  assert_int_equal(gn_identity_generate(&W.prov_id), 0);
-  assert_int_equal(gn_transport_new(&W.loop, W.prov_id, &cbs, NULL, &W.tp), 0);
+  /* Only the requester's session counts. */
+  W.link = (tn_link){&W.up, &W.in, W.req_id->pk};
+  tn_peer_new(&W.loop, &W.link, &W.prov_id, &W.tp);
   assert_int_equal(gn_transport_listen(W.tp, "127.0.0.1:0"), 0);
-  /* The daemon needs a moment to listen; retry the connection. */
-  for (int i = 0; i < 50 && !W.up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.tp, W.addr);
-    msg none;
-    for (uint64_t end = gn_mono_ms() + 300; !W.up && gn_mono_ms() < end;)
-      wait_msg(UINT32_MAX, NULL, 20, &none);
-  }
-  assert_true(W.up);
+  tn_dial(&W.loop, W.tp, W.addr, &W.up, NULL);
   /* ...and its control socket. */
   for (int i = 0; i < 50 && access(W.sock, F_OK) != 0; i++)
     usleep(100000);
@@ -297,7 +195,7 @@ static void test_rent_refuses_provider_answering_garbage(void **state) {
   randombytes_buf(junk, sizeof junk);
   send_wrapped(GN_MSG_ATTEST_RESPONSE, ch.sid, junk, sizeof junk);
   call_finish(&c, 10000);
-  expect_error(&c, 409, "failed attestation");
+  tn_call_expect(&c, 409, "failed attestation");
   assert_false(inbox_has(GN_MSG_LEASE_REQUEST));
   gn_buf_done(&ch.data);
   gn_buf_done(&c.out);
@@ -322,8 +220,8 @@ static void test_rent_refuses_response_to_another_nonce(void **state) {
   expect_challenge(GN_MSG_ATTEST_CHALLENGE, &c, &ch);
   send_wrapped(GN_MSG_ATTEST_RESPONSE, ch.sid, resp.data, resp.len);
   call_finish(&c, 10000);
-  expect_error(&c, 409, "failed attestation");
-  expect_error(&c, 409, "replayed");
+  tn_call_expect(&c, 409, "failed attestation");
+  tn_call_expect(&c, 409, "replayed");
   assert_false(inbox_has(GN_MSG_LEASE_REQUEST));
   gn_attest_prover_free(pr);
   gn_attest_verifier_free(v);
@@ -355,7 +253,7 @@ static void test_rent_gives_up_on_silent_provider(void **state) {
   assert_int_equal(rounds, sized.rounds);
   call_finish(&c, 20000);
   uint64_t took = gn_mono_ms() - t0;
-  expect_error(&c, 502, "did not finish the attestation challenge in time");
+  tn_call_expect(&c, 502, "did not finish the attestation challenge in time");
   assert_true(took >= TIMEOUT_MS - 500 && took < TIMEOUT_MS + 5000);
   assert_false(inbox_has(GN_MSG_LEASE_REQUEST));
   gn_buf_done(&ch.data);
@@ -384,7 +282,7 @@ static void test_rent_without_attestation_asks_for_the_lease_at_once(void **stat
   assert_int_equal(gn_envelope_seal(W.prov_id, GN_MSG_LEASE_REJECT, body.data, body.len, &env), 0);
   assert_int_equal(gn_transport_send(W.tp, W.req_id->pk, env.data, env.len), 0);
   call_finish(&c, 10000);
-  expect_error(&c, 409, "test provider says no");
+  tn_call_expect(&c, 409, "test provider says no");
   gn_buf_done(&body);
   gn_buf_done(&env);
   gn_buf_done(&m.raw);
@@ -420,7 +318,7 @@ static void test_rent_refuses_stale_memory_table(void **state) {
   assert_int_equal(gn_attest_mem_prover_on_challenge(mpr, mine.data, mine.len, &out), 0);
   send_wrapped(GN_MSG_ATTEST_MEM_READY, ch.sid, out.data, out.len);
   call_finish(&c, 10000);
-  expect_error(&c, 409, "failed attestation");
+  tn_call_expect(&c, 409, "failed attestation");
   assert_false(inbox_has(GN_MSG_ATTEST_MEM_WALK));
   assert_false(inbox_has(GN_MSG_LEASE_REQUEST));
   /* No signed verdict for a provider that failed half of the exchange. */
@@ -446,7 +344,7 @@ static void test_attest_reports_memory_figures_of_honest_simulated_provider(void
   gn_buf out = {0};
   char body[96];
   snprintf(body, sizeof body, "{\"target\": \"%s\"}", W.offer_id);
-  call_start(&c, "/v1/attest", body);
+  tn_call_start(&c, W.sock, "/v1/attest", body);
   expect_challenge(GN_MSG_ATTEST_CHALLENGE, &c, &ch);
   assert_int_equal(gn_attest_prover_new(gn_attest_backend_cpu(), &pr), 0);
   assert_int_equal(gn_attest_prover_on_challenge(pr, ch.data.data, ch.data.len, &out), 0);

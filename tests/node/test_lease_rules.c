@@ -47,28 +47,15 @@ static struct {
   gn_transport *tp;
   int up;
   tn_inbox in;
+  tn_link link;
 } W;
 
-static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t;
-  (void)peer;
-  (void)addr;
-  (void)ud;
-  W.up = 1;
-}
-
-static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)t;
-  (void)peer;
-  (void)ud;
-  W.up = 0;
-}
-
-static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                   size_t len, void *ud) {
-  (void)t;
-  (void)ud;
-  tn_inbox_add(&W.in, peer, env, raw, len);
+/* A provider gpunetd on dir listening at addr: a simulated RTX 4090 at
+ * 0.40 EUR an hour, for up to 2 hours, billed every 10 to 600 s. */
+static pid_t spawn_provider(const char *dir, const char *addr) {
+  return tn_daemon_spawn(dir, "w", "--data-dir", dir, "--listen", addr, "--provide", "--simulate-gpu", "RTX 4090",
+                         "--price", "0.40", "--max-hours", "2", "--interval-min-s", "10", "--interval-max-s", "600",
+                         "--allow-no-userns", (char *)NULL);
 }
 
 static int setup(void **state) {
@@ -76,32 +63,13 @@ static int setup(void **state) {
   memset(&W, 0, sizeof W);
   snprintf(W.dir, sizeof W.dir, "/tmp/gn-rules-XXXXXX");
   assert_non_null(mkdtemp(W.dir));
-  char bin[PATH_MAX];
-  tn_gpunetd_path(bin, sizeof bin);
   tn_identity_for(W.dir, &W.prov_id);
   snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
-  W.daemon = fork();
-  assert_true(W.daemon >= 0);
-  if (W.daemon == 0) {
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
-    if (!freopen(log, "w", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu", "RTX 4090", "--price",
-          "0.40", "--max-hours", "2", "--interval-min-s", "10", "--interval-max-s", "600", "--allow-no-userns",
-          (char *)NULL);
-    _exit(127);
-  }
+  W.daemon = spawn_provider(W.dir, W.addr);
   uv_loop_init(&W.loop);
-  gn_transport_cbs cbs = {.on_peer_up = on_up, .on_peer_down = on_down, .on_message = on_msg};
-  assert_int_equal(gn_identity_generate(&W.req_id), 0);
-  assert_int_equal(gn_transport_new(&W.loop, W.req_id, &cbs, NULL, &W.tp), 0);
-  for (int i = 0; i < 50 && !W.up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.tp, W.addr);
-    tn_run_until_flag(&W.loop, &W.up, 300);
-  }
-  assert_true(W.up);
+  W.link = (tn_link){&W.up, &W.in, NULL};
+  tn_peer_new(&W.loop, &W.link, &W.req_id, &W.tp);
+  tn_dial(&W.loop, W.tp, W.addr, &W.up, NULL);
   return 0;
 }
 
@@ -255,31 +223,15 @@ static void test_lease_rules_edges_accepted(void **state) {
  * but never lets them be the same. */
 static void test_two_providers_on_a_host_never_share_uids(void **state) {
   (void)state;
-  char dir2[PATH_MAX], addr2[64], bin[PATH_MAX], reason[256];
+  char dir2[PATH_MAX], addr2[64], reason[256];
   gn_identity *prov2 = NULL;
   snprintf(dir2, sizeof dir2, "/tmp/gn-rules-2-XXXXXX");
   assert_non_null(mkdtemp(dir2));
-  tn_gpunetd_path(bin, sizeof bin);
   tn_identity_for(dir2, &prov2);
   snprintf(addr2, sizeof addr2, "127.0.0.1:%d", tn_free_port());
-  pid_t d2 = fork();
-  assert_true(d2 >= 0);
-  if (d2 == 0) {
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/gpunetd.log", dir2);
-    if (!freopen(log, "w", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", dir2, "--listen", addr2, "--provide", "--simulate-gpu", "RTX 4090", "--price", "0.40",
-          "--max-hours", "2", "--interval-min-s", "10", "--interval-max-s", "600", "--allow-no-userns", (char *)NULL);
-    _exit(127);
-  }
+  pid_t d2 = spawn_provider(dir2, addr2);
   W.up = 0;
-  for (int i = 0; i < 50 && !W.up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.tp, addr2);
-    tn_run_until_flag(&W.loop, &W.up, 300);
-  }
-  assert_true(W.up);
+  tn_dial(&W.loop, W.tp, addr2, &W.up, dir2);
   gn_lease_terms t1, t2;
   tn_lease_terms(&t1, W.prov_id, W.req_id, 1, true);
   tn_lease_terms(&t2, prov2, W.req_id, 1, true);
@@ -314,83 +266,19 @@ static struct {
   gn_transport *tp;
   int up;
   tn_inbox in;
+  tn_link link;
   char offer[GN_OFFER_ID_STRLEN];
 } Q;
 
-typedef struct call {
-  char body[512];
-  const char *path;
-  bool get;
-  pthread_t thread;
-  atomic_int done;
-  long status;
-  gn_buf out;
-} call;
-
-static void q_on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t;
-  (void)peer;
-  (void)addr;
-  (void)ud;
-  Q.up = 1;
-}
-
-static void q_on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)t;
-  (void)peer;
-  (void)ud;
-  Q.up = 0;
-}
-
-static void q_on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                     size_t len, void *ud) {
-  (void)t;
-  (void)ud;
-  tn_inbox_add(&Q.in, peer, env, raw, len);
-}
-
-static size_t q_on_data(char *p, size_t size, size_t nmemb, void *ud) {
-  gn_buf_append(ud, (const uint8_t *)p, size * nmemb);
-  return size * nmemb;
-}
-
-static void *q_call_main(void *ud) {
-  call *c = ud;
-  char url[128];
-  snprintf(url, sizeof url, "http://x%s", c->path);
-  CURL *h = curl_easy_init();
-  curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, Q.sock);
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  if (!c->get)
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, q_on_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &c->out);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
-  if (curl_easy_perform(h) == CURLE_OK)
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &c->status);
-  curl_easy_cleanup(h);
-  gn_buf_append(&c->out, (const uint8_t *)"", 1);
-  atomic_store(&c->done, 1);
-  return NULL;
-}
-
-static bool q_call_done(void *ud) {
-  const call *c = ud;
-  return atomic_load(&c->done);
-}
+typedef tn_call call;
 
 static void q_call_start(call *c, const char *path, const char *body) {
-  memset(c, 0, sizeof *c);
-  c->path = path;
-  c->get = body == NULL;
-  snprintf(c->body, sizeof c->body, "%s", body ? body : "");
-  assert_int_equal(pthread_create(&c->thread, NULL, q_call_main, c), 0);
+  tn_call_start(c, Q.sock, path, body);
 }
 
 /* Keeps the test's loop (P) running until the call returns. */
 static void q_call_finish(call *c) {
-  tn_run_until(&Q.loop, q_call_done, c, 20000);
-  pthread_join(c->thread, NULL);
+  tn_call_finish(&Q.loop, c, 20000);
 }
 
 /* The daemon's leases (the caller decrefs). */
@@ -417,36 +305,11 @@ static bool q_has_lease(const char *id) {
   return found;
 }
 
-static bool q_log_has(const char *part) {
-  char path[PATH_MAX + 32], line[2048];
-  snprintf(path, sizeof path, "%s/gpunetd.log", Q.dir);
-  FILE *f = fopen(path, "r");
-  bool found = false;
-  while (f && !found && fgets(line, sizeof line, f))
-    found = strstr(line, part) != NULL;
-  if (f)
-    fclose(f);
-  return found;
-}
-
 /* P's offer of two simulated RTX 4090s at 0.40 EUR, at P's address. */
 static void q_offer(void) {
   gn_offer o;
   gn_buf env = {0};
-  memset(&o, 0, sizeof o);
-  memcpy(o.provider, Q.p_id->pk, GN_PK_LEN);
-  o.seq = 1;
-  o.issued_s = gn_unix_s();
-  o.expires_s = o.issued_s + 120;
-  snprintf(o.addr, sizeof o.addr, "%s", gn_transport_listen_addr(Q.tp));
-  snprintf(o.gpu_model, sizeof o.gpu_model, "NVIDIA GeForce RTX 4090");
-  o.vram_mib = 24564;
-  o.gpus_free = 2;
-  o.gpus_total = 2;
-  o.price_uper_hour = 400000;
-  snprintf(o.currency, sizeof o.currency, "EUR");
-  o.max_hours = 2;
-  o.simulated = true;
+  tn_offer(&o, Q.p_id->pk, gn_transport_listen_addr(Q.tp), 2, 120, true);
   gn_offer_id(&o, Q.offer);
   assert_int_equal(gn_offer_seal(Q.p_id, &o, &env), 0);
   assert_int_equal(gn_transport_send(Q.tp, Q.req_id->pk, env.data, env.len), 0);
@@ -478,33 +341,16 @@ static int q_setup(void **state) {
   memset(&Q, 0, sizeof Q);
   snprintf(Q.dir, sizeof Q.dir, "/tmp/gn-rules-req-XXXXXX");
   assert_non_null(mkdtemp(Q.dir));
-  char bin[PATH_MAX];
-  tn_gpunetd_path(bin, sizeof bin);
   tn_identity_for(Q.dir, &Q.req_id); /* the daemon's key: this test can sign as the requester */
   snprintf(Q.addr, sizeof Q.addr, "127.0.0.1:%d", tn_free_port());
   snprintf(Q.sock, sizeof Q.sock, "%s/gpunetd.sock", Q.dir);
-  Q.daemon = fork();
-  assert_true(Q.daemon >= 0);
-  if (Q.daemon == 0) {
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/gpunetd.log", Q.dir);
-    setenv("GN_RENT_TIMEOUT_MS", "3000", 1);
-    if (!freopen(log, "w", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", Q.dir, "--listen", Q.addr, (char *)NULL);
-    _exit(127);
-  }
+  static const char *const env[] = {"GN_RENT_TIMEOUT_MS=3000", NULL};
+  Q.daemon = tn_daemon_spawnv(Q.dir, "w", env, (const char *const[]){"--data-dir", Q.dir, "--listen", Q.addr, NULL});
   uv_loop_init(&Q.loop);
-  gn_transport_cbs cbs = {.on_peer_up = q_on_up, .on_peer_down = q_on_down, .on_message = q_on_msg};
-  assert_int_equal(gn_identity_generate(&Q.p_id), 0);
-  assert_int_equal(gn_transport_new(&Q.loop, Q.p_id, &cbs, NULL, &Q.tp), 0);
+  Q.link = (tn_link){&Q.up, &Q.in, NULL};
+  tn_peer_new(&Q.loop, &Q.link, &Q.p_id, &Q.tp);
   assert_int_equal(gn_transport_listen(Q.tp, "127.0.0.1:0"), 0);
-  for (int i = 0; i < 50 && !Q.up; i++) {
-    usleep(100000);
-    gn_transport_connect(Q.tp, Q.addr);
-    tn_run_until_flag(&Q.loop, &Q.up, 300);
-  }
-  assert_true(Q.up);
+  tn_dial(&Q.loop, Q.tp, Q.addr, &Q.up, NULL);
   for (int i = 0; i < 50 && access(Q.sock, F_OK) != 0; i++)
     usleep(100000);
   q_offer();
@@ -554,7 +400,7 @@ static void q_rent(int kind, call *c, char lease_id[GN_LEASE_ID_STRLEN], gn_buf 
            "\"max_price_uper_hour\": 500000}",
            Q.offer);
   q_call_start(c, "/v1/leases", body);
-  assert_true(tn_wait_msg(&Q.loop, &Q.in, GN_MSG_LEASE_REQUEST, q_call_done, c, 10000, &m));
+  assert_true(tn_wait_msg(&Q.loop, &Q.in, GN_MSG_LEASE_REQUEST, tn_call_done, c, 10000, &m));
   gn_lease_terms t;
   assert_int_equal(gn_lease_request_open(m.raw.data, m.raw.len, &t), 0);
   assert_int_equal(t.count, 2);
@@ -650,7 +496,7 @@ static void test_requester_refuses_agreement_not_its_request(void **state) {
     gn_buf_done(&c.out);
     gn_buf_done(&ag);
   }
-  assert_true(q_log_has("refusing the provider's acceptance of lease"));
+  assert_true(tn_log_has(Q.dir, "refusing the provider's acceptance of lease"));
 }
 
 static void test_requester_refuses_fewer_gpus_than_asked(void **state) {
@@ -665,7 +511,7 @@ static void test_requester_refuses_fewer_gpus_than_asked(void **state) {
   if (c.status == 201 || c.status == 0)
     fail_msg("an agreement for 1 of 2 GPUs: the rent answered %ld: %s", c.status, (const char *)c.out.data);
   assert_false(q_has_lease(id));
-  assert_true(q_log_has("lease acceptance does not verify"));
+  assert_true(tn_log_has(Q.dir, "lease acceptance does not verify"));
   gn_bill_head head;
   assert_true(gn_bill_head_init(ag.data, ag.len, &head) < 0);
   gn_buf_done(&c.out);
