@@ -39,15 +39,7 @@
 
 typedef tn_msg msg;
 
-typedef struct call {
-  char path[64];
-  char body[256];
-  bool get;
-  pthread_t thread;
-  atomic_int done;
-  long status;
-  gn_buf out;
-} call;
+typedef tn_call call;
 
 typedef struct world {
   char dir[PATH_MAX];
@@ -87,11 +79,6 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
   tn_inbox_add(ud, peer, env, raw, len);
 }
 
-static bool call_done(void *ud) {
-  const call *c = ud;
-  return c && atomic_load(&c->done);
-}
-
 static bool never(void *ud) {
   (void)ud;
   return false;
@@ -104,43 +91,13 @@ static void spin(uint64_t ms) {
 
 /* --- the control API --------------------------------------------------------*/
 
-static size_t on_data(char *p, size_t size, size_t nmemb, void *ud) {
-  gn_buf_append(ud, (const uint8_t *)p, size * nmemb);
-  return size * nmemb;
-}
-
-static void *call_main(void *ud) {
-  call *c = ud;
-  char url[128];
-  snprintf(url, sizeof url, "http://x%s", c->path);
-  CURL *h = curl_easy_init();
-  curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, W.sock);
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  if (!c->get)
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, c->body);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &c->out);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
-  if (curl_easy_perform(h) == CURLE_OK)
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &c->status);
-  curl_easy_cleanup(h);
-  gn_buf_append(&c->out, (const uint8_t *)"", 1);
-  atomic_store(&c->done, 1);
-  return NULL;
-}
-
 static void call_start(call *c, const char *path, const char *body) {
-  memset(c, 0, sizeof *c);
-  snprintf(c->path, sizeof c->path, "%s", path);
-  snprintf(c->body, sizeof c->body, "%s", body ? body : "");
-  c->get = body == NULL;
-  assert_int_equal(pthread_create(&c->thread, NULL, call_main, c), 0);
+  tn_call_start(c, W.sock, path, body);
 }
 
 /* Keeps the test's loop (R and B) running until the call returns. */
 static void call_finish(call *c, uint64_t timeout_ms) {
-  tn_run_until(&W.loop, call_done, c, timeout_ms);
-  pthread_join(c->thread, NULL);
+  tn_call_finish(&W.loop, c, timeout_ms);
 }
 
 /* A GET answered 200: its JSON (the caller decrefs). */
@@ -153,14 +110,6 @@ static json_t *get_json(const char *path) {
   assert_non_null(o);
   gn_buf_done(&c.out);
   return o;
-}
-
-static void expect_error(const call *c, long status, const char *part) {
-  const char *body = (const char *)c->out.data;
-  if (getenv("GN_TEST_VERBOSE"))
-    printf("%ld %s\n", c->status, body);
-  if (c->status != status || !strstr(body, part))
-    fail_msg("expected %ld mentioning '%s', got %ld: %s", status, part, c->status, body);
 }
 
 /* No lease of any state on the daemon. */
@@ -185,19 +134,6 @@ static bool daemon_has_peer(const gn_identity *id) {
   return found;
 }
 
-/* Whether the daemon's log has a line with part. */
-static bool log_has(const char *part) {
-  char path[PATH_MAX + 32], line[2048];
-  snprintf(path, sizeof path, "%s/gpunetd.log", W.dir);
-  FILE *f = fopen(path, "r");
-  bool found = false;
-  while (f && !found && fgets(line, sizeof line, f))
-    found = strstr(line, part) != NULL;
-  if (f)
-    fclose(f);
-  return found;
-}
-
 /* --- what R tells the daemon -------------------------------------------------*/
 
 /* An offer signed by `by` naming address addr, relayed to the daemon by R;
@@ -205,20 +141,7 @@ static bool log_has(const char *part) {
 static void relay_offer(const gn_identity *by, const char *addr, bool simulated, char ret_id[GN_OFFER_ID_STRLEN]) {
   gn_offer o;
   gn_buf env = {0};
-  memset(&o, 0, sizeof o);
-  memcpy(o.provider, by->pk, GN_PK_LEN);
-  o.seq = 1;
-  o.issued_s = gn_unix_s();
-  o.expires_s = o.issued_s + 60;
-  snprintf(o.addr, sizeof o.addr, "%s", addr);
-  snprintf(o.gpu_model, sizeof o.gpu_model, "NVIDIA GeForce RTX 4090");
-  o.vram_mib = 24564;
-  o.gpus_free = 1;
-  o.gpus_total = 1;
-  o.price_uper_hour = 400000;
-  snprintf(o.currency, sizeof o.currency, "EUR");
-  o.max_hours = 2;
-  o.simulated = simulated;
+  tn_offer(&o, by->pk, addr, 1, 60, simulated);
   gn_offer_id(&o, ret_id);
   assert_int_equal(gn_offer_seal(by, &o, &env), 0);
   assert_int_equal(gn_transport_send(W.r_tp, W.req_id->pk, env.data, env.len), 0);
@@ -241,7 +164,7 @@ static void relay_offer(const gn_identity *by, const char *addr, bool simulated,
 /* R's PEERS message to the daemon: one entry, id at addr. */
 static void send_peers(const uint8_t id[GN_PK_LEN], const char *addr) {
   gn_wire_writer w;
-  gn_buf body = {0}, env = {0};
+  gn_buf body = {0};
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 1);
   gn_wire_put_str(&w, "peers");
@@ -253,10 +176,8 @@ static void send_peers(const uint8_t id[GN_PK_LEN], const char *addr) {
   gn_wire_put_str(&w, addr);
   assert_int_equal(gn_wire_writer_take(&w, &body), 0);
   gn_wire_writer_done(&w);
-  assert_int_equal(gn_envelope_seal(W.r_id, GN_MSG_PEERS, body.data, body.len, &env), 0);
-  assert_int_equal(gn_transport_send(W.r_tp, W.req_id->pk, env.data, env.len), 0);
+  tn_send(W.r_tp, W.r_id, GN_MSG_PEERS, &body, W.req_id->pk);
   gn_buf_done(&body);
-  gn_buf_done(&env);
 }
 
 static const char *b_addr(void) {
@@ -266,25 +187,14 @@ static const char *b_addr(void) {
 /* --- setup ------------------------------------------------------------------*/
 
 static void start_daemon(void) {
-  char bin[PATH_MAX];
-  tn_gpunetd_path(bin, sizeof bin);
+  char t1[48], t2[48];
   tn_identity_for(W.dir, &W.req_id);
   snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
   snprintf(W.sock, sizeof W.sock, "%s/gpunetd.sock", W.dir);
-  W.daemon = fork();
-  assert_true(W.daemon >= 0);
-  if (W.daemon == 0) {
-    char log[PATH_MAX + 32], t[16];
-    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
-    snprintf(t, sizeof t, "%d", ATTEST_TIMEOUT_MS);
-    setenv("GN_ATTEST_TIMEOUT_MS", t, 1);
-    snprintf(t, sizeof t, "%d", RENT_TIMEOUT_MS);
-    setenv("GN_RENT_TIMEOUT_MS", t, 1);
-    if (!freopen(log, "w", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, (char *)NULL);
-    _exit(127);
-  }
+  snprintf(t1, sizeof t1, "GN_ATTEST_TIMEOUT_MS=%d", ATTEST_TIMEOUT_MS);
+  snprintf(t2, sizeof t2, "GN_RENT_TIMEOUT_MS=%d", RENT_TIMEOUT_MS);
+  const char *const env[] = {t1, t2, NULL};
+  W.daemon = tn_daemon_spawnv(W.dir, "w", env, (const char *const[]){"--data-dir", W.dir, "--listen", W.addr, NULL});
 }
 
 static int setup(void **state) {
@@ -303,12 +213,7 @@ static int setup(void **state) {
   assert_int_equal(gn_transport_new(&W.loop, W.b_id, &cbs, &W.b_in, &W.b_tp), 0);
   assert_int_equal(gn_transport_listen(W.b_tp, "127.0.0.1:0"), 0);
   /* The daemon needs a moment to listen; R retries its connection. */
-  for (int i = 0; i < 50 && !W.r_up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.r_tp, W.addr);
-    tn_run_until_flag(&W.loop, &W.r_up, 300);
-  }
-  assert_true(W.r_up);
+  tn_dial(&W.loop, W.r_tp, W.addr, &W.r_up, NULL);
   for (int i = 0; i < 50 && access(W.sock, F_OK) != 0; i++)
     usleep(100000);
   return 0;
@@ -337,7 +242,7 @@ static void test_rent_dials_the_provider_its_offer_names(void **state) {
   relay_offer(W.b_id, b_addr(), true, offer);
   snprintf(body, sizeof body, "{\"offer\": \"%s\", \"hours\": 1, \"attest\": false, \"allow_simulated\": true}", offer);
   call_start(&c, "/v1/leases", body);
-  assert_true(tn_wait_msg(&W.loop, &W.b_in, GN_MSG_LEASE_REQUEST, call_done, &c, 10000, &m));
+  assert_true(tn_wait_msg(&W.loop, &W.b_in, GN_MSG_LEASE_REQUEST, tn_call_done, &c, 10000, &m));
   assert_memory_equal(m.peer, W.req_id->pk, GN_PK_LEN);
   gn_lease_terms t;
   assert_int_equal(gn_lease_request_open(m.raw.data, m.raw.len, &t), 0);
@@ -356,7 +261,7 @@ static void test_rent_dials_the_provider_its_offer_names(void **state) {
   assert_int_equal(gn_envelope_seal(W.b_id, GN_MSG_LEASE_REJECT, b.data, b.len, &env), 0);
   assert_int_equal(gn_transport_send(W.b_tp, W.req_id->pk, env.data, env.len), 0);
   call_finish(&c, 10000);
-  expect_error(&c, 409, "B says no");
+  tn_call_expect(&c, 409, "B says no");
   assert_true(daemon_has_peer(W.b_id));
   gn_buf_done(&b);
   gn_buf_done(&env);
@@ -376,18 +281,18 @@ static void test_rent_refuses_node_answering_under_another_key(void **state) {
   call_start(&c, "/v1/leases", body);
   call_finish(&c, 20000);
   uint64_t took = gn_mono_ms() - t0;
-  expect_error(&c, 502, "not the provider its offer names");
+  tn_call_expect(&c, 502, "not the provider its offer names");
   gn_node_id_format(W.a_id->pk, a);
   gn_node_id_format(W.b_id->pk, b);
-  expect_error(&c, 502, a);
-  expect_error(&c, 502, b);
+  tn_call_expect(&c, 502, a);
+  tn_call_expect(&c, 502, b);
   assert_true(took < REFUSED_WITHIN_MS);
   /* B may have seen the handshake; it was never sent a lease request, and
    * the daemon keeps no session with it. */
   spin(300);
   assert_false(tn_inbox_has(&W.b_in, GN_MSG_LEASE_REQUEST));
   assert_false(daemon_has_peer(W.b_id));
-  assert_true(log_has("refused the session with"));
+  assert_true(tn_log_has(W.dir, "refused the session with"));
   expect_no_lease();
   gn_buf_done(&c.out);
 }
@@ -403,7 +308,7 @@ static void test_attest_refuses_node_answering_under_another_key(void **state) {
   uint64_t t0 = gn_mono_ms();
   call_start(&c, "/v1/leases", body);
   call_finish(&c, 20000);
-  expect_error(&c, 502, "not the provider its offer names");
+  tn_call_expect(&c, 502, "not the provider its offer names");
   assert_true(gn_mono_ms() - t0 < REFUSED_WITHIN_MS);
   gn_buf_done(&c.out);
 
@@ -411,7 +316,7 @@ static void test_attest_refuses_node_answering_under_another_key(void **state) {
   t0 = gn_mono_ms();
   call_start(&c, "/v1/attest", body);
   call_finish(&c, 20000);
-  expect_error(&c, 502, "not the provider its offer names");
+  tn_call_expect(&c, 502, "not the provider its offer names");
   assert_true(gn_mono_ms() - t0 < REFUSED_WITHIN_MS);
   gn_buf_done(&c.out);
 
@@ -436,7 +341,7 @@ static void test_rent_refuses_address_up_under_another_key(void **state) {
   snprintf(body, sizeof body, "{\"offer\": \"%s\", \"hours\": 1, \"attest\": false, \"allow_simulated\": true}", offer);
   call_start(&c, "/v1/leases", body);
   call_finish(&c, 20000);
-  expect_error(&c, 502, "not the provider its offer names");
+  tn_call_expect(&c, 502, "not the provider its offer names");
   assert_false(tn_inbox_has(&W.b_in, GN_MSG_LEASE_REQUEST));
   expect_no_lease();
   gn_buf_done(&c.out);
@@ -450,12 +355,12 @@ static void test_peers_entry_under_another_key_is_refused(void **state) {
   send_peers(W.a_id->pk, b_addr());
   /* Until the daemon says it refused, or took B up (what an unchecked dial
    * does). */
-  for (int i = 0; i < 100 && !log_has("refused the session with") && !daemon_has_peer(W.b_id); i++)
+  for (int i = 0; i < 100 && !tn_log_has(W.dir, "refused the session with") && !daemon_has_peer(W.b_id); i++)
     spin(50);
   spin(300);
   assert_false(daemon_has_peer(W.b_id));
   assert_false(daemon_has_peer(W.a_id));
-  assert_true(log_has("refused the session with"));
+  assert_true(tn_log_has(W.dir, "refused the session with"));
 }
 
 int main(void) {
