@@ -290,7 +290,7 @@ static inline void tn_dial(uv_loop_t *loop, gn_transport *tp, const char *addr, 
   }
   if (!*up) {
     if (log_dir)
-      tn_print_log(log_dir, 20);
+      tn_print_log(log_dir, 40);
     fail_msg("no session with gpunetd at %s after 50 tries", addr);
   }
 }

@@ -90,12 +90,10 @@ static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
 
 static void send_body(gn_transport *tp, const gn_identity *by, const uint8_t to[GN_PK_LEN], uint32_t type,
                       gn_wire_writer *w) {
-  gn_buf body = {0}, env = {0};
+  gn_buf body = {0};
   assert_int_equal(gn_wire_writer_take(w, &body), 0);
-  assert_int_equal(gn_envelope_seal(by, type, body.data, body.len, &env), 0);
-  assert_int_equal(gn_transport_send(tp, to, env.data, env.len), 0);
+  tn_send(tp, by, type, &body, to);
   gn_buf_done(&body);
-  gn_buf_done(&env);
 }
 
 static void send_pong(gn_transport *tp, const gn_identity *by, const uint8_t to[GN_PK_LEN],
@@ -231,22 +229,11 @@ static const gn_rtt_result *result_for(const gn_rtt_report *rep, const uint8_t i
 }
 
 static bool log_has(const char *part) {
-  char path[PATH_MAX + 32], line[2048];
-  snprintf(path, sizeof path, "%s/gpunetd.log", W.dir);
-  FILE *f = fopen(path, "r");
-  bool found = false;
-  while (f && !found && fgets(line, sizeof line, f))
-    found = strstr(line, part) != NULL;
-  if (f)
-    fclose(f);
-  return found;
+  return tn_log_has(W.dir, part);
 }
 
 static void print_log(void) {
-  char cmd[PATH_MAX + 64];
-  snprintf(cmd, sizeof cmd, "tail -n 40 %s/gpunetd.log >&2", W.dir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "(no daemon log)\n");
+  tn_print_log(W.dir, 40);
 }
 
 /* An offer signed by D naming D's listen address, relayed by R: P learns D
@@ -254,20 +241,7 @@ static void print_log(void) {
 static void relay_d_offer(void) {
   gn_offer o;
   gn_buf env = {0};
-  memset(&o, 0, sizeof o);
-  memcpy(o.provider, W.d_id->pk, GN_PK_LEN);
-  o.seq = 1;
-  o.issued_s = gn_unix_s();
-  o.expires_s = o.issued_s + 60;
-  snprintf(o.addr, sizeof o.addr, "%s", gn_transport_listen_addr(W.d_tp));
-  snprintf(o.gpu_model, sizeof o.gpu_model, "NVIDIA GeForce RTX 4090");
-  o.vram_mib = 24564;
-  o.gpus_free = 1;
-  o.gpus_total = 1;
-  o.price_uper_hour = 400000;
-  snprintf(o.currency, sizeof o.currency, "EUR");
-  o.max_hours = 2;
-  o.simulated = true;
+  tn_offer(&o, W.d_id->pk, gn_transport_listen_addr(W.d_tp), 1, 60, true);
   assert_int_equal(gn_offer_seal(W.d_id, &o, &env), 0);
   assert_int_equal(gn_transport_send(W.r_tp, W.prov_id->pk, env.data, env.len), 0);
   gn_buf_done(&env);
@@ -281,21 +255,11 @@ static int setup(void **state) {
   memset(&W, 0, sizeof W);
   snprintf(W.dir, sizeof W.dir, "/tmp/gn-peer-rtt-XXXXXX");
   assert_non_null(mkdtemp(W.dir));
-  char bin[PATH_MAX];
-  tn_gpunetd_path(bin, sizeof bin);
   tn_identity_for(W.dir, &W.prov_id);
   snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
-  W.daemon = fork();
-  assert_true(W.daemon >= 0);
-  if (W.daemon == 0) {
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
-    if (!freopen(log, "w", stderr))
-      _exit(127);
-    execl(bin, bin, "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu", "RTX 4090", "--price",
-          "0.40", "--max-hours", "2", "--allow-no-userns", "--log-level", "debug", (char *)NULL);
-    _exit(127);
-  }
+  W.daemon =
+      tn_daemon_spawn(W.dir, "w", "--data-dir", W.dir, "--listen", W.addr, "--provide", "--simulate-gpu", "RTX 4090",
+                      "--price", "0.40", "--max-hours", "2", "--allow-no-userns", "--log-level", "debug", (char *)NULL);
   uv_loop_init(&W.loop);
   gn_transport_cbs cbs = {.on_peer_up = on_up, .on_peer_down = on_down, .on_message = on_msg};
   assert_int_equal(gn_identity_generate(&W.r_id), 0);
@@ -308,14 +272,7 @@ static int setup(void **state) {
   assert_int_equal(gn_transport_listen(W.r_tp, "127.0.0.1:0"), 0);
   assert_int_equal(gn_transport_listen(W.t_tp, "127.0.0.1:0"), 0);
   assert_int_equal(gn_transport_listen(W.d_tp, "127.0.0.1:0"), 0);
-  for (int i = 0; i < 50 && !W.r_up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.r_tp, W.addr);
-    tn_run_until_flag(&W.loop, &W.r_up, 300);
-  }
-  if (!W.r_up)
-    print_log();
-  assert_true(W.r_up);
+  tn_dial(&W.loop, W.r_tp, W.addr, &W.r_up, W.dir);
   gn_transport_connect(W.t_tp, W.addr);
   tn_run_until_flag(&W.loop, &W.t_up, 5000);
   assert_true(W.t_up);
@@ -490,6 +447,17 @@ static void test_second_ask_refused(void **state) {
   assert_string_equal(rep.results[0].error, "unknown");
 }
 
+/* A PING of a fresh nonce from R to P. */
+static void r_ping(void) {
+  uint8_t nonce[GN_RTT_NONCE_LEN];
+  gn_wire_writer w;
+  randombytes_buf(nonce, sizeof nonce);
+  gn_wire_writer_init(&w);
+  assert_int_equal(gn__rtt_ping_encode(nonce, &w), 0);
+  send_body(W.r_tp, W.r_id, W.prov_id->pk, GN_MSG_RTT_PING, &w);
+  gn_wire_writer_done(&w);
+}
+
 /* 200 PINGs at once: answered up to the burst and the rate, the rest
  * dropped; the session stays up and answers again later. */
 static void test_ping_flood_is_capped(void **state) {
@@ -497,13 +465,7 @@ static void test_ping_flood_is_capped(void **state) {
   const int flood = 200;
   uint64_t t0 = gn_mono_ms();
   for (int i = 0; i < flood; i++) {
-    uint8_t nonce[GN_RTT_NONCE_LEN];
-    gn_wire_writer w;
-    randombytes_buf(nonce, sizeof nonce);
-    gn_wire_writer_init(&w);
-    assert_int_equal(gn__rtt_ping_encode(nonce, &w), 0);
-    send_body(W.r_tp, W.r_id, W.prov_id->pk, GN_MSG_RTT_PING, &w);
-    gn_wire_writer_done(&w);
+    r_ping();
   }
   spin(500);
   double elapsed_s = (double)(gn_mono_ms() - t0) / 1000.0;
@@ -514,13 +476,7 @@ static void test_ping_flood_is_capped(void **state) {
   /* A second later the bucket has refilled. */
   int before = W.r_pongs;
   spin(1000);
-  uint8_t nonce[GN_RTT_NONCE_LEN];
-  gn_wire_writer w;
-  randombytes_buf(nonce, sizeof nonce);
-  gn_wire_writer_init(&w);
-  assert_int_equal(gn__rtt_ping_encode(nonce, &w), 0);
-  send_body(W.r_tp, W.r_id, W.prov_id->pk, GN_MSG_RTT_PING, &w);
-  gn_wire_writer_done(&w);
+  r_ping();
   spin(300);
   assert_int_equal(W.r_pongs, before + 1);
 }
