@@ -18,8 +18,12 @@
  *     its seed back byte for byte with JOB_SEED_GET; a JOB_SEED_GET from
  *     another provider, for an unknown or an old job gets nothing, one past
  *     the end a refusal; the seed files (0600) are gone once the group
- *     ends; with no /output to fetch the restart says it starts from
- *     scratch and names no seed. */
+ *     ends, and at the next start those of ended or unknown groups; with
+ *     no /output to fetch the restart says it starts from scratch and
+ *     names no seed;
+ *   - attestation before the leases: every provider attested once; one
+ *     answering garbage and one silent are dropped (the plan says why),
+ *     the group forms on the others; "attest": false skips it. */
 #include <gpunet/attest.h>
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
@@ -985,6 +989,33 @@ static void test_restart_seed(void **state) {
   char dir[PATH_MAX + 64];
   snprintf(dir, sizeof dir, "%s/train/%s", W.dir, id);
   assert_int_not_equal(access(dir, F_OK), 0);
+  /* At startup, seeds of groups that ended (this one) or that the node
+   * does not know are removed. */
+  tn_daemon_stop(W.daemon);
+  W.daemon = 0;
+  const char *ids[] = {id, "j-0123456789ab"};
+  for (int i = 0; i < 2; i++) {
+    char path[PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/train", W.dir);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/train/%s", W.dir, ids[i]);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/train/%s/seed", W.dir, ids[i]);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/train/%s/seed/rank-%d.tar%s", W.dir, ids[i], i, i ? ".part" : "");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("stale", f);
+    fclose(f);
+  }
+  start_daemon();
+  char d2[PATH_MAX + 64];
+  snprintf(d2, sizeof d2, "%s/train/j-0123456789ab", W.dir);
+  uint64_t end2 = gn_mono_ms() + 10000;
+  while ((access(dir, F_OK) == 0 || access(d2, F_OK) == 0) && gn_mono_ms() < end2)
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  assert_int_not_equal(access(dir, F_OK), 0);
+  assert_int_not_equal(access(d2, F_OK), 0);
 }
 
 /* --restarts 1 where no /output can be fetched: the restart says it starts
