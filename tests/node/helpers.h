@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -606,6 +607,32 @@ static inline void tn_call_expect(const tn_call *c, long status, const char *par
     printf("%ld %s\n", c->status, body);
   if (c->status != status || !strstr(body, part))
     fail_msg("expected %ld mentioning '%s', got %ld: %s", status, part, c->status, body);
+}
+
+/* GET path on the control socket (DIR/gpunetd.sock) of the daemon on dir,
+ * parsed (the caller decrefs). The test fails when no answer comes within
+ * 10 s or it is not JSON. Blocks: the test's loop does not run meanwhile. */
+static inline json_t *tn_api_get(const char *dir, const char *path) {
+  char sock[PATH_MAX + 32], url[256];
+  gn_buf body = {0};
+  snprintf(sock, sizeof sock, "%s/gpunetd.sock", dir);
+  snprintf(url, sizeof url, "http://gpunetd%s", path);
+  CURL *c = curl_easy_init();
+  assert_non_null(c);
+  curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tn__call_data);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+  CURLcode rc = curl_easy_perform(c);
+  curl_easy_cleanup(c);
+  if (rc != CURLE_OK)
+    fail_msg("GET %s: %s", path, curl_easy_strerror(rc));
+  json_t *j = json_loadb((const char *)body.data, body.len, 0, NULL);
+  gn_buf_done(&body);
+  if (!j)
+    fail_msg("GET %s: the answer is not JSON", path);
+  return j;
 }
 
 #endif

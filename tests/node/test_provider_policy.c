@@ -47,6 +47,7 @@ typedef struct world {
   gn_transport *req_tp, *other_tp;
   int up_req, up_other;
   tn_inbox in;
+  tn_link link_req, link_other;
   /* Set before setup by the tests that need them. */
   const char *extra[16]; /* more gpunetd flags */
   bool hide_cgroups;     /* the daemon sees an empty /sys/fs/cgroup (a host without controllers) */
@@ -56,32 +57,6 @@ typedef struct world {
 } world;
 
 static world W;
-
-static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)peer;
-  (void)addr;
-  (void)ud;
-  if (t == W.req_tp)
-    W.up_req = 1;
-  else
-    W.up_other = 1;
-}
-
-static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)peer;
-  (void)ud;
-  if (t == W.req_tp)
-    W.up_req = 0;
-  else
-    W.up_other = 0;
-}
-
-static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                   size_t len, void *ud) {
-  (void)t;
-  (void)ud;
-  tn_inbox_add(&W.in, peer, env, raw, len);
-}
 
 /* Runs the loop until a message of `type` arrives (returns it, removed from
  * the inbox; the caller frees raw) or timeout_ms passes (returns 0). */
@@ -156,11 +131,10 @@ static int setup(void **state) {
   }
   start_daemon();
   uv_loop_init(&W.loop);
-  gn_transport_cbs cbs = {on_up, on_down, on_msg};
-  assert_int_equal(gn_identity_generate(&W.req_id), 0);
-  assert_int_equal(gn_identity_generate(&W.other_id), 0);
-  assert_int_equal(gn_transport_new(&W.loop, W.req_id, &cbs, NULL, &W.req_tp), 0);
-  assert_int_equal(gn_transport_new(&W.loop, W.other_id, &cbs, NULL, &W.other_tp), 0);
+  W.link_req = (tn_link){&W.up_req, &W.in, NULL};
+  W.link_other = (tn_link){&W.up_other, &W.in, NULL};
+  tn_peer_new(&W.loop, &W.link_req, &W.req_id, &W.req_tp);
+  tn_peer_new(&W.loop, &W.link_other, &W.other_id, &W.other_tp);
   /* The daemon needs a moment to listen; retry the connection. */
   for (int i = 0; i < 50 && !(W.up_req && W.up_other); i++) {
     usleep(100000);
@@ -215,51 +189,16 @@ static char *state_of(const msg *m) {
   return state;
 }
 
-static char *job_of(const msg *m) {
-  static char job[64];
-  tn_msg_str(m, "job_id", job, sizeof job);
-  return job;
-}
-
 /* Runs the loop until the provider reports job in state (any state when
- * NULL); that status leaves the inbox, others stay. Its reason goes to
- * ret_reason (256 bytes) and its state to ret_state (32) when not NULL. */
+ * NULL): tn_wait_job_status on the requester's inbox. */
 static bool wait_status(const char *job, const char *state, uint64_t timeout_ms, char *ret_state, char *ret_reason) {
-  uint64_t end = gn_mono_ms() + timeout_ms;
-  for (;;) {
-    for (size_t i = 0; i < W.in.n; i++) {
-      msg *m = &W.in.m[i];
-      if (m->type != GN_MSG_JOB_STATUS || strcmp(job_of(m), job) != 0 || (state && strcmp(state_of(m), state) != 0))
-        continue;
-      if (ret_state)
-        snprintf(ret_state, 32, "%s", state_of(m));
-      if (ret_reason)
-        snprintf(ret_reason, 256, "%s", reason_of(m));
-      msg taken;
-      tn_inbox_remove(&W.in, i, &taken);
-      gn_buf_done(&taken.raw);
-      return true;
-    }
-    if (gn_mono_ms() >= end)
-      return false;
-    run_until(&(int){0}, 50);
-  }
+  return tn_wait_job_status(&W.loop, &W.in, job, state, timeout_ms, ret_state, ret_reason);
 }
 
 static void rent(gn_agreement *ret_ag, gn_buf *ret_env) {
   gn_lease_terms t;
-  gn_buf env = {0};
-  msg m;
   terms_for(&t, 1, true);
-  assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
-  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&env);
-  assert_true(wait_msg(GN_MSG_LEASE_ACCEPT, 5000, &m));
-  assert_int_equal(gn_agreement_open(m.raw.data, m.raw.len, ret_ag), 0);
-  assert_string_equal(ret_ag->terms.lease_id, t.lease_id);
-  if (ret_env)
-    gn_buf_append(ret_env, m.raw.data, m.raw.len);
-  gn_buf_done(&m.raw);
+  tn_rent(&W.loop, &W.in, W.req_tp, W.req_id, W.prov_id, &t, ret_ag, ret_env);
 }
 
 /* The command of the manifests sent next ("true" when manifest_cmd[0] is
@@ -270,11 +209,8 @@ static const char *manifest_cmd[9];
  * (32 bytes) when not NULL. */
 static void manifest_env_ex(const gn_identity *signer, const char *lease_id, const char *image, int64_t expires_delta,
                             uint64_t memory_mib, uint64_t pids, char *ret_job, gn_buf *ret) {
-  uint8_t rnd[6];
-  char job[32], hex[13];
-  randombytes_buf(rnd, sizeof rnd);
-  sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
-  snprintf(job, sizeof job, "j-%s", hex);
+  char job[32];
+  tn_job_id(job);
   if (ret_job)
     snprintf(ret_job, 32, "%s", job);
   tn_manifest m = {.job_id = job,
@@ -314,25 +250,15 @@ static void send_job(const char *lease_id, const char *image, uint64_t memory_mi
 }
 
 static void send_stop(const char *lease_id, const char *job_id) {
-  gn_wire_writer w;
-  gn_buf body = {0}, env = {0};
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 2);
-  gn_wire_put_str(&w, "job_id");
-  gn_wire_put_str(&w, job_id);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, lease_id);
-  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
-  gn_wire_writer_done(&w);
-  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_STOP, body.data, body.len, &env), 0);
+  gn_buf env = {0};
+  tn_job_stop_seal(W.req_id, lease_id, job_id, &env);
   assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&body);
   gn_buf_done(&env);
 }
 
 static void send_release(const char *lease_id) {
   gn_wire_writer w;
-  gn_buf body = {0}, env = {0};
+  gn_buf body = {0};
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 2);
   gn_wire_put_str(&w, "lease_id");
@@ -341,10 +267,8 @@ static void send_release(const char *lease_id) {
   gn_wire_put_str(&w, "test");
   assert_int_equal(gn_wire_writer_take(&w, &body), 0);
   gn_wire_writer_done(&w);
-  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_LEASE_RELEASE, body.data, body.len, &env), 0);
-  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  tn_send(W.req_tp, W.req_id, GN_MSG_LEASE_RELEASE, &body, W.prov_id->pk);
   gn_buf_done(&body);
-  gn_buf_done(&env);
 }
 
 /* A registry on loopback that takes connections and never answers: a pull
@@ -370,32 +294,9 @@ static uint64_t host_ram_mib(void) {
   return ((uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE)) >> 20;
 }
 
-static size_t curl_sink(char *p, size_t size, size_t n, void *ud) {
-  gn_buf_append(ud, (const uint8_t *)p, size * n);
-  return size * n;
-}
-
 /* GET path on the daemon's control socket, parsed. */
 static json_t *api_get(const char *path) {
-  char sock[PATH_MAX + 32], url[256];
-  gn_buf body = {0};
-  snprintf(sock, sizeof sock, "%s/gpunetd.sock", W.dir);
-  snprintf(url, sizeof url, "http://gpunetd%s", path);
-  CURL *c = curl_easy_init();
-  assert_non_null(c);
-  curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-  CURLcode rc = curl_easy_perform(c);
-  curl_easy_cleanup(c);
-  if (rc != CURLE_OK)
-    fail_msg("GET %s: %s", path, curl_easy_strerror(rc));
-  json_t *j = json_loadb((const char *)body.data, body.len, 0, NULL);
-  gn_buf_done(&body);
-  assert_non_null(j);
-  return j;
+  return tn_api_get(W.dir, path);
 }
 
 /* The host uid range the provider's log gives lease_id ("lease L: its jobs
@@ -506,20 +407,7 @@ static void test_provider_rejects_job_on_released_lease_and_invoices_it(void **s
   rent(&ag, &agreement);
   uint64_t t0 = gn_mono_ms();
   sleep(2);
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 2);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, ag.terms.lease_id);
-  gn_wire_put_str(&w, "reason");
-  gn_wire_put_str(&w, "test");
-  gn_buf body = {0};
-  gn_wire_writer_take(&w, &body);
-  gn_wire_writer_done(&w);
-  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_LEASE_RELEASE, body.data, body.len, &env), 0);
-  gn_buf_done(&body);
-  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&env);
+  send_release(ag.terms.lease_id);
   assert_true(wait_msg(GN_MSG_INVOICE, 5000, &m));
   uint64_t observed = (gn_mono_ms() - t0) / 1000;
   /* The requester machine's check: no debit note was accepted (this
@@ -549,18 +437,24 @@ static void test_provider_rejects_job_on_released_lease_and_invoices_it(void **s
   gn_buf_done(&agreement);
 }
 
+/* Requests t and expects a LEASE_REJECT within 5 s whose reason has part. */
+static void expect_lease_reject(const gn_lease_terms *t, const char *part) {
+  gn_buf env = {0};
+  msg m;
+  assert_int_equal(gn_lease_request_seal(W.req_id, t, &env), 0);
+  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  assert_true(wait_msg(GN_MSG_LEASE_REJECT, 5000, &m));
+  if (!strstr(reason_of(&m), part))
+    fail_msg("lease %s refused for '%s', not for '%s'", t->lease_id, reason_of(&m), part);
+  gn_buf_done(&m.raw);
+  gn_buf_done(&env);
+}
+
 static void test_provider_refuses_simulated_gpu_to_unknowing_requester(void **state) {
   (void)state;
   gn_lease_terms t;
-  gn_buf env = {0};
-  msg m;
   terms_for(&t, 1, false);
-  assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
-  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
-  assert_true(wait_msg(GN_MSG_LEASE_REJECT, 5000, &m));
-  assert_non_null(strstr(reason_of(&m), "SIMULATED"));
-  gn_buf_done(&m.raw);
-  gn_buf_done(&env);
+  expect_lease_reject(&t, "SIMULATED");
 }
 
 static void test_provider_never_leases_a_gpu_twice(void **state) {
@@ -569,18 +463,11 @@ static void test_provider_never_leases_a_gpu_twice(void **state) {
    * request must be refused, naming how many are free. */
   gn_agreement a1, a2;
   gn_lease_terms t;
-  gn_buf env = {0};
-  msg m;
   rent(&a1, NULL);
   rent(&a2, NULL);
   assert_string_not_equal(a1.gpus[0], a2.gpus[0]);
   terms_for(&t, 1, true);
-  assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
-  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
-  assert_true(wait_msg(GN_MSG_LEASE_REJECT, 5000, &m));
-  assert_non_null(strstr(reason_of(&m), "0 of 2 are free"));
-  gn_buf_done(&m.raw);
-  gn_buf_done(&env);
+  expect_lease_reject(&t, "0 of 2 are free");
 }
 
 /* --- budgets, isolation and the loop ----------------------------------------*/
