@@ -406,6 +406,24 @@ static inline void tn_send(gn_transport *tp, const gn_identity *signer, uint32_t
   gn_buf_done(&env);
 }
 
+/* A LEASE_REJECT or LEASE_RELEASE (type) of lease_id saying reason, sealed
+ * by signer and sent over tp to the peer whose key is to. */
+static inline void tn_send_lease_end(gn_transport *tp, const gn_identity *signer, uint32_t type, const char *lease_id,
+                                     const char *reason, const uint8_t to[GN_PK_LEN]) {
+  gn_wire_writer w;
+  gn_buf body = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease_id);
+  gn_wire_put_str(&w, "reason");
+  gn_wire_put_str(&w, reason);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  tn_send(tp, signer, type, &body, to);
+  gn_buf_done(&body);
+}
+
 /* Rents t as its requester req over tp from prov: sends the lease request
  * and waits up to 5 s for the LEASE_ACCEPT, whose agreement (for t's lease)
  * goes to ret_ag and, when ret_env is not NULL, its envelope is appended
@@ -426,13 +444,14 @@ static inline void tn_rent(uv_loop_t *loop, tn_inbox *in, gn_transport *tp, cons
   gn_buf_done(&m.raw);
 }
 
-/* A fresh job id, "j-" and 12 hex digits, to ret (32 bytes). */
-static inline void tn_job_id(char *ret) {
+/* A fresh job id, "j-" and 12 hex digits, to ret (cap bytes, 15 at least). */
+static inline void tn_job_id(char *ret, size_t cap) {
   uint8_t rnd[6];
   char hex[13];
+  assert_true(cap >= 15);
   randombytes_buf(rnd, sizeof rnd);
   sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
-  snprintf(ret, 32, "j-%s", hex);
+  snprintf(ret, cap, "j-%s", hex);
 }
 
 /* Runs the loop until the inbox holds a JOB_STATUS of job in state (any

@@ -269,22 +269,9 @@ static void test_rent_without_attestation_asks_for_the_lease_at_once(void **stat
   assert_true(wait_msg(GN_MSG_LEASE_REQUEST, &c, 10000, &m));
   assert_false(inbox_has(GN_MSG_ATTEST_CHALLENGE));
   assert_int_equal(gn_lease_request_open(m.raw.data, m.raw.len, &t), 0);
-  gn_wire_writer w;
-  gn_buf body = {0}, env = {0};
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 2);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, t.lease_id);
-  gn_wire_put_str(&w, "reason");
-  gn_wire_put_str(&w, "test provider says no");
-  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
-  gn_wire_writer_done(&w);
-  assert_int_equal(gn_envelope_seal(W.prov_id, GN_MSG_LEASE_REJECT, body.data, body.len, &env), 0);
-  assert_int_equal(gn_transport_send(W.tp, W.req_id->pk, env.data, env.len), 0);
+  tn_send_lease_end(W.tp, W.prov_id, GN_MSG_LEASE_REJECT, t.lease_id, "test provider says no", W.req_id->pk);
   call_finish(&c, 10000);
   tn_call_expect(&c, 409, "test provider says no");
-  gn_buf_done(&body);
-  gn_buf_done(&env);
   gn_buf_done(&m.raw);
   gn_buf_done(&c.out);
 }

@@ -248,23 +248,10 @@ static void test_rent_dials_the_provider_its_offer_names(void **state) {
   assert_int_equal(gn_lease_request_open(m.raw.data, m.raw.len, &t), 0);
   assert_memory_equal(t.provider, W.b_id->pk, GN_PK_LEN);
   /* B says no; the call ends with its reason. */
-  gn_wire_writer w;
-  gn_buf b = {0}, env = {0};
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 2);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, t.lease_id);
-  gn_wire_put_str(&w, "reason");
-  gn_wire_put_str(&w, "B says no");
-  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
-  gn_wire_writer_done(&w);
-  assert_int_equal(gn_envelope_seal(W.b_id, GN_MSG_LEASE_REJECT, b.data, b.len, &env), 0);
-  assert_int_equal(gn_transport_send(W.b_tp, W.req_id->pk, env.data, env.len), 0);
+  tn_send_lease_end(W.b_tp, W.b_id, GN_MSG_LEASE_REJECT, t.lease_id, "B says no", W.req_id->pk);
   call_finish(&c, 10000);
   tn_call_expect(&c, 409, "B says no");
   assert_true(daemon_has_peer(W.b_id));
-  gn_buf_done(&b);
-  gn_buf_done(&env);
   gn_buf_done(&m.raw);
   gn_buf_done(&c.out);
 }

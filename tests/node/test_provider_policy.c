@@ -210,7 +210,7 @@ static const char *manifest_cmd[9];
 static void manifest_env_ex(const gn_identity *signer, const char *lease_id, const char *image, int64_t expires_delta,
                             uint64_t memory_mib, uint64_t pids, char *ret_job, gn_buf *ret) {
   char job[32];
-  tn_job_id(job);
+  tn_job_id(job, sizeof job);
   if (ret_job)
     snprintf(ret_job, 32, "%s", job);
   tn_manifest m = {.job_id = job,
@@ -257,18 +257,7 @@ static void send_stop(const char *lease_id, const char *job_id) {
 }
 
 static void send_release(const char *lease_id) {
-  gn_wire_writer w;
-  gn_buf body = {0};
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 2);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, lease_id);
-  gn_wire_put_str(&w, "reason");
-  gn_wire_put_str(&w, "test");
-  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
-  gn_wire_writer_done(&w);
-  tn_send(W.req_tp, W.req_id, GN_MSG_LEASE_RELEASE, &body, W.prov_id->pk);
-  gn_buf_done(&body);
+  tn_send_lease_end(W.req_tp, W.req_id, GN_MSG_LEASE_RELEASE, lease_id, "test", W.prov_id->pk);
 }
 
 /* A registry on loopback that takes connections and never answers: a pull
@@ -355,34 +344,31 @@ static void test_provider_accepts_a_manifest_once_and_refuses_its_replay(void **
   gn_buf_done(&env);
 }
 
-static void test_provider_rejects_expired_manifest(void **state) {
-  (void)state;
+/* Rents a GPU, then sends a manifest for it signed by signer over tp (an
+ * image, expiring expires_delta s from now) that must be rejected for part. */
+static void rent_and_expect_rejected(const gn_identity *signer, gn_transport *tp, const char *image,
+                                     int64_t expires_delta, const char *part) {
   gn_agreement ag;
   gn_buf env = {0};
   rent(&ag, NULL);
-  manifest_env(W.req_id, ag.terms.lease_id, PINNED, -10, &env);
-  expect_job_rejected(W.req_tp, &env, "expired");
+  manifest_env(signer, ag.terms.lease_id, image, expires_delta, &env);
+  expect_job_rejected(tp, &env, part);
   gn_buf_done(&env);
+}
+
+static void test_provider_rejects_expired_manifest(void **state) {
+  (void)state;
+  rent_and_expect_rejected(W.req_id, W.req_tp, PINNED, -10, "expired");
 }
 
 static void test_provider_rejects_manifest_from_someone_else(void **state) {
   (void)state;
-  gn_agreement ag;
-  gn_buf env = {0};
-  rent(&ag, NULL);
-  manifest_env(W.other_id, ag.terms.lease_id, PINNED, 120, &env);
-  expect_job_rejected(W.other_tp, &env, "not signed by the lease holder");
-  gn_buf_done(&env);
+  rent_and_expect_rejected(W.other_id, W.other_tp, PINNED, 120, "not signed by the lease holder");
 }
 
 static void test_provider_rejects_unpinned_image(void **state) {
   (void)state;
-  gn_agreement ag;
-  gn_buf env = {0};
-  rent(&ag, NULL);
-  manifest_env(W.req_id, ag.terms.lease_id, "127.0.0.1:9/none/busybox:latest", 120, &env);
-  expect_job_rejected(W.req_tp, &env, "pinned");
-  gn_buf_done(&env);
+  rent_and_expect_rejected(W.req_id, W.req_tp, "127.0.0.1:9/none/busybox:latest", 120, "pinned");
 }
 
 static void test_provider_drops_forged_signature(void **state) {

@@ -217,7 +217,7 @@ static void start_sleeper(char *ret_lease) {
   snprintf(ret_lease, GN_LEASE_ID_STRLEN, "%s", ag.terms.lease_id);
 
   char image[256];
-  tn_job_id(W.job);
+  tn_job_id(W.job, sizeof W.job);
   snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
   const char *cmd[] = {"sleep", W.sleep_arg, NULL};
   tn_manifest man = {.job_id = W.job,

@@ -638,51 +638,26 @@ typedef struct world {
   tn_inbox in;
   const char *extra[16];
   uint16_t port_lo, port_hi;
+  tn_link link;
 } world;
 
 static world W;
 
-static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t, (void)peer, (void)addr, (void)ud;
-  W.up = 1;
-}
-
-static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)t, (void)peer, (void)ud;
-  W.up = 0;
-}
-
-static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
-                   size_t len, void *ud) {
-  (void)t, (void)ud;
-  tn_inbox_add(&W.in, peer, env, raw, len);
-}
-
 /* gpunetd on W.dir (log appended to W.dir/gpunetd.log) with this world's
  * ports and extra flags. */
 static pid_t spawn_daemon(const char *const *extra) {
-  char bin[PATH_MAX], ports[32];
+  char ports[32];
   snprintf(ports, sizeof ports, "%u-%u", W.port_lo, W.port_hi);
-  tn_gpunetd_path(bin, sizeof bin);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    char log[PATH_MAX + 32];
-    snprintf(log, sizeof log, "%s/gpunetd.log", W.dir);
-    if (!freopen(log, "a", stderr))
-      _exit(127);
-    const char *args[48] = {
-        bin,        "--data-dir", W.dir,  "--listen",    W.addr, "--provide",         "--simulate-gpu",
-        "RTX 4090", "--price",    "0.40", "--max-hours", "2",    "--allow-no-userns", "--jobnet-ports",
-        ports};
-    size_t n = 15;
-    for (size_t i = 0; extra && extra[i]; i++)
-      args[n++] = extra[i];
-    args[n] = NULL;
-    execv(bin, (char *const *)args);
-    _exit(127);
+  const char *args[48] = {"--data-dir",     W.dir,     "--listen", W.addr,        "--provide", "--simulate-gpu",
+                          "RTX 4090",       "--price", "0.40",     "--max-hours", "2",         "--allow-no-userns",
+                          "--jobnet-ports", ports};
+  size_t n = 14;
+  for (size_t i = 0; extra && extra[i]; i++) {
+    assert_true(n + 1 < GN_ARRAY_SIZE(args));
+    args[n++] = extra[i];
   }
-  return pid;
+  args[n] = NULL;
+  return tn_daemon_spawnv(W.dir, "a", NULL, args);
 }
 
 static void start_world(const char *const *extra) {
@@ -696,15 +671,9 @@ static void start_world(const char *const *extra) {
   snprintf(W.addr, sizeof W.addr, "127.0.0.1:%d", tn_free_port());
   W.daemon = spawn_daemon(extra);
   uv_loop_init(&W.loop);
-  gn_transport_cbs cbs = {on_up, on_down, on_msg};
-  assert_int_equal(gn_identity_generate(&W.req_id), 0);
-  assert_int_equal(gn_transport_new(&W.loop, W.req_id, &cbs, NULL, &W.req_tp), 0);
-  for (int i = 0; i < 50 && !W.up; i++) {
-    usleep(100000);
-    gn_transport_connect(W.req_tp, W.addr);
-    tn_run_until_flag(&W.loop, &W.up, 300);
-  }
-  assert_true(W.up);
+  W.link = (tn_link){&W.up, &W.in, NULL};
+  tn_peer_new(&W.loop, &W.link, &W.req_id, &W.req_tp);
+  tn_dial(&W.loop, W.req_tp, W.addr, &W.up, W.dir);
 }
 
 static void end_world(void) {
@@ -721,93 +690,34 @@ static void msg_str(const msg *m, const char *key, char *out, size_t cap) {
 /* Waits for job's status in state (any when NULL); its reason to
  * ret_reason (256) and state to ret_state (32). */
 static bool wait_status(const char *job, const char *state, uint64_t timeout_ms, char *ret_state, char *ret_reason) {
-  uint64_t end = gn_mono_ms() + timeout_ms;
-  for (;;) {
-    for (size_t i = 0; i < W.in.n; i++) {
-      msg *m = &W.in.m[i];
-      char id[64], st[32];
-      if (m->type != GN_MSG_JOB_STATUS)
-        continue;
-      msg_str(m, "job_id", id, sizeof id);
-      msg_str(m, "state", st, sizeof st);
-      if (strcmp(id, job) != 0 || (state && strcmp(st, state) != 0))
-        continue;
-      if (ret_state)
-        snprintf(ret_state, 32, "%s", st);
-      if (ret_reason)
-        msg_str(m, "reason", ret_reason, 256);
-      msg taken;
-      tn_inbox_remove(&W.in, i, &taken);
-      gn_buf_done(&taken.raw);
-      return true;
-    }
-    if (gn_mono_ms() >= end)
-      return false;
-    tn_run_until_flag(&W.loop, &(int){0}, 50);
-  }
+  return tn_wait_job_status(&W.loop, &W.in, job, state, timeout_ms, ret_state, ret_reason);
 }
 
 static void rent(gn_agreement *ret) {
   gn_lease_terms t;
-  gn_buf env = {0};
-  msg m;
   tn_lease_terms(&t, W.prov_id, W.req_id, 1, true);
-  assert_int_equal(gn_lease_request_seal(W.req_id, &t, &env), 0);
-  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
-  gn_buf_done(&env);
-  assert_true(tn_wait_msg(&W.loop, &W.in, GN_MSG_LEASE_ACCEPT, NULL, NULL, 5000, &m));
-  assert_int_equal(gn_agreement_open(m.raw.data, m.raw.len, ret), 0);
-  gn_buf_done(&m.raw);
+  tn_rent(&W.loop, &W.in, W.req_tp, W.req_id, W.prov_id, &t, ret, NULL);
 }
 
 /* Signs and sends m (job id, nonce and times made fresh here); waits for
  * the first answer: its state and reason. */
 static void send_manifest(gn_jobman *m, const char *lease_id, char *ret_job, char *ret_state, char *ret_reason) {
-  uint8_t rnd[6];
-  char hex[13];
-  randombytes_buf(rnd, sizeof rnd);
-  sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
-  snprintf(m->job_id, sizeof m->job_id, "j-%s", hex);
+  tn_job_id(m->job_id, sizeof m->job_id);
   snprintf(m->lease_id, sizeof m->lease_id, "%s", lease_id);
   randombytes_buf(m->nonce, sizeof m->nonce);
   m->issued_s = gn_unix_s();
   m->expires_s = gn_unix_s() + 120;
-  gn_buf body = {0}, env = {0};
+  gn_buf body = {0};
   encode(m, &body);
-  assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_MANIFEST, body.data, body.len, &env), 0);
-  assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
+  tn_send(W.req_tp, W.req_id, GN_MSG_JOB_MANIFEST, &body, W.prov_id->pk);
   gn_buf_done(&body);
-  gn_buf_done(&env);
   snprintf(ret_job, 32, "%s", m->job_id);
   if (!wait_status(m->job_id, NULL, 5000, ret_state, ret_reason))
     fail_msg("no answer to job %s", m->job_id);
 }
 
-static size_t curl_sink(char *p, size_t size, size_t n, void *ud) {
-  gn_buf_append(ud, (const uint8_t *)p, size * n);
-  return size * n;
-}
-
 static json_t *api_get(const char *path) {
-  char sock[PATH_MAX + 32], url[256];
-  gn_buf body = {0};
-  snprintf(sock, sizeof sock, "%s/gpunetd.sock", W.dir);
-  snprintf(url, sizeof url, "http://gpunetd%s", path);
-  CURL *c = curl_easy_init();
-  assert_non_null(c);
-  curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_sink);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-  CURLcode rc = curl_easy_perform(c);
-  curl_easy_cleanup(c);
-  if (rc != CURLE_OK)
-    fail_msg("GET %s: %s", path, curl_easy_strerror(rc));
-  json_t *j = json_loadb((const char *)body.data, body.len, 0, NULL);
-  gn_buf_done(&body);
-  assert_non_null(j);
-  return j;
+  return tn_api_get(W.dir, path);
 }
 
 /* A one-rank-of-two manifest on this world's ports, with a real key pair. */
@@ -820,11 +730,7 @@ static void net_manifest(gn_jobman *m, const char *image, uint16_t port, const c
   assert_int_equal(gn_jobnet_keypair(m->net.private_key, pub), 0);
   if (ret_pub)
     memcpy(ret_pub, pub, 32);
-  uint8_t rnd[6];
-  char hex[13];
-  randombytes_buf(rnd, sizeof rnd);
-  sodium_bin2hex(hex, sizeof hex, rnd, sizeof rnd);
-  snprintf(m->net.group, sizeof m->net.group, "j-%s", hex);
+  tn_job_id(m->net.group, sizeof m->net.group);
   m->net.listen_port = port;
   if (peer_pub)
     memcpy(m->net.peers[0].public_key, peer_pub, 32);
@@ -1643,11 +1549,7 @@ static void expect_seed_fails(gn_jobman *m, const char *lease, const gn_buf *tar
 }
 
 static int on_up2_flag;
-
-static void on_up2(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t, (void)peer, (void)addr, (void)ud;
-  on_up2_flag = 1;
-}
+static tn_link link2 = {&on_up2_flag, NULL, NULL}; /* its inbox: W.in */
 
 /* A rank restarted from its checkpoint: the seed the lease holder keeps is
  * fetched 32 KiB at a time, one ask in flight, and unpacked into /output
@@ -1690,17 +1592,12 @@ static void test_seed_restores_output(void **state) {
   if (strcmp(st, "pulling") != 0)
     fail_msg("job %s: %s (%s)", job, st, reason);
   /* Another node, and the lease holder for another job: both ignored. */
-  gn_transport_cbs cbs2 = {on_up2, on_down, on_msg};
-  assert_int_equal(gn_identity_generate(&R.id2), 0);
-  assert_int_equal(gn_transport_new(&W.loop, R.id2, &cbs2, NULL, &R.tp2), 0);
+  link2.in = &W.in;
+  tn_peer_new(&W.loop, &link2, &R.id2, &R.tp2);
   gn_identity *other = R.id2;
   gn_transport *tp2 = R.tp2;
   on_up2_flag = 0;
-  for (int i = 0; i < 50 && !on_up2_flag; i++) {
-    gn_transport_connect(tp2, W.addr);
-    tn_run_until_flag(&W.loop, &on_up2_flag, 300);
-  }
-  assert_true(on_up2_flag);
+  tn_dial(&W.loop, tp2, W.addr, &on_up2_flag, W.dir);
   static const uint8_t junk[] = "not the seed";
   send_seed_chunk(tp2, other, job, 0, junk, sizeof junk, true, tar.len, NULL);
   send_seed_chunk(W.req_tp, W.req_id, "j-000000000000", 0, junk, sizeof junk, true, sizeof junk, NULL);
