@@ -628,10 +628,10 @@ static inline void tn_call_expect(const tn_call *c, long status, const char *par
     fail_msg("expected %ld mentioning '%s', got %ld: %s", status, part, c->status, body);
 }
 
-/* GET path on the control socket (DIR/gpunetd.sock) of the daemon on dir,
- * parsed (the caller decrefs). The test fails when no answer comes within
- * 10 s or it is not JSON. Blocks: the test's loop does not run meanwhile. */
-static inline json_t *tn_api_get(const char *dir, const char *path) {
+/* GET path on the control socket (DIR/gpunetd.sock) of the daemon on dir
+ * (10 s at most): its answer parsed, or NULL when none came (curl's code
+ * to *ret_rc) or it is not JSON. Blocks: the test's loop does not run. */
+static inline json_t *tn__api_get(const char *dir, const char *path, CURLcode *ret_rc) {
   char sock[PATH_MAX + 32], url[256];
   gn_buf body = {0};
   snprintf(sock, sizeof sock, "%s/gpunetd.sock", dir);
@@ -643,12 +643,26 @@ static inline json_t *tn_api_get(const char *dir, const char *path) {
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tn__call_data);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-  CURLcode rc = curl_easy_perform(c);
+  *ret_rc = curl_easy_perform(c);
   curl_easy_cleanup(c);
+  json_t *j = *ret_rc == CURLE_OK ? json_loadb((const char *)body.data, body.len, 0, NULL) : NULL;
+  gn_buf_done(&body);
+  return j;
+}
+
+/* tn__api_get for a daemon that may not answer yet: NULL then. */
+static inline json_t *tn_api_try_get(const char *dir, const char *path) {
+  CURLcode rc;
+  return tn__api_get(dir, path, &rc);
+}
+
+/* tn__api_get for a daemon that must answer: the test fails when no answer
+ * comes or it is not JSON. The caller decrefs. */
+static inline json_t *tn_api_get(const char *dir, const char *path) {
+  CURLcode rc;
+  json_t *j = tn__api_get(dir, path, &rc);
   if (rc != CURLE_OK)
     fail_msg("GET %s: %s", path, curl_easy_strerror(rc));
-  json_t *j = json_loadb((const char *)body.data, body.len, 0, NULL);
-  gn_buf_done(&body);
   if (!j)
     fail_msg("GET %s: the answer is not JSON", path);
   return j;

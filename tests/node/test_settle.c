@@ -20,28 +20,9 @@ typedef struct world {
   int64_t amount;
 } world;
 
-static size_t sink(char *p, size_t size, size_t n, void *ud) {
-  return gn_buf_append(ud, p, size * n) == 0 ? size * n : 0;
-}
-
 /* GET path on the daemon's control socket; NULL while it does not answer. */
 static json_t *api_get(world *w, const char *path) {
-  char sock[128], url[256];
-  gn_buf body = {0};
-  snprintf(sock, sizeof sock, "%s/gpunetd.sock", w->dir);
-  snprintf(url, sizeof url, "http://gpunetd%s", path);
-  CURL *c = curl_easy_init();
-  assert_non_null(c);
-  curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
-  curl_easy_setopt(c, CURLOPT_URL, url);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
-  CURLcode rc = curl_easy_perform(c);
-  curl_easy_cleanup(c);
-  json_t *j = rc == CURLE_OK ? json_loadb((const char *)body.data, body.len, 0, NULL) : NULL;
-  gn_buf_done(&body);
-  return j;
+  return tn_api_try_get(w->dir, path);
 }
 
 static int setup(void **state) {
@@ -90,24 +71,16 @@ static void queue_final(world *w) {
 }
 
 static void start_daemon(world *w, const char *const *extra) {
-  char bin[PATH_MAX], addr[64];
-  tn_gpunetd_path(bin, sizeof bin);
+  char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", tn_free_port());
-  w->daemon = fork();
-  assert_true(w->daemon >= 0);
-  if (w->daemon == 0) {
-    char log[128];
-    snprintf(log, sizeof log, "%s/gpunetd.log", w->dir);
-    if (!freopen(log, "w", stderr))
-      _exit(127);
-    const char *args[16] = {bin, "--data-dir", w->dir, "--listen", addr, "--log-level", "debug"};
-    size_t n = 7;
-    for (size_t i = 0; extra && extra[i] && n < 15; i++)
-      args[n++] = extra[i];
-    args[n] = NULL;
-    execv(bin, (char *const *)args);
-    _exit(127);
+  const char *args[16] = {"--data-dir", w->dir, "--listen", addr, "--log-level", "debug"};
+  size_t n = 6;
+  for (size_t i = 0; extra && extra[i]; i++) {
+    assert_true(n + 1 < GN_ARRAY_SIZE(args));
+    args[n++] = extra[i];
   }
+  args[n] = NULL;
+  w->daemon = tn_daemon_spawnv(w->dir, "w", NULL, args);
 }
 
 /* Runs the gpunet CLI built beside the tests against the daemon; its stdout
