@@ -1195,6 +1195,49 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   close(host_srv); /* the rest: teardown_rank */
 }
 
+/* Where a running rank's job network lives. */
+typedef struct rank_net {
+  char record[PATH_MAX + 64]; /* run/netns/JOB.wg: its interface and wireguard-go's pid */
+  char ns[PATH_MAX + 64];     /* the job's network namespace */
+  char sock[128];             /* wireguard-go's socket */
+  char cmdline[64];           /* /proc/PID/cmdline of wireguard-go */
+} rank_net;
+
+/* Rents a GPU and runs `sleep 600` on it as a rank listening on port (the
+ * peer dials in: nothing is sent), until it reports running; where its job
+ * network lives to ret (its socket is there). */
+static void start_sleeping_rank(uint16_t port, rank_net *ret) {
+  gn_agreement a;
+  rent(&a);
+  char image[256];
+  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
+  gn_jobman m;
+  net_manifest(&m, image, port, "", NULL, NULL);
+  free(m.argv[0]);
+  m.argc = 2;
+  m.argv[0] = strdup("sleep");
+  m.argv[1] = strdup("600");
+  char job[32], st[32], reason[256];
+  send_manifest(&m, a.terms.lease_id, job, st, reason);
+  gn__jobman_done(&m);
+  if (strcmp(st, "pulling") != 0)
+    fail_msg("job %s: %s (%s)", job, st, reason);
+  if (!wait_status(job, "running", 60000, st, reason))
+    fail_msg("job %s never ran: %s (%s; see %s/gpunetd.log)", job, st, reason, W.dir);
+  char ifname[32] = "";
+  snprintf(ret->record, sizeof ret->record, "%s/run/netns/%s.wg", W.dir, job);
+  snprintf(ret->ns, sizeof ret->ns, "%s/run/netns/%s", W.dir, job);
+  char *text = th_read_file(ret->record, NULL);
+  int wg = 0;
+  assert_non_null(text);
+  assert_int_equal(sscanf(text, "%31s %d", ifname, &wg), 2);
+  free(text);
+  assert_true(wg > 0);
+  snprintf(ret->sock, sizeof ret->sock, "/var/run/wireguard/%s.sock", ifname);
+  snprintf(ret->cmdline, sizeof ret->cmdline, "/proc/%d/cmdline", wg);
+  assert_true(th_exists(ret->sock));
+}
+
 /* gpunetd killed while a rank runs leaves its job network behind (the
  * wireguard-go child, its socket, the namespace); the next start removes
  * all of it. */
@@ -1207,55 +1250,28 @@ static void test_restart_after_crash_removes_the_job_network(void **state) {
   const char *const extra[] = {"--training", "--registry-allow", "127.0.0.1", NULL};
   start_world(extra);
   R.world = true;
-  gn_agreement a;
-  rent(&a);
-  char image[256];
-  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
-  gn_jobman m;
-  net_manifest(&m, image, (uint16_t)(W.port_lo + 4), "", NULL, NULL); /* the peer dials in: nothing is sent */
-  free(m.argv[0]);
-  m.argc = 2;
-  m.argv[0] = strdup("sleep");
-  m.argv[1] = strdup("600");
-  char job[32], st[32], reason[256];
-  send_manifest(&m, a.terms.lease_id, job, st, reason);
-  gn__jobman_done(&m);
-  if (strcmp(st, "pulling") != 0)
-    fail_msg("job %s: %s (%s)", job, st, reason);
-  if (!wait_status(job, "running", 60000, st, reason))
-    fail_msg("job %s never ran (see %s/gpunetd.log)", job, W.dir);
-  char record[PATH_MAX + 64], ns[PATH_MAX + 64], ifname[32] = "", sock[128], cmdline[64];
-  snprintf(record, sizeof record, "%s/run/netns/%s.wg", W.dir, job);
-  snprintf(ns, sizeof ns, "%s/run/netns/%s", W.dir, job);
-  char *text = th_read_file(record, NULL);
-  int wg = 0;
-  assert_non_null(text);
-  assert_int_equal(sscanf(text, "%31s %d", ifname, &wg), 2);
-  free(text);
-  assert_true(wg > 0);
-  snprintf(sock, sizeof sock, "/var/run/wireguard/%s.sock", ifname);
-  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", wg);
-  assert_true(th_exists(sock));
-  assert_true(th_exists(ns));
+  rank_net n;
+  start_sleeping_rank((uint16_t)(W.port_lo + 4), &n);
+  assert_true(th_exists(n.ns));
   kill(W.daemon, SIGKILL);
   waitpid(W.daemon, NULL, 0);
   W.daemon = 0;
-  char *cl = th_read_file(cmdline, NULL);
+  char *cl = th_read_file(n.cmdline, NULL);
   assert_non_null(cl);
   assert_non_null(strstr(cl, "wireguard-go")); /* the crash left it running */
   free(cl);
   W.daemon = spawn_daemon(extra);
   bool gone = false;
   for (int i = 0; i < 200 && !gone; i++) {
-    cl = th_read_file(cmdline, NULL); /* a reaped or zombie process has none */
-    gone = !th_exists(record) && !th_exists(ns) && !th_exists(sock) && (!cl || !strstr(cl, "wireguard-go"));
+    cl = th_read_file(n.cmdline, NULL); /* a reaped or zombie process has none */
+    gone = !th_exists(n.record) && !th_exists(n.ns) && !th_exists(n.sock) && (!cl || !strstr(cl, "wireguard-go"));
     free(cl);
     if (!gone)
       usleep(100000);
   }
   if (!gone)
-    fail_msg("after the restart: record %d, namespace %d, socket %d, wireguard-go %d", th_exists(record), th_exists(ns),
-             th_exists(sock), th_exists(cmdline));
+    fail_msg("after the restart: record %d, namespace %d, socket %d, wireguard-go %d", th_exists(n.record),
+             th_exists(n.ns), th_exists(n.sock), th_exists(n.cmdline));
 }
 
 /* A rank running when gpunetd is told to stop (SIGTERM): its lease ends,
@@ -1269,41 +1285,17 @@ static void test_shutdown_takes_the_job_network_down(void **state) {
   }
   start_world((const char *const[]){"--training", "--registry-allow", "127.0.0.1", NULL});
   R.world = true;
-  gn_agreement a;
-  rent(&a);
-  char image[256];
-  snprintf(image, sizeof image, "%s/bb@%s", reg.host, reg.digest);
-  gn_jobman m;
-  net_manifest(&m, image, (uint16_t)(W.port_lo + 5), "", NULL, NULL);
-  free(m.argv[0]);
-  m.argc = 2;
-  m.argv[0] = strdup("sleep");
-  m.argv[1] = strdup("600");
-  char job[32], st[32], reason[256];
-  send_manifest(&m, a.terms.lease_id, job, st, reason);
-  gn__jobman_done(&m);
-  if (strcmp(st, "pulling") != 0 || !wait_status(job, "running", 60000, st, reason))
-    fail_msg("job %s: %s (%s; see %s/gpunetd.log)", job, st, reason, W.dir);
-  char record[PATH_MAX + 64], ns[PATH_MAX + 64], ifname[32] = "", sock[128], cmdline[64];
-  snprintf(record, sizeof record, "%s/run/netns/%s.wg", W.dir, job);
-  snprintf(ns, sizeof ns, "%s/run/netns/%s", W.dir, job);
-  char *text = th_read_file(record, NULL);
-  int wg = 0;
-  assert_non_null(text);
-  assert_int_equal(sscanf(text, "%31s %d", ifname, &wg), 2);
-  free(text);
-  snprintf(sock, sizeof sock, "/var/run/wireguard/%s.sock", ifname);
-  snprintf(cmdline, sizeof cmdline, "/proc/%d/cmdline", wg);
-  assert_true(th_exists(sock));
+  rank_net n;
+  start_sleeping_rank((uint16_t)(W.port_lo + 5), &n);
   tn_daemon_stop(W.daemon); /* SIGTERM, and waits for it to exit */
   W.daemon = 0;
-  char *cl = th_read_file(cmdline, NULL);
+  char *cl = th_read_file(n.cmdline, NULL);
   bool wg_alive = cl && strstr(cl, "wireguard-go");
   free(cl);
-  if (th_exists(record) || th_exists(ns) || th_exists(sock) || wg_alive) {
+  if (th_exists(n.record) || th_exists(n.ns) || th_exists(n.sock) || wg_alive) {
     sh("tail -n 40 %s/gpunetd.log >&2", W.dir);
-    fail_msg("after the shutdown: record %d, namespace %d, socket %d, wireguard-go %d", th_exists(record),
-             th_exists(ns), th_exists(sock), wg_alive);
+    fail_msg("after the shutdown: record %d, namespace %d, socket %d, wireguard-go %d", th_exists(n.record),
+             th_exists(n.ns), th_exists(n.sock), wg_alive);
   }
 }
 
