@@ -1,7 +1,9 @@
 /* Test helpers for the node tests that speak the wire protocol to a real
  * gpunetd over real Noise sessions: an inbox of protocol messages, running
  * the loop until something happens, free ports, starting and stopping the
- * daemon, reading a field of a message, lease terms and job manifests.
+ * daemon, a played peer's transport, reading a field of a message, lease
+ * terms, renting, job manifests and statuses, calls to the control API,
+ * and running the gpunet CLI.
  * Header-only (static functions): each test program includes it once, after
  * cmocka.h. */
 #ifndef GN_TEST_NODE_HELPERS_H
@@ -666,6 +668,39 @@ static inline json_t *tn_api_get(const char *dir, const char *path) {
   if (!j)
     fail_msg("GET %s: the answer is not JSON", path);
   return j;
+}
+
+/* Reads the file at path into buf (cap bytes, NUL-terminated; cut when
+ * longer): "" when it cannot be read. */
+static inline void tn_slurp(const char *path, char *buf, size_t cap) {
+  FILE *fp = fopen(path, "r");
+  size_t n = fp ? fread(buf, 1, cap - 1, fp) : 0;
+  buf[n] = '\0';
+  if (fp)
+    fclose(fp);
+}
+
+/* What a run of the gpunet CLI gave: its exit code (-1 when it did not
+ * exit) and its stdout and stderr, cut to these buffers. */
+typedef struct tn_run {
+  int code;
+  char out[8192];
+  char err[4096];
+} tn_run;
+
+/* Runs `'gpunet' LINE` through sh, its stdout and stderr to DIR/out and
+ * DIR/err, and reads what it gave into ret. LINE is shell words: quote what
+ * needs it. */
+static inline void tn_cli_run(const char *gpunet, const char *dir, const char *line, tn_run *ret) {
+  char cmd[4096], out[PATH_MAX + 8], err[PATH_MAX + 8];
+  snprintf(out, sizeof out, "%s/out", dir);
+  snprintf(err, sizeof err, "%s/err", dir);
+  if ((size_t)snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", gpunet, line, out, err) >= sizeof cmd)
+    fail_msg("tn_cli_run: the command line is longer than %zu bytes", sizeof cmd);
+  int st = system(cmd);
+  ret->code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  tn_slurp(out, ret->out, sizeof ret->out);
+  tn_slurp(err, ret->err, sizeof ret->err);
 }
 
 #endif

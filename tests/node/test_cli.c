@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "node/helpers.h"
+
 #define PROVIDER "gnxdmprthsyg3xadivnqyzxpaj5ge2vieppzt3swhizbyc2dmjbmlq6wqb"
 
 typedef struct fixture {
@@ -261,31 +263,14 @@ static int teardown(void **state) {
   return 0;
 }
 
+typedef tn_run run_result;
+
 /* Runs gpunet --data-dir DIR ARGS; returns its exit code, output in out/err. */
-typedef struct run_result {
-  int code;
-  char out[8192];
-  char err[4096];
-} run_result;
-
-static void slurp(const char *path, char *buf, size_t cap) {
-  FILE *fp = fopen(path, "r");
-  size_t n = fp ? fread(buf, 1, cap - 1, fp) : 0;
-  buf[n] = '\0';
-  if (fp)
-    fclose(fp);
-}
-
 static run_result *run(fixture *f, const char *args) {
   static run_result rr;
-  char cmd[2048], out[128], err[128];
-  snprintf(out, sizeof(out), "%s/out", f->dir);
-  snprintf(err, sizeof(err), "%s/err", f->dir);
-  snprintf(cmd, sizeof(cmd), "'%s' --data-dir '%s' %s >'%s' 2>'%s'", f->gpunet, f->dir, args, out, err);
-  int st = system(cmd);
-  rr.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  slurp(out, rr.out, sizeof(rr.out));
-  slurp(err, rr.err, sizeof(rr.err));
+  char line[2048];
+  snprintf(line, sizeof(line), "--data-dir '%s' %s", f->dir, args);
+  tn_cli_run(f->gpunet, f->dir, line, &rr);
   if (getenv("GN_TEST_VERBOSE"))
     print_message("$ gpunet %s -> %d\n%s%s", args, rr.code, rr.out, rr.err);
   return &rr;
@@ -293,17 +278,10 @@ static run_result *run(fixture *f, const char *args) {
 
 /* The same with the global options last: gpunet ARGS --data-dir DIR. */
 static run_result *run_after(fixture *f, const char *args) {
-  char with[1024];
-  snprintf(with, sizeof(with), "%s --data-dir '%s'", args, f->dir);
-  char cmd[2048], out[128], err[128];
-  snprintf(out, sizeof(out), "%s/out", f->dir);
-  snprintf(err, sizeof(err), "%s/err", f->dir);
-  snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>'%s'", f->gpunet, with, out, err);
   static run_result rr;
-  int st = system(cmd);
-  rr.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  slurp(out, rr.out, sizeof(rr.out));
-  slurp(err, rr.err, sizeof(rr.err));
+  char line[2048];
+  snprintf(line, sizeof(line), "%s --data-dir '%s'", args, f->dir);
+  tn_cli_run(f->gpunet, f->dir, line, &rr);
   return &rr;
 }
 
@@ -671,7 +649,7 @@ static void test_cli_invoice_export_writes_bytes_as_received(void **state) {
   snprintf(want, sizeof(want), "%s\n", path);
   assert_string_equal(r->out, want);
   char got[256];
-  slurp(path, got, sizeof(got));
+  tn_slurp(path, got, sizeof(got));
   assert_string_equal(got, export_doc);
   struct stat st;
   assert_int_equal(stat(path, &st), 0);

@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "node/helpers.h"
+
 /* One scripted answer: the pieces are written in order, a pause between
  * them, then the connection is closed. */
 #define MAX_PIECES 8
@@ -125,35 +127,18 @@ static int teardown(void **state) {
   return 0;
 }
 
-typedef struct run_result {
-  int code;
-  char out[8192];
-  char err[4096];
-} run_result;
-
-static void slurp(const char *path, char *buf, size_t cap) {
-  FILE *fp = fopen(path, "r");
-  size_t n = fp ? fread(buf, 1, cap - 1, fp) : 0;
-  buf[n] = '\0';
-  if (fp)
-    fclose(fp);
-}
+typedef tn_run run_result;
 
 /* Serves one answer from s while gpunet --data-dir DIR ARGS runs. */
 static run_result *run(fixture *f, const script *s, const char *args) {
   static run_result rr;
-  char cmd[2048], out[128], err[128];
+  char line[2048];
   f->answer = s;
   f->request[0] = '\0';
   assert_int_equal(pthread_create(&f->thread, NULL, serve_one, f), 0);
-  snprintf(out, sizeof out, "%s/out", f->dir);
-  snprintf(err, sizeof err, "%s/err", f->dir);
-  snprintf(cmd, sizeof cmd, "'%s' --data-dir '%s' %s >'%s' 2>'%s'", f->gpunet, f->dir, args, out, err);
-  int st = system(cmd);
+  snprintf(line, sizeof line, "--data-dir '%s' %s", f->dir, args);
+  tn_cli_run(f->gpunet, f->dir, line, &rr);
   pthread_join(f->thread, NULL);
-  rr.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  slurp(out, rr.out, sizeof rr.out);
-  slurp(err, rr.err, sizeof rr.err);
   if (getenv("GN_TEST_VERBOSE"))
     print_message("$ gpunet %s -> %d\n%s%s", args, rr.code, rr.out, rr.err);
   return &rr;
@@ -350,7 +335,7 @@ static void test_not_running(void **state) {
   int st = system(cmd);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
   char buf[1024];
-  slurp(err, buf, sizeof buf);
+  tn_slurp(err, buf, sizeof buf);
   assert_contains(buf, "cannot reach gpunetd at ");
   assert_contains(buf, "is it running?");
 }
