@@ -331,7 +331,7 @@ static inline void tn_daemon_stop(pid_t pid) {
 /* Removes a test's temporary directory: 0, or -1 when rm failed. */
 static inline int tn_rm_rf(const char *dir) {
   char cmd[PATH_MAX + 16];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   return system(cmd) == 0 ? 0 : -1;
 }
 

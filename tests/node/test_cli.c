@@ -255,9 +255,7 @@ static int teardown(void **state) {
   uv_loop_close(&f->loop);
   json_decref(f->last_body);
   pthread_mutex_destroy(&f->lock);
-  char cmd[256];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(tn_rm_rf(f->dir), 0);
   free(f);
   g_f = NULL;
   return 0;

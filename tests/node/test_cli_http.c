@@ -120,9 +120,7 @@ static int teardown(void **state) {
   if (!f)
     return 0;
   close(f->lfd);
-  char cmd[256];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-  assert_int_equal(system(cmd), 0);
+  assert_int_equal(tn_rm_rf(f->dir), 0);
   free(f);
   return 0;
 }
