@@ -426,6 +426,26 @@ static inline void tn_send_lease_end(gn_transport *tp, const gn_identity *signer
   gn_buf_done(&body);
 }
 
+/* A JOB_OUTPUT_GET or JOB_SEED_GET (type) for job on lease from offset,
+ * sealed by signer and sent over tp to the peer whose key is to. */
+static inline void tn_send_chunk_get(gn_transport *tp, const gn_identity *signer, uint32_t type, const char *job,
+                                     const char *lease, uint64_t offset, const uint8_t to[GN_PK_LEN]) {
+  gn_wire_writer w;
+  gn_buf body = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 3);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, job);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, lease);
+  gn_wire_put_str(&w, "offset");
+  gn_wire_put_u64(&w, offset);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  tn_send(tp, signer, type, &body, to);
+  gn_buf_done(&body);
+}
+
 /* Rents t as its requester req over tp from prov: sends the lease request
  * and waits up to 5 s for the LEASE_ACCEPT, whose agreement (for t's lease)
  * goes to ret_ag and, when ret_env is not NULL, its envelope is appended

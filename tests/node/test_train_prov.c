@@ -897,22 +897,7 @@ static char *read_all(const char *path) {
 static bool fetch_output(const char *job, const char *lease, gn_buf *ret, char *ret_reason, uint64_t timeout_ms) {
   uint64_t offset = 0;
   for (int i = 0; i < 100000; i++) {
-    gn_wire_writer w;
-    gn_buf body = {0}, env = {0};
-    gn_wire_writer_init(&w);
-    gn_wire_put_map(&w, 3);
-    gn_wire_put_str(&w, "job_id");
-    gn_wire_put_str(&w, job);
-    gn_wire_put_str(&w, "lease_id");
-    gn_wire_put_str(&w, lease);
-    gn_wire_put_str(&w, "offset");
-    gn_wire_put_u64(&w, offset);
-    assert_int_equal(gn_wire_writer_take(&w, &body), 0);
-    gn_wire_writer_done(&w);
-    assert_int_equal(gn_envelope_seal(W.req_id, GN_MSG_JOB_OUTPUT_GET, body.data, body.len, &env), 0);
-    assert_int_equal(gn_transport_send(W.req_tp, W.prov_id->pk, env.data, env.len), 0);
-    gn_buf_done(&body);
-    gn_buf_done(&env);
+    tn_send_chunk_get(W.req_tp, W.req_id, GN_MSG_JOB_OUTPUT_GET, job, lease, offset, W.prov_id->pk);
     msg m;
     if (!tn_wait_msg(&W.loop, &W.in, GN_MSG_JOB_OUTPUT, NULL, NULL, timeout_ms, &m)) {
       snprintf(ret_reason, 256, "no answer");
