@@ -357,6 +357,7 @@ static void send_bare_release(train *t, const uint8_t peer[GN_PK_LEN], const cha
 /* --- the gang's actions ---------------------------------------------------------*/
 
 static void perform(train *t, gn_gang_out *out);
+static void set_state(train *t, const char *state);
 
 static train_issued *issued_find(train *t, const char *lease_id) {
   for (size_t i = 0; i < t->nissued; i++)
@@ -670,6 +671,8 @@ static void start_ranks(train *t, uint32_t restart) {
   sodium_memzero(priv, sizeof priv);
   if (restart && !seeded && !t->seed_note[0])
     gn__strf(t->seed_note, sizeof t->seed_note, "restarting from scratch: no checkpoint could be fetched");
+  if (!state_final(t) && !t->finished)
+    set_state(t, "running"); /* (a restart held for its seeds said "restarting") */
   train_save(t);
 }
 
@@ -2342,6 +2345,7 @@ static void restore_all(gn_node *n) {
      * with the node's records); a restart of its ranks fails without the
      * plan's candidates, which are not kept. */
     t->job_failed_reported = strcmp(t->state, "running") != 0 || !t->world;
+    bool was_restarting = strcmp(t->state, "restarting") == 0;
     if (strcmp(t->state, "collecting") == 0) { /* the outputs get a fresh while */
       t->finished = true;
       t->collect_until = gn_mono_ms() + TRAIN_COLLECT_MS;
@@ -2356,6 +2360,15 @@ static void restore_all(gn_node *n) {
       if (out && gn_gang_restore(blob, (size_t)len, gn_mono_ms(), &t->g, out) == 0) {
         gn_log(GN_LOG_INFO, "training %s restored (%s)", t->id, t->state);
         perform(t, out);
+        gn_gang_info gi;
+        gn_gang_info_get(t->g, &gi);
+        if (was_restarting && gi.phase == GN_GANG_READY && !state_final(t)) {
+          /* Stopped while its seeds were fetched: the fetch does not
+           * resume, and its old ranks are stopped; end it, leases released. */
+          gn__strf(t->reason, sizeof t->reason, "the requester restarted while the group was restarting");
+          set_state(t, "failed");
+          GANG_CALL(t, gn_gang_release(t->g, gn_mono_ms(), t->reason, out));
+        }
       } else if (!state_final(t)) {
         set_state(t, "failed");
         gn__strf(t->reason, sizeof t->reason, "its saved state could not be restored");

@@ -85,6 +85,7 @@ typedef struct fake_prov {
   int output_gets;
   uint64_t out_size;  /* its rank's /output: this many bytes (0: OUT_BYTES + rank) */
   bool refuse_output; /* answers JOB_OUTPUT_GET with a refusal */
+  bool mute_output;   /* does not answer JOB_OUTPUT_GET */
   char first_job[GN_JOB_ID_STRLEN], first_lease[GN_LEASE_ID_STRLEN];
   uint32_t first_rank; /* of its first manifest */
   int seed_replies;    /* JOB_SEEDs received, the last one: */
@@ -288,6 +289,11 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
     assert_int_equal(gn__jobmsg_decode(env->type, env->body, env->body_len, &q), 0);
     uint32_t rank = f->have_man ? f->man.net.rank : 0;
     uint64_t size = f->out_size ? f->out_size : OUT_BYTES + rank, n = q.offset < size ? size - q.offset : 0;
+    if (f->mute_output) {
+      f->output_gets++;
+      gn__jobmsg_done(&q);
+      return;
+    }
     if (f->refuse_output) {
       gn_wire_writer w;
       gn_wire_writer_init(&w);
@@ -975,6 +981,7 @@ static void test_restart_seed(void **state) {
   /* The status says where the restart starts from. */
   json_t *t = train_status(id);
   assert_non_null(t);
+  assert_string_equal(json_string_value(json_object_get(t, "state")), "running");
   const char *note = json_string_value(json_object_get(t, "restart_note"));
   assert_non_null(note);
   assert_non_null(strstr(note, "restarting from the last checkpoint: /output of 3 of 3 ranks"));
@@ -1043,6 +1050,54 @@ static void test_restart_scratch(void **state) {
   char out[65536], err[16384];
   char *sargs[] = {"stop", id, NULL};
   assert_int_equal(run_cli(42, sargs, out, sizeof out, err, sizeof err), 0);
+}
+
+/* The requester stops while a restart's seeds are being fetched (the
+ * providers do not answer): restored, the group fails saying why and every
+ * lease is released; no rank is started again. */
+static void test_restart_stopped_while_seeding(void **state) {
+  (void)state;
+  for (int k = 0; k < NPROV; k++) {
+    W.p[k].mode = HOLD;
+    W.p[k].mute_output = true;
+  }
+  char out[65536], err[16384], id[32] = "";
+  char *args[] = {"--json", "train",   "--gpus", "3", "--restarts", "1", "--image", IMAGE, "--allow-simulated",
+                  "--",     "python3", "t.py",   NULL};
+  assert_int_equal(run_cli(60, args, out, sizeof out, err, sizeof err), 0);
+  json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(j, "id")));
+  json_decref(j);
+  uint64_t end = gn_mono_ms() + 5000;
+  while ((!W.p[0].manifests || !W.p[1].manifests || !W.p[2].manifests) && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  job_status(&W.p[1], W.req_pk, W.p[1].man.job_id, W.p[1].man.lease_id, "exited", 1);
+  end = gn_mono_ms() + 10000;
+  while ((!W.p[0].output_gets || !W.p[1].output_gets || !W.p[2].output_gets) && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 20);
+  for (int k = 0; k < NPROV; k++)
+    assert_true(W.p[k].output_gets >= 1); /* the fetch is under way */
+  json_t *t = train_status(id);
+  assert_string_equal(json_string_value(json_object_get(t, "state")), "restarting");
+  json_decref(t);
+  tn_daemon_stop(W.daemon);
+  W.daemon = 0;
+  start_daemon();
+  end = gn_mono_ms() + 20000;
+  while ((!W.p[0].released || !W.p[1].released || !W.p[2].released) && gn_mono_ms() < end)
+    tn_run_until_flag(&W.loop, &(int){0}, 50);
+  for (int k = 0; k < NPROV; k++) {
+    assert_true(W.p[k].released >= 1);
+    assert_int_equal(W.p[k].manifests, 1);
+  }
+  t = train_status(id);
+  assert_non_null(t);
+  assert_string_equal(json_string_value(json_object_get(t, "state")), "failed");
+  assert_non_null(strstr(json_string_value(json_object_get(t, "reason")), "restarted while the group was restarting"));
+  json_decref(t);
+  char dir[PATH_MAX + 64];
+  snprintf(dir, sizeof dir, "%s/train/%s", W.dir, id);
+  assert_int_not_equal(access(dir, F_OK), 0);
 }
 
 /* POST PATH with a JSON body on the control socket: the status, *ret the
@@ -1191,6 +1246,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_restart_while_forming, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_seed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_scratch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_restart_stopped_while_seeding, setup, teardown),
       cmocka_unit_test_setup_teardown(test_attest_drops_provider, setup, teardown),
       cmocka_unit_test_setup_teardown(test_attest_all_fail_and_opt_out, setup, teardown),
   };
