@@ -11,6 +11,7 @@
 
 #include "attest_net.h"
 #include "node_internal.h"
+#include "peer_rtt.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -38,7 +39,8 @@
 #define TRAIN_MASTER_PORT 29500u /* MASTER_PORT */
 #define TRAIN_PORT_BASE 51820u   /* jobnet_ports default: 51820-51899 */
 #define TRAIN_PORT_SPAN 80u
-#define TRAIN_MEMORY_MIB 2048u /* per rank (body: memory_mib); torch with gloo needs more than 1 GiB */
+#define TRAIN_PEER_RTT_MS 3000u /* the candidates' round trips to each other: each answers within ~2 s */
+#define TRAIN_MEMORY_MIB 2048u  /* per rank (body: memory_mib); torch with gloo needs more than 1 GiB */
 #define TRAIN_PIDS 1024u
 #define TRAIN_INTERVAL_S 60u
 #define TRAIN_COLLECT_MS 300000u    /* leases held this long after the ranks finished, for their /output */
@@ -128,8 +130,9 @@ typedef struct train {
   uint16_t cand_ports[GN_PLAN_MAX_CANDIDATES][2];
   char currency[8];
   size_t ncand;
-  uint32_t *rtt; /* ncand x ncand, row 0..: requester -> candidate on the diagonal's stand-in */
-  json_t *plan;  /* what GET shows */
+  uint32_t *rtt;  /* ncand x ncand, ms between candidates as they measured them (peer_rtt.c), or NULL */
+  int rtt_handle; /* the matrix being measured (gn__rtt_matrix_begin), 0 when none */
+  json_t *plan;   /* what GET shows */
   uint32_t per_member;
   /* the gang */
   gn_gang *g;
@@ -1671,6 +1674,8 @@ static void plan_work(uv_work_t *w) {
 }
 
 static void train_free(train *t) {
+  if (t->rtt_handle)
+    gn__rtt_matrix_cancel(t->n, t->rtt_handle);
   seed_abort(t);
   json_decref(t->dropped);
   queue_drop(t, false);
@@ -1769,7 +1774,7 @@ static void plan_next(train *t) {
   gn_plan_request pr = {
       .gpus = t->gpus, .per_node = t->per_node, .max_total_uper_hour = t->max_price ? t->max_price * t->gpus : 0};
   char why[256] = "", drop[600];
-  int r = p ? gn_plan_choose(t->cand, t->ncand, NULL, &pr, p, why, sizeof why) : GN_ENOMEM;
+  int r = p ? gn_plan_choose(t->cand, t->ncand, t->rtt, &pr, p, why, sizeof why) : GN_ENOMEM;
   if (r < 0) {
     free(p);
     dropped_summary(t, drop, sizeof drop);
@@ -1814,6 +1819,13 @@ static void drop_cand(train *t, size_t c, const char *why) {
   memmove(&t->cand_ports[c], &t->cand_ports[c + 1], rest * sizeof t->cand_ports[0]);
   memmove(&t->att[c], &t->att[c + 1], rest * sizeof t->att[0]);
   memmove(&t->att_at[c], &t->att_at[c + 1], rest * sizeof t->att_at[0]);
+  if (t->rtt) { /* row c and column c out of the matrix */
+    size_t k = t->ncand, o = 0;
+    for (size_t i = 0; i < k; i++)
+      for (size_t j = 0; j < k; j++)
+        if (i != c && j != c)
+          t->rtt[o++] = t->rtt[i * k + j];
+  }
   t->ncand--;
 }
 
@@ -1925,6 +1937,30 @@ static void attest_step(train *t) {
   }
 }
 
+/* The candidates' round trips to each other are in (or timed out): the
+ * planner uses them; a pair nobody measured is estimated from each end's
+ * round trip to us. */
+static void on_peer_rtts(gn_node *n, void *ud, const uint32_t *rtt_us) {
+  train *t = ud;
+  t->rtt_handle = 0;
+  if (n->stopping) {
+    plan_fail(t, 503, "gpunetd is shutting down");
+    return;
+  }
+  uint32_t *ms = malloc(t->ncand * t->ncand * sizeof *ms);
+  if (ms) {
+    gn__rtt_to_plan_ms(t->ncand, rtt_us, ms);
+    size_t measured = 0;
+    for (size_t i = 0; i < t->ncand * t->ncand; i++)
+      measured += ms[i] != GN_RTT_UNKNOWN && i % (t->ncand + 1) != 0;
+    gn_log(GN_LOG_INFO, "training %s: %zu of %zu candidate pairs measured between the providers", t->id, measured / 2,
+           t->ncand * (t->ncand - 1) / 2);
+    free(t->rtt);
+    t->rtt = ms;
+  }
+  plan_next(t);
+}
+
 static void plan_done(uv_work_t *w, int status) {
   train *t = w->data;
   if (status < 0 || t->rc < 0) {
@@ -1932,6 +1968,18 @@ static void plan_done(uv_work_t *w, int status) {
     return;
   }
   gn_imageref_format(&t->ref, t->image, sizeof t->image);
+  if (t->ncand >= 2) { /* the candidates measure their round trips to each other first */
+    uint8_t ids[GN_PLAN_MAX_CANDIDATES][GN_PK_LEN];
+    for (size_t i = 0; i < t->ncand; i++)
+      memcpy(ids[i], t->cand[i].provider, GN_PK_LEN);
+    int h = gn__rtt_matrix_begin(t->n, (const uint8_t(*)[GN_PK_LEN])ids, t->ncand, TRAIN_PEER_RTT_MS, on_peer_rtts, t);
+    if (h > 0) {
+      t->rtt_handle = h;
+      return; /* planning goes on in on_peer_rtts */
+    }
+    gn_log(GN_LOG_WARN, "training %s: cannot ask the candidates for their round trips: %s; pairs are estimated", t->id,
+           gn_strerror(h));
+  }
   plan_next(t);
 }
 
@@ -1972,7 +2020,7 @@ static void api_train(gn_ctl_req *req, void *ud) {
                               GN_LEASE_MAX_GPUS);
   if (!uint_field(b, "max_price", 1, INT64_MAX / 1024, &max_price))
     return gn_ctl_reply_error(req, 400, "max_price (--max-price) must be a positive amount per GPU-hour");
-  if (!uint_field(b, "max_spend", 1, INT64_MAX, &max_spend))
+  if (!uint_field(b, "max_spend", 1, INT64_MAX / 1024, &max_spend))
     return gn_ctl_reply_error(req, 400, "max_spend must be a positive amount");
   json_int_t memory_mib = 0;
   if (!uint_field(b, "memory_mib", 16, 1 << 20, &memory_mib))
