@@ -143,12 +143,16 @@ static bool private_endpoints_allowed(const gn_node *n) {
          (h >> 22) == (100u << 2 | 1);
 }
 
-/* The jobnet config of a manifest's net (validated by jobnet). */
-static int net_config(const gn_node *n, const gn_jobman_net *t, gn_jobnet_config *c, struct in_addr *ret_master,
-                      char *err, size_t cap) {
+/* The jobnet config of a manifest's net (validated by jobnet). The
+ * interface (and wireguard-go's socket, named after it in a directory all
+ * namespaces share) is named after the job, not the group: a restarted rank,
+ * or the same rank's old interface that a crashed provider on this host left
+ * behind, never takes its name. */
+static int net_config(const gn_node *n, const char *job_id, const gn_jobman_net *t, gn_jobnet_config *c,
+                      struct in_addr *ret_master, char *err, size_t cap) {
   struct in_addr subnet = {.s_addr = htonl(10u << 24 | 77u << 16 | t->subnet_host << 8)};
   int r;
-  if ((r = gn_jobnet_ifname(t->group, t->rank, c->ifname)) < 0 ||
+  if ((r = gn_jobnet_ifname(job_id, t->rank, c->ifname)) < 0 ||
       (r = gn_jobnet_rank_address(subnet, 24, t->rank, &c->address)) < 0 ||
       (r = gn_jobnet_rank_address(subnet, 24, 0, ret_master)) < 0) {
     gn__strf(err, cap, "bad job network: %s", gn_strerror(r));
@@ -249,7 +253,7 @@ int gn__train_check(gn_node *n, const gn_jobman *m, char *reason, size_t cap) {
     return GN_ENOMEM;
   }
   struct in_addr master;
-  int r = net_config(n, t, c, &master, reason, cap);
+  int r = net_config(n, m->job_id, t, c, &master, reason, cap);
   gn_jobnet_config_free(c);
   return r;
 }
@@ -265,7 +269,8 @@ int gn__train_attach(gn_node *n, gn_job *j, const gn_jobman *m) {
   t->seed_fd = -1;
   if (m->has_net) {
     char why[256];
-    if (!(t->cfg = gn_jobnet_config_new()) || net_config(n, &m->net, t->cfg, &t->master, why, sizeof why) < 0) {
+    if (!(t->cfg = gn_jobnet_config_new()) ||
+        net_config(n, m->job_id, &m->net, t->cfg, &t->master, why, sizeof why) < 0) {
       gn_jobnet_config_free(t->cfg);
       free(t);
       return GN_ENOMEM;
