@@ -6,7 +6,8 @@
 # .254 on the bridge (every host's default route, the way "out") and
 # 198.51.100.1/32, a stand-in for the internet that every host reaches
 # through that route. Optional tc shaping per host (RATE on both directions
-# of its link, DELAY on its way out). Nothing is added to the caller's own
+# of its link, DELAY on its way out: netem, or where the kernel has none a
+# user-space relay, hosts_delay_user). Nothing is added to the caller's own
 # namespace: deleting the namespaces removes every interface.
 #
 # Processes are started inside a host with nsenter --net (not `ip netns
@@ -34,8 +35,13 @@
 #                               the hub allowlisted; extra flags from the array
 #                               prov_extra_pK if set), requester "req"; needs
 #                               gn_e2e_setup's $work/$nodes; sets hub, port,
-#                               reg_port, image (busybox by digest), R
+#                               reg_port, image (busybox by digest), R; a host
+#                               named in hosts_shape (e.g. hosts_shape[p3]=
+#                               1gbit:40ms) is shaped as by hosts_add
 #   hosts_provider_start pK     starts provider pK again, same flags
+#   hosts_leases_active DIR     how many leases the node in DIR holds active
+#   hosts_no_lease_active       no node of hosts_market (requester, providers)
+#                               holds an active lease
 #   hosts_train_image           the training image (scripts/image/train-image,
 #                               cached) pushed to the hub; sets timage
 #   hosts_cleanup               stops what was started, kills what is left in
@@ -45,7 +51,7 @@
 # killed with SIGKILL, killed and deleted), the trap set before hosts_init
 # (gn_e2e_cleanup: stops the daemons, removes the work folder), hosts_cleanup.
 
-declare -gA hosts_ip=() hosts_ns=() hosts_prov_args=()
+declare -gA hosts_ip=() hosts_ns=() hosts_prov_args=() hosts_shape=()
 hosts_list=()
 hosts_pids=()
 hosts_provider_dirs=()
@@ -120,14 +126,65 @@ hosts_add() {
     rate=${shape%%:*}
     delay=""
     [ "$rate" = "$shape" ] || delay=${shape#*:}
-    if [ -n "$delay" ]; then
-      ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" rate "$rate" limit 100000 2>/dev/null ||
-        gn_die "cannot delay host $name's link by $delay: this kernel has no netem qdisc (sch_netem)"
-    else
+    if [ -z "$delay" ]; then
       ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 1s
+    elif ! ip netns exec "$ns" tc qdisc add dev eth0 root netem delay "$delay" rate "$rate" limit 100000 2>/dev/null; then
+      # No netem in this kernel (CONFIG_NET_SCH_NETEM off): the rate by
+      # tbf, the delay in user space (hosts_delay_user).
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 1s
+      hosts_delay_user "$name" "$delay"
     fi
     ip netns exec "$hosts_parent" tc qdisc add dev "$port" root tbf rate "$rate" burst 64kb latency 1s
   fi
+}
+
+# hosts_delay_user NAME DELAY: every packet host NAME sends to another host
+# or out waits DELAY (like 40ms) first, without netem: its routes lead into
+# a tun device (dly0) read by a small relay that holds each packet DELAY,
+# then sends it on through a raw socket whose mark (1) routes by eth0
+# (table 100). Addresses, ARP and local delivery are as before; routes a
+# process adds later (a job network's) still win, being more specific.
+hosts_delay_user() {
+  local name=$1 delay=$2 ns=${hosts_ns[$1]} ip=${hosts_ip[$1]} ms i
+  [[ $delay =~ ^([0-9]{1,4})ms$ ]] || gn_die "hosts_add: delay '$delay' is not whole milliseconds (like 40ms), which the netem-less fallback needs"
+  ms=${BASH_REMATCH[1]}
+  [ -c /dev/net/tun ] || gn_die "cannot delay host $name's link: no netem qdisc and no /dev/net/tun"
+  ip -n "$ns" tuntap add dev dly0 mode tun || gn_die "cannot add a tun device to host $name"
+  hosts_bg "$name" "${work:-/tmp}/delay-$name.log" python3 -c '
+import collections, fcntl, os, select, socket, struct, sys, time
+delay = int(sys.argv[1]) / 1000.0
+fd = os.open("/dev/net/tun", os.O_RDWR)
+fcntl.ioctl(fd, 0x400454CA, struct.pack("16sH", b"dly0", 0x0001 | 0x1000))  # TUNSETIFF, IFF_TUN | IFF_NO_PI
+out = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)  # the header as read
+out.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, 1)
+q = collections.deque()
+while True:
+    wait = max(0.0, q[0][0] - time.monotonic()) if q else None
+    if select.select([fd], [], [], wait)[0]:
+        p = os.read(fd, 65536)
+        if len(p) >= 20 and p[0] >> 4 == 4 and len(q) < 100000:
+            q.append((time.monotonic() + delay, p))
+    now = time.monotonic()
+    while q and q[0][0] <= now:
+        p = q.popleft()[1]
+        try:
+            out.sendto(p, (socket.inet_ntoa(p[16:20]), 0))
+        except OSError:
+            pass' "$ms"
+  for ((i = 0; i < 50; i++)); do
+    ip -n "$ns" link show dly0 | grep -q NO-CARRIER || break
+    sleep 0.1
+  done
+  [ "$i" -lt 50 ] || gn_die "the delay relay of host $name did not attach to its tun device"
+  hosts_exec "$name" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.eth0.rp_filter=0
+  ip -n "$ns" link set dly0 up
+  ip -n "$ns" route add "$hosts_net.0/24" dev eth0 table 100
+  ip -n "$ns" route add default via "$hosts_net.254" dev eth0 table 100
+  ip -n "$ns" rule add fwmark 1 lookup 100 pref 100
+  ip -n "$ns" route del default
+  ip -n "$ns" route del "$hosts_net.0/24" dev eth0
+  ip -n "$ns" route add "$hosts_net.0/24" dev dly0 src "$ip"
+  ip -n "$ns" route add default dev dly0 src "$ip"
 }
 
 hosts_exec() {
@@ -216,9 +273,9 @@ hosts_market() {
   local np=$1 ng=${2:-1} i p digest gpus=() compat=() f
   local src
   src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  hosts_add hub
-  for ((i = 1; i <= np; i++)); do hosts_add "p$i"; done
-  hosts_add req
+  hosts_add hub "${hosts_shape[hub]:-}"
+  for ((i = 1; i <= np; i++)); do hosts_add "p$i" "${hosts_shape[p$i]:-}"; done
+  hosts_add req "${hosts_shape[req]:-}"
   hub=${hosts_ip[hub]}
   port=7946 # every host has its own address: the same port everywhere
   reg_port=5000
@@ -251,6 +308,15 @@ hosts_provider_start() {
   local p=$1
   [ -n "${hosts_prov_args[$p]:-}" ] || gn_die "no provider $p"
   eval "hosts_node_start $p \"\$nodes/$p\" $p ${hosts_prov_args[$p]}"
+}
+
+hosts_leases_active() {
+  gn_cli "$1" --json leases | jq '[.leases[] | select(.state == "active")] | length'
+}
+
+hosts_no_lease_active() {
+  local d
+  for d in "$R" "${hosts_provider_dirs[@]}"; do [ "$(hosts_leases_active "$d")" = 0 ] || return 1; done
 }
 
 hosts_train_image() {
