@@ -5,6 +5,7 @@
  * (`gpunet logs TRAINID [--rank R]`) are followed here too. */
 #include "train.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <gpunet/billing.h>
 #include <math.h>
@@ -261,7 +262,7 @@ static void print_reasons(const json_t *t) {
 
 /* Copies every rank's /output (a tar stream per rank, made by its provider)
  * to DIR/rank-R.tar while the group holds its leases ("collecting"). */
-static int collect_outputs(cli *c, const char *id, const json_t *t, const char *dir, FILE *msg) {
+static int collect_outputs(cli *c, const char *id, const json_t *t, const char *dir, long only, FILE *msg) {
   size_t nr = json_array_size(json_object_get(t, "ranks"));
   char *base = cli_path("/v1/train", id, "/output");
   size_t cap = 48 * 1024;
@@ -273,6 +274,8 @@ static int collect_outputs(cli *c, const char *id, const json_t *t, const char *
     return cli_fail("out of memory");
   }
   for (size_t r = 0; r < nr && r < TRAIN_MAX_GPUS; r++) {
+    if (only >= 0 && (size_t)only != r)
+      continue;
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/rank-%zu.tar", dir, r);
     FILE *f = fopen(path, "wb");
@@ -377,7 +380,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
     if (progress && outdir && !collected && strcmp(st, "collecting") == 0) {
       if (logs)
         logs_round(c, f, t, only, true);
-      collect_rc = collect_outputs(c, id, t, outdir, msg);
+      collect_rc = collect_outputs(c, id, t, outdir, -1, msg);
       collected = true;
       char *dp = cli_path("/v1/train", id, "");
       json_t *dj = NULL;
@@ -684,4 +687,76 @@ out:
   json_decref(env);
   json_decref(cmd);
   return rc;
+}
+
+/* --- gpunet output: a training job's /output on request ------------------------------*/
+
+static const struct option output_longs[] = {
+    {"rank", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'}, {0}};
+const cli_opts cli_output_opts = {":h", output_longs};
+
+int cmd_output(cli *c, int argc, char **argv) {
+  long rank = -1;
+  int o;
+  optind = 0;
+  opterr = 0;
+  while ((o = getopt_long(argc, argv, cli_output_opts.shorts, cli_output_opts.longs, NULL)) != -1) {
+    if (o == 'r') {
+      char *end;
+      errno = 0;
+      long v = strtol(optarg, &end, 10);
+      if (!optarg[0] || *end || errno || v < 0 || v >= TRAIN_MAX_GPUS)
+        return cli_usage_error("output", "--rank wants a rank number from 0 to %d, not '%s'", TRAIN_MAX_GPUS - 1,
+                               optarg);
+      rank = v;
+    } else if (o == 'h')
+      return cli_print_usage(cli_find_cmd("output"));
+    else
+      return cli_bad_option("output", o, argv);
+  }
+  int r = cli_want_args(argc, argv, 2, "TRAINID DIR");
+  if (r < 0)
+    r = cli_check_id("output", "training job", argv[optind]);
+  if (r >= 0)
+    return r;
+  const char *id = argv[optind], *dir = argv[optind + 1];
+  struct stat sb;
+  if (!dir[0] || (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)))
+    return cli_usage_error("output", "'%s' is not a directory", dir);
+  json_t *t = cli_train_get(c, id);
+  if (!t)
+    return cli_fail("no training job %s on this node (gpunet jobs lists them)", id);
+  long world = (long)json_array_size(json_object_get(t, "ranks"));
+  if (!world) {
+    r = cli_fail("training job %s has no ranks yet (state %s)", id, str_or(t, "state", "?"));
+    json_decref(t);
+    return r;
+  }
+  if (rank >= world) {
+    json_decref(t);
+    return cli_usage_error("output", "training job %s has ranks 0 to %ld, not %ld", id, world - 1, rank);
+  }
+  if (cli_mkdirs(dir) < 0) {
+    json_decref(t);
+    return cli_fail("cannot create directory %s", dir);
+  }
+  /* With --json the lines go to stderr and stdout gets one object. */
+  r = collect_outputs(c, id, t, dir, rank, c->json ? stderr : stdout);
+  json_decref(t);
+  if (c->json) {
+    json_t *files = json_array();
+    for (long k = 0; k < world; k++) {
+      if (rank >= 0 && k != rank)
+        continue;
+      char path[PATH_MAX + 32];
+      snprintf(path, sizeof path, "%s/rank-%ld.tar", dir, k);
+      if (stat(path, &sb) == 0)
+        json_array_append_new(
+            files, json_pack("{s:I, s:s, s:I}", "rank", (json_int_t)k, "path", path, "bytes", (json_int_t)sb.st_size));
+    }
+    json_t *out = json_pack("{s:s, s:b, s:o}", "train", id, "ok", r == CLI_OK, "files", files);
+    cli_print_json(out);
+    json_decref(out);
+  }
+  return r;
 }

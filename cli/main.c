@@ -129,6 +129,16 @@ static const cli_cmd commands[] = {
      "Exits 0 when every rank exited 0 (-f) or the ranks run; 1 when the group\n"
      "failed (each member's and rank's reason on stderr); 2 for a usage error.\n",
      &cli_train_opts},
+    {"output", cmd_output, "copy a training job's /output now",
+     "Usage: gpunet output TRAINID DIR [--rank R]\n"
+     "Copies every rank's /output (or only rank R's), as its provider has it\n"
+     "now, into DIR/rank-R.tar: while the ranks run (a checkpoint so far) or\n"
+     "after they ended, while the group still holds its leases (state\n"
+     "collecting: gpunet train --output DIR holds them 5 minutes after the\n"
+     "ranks end, for this when it was not given -f). With --json, one\n"
+     "object: the files and their sizes.\n"
+     "Exits 0 when every rank's tar came whole, 1 otherwise, 2 for a usage error.\n",
+     &cli_output_opts},
     {"jobs", cmd_jobs, "list jobs",
      "Usage: gpunet jobs\n"
      "Lists jobs and their states, and the ranks of training jobs.\n",

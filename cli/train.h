@@ -5,6 +5,8 @@
 #include "cli.h"
 
 int cmd_train(cli *c, int argc, char **argv);
+/* gpunet output TRAINID DIR [--rank R]: every rank's /output now. */
+int cmd_output(cli *c, int argc, char **argv);
 /* GET /v1/train/ID without a message when there is none: the training job's
  * JSON ("train" of the answer, a new reference) or NULL. */
 json_t *cli_train_get(cli *c, const char *id);

@@ -128,6 +128,7 @@ r = int(os.environ["RANK"]); ma = os.environ["MASTER_ADDR"]
 me = ma.rsplit(".", 1)[0] + "." + str(r + 1)
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 29999)); s.listen(16); s.settimeout(0.5)
+open("/output/mark", "w").write(f"other rank {r} output\n")
 print(f"other rank {r} addr {me} start {time.time():.3f}", flush=True)
 if r == 1:
     for _ in range(60):
@@ -166,6 +167,27 @@ other0=$(grep -o "other rank 0 addr [0-9.]*" "$work/other.out" | awk '{print $5}
 other1=$(grep -o "other rank 1 addr [0-9.]*" "$work/other.out" | awk '{print $5}')
 [[ $other0 == 10.77.* ]] && [[ $other1 == 10.77.* ]] || fail "second job's addresses: '$other0' '$other1'"
 ok "a second training job (2 ranks) runs; its ranks reach each other at $other0 and $other1 over its job network"
+
+# Its /output on request, while it runs (gpunet output): each rank's tar
+# holds what that rank wrote; one rank alone; a rank it does not have.
+other_id=$(grep -o -m1 "^training [A-Za-z0-9_-]*:" "$work/other.out" | awk '{print $2}' | tr -d :)
+[ -n "$other_id" ] || fail "no training id in the second job's output: $(head -n 5 "$work/other.out")"
+gn_cli "$R" --json output "$other_id" "$work/other-out" >"$work/output.json" 2>"$work/output.err" ||
+  fail "gpunet output $other_id: $(cat "$work/output.err")"
+for r in 0 1; do
+  got=$(tar -xOf "$work/other-out/rank-$r.tar" ./mark 2>/dev/null || tar -xOf "$work/other-out/rank-$r.tar" mark)
+  [ "$got" = "other rank $r output" ] || fail "rank $r's /output on request holds '$got'"
+done
+[ "$(jq -r '[.ok, (.files | length), .files[1].rank, (.files[0].bytes > 0)] | join(" ")' "$work/output.json")" = "true 2 1 true" ] ||
+  fail "gpunet --json output: $(cat "$work/output.json")"
+rm -rf "$work/other-out1"
+gn_cli "$R" output "$other_id" "$work/other-out1" --rank 1 >/dev/null 2>&1 || fail "gpunet output --rank 1 failed"
+[ -f "$work/other-out1/rank-1.tar" ] && [ ! -e "$work/other-out1/rank-0.tar" ] ||
+  fail "gpunet output --rank 1 copied: $(ls "$work/other-out1")"
+rc=0
+gn_cli "$R" output "$other_id" "$work/other-out2" --rank 2 >/dev/null 2>"$work/output.err" || rc=$?
+[ $rc = 2 ] && grep -q "ranks 0 to 1" "$work/output.err" || fail "gpunet output --rank 2 of 2 ranks: rc $rc $(cat "$work/output.err")"
+ok "gpunet output copies a running training job's /output on request: each rank's own file, --rank alone, --json, a rank it lacks refused (2)"
 
 # The training job: each rank first probes (TCP connect, 3 s; a refusal is
 # an answer) every provider host, the requester, the hub, the internet
