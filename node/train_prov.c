@@ -388,9 +388,11 @@ static int env_set(char ***env, const char *name, const char *value) {
   return 0;
 }
 
-static void record_write(const train_rank *t) {
+/* The rank's record: "IFNAME PID", PID 0 while the network comes up (a
+ * crash then leaves a wireguard-go the next start finds by its name). */
+static void record_write(const train_rank *t, const char *ifname, pid_t pid) {
   char text[128];
-  int len = snprintf(text, sizeof text, "%s %d\n", gn_jobnet_ifname_of(t->net), (int)gn_jobnet_pid(t->net));
+  int len = snprintf(text, sizeof text, "%s %d\n", ifname, (int)pid);
   int fd = open(t->record, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd >= 0) {
     if (write(fd, text, (size_t)len) != len)
@@ -432,11 +434,12 @@ int gn__train_prepare(gn_job *j, gn_bundle_spec *spec, char ***env, char *err, s
     return r;
   t->netns_made = true;
   char why[512] = "";
+  record_write(t, t->cfg->ifname, 0);
   if ((r = gn_jobnet_up(t->cfg, t->netns_path, &t->net, why, sizeof why)) < 0) {
     gn__strf(err, cap, "cannot bring the job network up: %s", why[0] ? why : gn_strerror(r));
     return r;
   }
-  record_write(t);
+  record_write(t, gn_jobnet_ifname_of(t->net), gn_jobnet_pid(t->net));
   spec->netns_path = t->netns_path;
   char num[16], master[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &t->master, master, sizeof master);
@@ -545,6 +548,8 @@ void gn__train_remove_stale(gn_node *n) {
         text[len > 0 ? len : 0] = 0;
       }
       if (sscanf(text, "%16s %d", ifname, &pid) == 2 && gn_jobnet_ifname_valid(ifname)) {
+        /* PID 0: a crash while it came up. Unlinking its socket below
+         * stops a wireguard-go all the same (it watches the socket file). */
         if (pid > 0 && is_our_wg(pid, ifname)) {
           kill(pid, SIGTERM);
           for (int i = 0; i < 20 && kill(pid, 0) == 0; i++)

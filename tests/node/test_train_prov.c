@@ -1259,6 +1259,68 @@ static void test_restart_after_crash_removes_the_job_network(void **state) {
              th_exists(n.ns), th_exists(n.sock), th_exists(n.cmdline));
 }
 
+/* A crash while a rank's network came up: the record names the interface
+ * with no pid yet ("IFNAME 0", written before wireguard-go starts) and its
+ * wireguard-go runs on. The next start removes its socket, which stops it
+ * (wireguard-go watches the file), and the record. */
+static void test_restart_finds_wireguard_go_left_without_pid(void **state) {
+  (void)state;
+  if (run_skip) {
+    print_message("skipped: %s\n", run_skip);
+    skip();
+  }
+  const char *const extra[] = {"--training", "--registry-allow", "127.0.0.1", NULL};
+  start_world(extra);
+  R.world = true;
+  kill(W.daemon, SIGKILL);
+  waitpid(W.daemon, NULL, 0);
+  W.daemon = 0;
+  char ifname[16], sock[128], dir[PATH_MAX + 16], record[PATH_MAX + 64];
+  snprintf(ifname, sizeof ifname, "gnjt%06dr0", (int)(getpid() % 1000000));
+  snprintf(sock, sizeof sock, "/var/run/wireguard/%s.sock", ifname);
+  snprintf(dir, sizeof dir, "%s/run/netns", W.dir);
+  snprintf(record, sizeof record, "%s/j-crashedrank.wg", dir);
+  sh("mkdir -p %s && echo '%s 0' > %s", dir, ifname, record);
+  /* In a namespace of its own, as if already moved into the job's: the
+   * host has no such interface to delete. */
+  char ns[32];
+  snprintf(ns, sizeof ns, "gntw%d", (int)(getpid() % 1000000));
+  assert_int_equal(sh("ip netns add %s", ns), 0);
+  pid_t wg = fork();
+  if (wg == 0) {
+    setenv("WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD", "1", 1);
+    execlp("ip", "ip", "netns", "exec", ns, "wireguard-go", "-f", ifname, (char *)NULL);
+    _exit(127);
+  }
+  assert_true(wg > 0);
+  for (int i = 0; i < 100 && !th_exists(sock); i++)
+    usleep(50000);
+  if (!th_exists(sock)) {
+    kill(wg, SIGKILL);
+    waitpid(wg, NULL, 0);
+    sh("ip netns del %s", ns);
+    fail_msg("wireguard-go -f %s made no socket", ifname);
+  }
+  W.daemon = spawn_daemon(extra);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; i++) {
+    gone = waitpid(wg, NULL, WNOHANG) == wg; /* ours to reap once the daemon stopped it */
+    if (!gone)
+      usleep(100000);
+  }
+  if (!gone) {
+    kill(wg, SIGKILL);
+    waitpid(wg, NULL, 0);
+    sh("ip netns del %s; rm -f %s", ns, sock);
+    fail_msg("the restarted daemon left wireguard-go -f %s running (see %s/gpunetd.log)", ifname, W.dir);
+  }
+  sh("ip netns del %s", ns);
+  for (int i = 0; i < 50 && (th_exists(record) || th_exists(sock)); i++)
+    usleep(100000);
+  if (th_exists(record) || th_exists(sock))
+    fail_msg("after the restart: record %d, socket %d", th_exists(record), th_exists(sock));
+}
+
 /* A rank running when gpunetd is told to stop (SIGTERM): its lease ends,
  * the job is stopped, and its job network and namespace are gone by the
  * time the daemon has exited. */
@@ -1744,6 +1806,7 @@ int main(void) {
   const struct CMUnitTest run[] = {
       cmocka_unit_test_teardown(test_rank_reaches_its_peer_and_nothing_else, teardown_rank),
       cmocka_unit_test_teardown(test_restart_after_crash_removes_the_job_network, teardown_rank),
+      cmocka_unit_test_teardown(test_restart_finds_wireguard_go_left_without_pid, teardown_rank),
       cmocka_unit_test_teardown(test_shutdown_takes_the_job_network_down, teardown_rank),
       cmocka_unit_test_teardown(test_seed_restores_output, teardown_rank),
       cmocka_unit_test_teardown(test_seed_hostile_entries, teardown_rank),
