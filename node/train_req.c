@@ -39,6 +39,7 @@
 #define TRAIN_MASTER_PORT 29500u /* MASTER_PORT */
 #define TRAIN_PORT_BASE 51820u   /* jobnet_ports default: 51820-51899 */
 #define TRAIN_PORT_SPAN 80u
+#define TRAIN_ATTEST_SPARES 8u  /* spares attested with the members when --restarts is given */
 #define TRAIN_PEER_RTT_MS 3000u /* the candidates' round trips to each other: each answers within ~2 s */
 #define TRAIN_MEMORY_MIB 2048u  /* per rank (body: memory_mib); torch with gloo needs more than 1 GiB */
 #define TRAIN_PIDS 1024u
@@ -1722,6 +1723,14 @@ static void form_gang(train *t, gn_plan *p) {
   json_object_set(t->plan, "dropped", t->dropped ? t->dropped : json_array());
   gn_gang_offer members[GN_PLAN_MAX_NODES], spares[GN_PLAN_MAX_CANDIDATES];
   gn_plan_gang_offers(p, t->cand, members, spares);
+  if (t->attest) { /* only attested spares stand in for a member */
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < p->n_spares; i++)
+      if (t->att[p->spares[i]] == ATT_OK)
+        spares[kept++] = spares[i];
+    p->n_spares = kept;
+    json_object_set_new(t->plan, "spares", json_integer(kept));
+  }
   uint64_t timeout = TRAIN_ANSWER_MS;
   const char *e = getenv("GN_RENT_TIMEOUT_MS");
   if (e && atoll(e) >= (long long)GN_GANG_TIMEOUT_MIN_MS && atoll(e) <= (long long)GN_GANG_TIMEOUT_MAX_MS)
@@ -1782,9 +1791,16 @@ static void plan_next(train *t) {
               why[0] ? why : gn_strerror(r), drop);
     return;
   }
+  /* The members, and with --restarts the first spares too (a restart
+   * leases them without another round): all attested before any lease. */
+  uint32_t need[GN_PLAN_MAX_NODES], nneed = 0;
+  for (uint32_t i = 0; i < p->n && nneed < GN_PLAN_MAX_NODES; i++)
+    need[nneed++] = p->cand[i];
+  for (uint32_t i = 0; t->restarts && i < p->n_spares && i < TRAIN_ATTEST_SPARES && nneed < GN_PLAN_MAX_NODES; i++)
+    need[nneed++] = p->spares[i];
   bool all_ok = true;
-  for (uint32_t i = 0; t->attest && i < p->n; i++) {
-    uint32_t c = p->cand[i];
+  for (uint32_t i = 0; t->attest && i < nneed; i++) {
+    uint32_t c = need[i];
     if (t->att[c] != ATT_OK)
       all_ok = false;
     if (t->att[c] == ATT_NONE)
@@ -1796,9 +1812,9 @@ static void plan_next(train *t) {
     return;
   }
   t->att_wait = true;
-  t->att_nmembers = p->n;
-  for (uint32_t i = 0; i < p->n && i < GN_PLAN_MAX_NODES; i++)
-    memcpy(t->att_members[i], t->cand[p->cand[i]].provider, GN_PK_LEN);
+  t->att_nmembers = nneed;
+  for (uint32_t i = 0; i < nneed; i++)
+    memcpy(t->att_members[i], t->cand[need[i]].provider, GN_PK_LEN);
   free(p);
   set_state(t, "attesting");
   attest_step(t);

@@ -1188,6 +1188,37 @@ static void test_attest_drops_provider(void **state) {
   assert_int_equal(W.p[2].manifests, 1);
 }
 
+/* With --restarts the spares are attested with the members: a spare that
+ * answers garbage is dropped (the plan says why) and never stands in; the
+ * group forms on the member with the honest spare left. */
+static void test_attest_spares(void **state) {
+  (void)state;
+  W.p[2].attest_mode = ATT_GARBAGE;
+  char out[65536], err[16384];
+  char *args[] = {"--json",     "train", "--gpus", "1",       "--per-node", "1", "--image", IMAGE, "--allow-simulated",
+                  "--restarts", "1",     "--",     "python3", "t.py",       NULL};
+  int rc = run_cli(50, args, out, sizeof out, err, sizeof err);
+  print_message("stdout:\n%s\nstderr:\n%s\n", out, err);
+  assert_int_equal(rc, 0);
+  json_t *j = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+  assert_non_null(j);
+  const json_t *plan = json_object_get(j, "plan");
+  char pid[NPROV][GN_NODE_ID_STRLEN];
+  for (int k = 0; k < NPROV; k++)
+    gn_node_id_format(W.p[k].id->pk, pid[k]);
+  const json_t *dropped = json_object_get(plan, "dropped");
+  assert_int_equal(json_array_size(dropped), 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(dropped, 0), "provider")), pid[2]);
+  assert_non_null(
+      strstr(json_string_value(json_object_get(json_array_get(dropped, 0), "reason")), "failed attestation"));
+  assert_int_equal(json_integer_value(json_object_get(plan, "spares")), 1);
+  assert_int_equal(json_array_size(json_object_get(plan, "providers")), 1);
+  json_decref(j);
+  for (int k = 0; k < NPROV; k++)
+    assert_int_equal(W.p[k].challenges, 1); /* the member and both spares, before any lease */
+  assert_int_equal(W.p[2].requests, 0);
+}
+
 /* Two of three providers fail their attestation for a 2-GPU group: no
  * plan (at once: the third's attestation cannot make one), nothing asked,
  * the answer names each dropped provider. "attest": false skips the check
@@ -1248,6 +1279,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_restart_scratch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_stopped_while_seeding, setup, teardown),
       cmocka_unit_test_setup_teardown(test_attest_drops_provider, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_attest_spares, setup, teardown),
       cmocka_unit_test_setup_teardown(test_attest_all_fail_and_opt_out, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
