@@ -305,5 +305,23 @@ bad=$(gn_cli "$R" --json invoices | jq -c '[.invoices[] | select(.status != "acc
 n=$(gn_cli "$R" --json invoices | jq '.invoices | length')
 [ "$n" = 8 ] || fail "$n invoices, want 8 (3 of part 1, 2 of the second job, 3 of the training job)"
 ok "both training jobs ended their leases; all 8 invoices countersigned"
+
+# The group's running cost while it ran and its final total, which is the
+# sum of its three leases' final invoices.
+train_id=$(grep -o -m1 "^training j-[0-9a-f]*" "$work/train.out" | awk '{print $2}')
+[[ $train_id == j-* ]] || fail "the training job printed no id: $(head -n 3 "$work/train.out")"
+total_line=$(grep -o "^training $train_id: total .*" "$work/train.out" | tail -n 1)
+[[ $total_line =~ total\ ([0-9]+\.[0-9]+)\ [A-Z]{3}$ ]] ||
+  fail "no final total line (or invoices missing: '$total_line'): $(tail -n 5 "$work/train.out")"
+total_micro=$(awk -v t="${BASH_REMATCH[1]}" 'BEGIN { printf "%d", t * 1000000 + 0.5 }')
+leases=$(gn_cli "$R" jobs | awk -v id="$train_id" '$1 == id && $6 ~ /^l-/ {print $6}' | sort -u)
+[ "$(wc -w <<<"$leases")" = 3 ] || fail "the training job's leases in gpunet jobs: '$leases': $(gn_cli "$R" jobs)"
+sum=$(gn_cli "$R" --json invoices |
+  jq --arg l "$leases" '[.invoices[] | select(.lease as $x | ($l | split("\n") | index($x))) | .total_micro] | add')
+[ "$sum" = "$total_micro" ] && [ "$sum" -gt 0 ] ||
+  fail "gpunet train's total $total_micro micro != the sum of its leases' invoices $sum"
+grep -q "^training $train_id: cost so far [0-9.]* [A-Z]*" "$work/train.out" ||
+  fail "no running cost line: $(grep "^training" "$work/train.out" | head)"
+ok "gpunet train showed the running cost and a final total (${BASH_REMATCH[1]}) equal to its 3 leases' final invoices"
 echo "part 2 (gpunet train across hosts): $(($(now_ms) - t2)) ms"
 echo "$pass passed, 0 failed ($(($(now_ms) - t0)) ms)"
