@@ -361,8 +361,24 @@ int cmd_jobs(cli *c, int argc, char **argv) {
   int r = cli_simple_args(argc, argv, 0, "");
   if (r >= 0)
     return r;
+  if (c->json) { /* {"jobs": [...], "trains": [...]}: the training jobs too */
+    json_t *jobs = NULL, *trains = NULL;
+    if ((r = cli_call(c, "GET", "/v1/jobs", NULL, &jobs)) != CLI_OK)
+      return r;
+    bool quiet = c->quiet;
+    c->quiet = true;
+    if (cli_call(c, "GET", "/v1/train", NULL, &trains) == CLI_OK && json_is_array(json_object_get(trains, "trains")))
+      json_object_set(jobs, "trains", json_object_get(trains, "trains"));
+    else
+      json_object_set_new(jobs, "trains", json_array());
+    c->quiet = quiet;
+    cli_print_json(jobs);
+    json_decref(jobs);
+    json_decref(trains);
+    return CLI_OK;
+  }
   r = cli_list(c, "/v1/jobs", &spec);
-  if (r != CLI_OK || c->json)
+  if (r != CLI_OK)
     return r;
   /* Training jobs: each one's ranks (their jobs are in the list above). */
   json_t *j = NULL;

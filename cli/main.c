@@ -141,7 +141,9 @@ static const cli_cmd commands[] = {
      &cli_output_opts},
     {"jobs", cmd_jobs, "list jobs",
      "Usage: gpunet jobs\n"
-     "Lists jobs and their states, and the ranks of training jobs.\n",
+     "Lists jobs and their states, and the ranks of training jobs. With\n"
+     "--json: {\"jobs\": [...], \"trains\": [...]}, each training job as\n"
+     "GET /v1/train/ID has it (its plan, members, ranks, cost).\n",
      NULL},
     {"logs", cmd_logs, "print a job's output",
      "Usage: gpunet logs JOB [-f|--follow]\n"

@@ -314,8 +314,8 @@ total_line=$(grep -o "^training $train_id: total .*" "$work/train.out" | tail -n
 [[ $total_line =~ total\ ([0-9]+\.[0-9]+)\ [A-Z]{3}$ ]] ||
   fail "no final total line (or invoices missing: '$total_line'): $(tail -n 5 "$work/train.out")"
 total_micro=$(awk -v t="${BASH_REMATCH[1]}" 'BEGIN { printf "%d", t * 1000000 + 0.5 }')
-leases=$(gn_cli "$R" jobs | awk -v id="$train_id" '$1 == id && $6 ~ /^l-/ {print $6}' | sort -u)
-[ "$(wc -w <<<"$leases")" = 3 ] || fail "the training job's leases in gpunet jobs: '$leases': $(gn_cli "$R" jobs)"
+leases=$(gn_cli "$R" --json jobs | jq -r --arg id "$train_id" '.trains[] | select(.id == $id) | .ranks[].lease' | sort -u)
+[ "$(wc -w <<<"$leases")" = 3 ] || fail "the training job's leases in gpunet --json jobs: '$leases': $(gn_cli "$R" --json jobs)"
 sum=$(gn_cli "$R" --json invoices |
   jq --arg l "$leases" '[.invoices[] | select(.lease as $x | ($l | split("\n") | index($x))) | .total_micro] | add')
 [ "$sum" = "$total_micro" ] && [ "$sum" -gt 0 ] ||
