@@ -59,9 +59,16 @@ hosts_net=""
 hosts_prefix=""
 hosts_parent=""
 
+# hosts_need [COMMAND...]: exits 77 saying why unless this host can make
+# namespace hosts and has every COMMAND named (e.g. docker-registry).
 hosts_need() {
-  local why=""
-  if [ "$(id -u)" -ne 0 ]; then
+  local why="" cmd
+  for cmd in "$@"; do
+    command -v "$cmd" >/dev/null || why="needs $cmd"
+  done
+  if [ -n "$why" ]; then
+    :
+  elif [ "$(id -u)" -ne 0 ]; then
     why="needs root (network namespaces)"
   elif ! command -v ip >/dev/null; then
     why="needs ip (iproute2)"

@@ -32,11 +32,7 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/hosts.sh"
 
 gn_e2e_need_root_runc
-hosts_need
-command -v docker-registry >/dev/null || {
-  echo "SKIP: needs docker-registry"
-  exit 77
-}
+hosts_need docker-registry
 t0=$(now_ms)
 gn_e2e_setup train-fail requester p1 p2 p3 p4 bootstrap
 hosts_init

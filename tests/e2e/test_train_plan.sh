@@ -20,11 +20,7 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/hosts.sh"
 
 gn_e2e_need_root_runc
-hosts_need
-command -v docker-registry >/dev/null || {
-  echo "SKIP: needs docker-registry"
-  exit 77
-}
+hosts_need docker-registry
 command -v tc >/dev/null || {
   echo "SKIP: needs tc (iproute2) to delay the hosts' links"
   exit 77

@@ -27,11 +27,7 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/hosts.sh"
 
 gn_e2e_need_root_runc
-hosts_need
-command -v docker-registry >/dev/null || {
-  echo "SKIP: needs docker-registry"
-  exit 77
-}
+hosts_need docker-registry
 "$GN_BIN/gpunet" train --help >/dev/null 2>&1 || {
   echo "SKIP: gpunet train is not in this build"
   exit 77
