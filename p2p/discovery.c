@@ -49,6 +49,7 @@ int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offe
   d->self = self;
   d->io = *io;
   d->table = table;
+  gn_offer_table_set_self(table, self->pk); /* our offers are never evicted */
   *ret_d = d;
   return 0;
 }
@@ -257,7 +258,7 @@ int gn_discovery_on_message(gn_discovery *d, const uint8_t peer[GN_PK_LEN], cons
   case GN_MSG_OFFER:
     /* The table re-verifies the issuer's signature: a relayed offer is only
      * as good as its issuer's key, whoever handed it to us. */
-    if ((r = gn_offer_table_put(d->table, raw, raw_len, now_s)) < 0)
+    if ((r = gn_offer_table_put_from(d->table, raw, raw_len, now_s, peer)) < 0)
       return r;
     if (r == 1)
       flood(d, peer, raw, raw_len);
@@ -283,7 +284,7 @@ int gn_discovery_publish(gn_discovery *d, const uint8_t *raw_env, size_t len, in
   if (memcmp(env.signer, d->self->pk, GN_PK_LEN) != 0)
     return GN_EPERM;
   if (env.type == GN_MSG_OFFER)
-    r = gn_offer_table_put(d->table, raw_env, len, now_s);
+    r = gn_offer_table_put_from(d->table, raw_env, len, now_s, d->self->pk);
   else if (env.type == GN_MSG_OFFER_WITHDRAW)
     r = gn_offer_table_withdraw(d->table, raw_env, len);
   else

@@ -8,7 +8,7 @@
 #define OFFER_KEYS 13
 #define PER_PROVIDER_MAX 16 /* distinct GPU models one provider may advertise */
 #define FUTURE_SKEW_S 3600  /* an offer issued further ahead is clock nonsense */
-#define MAX_LIFETIME_S (30 * 24 * 3600)
+#define MAX_LIFETIME_S GN_OFFER_LIFETIME_MAX_S
 
 /* --- body codec -----------------------------------------------------------*/
 
@@ -201,11 +201,22 @@ typedef struct tombstone {
   uint64_t seq;
 } tombstone;
 
+/* One entry as eviction sees it: grouped by relayer, then provider, then
+ * by expiry. */
+typedef struct evict_key {
+  const uint8_t *relayer, *provider;
+  int64_t expires_s;
+  size_t index;
+} evict_key;
+
 struct gn_offer_table {
   gn_offer_entry *e;
   size_t n, max;
   tombstone *tomb;
   size_t ntomb, tomb_next; /* a ring: the oldest is overwritten */
+  uint8_t self[GN_PK_LEN];
+  bool has_self;
+  evict_key *scratch; /* max entries, for choosing a victim when full */
 };
 
 gn_offer_table *gn_offer_table_new(size_t max_entries) {
@@ -216,7 +227,8 @@ gn_offer_table *gn_offer_table_new(size_t max_entries) {
     return NULL;
   t->e = calloc(max_entries, sizeof(*t->e));
   t->tomb = calloc(max_entries, sizeof(*t->tomb));
-  if (!t->e || !t->tomb)
+  t->scratch = calloc(max_entries, sizeof(*t->scratch));
+  if (!t->e || !t->tomb || !t->scratch)
     return gn_offer_table_free(t);
   t->max = max_entries;
   return t;
@@ -229,8 +241,85 @@ gn_offer_table *gn_offer_table_free(gn_offer_table *t) {
     free(t->e[i].raw);
   free(t->e);
   free(t->tomb);
+  free(t->scratch);
   free(t);
   return NULL;
+}
+
+void gn_offer_table_set_self(gn_offer_table *t, const uint8_t self[GN_PK_LEN]) {
+  if (!t || !self)
+    return;
+  memcpy(t->self, self, GN_PK_LEN);
+  t->has_self = true;
+}
+
+static bool is_own(const gn_offer_table *t, const uint8_t provider[GN_PK_LEN]) {
+  return t->has_self && memcmp(provider, t->self, GN_PK_LEN) == 0;
+}
+
+static int evict_cmp(const void *a, const void *b) {
+  const evict_key *x = a, *y = b;
+  int c = memcmp(x->relayer, y->relayer, GN_PK_LEN);
+  if (c == 0)
+    c = memcmp(x->provider, y->provider, GN_PK_LEN);
+  if (c == 0)
+    c = (x->expires_s > y->expires_s) - (x->expires_s < y->expires_s);
+  return c;
+}
+
+/* The heaviest run of k[lo, hi) sharing the key at offset off (relayer or
+ * provider); ties go to the run equal to prefer, if any. Sets *ret_prefer_n
+ * to the length of prefer's run (0 if none). */
+static void heaviest_run(const evict_key *k, size_t lo, size_t hi, bool by_relayer, const uint8_t *prefer,
+                         size_t *ret_start, size_t *ret_n, size_t *ret_prefer_n) {
+  *ret_start = lo;
+  *ret_n = 0;
+  *ret_prefer_n = 0;
+  for (size_t i = lo; i < hi;) {
+    const uint8_t *key = by_relayer ? k[i].relayer : k[i].provider;
+    size_t j = i + 1;
+    while (j < hi && memcmp(by_relayer ? k[j].relayer : k[j].provider, key, GN_PK_LEN) == 0)
+      j++;
+    bool pref = prefer && memcmp(key, prefer, GN_PK_LEN) == 0;
+    if (pref)
+      *ret_prefer_n = j - i;
+    if (j - i > *ret_n || (pref && j - i == *ret_n)) {
+      *ret_start = i;
+      *ret_n = j - i;
+    }
+    i = j;
+  }
+}
+
+/* The full table's victim for newcomer o from relayer, or t->n when o is
+ * refused: the relayer holding the most entries gives one up, from its
+ * provider holding the most, the one expiring first. A relayed newcomer only
+ * takes its place if its own relayer (or, within the same relayer, its
+ * provider) would then hold no more than the victim's. Own offers are never
+ * chosen, and an own newcomer is never refused while anything else is held. */
+static size_t pick_victim(gn_offer_table *t, const gn_offer *o, const uint8_t relayer[GN_PK_LEN]) {
+  evict_key *k = t->scratch;
+  size_t m = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    if (is_own(t, t->e[i].offer.provider))
+      continue;
+    k[m++] = (evict_key){t->e[i].relayer, t->e[i].offer.provider, t->e[i].offer.expires_s, i};
+  }
+  if (m == 0)
+    return t->n;
+  qsort(k, m, sizeof(*k), evict_cmp);
+  bool own = is_own(t, o->provider);
+  size_t rs, rn, new_rn, ps, pn, new_pn;
+  heaviest_run(k, 0, m, true, own ? NULL : relayer, &rs, &rn, &new_rn);
+  bool same_relayer = !own && memcmp(k[rs].relayer, relayer, GN_PK_LEN) == 0;
+  heaviest_run(k, rs, rs + rn, false, same_relayer ? o->provider : NULL, &ps, &pn, &new_pn);
+  if (!own) {
+    if (!same_relayer && new_rn + 1 > rn - 1)
+      return t->n;
+    if (same_relayer && new_pn + 1 > pn - 1)
+      return t->n;
+  }
+  return k[ps].index; /* sorted by expiry within the run */
 }
 
 static void entry_remove(gn_offer_table *t, size_t i) {
@@ -263,12 +352,20 @@ static void tomb_put(gn_offer_table *t, const uint8_t provider[GN_PK_LEN], uint6
 }
 
 int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_t now_s) {
+  return gn_offer_table_put_from(t, env, len, now_s, NULL);
+}
+
+int gn_offer_table_put_from(gn_offer_table *t, const uint8_t *env, size_t len, int64_t now_s,
+                            const uint8_t relayer[GN_PK_LEN]) {
+  static const uint8_t unknown[GN_PK_LEN];
   gn_envelope e;
   gn_offer o;
   char id[GN_OFFER_ID_STRLEN];
   int r;
   if (!t || !env)
     return GN_EINVAL;
+  if (!relayer)
+    relayer = unknown;
   if ((r = gn_envelope_open(env, len, &e)) < 0)
     return r;
   if (e.type != GN_MSG_OFFER)
@@ -280,7 +377,9 @@ int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_
     return GN_EPERM;
   if (o.expires_s <= now_s)
     return GN_EEXPIRED;
-  if (o.issued_s > now_s + FUTURE_SKEW_S || o.expires_s - o.issued_s > MAX_LIFETIME_S)
+  /* A long life is no merit: offers are refreshed, and one living longer
+   * than the bound is malformed, not preferred. */
+  if (o.issued_s > now_s + FUTURE_SKEW_S || o.expires_s > o.issued_s + MAX_LIFETIME_S)
     return GN_EINVAL;
   const tombstone *tb = tomb_find(t, o.provider);
   if (tb && o.seq <= tb->seq)
@@ -299,13 +398,8 @@ int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_
     if (mine >= PER_PROVIDER_MAX)
       return GN_ETOOBIG;
     if (t->n == t->max) {
-      /* Full: make room by dropping the offer that expires first, but only
-       * if the newcomer outlives it. */
-      size_t victim = 0;
-      for (size_t i = 1; i < t->n; i++)
-        if (t->e[i].offer.expires_s < t->e[victim].offer.expires_s)
-          victim = i;
-      if (t->e[victim].offer.expires_s >= o.expires_s)
+      size_t victim = pick_victim(t, &o, relayer);
+      if (victim == t->n)
         return GN_ETOOBIG;
       entry_remove(t, victim);
       at = t->n;
@@ -324,6 +418,7 @@ int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_
   memcpy(x->id, id, sizeof(x->id));
   x->raw = raw;
   x->raw_len = len;
+  memcpy(x->relayer, relayer, GN_PK_LEN);
   return 1;
 }
 

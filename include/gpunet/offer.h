@@ -10,6 +10,10 @@
 
 #define GN_OFFER_ID_STRLEN 16    /* "o-" + 12 hex + NUL, padded */
 #define GN_OFFER_ATTEST_MAX 3072 /* a signed GN_MSG_ATTEST_REPORT envelope */
+/* The longest an offer may live from its issue time (providers send 60 s
+ * offers every 20 s): a table refuses one that expires later, so a flood of
+ * long-lived offers cannot outlast the real ones. */
+#define GN_OFFER_LIFETIME_MAX_S 900
 
 typedef struct gn_offer {
   uint8_t provider[GN_PK_LEN];
@@ -64,18 +68,30 @@ typedef struct gn_offer_entry {
   char id[GN_OFFER_ID_STRLEN];
   uint8_t *raw; /* the signed envelope as received, for relaying */
   size_t raw_len;
+  uint8_t relayer[GN_PK_LEN]; /* the peer that handed it over; zero if unknown (the cache) */
 } gn_offer_entry;
 
 typedef struct gn_offer_table gn_offer_table;
 
 gn_offer_table *gn_offer_table_new(size_t max_entries);
 gn_offer_table *gn_offer_table_free(gn_offer_table *t);
-/* Verifies a GN_MSG_OFFER envelope (issuer's signature, expiry against now_s)
- * and inserts it. Returns 1 if it is new or newer than what the table held, 0
- * if it was a duplicate or older (or withdrawn), or a negative code (the
- * table is unchanged): GN_EPERM when the signer is not the provider,
- * GN_EEXPIRED, GN_ETOOBIG when the table (or the provider's share of it, 16
- * offers) is full. */
+/* The node's own key: its offers are never evicted and always find room. */
+void gn_offer_table_set_self(gn_offer_table *t, const uint8_t self[GN_PK_LEN]);
+/* Verifies a GN_MSG_OFFER envelope (issuer's signature, expiry against now_s,
+ * lifetime at most GN_OFFER_LIFETIME_MAX_S past its issue time, issued at most
+ * an hour ahead) and inserts it. Returns 1 if it is new or newer than what the
+ * table held, 0 if it was a duplicate or older (or withdrawn), or a negative
+ * code (the table is unchanged): GN_EPERM when the signer is not the provider,
+ * GN_EEXPIRED, GN_EINVAL for a lifetime out of bounds, GN_ETOOBIG when the
+ * provider already holds 16 offers or the table is full and the newcomer's
+ * relayer (or, within it, its provider) already holds the most entries.
+ * When full, room is made by evicting from the relayer holding the most
+ * entries, within it from the provider holding the most, its offer expiring
+ * first; the node's own offers are never evicted. relayer may be NULL
+ * (unknown). */
+int gn_offer_table_put_from(gn_offer_table *t, const uint8_t *env, size_t len, int64_t now_s,
+                            const uint8_t relayer[GN_PK_LEN]);
+/* gn_offer_table_put_from with an unknown relayer. */
 int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_t now_s);
 /* Handles a GN_MSG_OFFER_WITHDRAW envelope body {provider, seq}: drops the
  * provider's offers with seq <= the given one, and remembers the withdrawal so

@@ -367,11 +367,34 @@ static void test_offer_table_is_bounded(void **state) {
   gn_offer o = sample(1, "gpu-late");
   seal(prov, &o, &e);
   assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_ETOOBIG);
-  /* an offer that outlives the others evicts the one expiring first */
+  /* outliving the others earns nothing: the provider holds the table */
   o.expires_s += 100;
   seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_ETOOBIG);
+  assert_int_equal(gn_offer_table_count(t), 4);
+  /* another provider's offer evicts one of prov's, the one expiring first */
+  gn_offer q = sample(1, "gpu-other");
+  memcpy(q.provider, other->pk, GN_PK_LEN);
+  seal(other, &q, &e);
   assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
   assert_int_equal(gn_offer_table_count(t), 4);
+  /* a second takes another (2 each); a third would leave other the
+   * larger: refused */
+  snprintf(q.gpu_model, sizeof(q.gpu_model), "gpu-other-2");
+  seal(other, &q, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), 1);
+  snprintf(q.gpu_model, sizeof(q.gpu_model), "gpu-other-3");
+  seal(other, &q, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_ETOOBIG);
+  size_t of_prov = 0;
+  for (size_t i = 0; i < gn_offer_table_count(t); i++)
+    of_prov += memcmp(gn_offer_table_at(t, i)->offer.provider, prov->pk, GN_PK_LEN) == 0;
+  assert_int_equal(of_prov, 2);
+  /* a lifetime past the bound is refused as malformed */
+  o = sample(1, "gpu-long");
+  o.expires_s = o.issued_s + GN_OFFER_LIFETIME_MAX_S + 1;
+  seal(prov, &o, &e);
+  assert_int_equal(gn_offer_table_put(t, e.data, e.len, NOW), GN_EINVAL);
   gn_offer_table_free(t);
 
   t = gn_offer_table_new(100);
@@ -420,6 +443,134 @@ static void test_offer_table_sqlite_roundtrip(void **state) {
   unlink(path);
 }
 
+/* Issue 9, first attack: 500 throwaway identities x 10 GPU models of validly
+ * signed offers expiring in 30 days, handed to the node by one peer, must not
+ * keep a real provider's offer or the node's own out of a 4096-slot table. */
+#define ATTACK_IDS 500
+#define ATTACK_MODELS 10
+
+static void attack_fill(gn_offer_table *t, int64_t lifetime_s, const uint8_t *relayer) {
+  gn_buf e = {0};
+  char model[32];
+  for (int i = 0; i < ATTACK_IDS; i++) {
+    gn_identity *sybil;
+    assert_int_equal(gn_identity_generate(&sybil), 0);
+    for (int m = 0; m < ATTACK_MODELS; m++) {
+      gn_offer o = sample(1, "x");
+      memcpy(o.provider, sybil->pk, GN_PK_LEN);
+      o.issued_s = NOW;
+      o.expires_s = NOW + lifetime_s;
+      snprintf(model, sizeof(model), "poison-%d", m);
+      snprintf(o.gpu_model, sizeof(o.gpu_model), "%s", model);
+      seal(sybil, &o, &e);
+      int r = gn_offer_table_put_from(t, e.data, e.len, NOW, relayer);
+      if (lifetime_s > GN_OFFER_LIFETIME_MAX_S)
+        assert_int_equal(r, GN_EINVAL); /* refused as malformed */
+      else
+        assert_true(r == 1 || r == GN_ETOOBIG);
+    }
+    gn_identity_free(sybil);
+  }
+  gn_buf_done(&e);
+}
+
+/* The real provider's and the node's own offer (60 s, as providers send them)
+ * go in after the flood and are found. */
+static void real_and_own_fit(gn_offer_table *t, const uint8_t *relayer) {
+  gn_buf e = {0};
+  char id[GN_OFFER_ID_STRLEN];
+  gn_offer real = sample(1, "RTX 4090"), own = sample(1, "A100");
+  real.issued_s = own.issued_s = NOW;
+  real.expires_s = own.expires_s = NOW + 60;
+  memcpy(own.provider, other->pk, GN_PK_LEN);
+  seal(prov, &real, &e);
+  assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, relayer), 1);
+  seal(other, &own, &e);
+  assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, other->pk), 1);
+  gn_offer_id(&real, id);
+  assert_non_null(gn_offer_table_find(t, id));
+  gn_offer_id(&own, id);
+  assert_non_null(gn_offer_table_find(t, id));
+  gn_buf_done(&e);
+}
+
+static void test_offer_table_sybil_flood(void **state) {
+  (void)state;
+  uint8_t peer_x[GN_PK_LEN], peer_y[GN_PK_LEN];
+  memset(peer_x, 0x58, sizeof(peer_x));
+  memset(peer_y, 0x59, sizeof(peer_y));
+  /* 30-day offers: every one refused, the table stays empty */
+  gn_offer_table *t = gn_offer_table_new(4096);
+  gn_offer_table_set_self(t, other->pk);
+  attack_fill(t, 30 * 24 * 3600, peer_x);
+  assert_int_equal(gn_offer_table_count(t), 0);
+  real_and_own_fit(t, peer_y);
+  gn_offer_table_free(t);
+
+  /* Offers within the bound, 5,000 for 4,096 slots, all from peer X: the
+   * table is full, yet the real offer (from another peer, or from X itself)
+   * and the node's own still get in, evicting the flood's. */
+  const uint8_t *via[2] = {peer_y, peer_x};
+  for (int k = 0; k < 2; k++) {
+    t = gn_offer_table_new(4096);
+    gn_offer_table_set_self(t, other->pk);
+    attack_fill(t, GN_OFFER_LIFETIME_MAX_S, peer_x);
+    assert_int_equal(gn_offer_table_count(t), 4096);
+    real_and_own_fit(t, via[k]);
+    assert_int_equal(gn_offer_table_count(t), 4096);
+    /* the own offer is never evicted: a further flood leaves it in place */
+    attack_fill(t, GN_OFFER_LIFETIME_MAX_S, peer_x);
+    gn_offer own = sample(1, "A100");
+    memcpy(own.provider, other->pk, GN_PK_LEN);
+    char id[GN_OFFER_ID_STRLEN];
+    gn_offer_id(&own, id);
+    assert_non_null(gn_offer_table_find(t, id));
+    gn_offer_table_free(t);
+  }
+}
+
+/* The flood planted in the SQLite cache does not come back on restart. */
+static void test_offer_table_cache_poison(void **state) {
+  (void)state;
+  char path[] = "/tmp/gn-offers-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  sqlite3 *db;
+  sqlite3_stmt *st;
+  assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+  gn_offer_table *t = gn_offer_table_new(4);
+  assert_int_equal(gn_offer_table_save(t, db), 0); /* the schema */
+  gn_buf e = {0};
+  char id[GN_OFFER_ID_STRLEN];
+  gn_offer good = sample(1, "RTX 4090"), bad = sample(1, "poison");
+  bad.issued_s = NOW;
+  bad.expires_s = NOW + 30 * 24 * 3600;
+  assert_int_equal(sqlite3_prepare_v2(db,
+                                      "INSERT INTO offers (id, provider, seq, expires_s, env) VALUES (?, ?, 1, ?, ?)",
+                                      -1, &st, NULL),
+                   SQLITE_OK);
+  const gn_offer *rows[2] = {&bad, &good};
+  for (int i = 0; i < 2; i++) {
+    seal(prov, rows[i], &e);
+    gn_offer_id(rows[i], id);
+    sqlite3_reset(st);
+    assert_int_equal(sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT), SQLITE_OK);
+    assert_int_equal(sqlite3_bind_blob(st, 2, prov->pk, GN_PK_LEN, SQLITE_TRANSIENT), SQLITE_OK);
+    assert_int_equal(sqlite3_bind_int64(st, 3, rows[i]->expires_s), SQLITE_OK);
+    assert_int_equal(sqlite3_bind_blob(st, 4, e.data, (int)e.len, SQLITE_TRANSIENT), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+  }
+  sqlite3_finalize(st);
+  assert_int_equal(gn_offer_table_load(t, db, NOW), 0);
+  assert_int_equal(gn_offer_table_count(t), 1);
+  assert_string_equal(gn_offer_table_at(t, 0)->offer.gpu_model, "RTX 4090");
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+  sqlite3_close(db);
+  unlink(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_offer_encode_decode_roundtrip),
@@ -432,6 +583,8 @@ int main(void) {
       cmocka_unit_test(test_offer_table_withdraw_and_tombstone),
       cmocka_unit_test(test_offer_table_is_bounded),
       cmocka_unit_test(test_offer_table_sqlite_roundtrip),
+      cmocka_unit_test(test_offer_table_sybil_flood),
+      cmocka_unit_test(test_offer_table_cache_poison),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
