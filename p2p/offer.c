@@ -201,13 +201,14 @@ typedef struct tombstone {
   uint64_t seq;
 } tombstone;
 
-/* One entry as eviction sees it: grouped by relayer, then provider, then
- * by expiry. */
-typedef struct evict_key {
-  const uint8_t *relayer, *provider;
-  int64_t expires_s;
-  size_t index;
-} evict_key;
+/* A count by key (relayer or provider) when choosing an eviction victim:
+ * open addressing, keyed by a per-table SipHash key so that chosen keys
+ * cannot pile into one chain. */
+typedef struct count_slot {
+  const uint8_t *key; /* NULL: free */
+  size_t n;
+  size_t best; /* the entry expiring first among those counted */
+} count_slot;
 
 struct gn_offer_table {
   gn_offer_entry *e;
@@ -216,7 +217,9 @@ struct gn_offer_table {
   size_t ntomb, tomb_next; /* a ring: the oldest is overwritten */
   uint8_t self[GN_PK_LEN];
   bool has_self;
-  evict_key *scratch; /* max entries, for choosing a victim when full */
+  count_slot *slots; /* nslots (a power of two >= 2 max) */
+  size_t nslots;
+  uint8_t hkey[crypto_shorthash_KEYBYTES];
 };
 
 gn_offer_table *gn_offer_table_new(size_t max_entries) {
@@ -227,9 +230,12 @@ gn_offer_table *gn_offer_table_new(size_t max_entries) {
     return NULL;
   t->e = calloc(max_entries, sizeof(*t->e));
   t->tomb = calloc(max_entries, sizeof(*t->tomb));
-  t->scratch = calloc(max_entries, sizeof(*t->scratch));
-  if (!t->e || !t->tomb || !t->scratch)
+  for (t->nslots = 16; t->nslots < 2 * max_entries; t->nslots *= 2)
+    ;
+  t->slots = calloc(t->nslots, sizeof(*t->slots));
+  if (!t->e || !t->tomb || !t->slots)
     return gn_offer_table_free(t);
+  randombytes_buf(t->hkey, sizeof(t->hkey));
   t->max = max_entries;
   return t;
 }
@@ -241,7 +247,7 @@ gn_offer_table *gn_offer_table_free(gn_offer_table *t) {
     free(t->e[i].raw);
   free(t->e);
   free(t->tomb);
-  free(t->scratch);
+  free(t->slots);
   free(t);
   return NULL;
 }
@@ -257,38 +263,30 @@ static bool is_own(const gn_offer_table *t, const uint8_t provider[GN_PK_LEN]) {
   return t->has_self && memcmp(provider, t->self, GN_PK_LEN) == 0;
 }
 
-static int evict_cmp(const void *a, const void *b) {
-  const evict_key *x = a, *y = b;
-  int c = memcmp(x->relayer, y->relayer, GN_PK_LEN);
-  if (c == 0)
-    c = memcmp(x->provider, y->provider, GN_PK_LEN);
-  if (c == 0)
-    c = (x->expires_s > y->expires_s) - (x->expires_s < y->expires_s);
-  return c;
+static count_slot *slot_of(gn_offer_table *t, const uint8_t key[GN_PK_LEN]) {
+  uint8_t h[crypto_shorthash_BYTES];
+  uint64_t v;
+  crypto_shorthash(h, key, GN_PK_LEN, t->hkey);
+  memcpy(&v, h, sizeof(v));
+  size_t i = (size_t)v & (t->nslots - 1);
+  /* at most max + 1 distinct keys in 2 max slots: a free one is found */
+  while (t->slots[i].key && memcmp(t->slots[i].key, key, GN_PK_LEN) != 0)
+    i = (i + 1) & (t->nslots - 1);
+  t->slots[i].key = key;
+  return &t->slots[i];
 }
 
-/* The heaviest run of k[lo, hi) sharing the key at offset off (relayer or
- * provider); ties go to the run equal to prefer, if any. Sets *ret_prefer_n
- * to the length of prefer's run (0 if none). */
-static void heaviest_run(const evict_key *k, size_t lo, size_t hi, bool by_relayer, const uint8_t *prefer,
-                         size_t *ret_start, size_t *ret_n, size_t *ret_prefer_n) {
-  *ret_start = lo;
-  *ret_n = 0;
-  *ret_prefer_n = 0;
-  for (size_t i = lo; i < hi;) {
-    const uint8_t *key = by_relayer ? k[i].relayer : k[i].provider;
-    size_t j = i + 1;
-    while (j < hi && memcmp(by_relayer ? k[j].relayer : k[j].provider, key, GN_PK_LEN) == 0)
-      j++;
-    bool pref = prefer && memcmp(key, prefer, GN_PK_LEN) == 0;
-    if (pref)
-      *ret_prefer_n = j - i;
-    if (j - i > *ret_n || (pref && j - i == *ret_n)) {
-      *ret_start = i;
-      *ret_n = j - i;
-    }
-    i = j;
+/* The slot counting the most; ties go to prefer's, if any. */
+static const count_slot *heaviest(const gn_offer_table *t, const uint8_t *prefer) {
+  const count_slot *best = NULL;
+  for (size_t i = 0; i < t->nslots; i++) {
+    const count_slot *s = &t->slots[i];
+    if (!s->key || s->n == 0)
+      continue;
+    if (!best || s->n > best->n || (s->n == best->n && prefer && memcmp(s->key, prefer, GN_PK_LEN) == 0))
+      best = s;
   }
+  return best;
 }
 
 /* The full table's victim for newcomer o from relayer, or t->n when o is
@@ -298,28 +296,42 @@ static void heaviest_run(const evict_key *k, size_t lo, size_t hi, bool by_relay
  * provider) would then hold no more than the victim's. Own offers are never
  * chosen, and an own newcomer is never refused while anything else is held. */
 static size_t pick_victim(gn_offer_table *t, const gn_offer *o, const uint8_t relayer[GN_PK_LEN]) {
-  evict_key *k = t->scratch;
-  size_t m = 0;
+  bool own = is_own(t, o->provider);
+  memset(t->slots, 0, t->nslots * sizeof(*t->slots));
+  count_slot *last = NULL; /* runs of one key are common: skip the hash */
   for (size_t i = 0; i < t->n; i++) {
     if (is_own(t, t->e[i].offer.provider))
       continue;
-    k[m++] = (evict_key){t->e[i].relayer, t->e[i].offer.provider, t->e[i].offer.expires_s, i};
+    if (!last || memcmp(last->key, t->e[i].relayer, GN_PK_LEN) != 0)
+      last = slot_of(t, t->e[i].relayer);
+    last->n++;
   }
-  if (m == 0)
-    return t->n;
-  qsort(k, m, sizeof(*k), evict_cmp);
-  bool own = is_own(t, o->provider);
-  size_t rs, rn, new_rn, ps, pn, new_pn;
-  heaviest_run(k, 0, m, true, own ? NULL : relayer, &rs, &rn, &new_rn);
-  bool same_relayer = !own && memcmp(k[rs].relayer, relayer, GN_PK_LEN) == 0;
-  heaviest_run(k, rs, rs + rn, false, same_relayer ? o->provider : NULL, &ps, &pn, &new_pn);
+  const count_slot *r = heaviest(t, own ? NULL : relayer);
+  if (!r)
+    return t->n; /* nothing but our own */
+  const uint8_t *rkey = r->key;
+  size_t rn = r->n, new_rn = own ? 0 : slot_of(t, relayer)->n;
+  bool same_relayer = !own && memcmp(rkey, relayer, GN_PK_LEN) == 0;
+  memset(t->slots, 0, t->nslots * sizeof(*t->slots));
+  last = NULL;
+  for (size_t i = 0; i < t->n; i++) {
+    const gn_offer_entry *x = &t->e[i];
+    if (is_own(t, x->offer.provider) || memcmp(x->relayer, rkey, GN_PK_LEN) != 0)
+      continue;
+    count_slot *s = last && memcmp(last->key, x->offer.provider, GN_PK_LEN) == 0 ? last : slot_of(t, x->offer.provider);
+    last = s;
+    if (s->n++ == 0 || x->offer.expires_s < t->e[s->best].offer.expires_s)
+      s->best = i;
+  }
+  const count_slot *p = heaviest(t, same_relayer ? o->provider : NULL);
+  size_t pn = p->n, new_pn = same_relayer ? slot_of(t, o->provider)->n : 0;
   if (!own) {
     if (!same_relayer && new_rn + 1 > rn - 1)
       return t->n;
     if (same_relayer && new_pn + 1 > pn - 1)
       return t->n;
   }
-  return k[ps].index; /* sorted by expiry within the run */
+  return p->best;
 }
 
 static void entry_remove(gn_offer_table *t, size_t i) {
