@@ -215,6 +215,11 @@ static void test_discovery_offer_reaches_every_node_and_withdraw_follows(void **
     gn_envelope opened;
     assert_int_equal(gn_envelope_open(e->raw, e->raw_len, &opened), 0);
     assert_memory_equal(opened.signer, nodes[p].id->pk, GN_PK_LEN);
+    /* ... and the table remembers the neighbour that handed it over (the
+     * issuer itself at the issuer) */
+    int via = index_of_pk(e->relayer);
+    assert_true(via >= 0 && via != far && nodes[far].up_with[via]);
+    assert_memory_equal(gn_offer_table_at(nodes[p].table, 0)->relayer, nodes[p].id->pk, GN_PK_LEN);
     /* a newer seq replaces everywhere */
     env.len = 0;
     o = offer_of(p, 2);
