@@ -5,9 +5,17 @@
 
 # gn_free_port: prints a TCP port on 127.0.0.1 that nothing listens on.
 gn_free_port() {
-  local p
+  local p lo=32768 base=10000 span
+  # Below the kernel's ephemeral range, so that no outgoing connection's
+  # source port (any process's) takes it between this check and the bind.
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+  span=$((lo - base))
+  if [ "$span" -lt 2000 ]; then # an unusual range: the old choice
+    base=20000
+    span=30000
+  fi
   for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((base + RANDOM % span))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return 0
