@@ -30,6 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   o.simulated = size & 1;
   o.no_userns = (size >> 1) & 1;
   o.unenforced_limits = (size >> 2) & 1;
+  o.training = (size >> 3) & 1;
   (void)gn_filter_match(&f, &o);
   return 0;
 }
