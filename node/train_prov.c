@@ -524,6 +524,25 @@ static bool is_our_wg(pid_t pid, const char *ifname) {
   return false;
 }
 
+/* Removes everything in DATA_DIR/SUB (the folder stays); how many entries. */
+static unsigned empty_dir(const char *data_dir, const char *sub) {
+  char dir[PATH_MAX];
+  DIR *d;
+  unsigned removed = 0;
+  if (gn__pathf(dir, sizeof dir, "%s/%s", data_dir, sub) < 0 || !(d = opendir(dir)))
+    return 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char path[PATH_MAX];
+    if (e->d_name[0] == '.' || gn__pathf(path, sizeof path, "%s/%s", dir, e->d_name) < 0)
+      continue;
+    gn_rm_tree(path);
+    removed++;
+  }
+  closedir(d);
+  return removed;
+}
+
 void gn__train_remove_stale(gn_node *n) {
   char dir[PATH_MAX];
   if (gn__pathf(dir, sizeof dir, "%s/netns", n->run_dir) < 0)
@@ -580,28 +599,10 @@ void gn__train_remove_stale(gn_node *n) {
     }
   }
   closedir(d);
-  /* /output of an earlier run's jobs: their leases ended with it. */
-  if (gn__pathf(dir, sizeof dir, "%s/output", n->cfg.data_dir) == 0 && (d = opendir(dir))) {
-    while ((e = readdir(d))) {
-      char path[PATH_MAX];
-      if (e->d_name[0] == '.' || gn__pathf(path, sizeof path, "%s/%s", dir, e->d_name) < 0)
-        continue;
-      gn_rm_tree(path);
-      removed++;
-    }
-    closedir(d);
-  }
-  /* Seeds an earlier run was fetching or had not unpacked yet. */
-  if (gn__pathf(dir, sizeof dir, "%s/seed", n->cfg.data_dir) == 0 && (d = opendir(dir))) {
-    while ((e = readdir(d))) {
-      char path[PATH_MAX];
-      if (e->d_name[0] == '.' || gn__pathf(path, sizeof path, "%s/%s", dir, e->d_name) < 0)
-        continue;
-      gn_rm_tree(path);
-      removed++;
-    }
-    closedir(d);
-  }
+  /* /output of an earlier run's jobs (their leases ended with it), and the
+   * seeds it was fetching or had not unpacked yet. */
+  removed += empty_dir(n->cfg.data_dir, "output");
+  removed += empty_dir(n->cfg.data_dir, "seed");
   if (removed)
     gn_log(GN_LOG_INFO, "removed %u job network, /output and seed leftovers of an earlier run", removed);
 }
