@@ -82,9 +82,8 @@ done
 for p in p1 p2 p3; do [[ " ${members[*]} " == *" $p "* ]] || spare=$p; done
 victim=${members[1]}
 # The host goes down: its gpunetd and whatever else runs in its namespace
-# (the rank's wireguard-go, whose socket under /var/run/wireguard all these
-# namespace hosts share: left alive, it would hold the interface name the
-# same rank gets on the spare).
+# (the rank's wireguard-go too, as when a real machine goes off; its
+# interface is named after its job, so the rank on the spare never meets it).
 kill -9 "$(cat "$nodes/$victim/gpunetd.pid")"
 for pid in $(ip netns pids "${hosts_ns[$victim]}"); do kill -9 "$pid" 2>/dev/null || true; done
 t_kill=$(now_ms)
