@@ -166,8 +166,8 @@ ok "a second training job (2 ranks) runs; its ranks reach each other at $other0 
 
 # Its /output on request, while it runs (gpunet output): each rank's tar
 # holds what that rank wrote; one rank alone; a rank it does not have.
-other_id=$(grep -o -m1 "^training [A-Za-z0-9_-]*:" "$work/other.out" | awk '{print $2}' | tr -d :)
-[ -n "$other_id" ] || fail "no training id in the second job's output: $(head -n 5 "$work/other.out")"
+other_id=$(grep -o "^training j-[0-9a-f]*" "$work/other.out" | head -n 1 | awk '{print $2}')
+[[ $other_id == j-* ]] || fail "the second training job printed no id: $(head -n 3 "$work/other.out")"
 gn_cli "$R" --json output "$other_id" "$work/other-out" >"$work/output.json" 2>"$work/output.err" ||
   fail "gpunet output $other_id: $(cat "$work/output.err")"
 for r in 0 1; do
@@ -282,8 +282,6 @@ kill -0 "$other_pid" 2>/dev/null || fail "the second training job ended before t
 ok "inside every rank: only lo and the job interface; provider hosts, requester, hub, net, internet and the other job unreachable; its peer reachable"
 
 # gpunet stop on a training job stops every rank of it.
-other_id=$(grep -o "^training j-[0-9a-f]*" "$work/other.out" | head -n 1 | awk '{print $2}')
-[[ $other_id == j-* ]] || fail "the second training job printed no id: $(head -n 3 "$work/other.out")"
 gn_cli "$R" stop "$other_id" >/dev/null || fail "gpunet stop $other_id failed"
 for ((i = 0; i < 150; i++)); do kill -0 "$other_pid" 2>/dev/null || break; sleep 0.2; done
 kill -0 "$other_pid" 2>/dev/null && fail "gpunet train -f of $other_id still runs 30 s after gpunet stop"
