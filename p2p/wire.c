@@ -71,6 +71,32 @@ const char *gn_msg_type_name(uint32_t type) {
     return "rtt_pong";
   case GN_MSG_ATTEST_PROOF:
     return "attest_proof";
+  case GN_MSG_OFFER_DIGEST:
+    return "offer_digest";
+  case GN_MSG_OFFER_WANT:
+    return "offer_want";
+  case GN_MSG_SWIM_PING:
+    return "swim_ping";
+  case GN_MSG_SWIM_ACK:
+    return "swim_ack";
+  case GN_MSG_SWIM_PING_REQ:
+    return "swim_ping_req";
+  case GN_MSG_SWIM_NACK:
+    return "swim_nack";
+  case GN_MSG_VIEW_JOIN:
+    return "view_join";
+  case GN_MSG_VIEW_FORWARD_JOIN:
+    return "view_forward_join";
+  case GN_MSG_VIEW_NEIGHBOR:
+    return "view_neighbor";
+  case GN_MSG_VIEW_NEIGHBOR_REPLY:
+    return "view_neighbor_reply";
+  case GN_MSG_VIEW_DISCONNECT:
+    return "view_disconnect";
+  case GN_MSG_VIEW_SHUFFLE:
+    return "view_shuffle";
+  case GN_MSG_VIEW_SHUFFLE_REPLY:
+    return "view_shuffle_reply";
   default:
     return NULL;
   }

@@ -18,6 +18,8 @@ enum gn_msg_type {
   GN_MSG_PEERS = 1,          /* known peers: [{id, addr}] */
   GN_MSG_OFFER = 2,          /* a provider's signed offer */
   GN_MSG_OFFER_WITHDRAW = 3, /* the provider leaves or withdraws */
+  GN_MSG_OFFER_DIGEST = 4,   /* anti-entropy: what offers the sender holds (docs/overlay.md §3) */
+  GN_MSG_OFFER_WANT = 5,     /* anti-entropy: the offers the sender lacks */
   GN_MSG_LEASE_REQUEST = 10, /* requester -> provider, signed by requester */
   GN_MSG_LEASE_ACCEPT = 11,  /* provider -> requester: the agreement */
   GN_MSG_LEASE_REJECT = 12,
@@ -46,6 +48,17 @@ enum gn_msg_type {
   GN_MSG_RTT_REPORT = 61, /* provider -> requester: the signed measurements */
   GN_MSG_RTT_PING = 62,   /* provider -> provider */
   GN_MSG_RTT_PONG = 63,
+  GN_MSG_SWIM_PING = 70, /* membership datagrams over UDP (docs/overlay.md §1) */
+  GN_MSG_SWIM_ACK = 71,
+  GN_MSG_SWIM_PING_REQ = 72,
+  GN_MSG_SWIM_NACK = 73,
+  GN_MSG_VIEW_JOIN = 76, /* partial views over sessions (docs/overlay.md §2) */
+  GN_MSG_VIEW_FORWARD_JOIN = 77,
+  GN_MSG_VIEW_NEIGHBOR = 78,
+  GN_MSG_VIEW_NEIGHBOR_REPLY = 79,
+  GN_MSG_VIEW_DISCONNECT = 80,
+  GN_MSG_VIEW_SHUFFLE = 81,
+  GN_MSG_VIEW_SHUFFLE_REPLY = 82,
 };
 
 /* Returns a short lowercase name ("offer", "lease_request"...), or NULL for a
