@@ -336,7 +336,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
   FILE *msg = c->json ? stderr : stdout;
   char state[32] = "", mstates[TRAIN_MAX_GPUS][24];
   memset(mstates, 0, sizeof mstates);
-  long long cost = -1;
+  long long cost = -1, seen_restarts = 0;
   uint64_t cost_at = 0, settle_until = 0;
   int rc = CLI_FAIL;
   json_t *t = NULL;
@@ -367,6 +367,11 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
           snprintf(mstates[i], sizeof mstates[i], "%s", ms);
         }
       }
+      long long restarted = cli_int(t, "restarted", 0);
+      if (restarted > seen_restarts && strcmp(st, "restarting") != 0 && strcmp(state, "restarting") != 0)
+        fprintf(msg, "training %s: restarting (restart %lld)\n", id, restarted);
+      if (restarted > seen_restarts)
+        seen_restarts = restarted;
       if (strcmp(st, state) != 0) {
         if (strcmp(st, "running") == 0)
           fprintf(msg, "training %s: running %zu ranks\n", id, json_array_size(json_object_get(t, "ranks")));

@@ -1549,6 +1549,9 @@ static json_t *train_json(train *t) {
   if (t->g) {
     gn_gang_info gi;
     gn_gang_info_get(t->g, &gi);
+    /* How many restarts the group has made: a follower polling the state
+     * can miss a short "restarting" between two reads, never this. */
+    json_object_set_new(o, "restarted", json_integer((json_int_t)gi.restarts_used));
     for (uint32_t m = 0; m < gi.members; m++) {
       gn_gang_member_info mi;
       if (gn_gang_member(t->g, m, &mi) < 0)
