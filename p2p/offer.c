@@ -9,6 +9,7 @@
 #define PER_PROVIDER_MAX 16 /* distinct GPU models one provider may advertise */
 #define FUTURE_SKEW_S 3600  /* an offer issued further ahead is clock nonsense */
 #define MAX_LIFETIME_S GN_OFFER_LIFETIME_MAX_S
+#define STANDING_MAX 100
 
 /* --- body codec -----------------------------------------------------------*/
 
@@ -220,6 +221,8 @@ struct gn_offer_table {
   count_slot *slots; /* nslots (a power of two >= 2 max) */
   size_t nslots;
   uint8_t hkey[crypto_shorthash_KEYBYTES];
+  gn_offer_standing_fn standing;
+  void *standing_ud;
 };
 
 gn_offer_table *gn_offer_table_new(size_t max_entries) {
@@ -259,6 +262,20 @@ void gn_offer_table_set_self(gn_offer_table *t, const uint8_t self[GN_PK_LEN]) {
   t->has_self = true;
 }
 
+void gn_offer_table_set_standing(gn_offer_table *t, gn_offer_standing_fn fn, void *ud) {
+  if (!t)
+    return;
+  t->standing = fn;
+  t->standing_ud = ud;
+}
+
+static int standing_of(const gn_offer_table *t, const gn_offer *o) {
+  if (!t->standing)
+    return 0;
+  int s = t->standing(t->standing_ud, o);
+  return s < 0 ? 0 : s > STANDING_MAX ? STANDING_MAX : s;
+}
+
 static bool is_own(const gn_offer_table *t, const uint8_t provider[GN_PK_LEN]) {
   return t->has_self && memcmp(provider, t->self, GN_PK_LEN) == 0;
 }
@@ -289,43 +306,53 @@ static const count_slot *heaviest(const gn_offer_table *t, const uint8_t *prefer
   return best;
 }
 
-/* The full table's victim for newcomer o from relayer, or t->n when o is
- * refused: the relayer holding the most entries gives one up, from its
- * provider holding the most, the one expiring first. A relayed newcomer only
- * takes its place if its own relayer (or, within the same relayer, its
- * provider) would then hold no more than the victim's. Own offers are never
- * chosen, and an own newcomer is never refused while anything else is held. */
-static size_t pick_victim(gn_offer_table *t, const gn_offer *o, const uint8_t relayer[GN_PK_LEN]) {
+/* The full table's victim for newcomer o (standing s) from relayer, or t->n
+ * when o is refused. Only entries of the lowest standing held are
+ * candidates: a newcomer of lower standing is refused, one of higher standing
+ * always takes a place. Among the candidates, the relayer holding the most
+ * gives one up, from its provider holding the most, the one expiring first;
+ * a relayed newcomer of the candidates' standing only takes its place if its
+ * own relayer (or, within the same relayer, its provider) would then hold no
+ * more than the victim's. Own offers are never chosen, and an own newcomer is
+ * never refused while anything else is held. */
+static size_t pick_victim(gn_offer_table *t, const gn_offer *o, int s, const uint8_t relayer[GN_PK_LEN]) {
+  int low = STANDING_MAX + 1;
+  for (size_t i = 0; i < t->n; i++)
+    if (!is_own(t, t->e[i].offer.provider) && t->e[i].standing < low)
+      low = t->e[i].standing;
+  if (low > STANDING_MAX)
+    return t->n; /* nothing but our own */
   bool own = is_own(t, o->provider);
+  if (!own && s < low)
+    return t->n;
+  bool privileged = own || s > low; /* takes a place without the fairness test */
   memset(t->slots, 0, t->nslots * sizeof(*t->slots));
   count_slot *last = NULL; /* runs of one key are common: skip the hash */
   for (size_t i = 0; i < t->n; i++) {
-    if (is_own(t, t->e[i].offer.provider))
+    if (is_own(t, t->e[i].offer.provider) || t->e[i].standing != low)
       continue;
     if (!last || memcmp(last->key, t->e[i].relayer, GN_PK_LEN) != 0)
       last = slot_of(t, t->e[i].relayer);
     last->n++;
   }
-  const count_slot *r = heaviest(t, own ? NULL : relayer);
-  if (!r)
-    return t->n; /* nothing but our own */
+  const count_slot *r = heaviest(t, privileged ? NULL : relayer);
   const uint8_t *rkey = r->key;
-  size_t rn = r->n, new_rn = own ? 0 : slot_of(t, relayer)->n;
-  bool same_relayer = !own && memcmp(rkey, relayer, GN_PK_LEN) == 0;
+  size_t rn = r->n, new_rn = privileged ? 0 : slot_of(t, relayer)->n;
+  bool same_relayer = !privileged && memcmp(rkey, relayer, GN_PK_LEN) == 0;
   memset(t->slots, 0, t->nslots * sizeof(*t->slots));
   last = NULL;
   for (size_t i = 0; i < t->n; i++) {
     const gn_offer_entry *x = &t->e[i];
-    if (is_own(t, x->offer.provider) || memcmp(x->relayer, rkey, GN_PK_LEN) != 0)
+    if (is_own(t, x->offer.provider) || x->standing != low || memcmp(x->relayer, rkey, GN_PK_LEN) != 0)
       continue;
-    count_slot *s = last && memcmp(last->key, x->offer.provider, GN_PK_LEN) == 0 ? last : slot_of(t, x->offer.provider);
-    last = s;
-    if (s->n++ == 0 || x->offer.expires_s < t->e[s->best].offer.expires_s)
-      s->best = i;
+    count_slot *c = last && memcmp(last->key, x->offer.provider, GN_PK_LEN) == 0 ? last : slot_of(t, x->offer.provider);
+    last = c;
+    if (c->n++ == 0 || x->offer.expires_s < t->e[c->best].offer.expires_s)
+      c->best = i;
   }
   const count_slot *p = heaviest(t, same_relayer ? o->provider : NULL);
   size_t pn = p->n, new_pn = same_relayer ? slot_of(t, o->provider)->n : 0;
-  if (!own) {
+  if (!privileged) {
     if (!same_relayer && new_rn + 1 > rn - 1)
       return t->n;
     if (same_relayer && new_pn + 1 > pn - 1)
@@ -406,11 +433,12 @@ int gn_offer_table_put_from(gn_offer_table *t, const uint8_t *env, size_t len, i
   }
   if (at < t->n && t->e[at].offer.seq >= o.seq)
     return 0;
+  int standing = standing_of(t, &o);
   if (at == t->n) {
     if (mine >= PER_PROVIDER_MAX)
       return GN_ETOOBIG;
     if (t->n == t->max) {
-      size_t victim = pick_victim(t, &o, relayer);
+      size_t victim = pick_victim(t, &o, standing, relayer);
       if (victim == t->n)
         return GN_ETOOBIG;
       entry_remove(t, victim);
@@ -431,6 +459,7 @@ int gn_offer_table_put_from(gn_offer_table *t, const uint8_t *env, size_t len, i
   x->raw = raw;
   x->raw_len = len;
   memcpy(x->relayer, relayer, GN_PK_LEN);
+  x->standing = standing;
   return 1;
 }
 
@@ -467,6 +496,11 @@ int gn_offer_table_withdraw(gn_offer_table *t, const uint8_t *env, size_t len) {
   }
   tomb_put(t, provider, seq);
   return dropped;
+}
+
+bool gn_offer_table_withdrawn(const gn_offer_table *t, const uint8_t provider[GN_PK_LEN], uint64_t seq) {
+  const tombstone *tb = t && provider ? tomb_find(t, provider) : NULL;
+  return tb && seq <= tb->seq;
 }
 
 size_t gn_offer_table_remove_provider(gn_offer_table *t, const uint8_t provider[GN_PK_LEN]) {

@@ -69,6 +69,7 @@ typedef struct gn_offer_entry {
   uint8_t *raw; /* the signed envelope as received, for relaying */
   size_t raw_len;
   uint8_t relayer[GN_PK_LEN]; /* the peer that handed it over; zero if unknown (the cache) */
+  int standing;               /* the standing hook's score when it was stored (0 without a hook) */
 } gn_offer_entry;
 
 typedef struct gn_offer_table gn_offer_table;
@@ -77,6 +78,19 @@ gn_offer_table *gn_offer_table_new(size_t max_entries);
 gn_offer_table *gn_offer_table_free(gn_offer_table *t);
 /* The node's own key: its offers are never evicted and always find room. */
 void gn_offer_table_set_self(gn_offer_table *t, const uint8_t self[GN_PK_LEN]);
+/* The standing of an offer's provider with this node, a small score: by
+ * convention 2 = its attestation verified and it completed leases with us,
+ * 1 = its attestation verified, 0 = unknown. Called once by each put of an
+ * offer that is new or newer than the one held (not for duplicates, older,
+ * withdrawn or invalid ones); it must be cheap and must not change the table.
+ * The score is kept with the entry until its next refresh. */
+typedef int (*gn_offer_standing_fn)(void *ud, const gn_offer *o);
+/* Sets (or with fn NULL, clears) the standing hook. When the table is full,
+ * only entries of the lowest standing held are eviction candidates, so a
+ * newcomer of lower standing than every entry is refused, one of higher
+ * standing always finds room, and offers of standing 0 can never push out an
+ * offer of standing > 0. Scores are clamped to 0..100. */
+void gn_offer_table_set_standing(gn_offer_table *t, gn_offer_standing_fn fn, void *ud);
 /* Verifies a GN_MSG_OFFER envelope (issuer's signature, expiry against now_s,
  * lifetime at most GN_OFFER_LIFETIME_MAX_S past its issue time, issued at most
  * an hour ahead) and inserts it. Returns 1 if it is new or newer than what the
@@ -85,8 +99,9 @@ void gn_offer_table_set_self(gn_offer_table *t, const uint8_t self[GN_PK_LEN]);
  * GN_EEXPIRED, GN_EINVAL for a lifetime out of bounds, GN_ETOOBIG when the
  * provider already holds 16 offers or the table is full and the newcomer's
  * relayer (or, within it, its provider) already holds the most entries.
- * When full, room is made by evicting from the relayer holding the most
- * entries, within it from the provider holding the most, its offer expiring
+ * When full, room is made among the entries of the lowest standing (see
+ * gn_offer_table_set_standing) by evicting from the relayer holding the most
+ * of them, within it from the provider holding the most, its offer expiring
  * first; the node's own offers are never evicted. relayer may be NULL
  * (unknown). */
 int gn_offer_table_put_from(gn_offer_table *t, const uint8_t *env, size_t len, int64_t now_s,
@@ -98,6 +113,9 @@ int gn_offer_table_put(gn_offer_table *t, const uint8_t *env, size_t len, int64_
  * such offers arriving later are ignored. Returns the number dropped, or a
  * negative code (GN_EPERM when the signer is not the provider). */
 int gn_offer_table_withdraw(gn_offer_table *t, const uint8_t *env, size_t len);
+/* True when a withdrawal the table remembers covers the provider's offers
+ * up to seq (a put of such an offer would be ignored). */
+bool gn_offer_table_withdrawn(const gn_offer_table *t, const uint8_t provider[GN_PK_LEN], uint64_t seq);
 size_t gn_offer_table_remove_provider(gn_offer_table *t, const uint8_t provider[GN_PK_LEN]);
 size_t gn_offer_table_expire(gn_offer_table *t, int64_t now_s);
 size_t gn_offer_table_count(const gn_offer_table *t);

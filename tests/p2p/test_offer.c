@@ -571,6 +571,106 @@ static void test_offer_table_cache_poison(void **state) {
   unlink(path);
 }
 
+/* Issue 9, item 3: standing. The hook grades prov 1 (attested) and `vet` 2;
+ * fresh identities are 0. */
+static gn_identity *vet;
+static int standing_hook(void *ud, const gn_offer *o) {
+  (void)ud;
+  if (memcmp(o->provider, prov->pk, GN_PK_LEN) == 0)
+    return 1;
+  return vet && memcmp(o->provider, vet->pk, GN_PK_LEN) == 0 ? 2 : 0;
+}
+
+/* prov advertises 16 models (the most one provider may), so that without
+ * standing its offers are the flood's first victims (the heaviest provider
+ * of the heaviest relayer); 5,000 offers of 500 fresh identities through the
+ * same peer then leave all 16 in place, and a provider of higher standing
+ * still finds room in the full table. */
+static void test_offer_table_standing_survives_sybil_flood(void **state) {
+  (void)state;
+  uint8_t peer_y[GN_PK_LEN];
+  memset(peer_y, 0x59, sizeof(peer_y));
+  gn_offer_table *t = gn_offer_table_new(4096);
+  gn_offer_table_set_self(t, other->pk);
+  gn_offer_table_set_standing(t, standing_hook, NULL);
+  gn_buf e = {0};
+  char model[32], id[GN_OFFER_ID_STRLEN];
+  for (int m = 0; m < 16; m++) {
+    snprintf(model, sizeof(model), "RTX 4090 #%d", m);
+    gn_offer o = sample(1, model);
+    seal(prov, &o, &e);
+    assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, peer_y), 1);
+  }
+  assert_int_equal(gn_offer_table_at(t, 0)->standing, 1);
+  attack_fill(t, GN_OFFER_LIFETIME_MAX_S, peer_y);
+  assert_int_equal(gn_offer_table_count(t), 4096);
+  for (int m = 0; m < 16; m++) {
+    snprintf(model, sizeof(model), "RTX 4090 #%d", m);
+    gn_offer o = sample(1, model);
+    gn_offer_id(&o, id);
+    assert_non_null(gn_offer_table_find(t, id));
+  }
+  assert_int_equal(gn_identity_generate(&vet), 0);
+  gn_offer v = sample(1, "H100");
+  memcpy(v.provider, vet->pk, GN_PK_LEN);
+  seal(vet, &v, &e);
+  assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, peer_y), 1);
+  gn_offer_id(&v, id);
+  assert_non_null(gn_offer_table_find(t, id));
+  assert_int_equal(gn_offer_table_find(t, id)->standing, 2);
+  assert_int_equal(gn_offer_table_count(t), 4096);
+  vet = gn_identity_free(vet);
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+}
+
+/* A full table of offers of standing 1 refuses a fresh identity's offer,
+ * whoever relays it; the same offer gets in once a place is free. */
+static void test_offer_table_standing_zero_cannot_evict(void **state) {
+  (void)state;
+  uint8_t peer_z[GN_PK_LEN];
+  memset(peer_z, 0x5a, sizeof(peer_z));
+  gn_offer_table *t = gn_offer_table_new(4);
+  gn_offer_table_set_standing(t, standing_hook, NULL);
+  gn_buf e = {0};
+  char model[32];
+  for (int m = 0; m < 4; m++) {
+    snprintf(model, sizeof(model), "A100 #%d", m);
+    gn_offer o = sample(1, model);
+    seal(prov, &o, &e);
+    assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, NULL), 1);
+  }
+  gn_identity *fresh;
+  assert_int_equal(gn_identity_generate(&fresh), 0);
+  gn_offer f = sample(1, "poison");
+  memcpy(f.provider, fresh->pk, GN_PK_LEN);
+  seal(fresh, &f, &e);
+  assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, peer_z), GN_ETOOBIG);
+  assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, fresh->pk), GN_ETOOBIG);
+  assert_int_equal(gn_offer_table_count(t), 4);
+  assert_int_equal(gn_offer_table_remove_provider(t, prov->pk), 4);
+  seal(fresh, &f, &e);
+  assert_int_equal(gn_offer_table_put_from(t, e.data, e.len, NOW, peer_z), 1);
+  gn_identity_free(fresh);
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+}
+
+/* The table answers whether a withdrawal covers a seq. */
+static void test_offer_table_withdrawn_reports_tombstones(void **state) {
+  (void)state;
+  gn_offer_table *t = gn_offer_table_new(8);
+  gn_buf e = {0};
+  assert_false(gn_offer_table_withdrawn(t, prov->pk, 1));
+  assert_int_equal(gn_offer_withdraw_seal(prov, 5, &e), 0);
+  assert_true(gn_offer_table_withdraw(t, e.data, e.len) >= 0);
+  assert_true(gn_offer_table_withdrawn(t, prov->pk, 5));
+  assert_false(gn_offer_table_withdrawn(t, prov->pk, 6));
+  assert_false(gn_offer_table_withdrawn(t, other->pk, 1));
+  gn_buf_done(&e);
+  gn_offer_table_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_offer_encode_decode_roundtrip),
@@ -585,6 +685,9 @@ int main(void) {
       cmocka_unit_test(test_offer_table_sqlite_roundtrip),
       cmocka_unit_test(test_offer_table_sybil_flood),
       cmocka_unit_test(test_offer_table_cache_poison),
+      cmocka_unit_test(test_offer_table_standing_survives_sybil_flood),
+      cmocka_unit_test(test_offer_table_standing_zero_cannot_evict),
+      cmocka_unit_test(test_offer_table_withdrawn_reports_tombstones),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
