@@ -14,7 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GN_SWIM_ADDR_MAX 64 /* "host:port" with its NUL */
+#define GN_SWIM_ADDR_MAX 64    /* "host:port" with its NUL */
+#define GN_SWIM_BODY_MAX 65507 /* a longer body is refused (GN_ETOOBIG): more than one UDP datagram holds */
+#define GN_SWIM_UPDATES_MAX 64 /* update records one body may carry; more is refused (GN_ETOOBIG) */
+#define GN_SWIM_DEAD_SAMPLE 2  /* recent dead/left records every ACK carries, round robin */
 
 typedef struct gn_swim gn_swim;
 
@@ -111,5 +114,16 @@ size_t gn_swim_members(const gn_swim *s, gn_swim_member *out, size_t cap);
 uint32_t gn_swim_health(const gn_swim *s);
 uint32_t gn_swim_incarnation(const gn_swim *s);
 void gn_swim_stats_get(const gn_swim *s, gn_swim_stats *ret);
+
+/* The members above are the other nodes: gn_swim_count and gn_swim_members
+ * never include this node, while gn_swim_get on its own id returns its own
+ * record (its incarnation, ALIVE or LEFT). */
+
+/* Whether id is a member that answered a ping of ours with its own
+ * signature (hearsay never evicts such a member when the table is full). */
+bool gn_swim_verified(const gn_swim *s, const uint8_t id[GN_PK_LEN]);
+/* Whether addr is an address bodies may carry: "a.b.c.d:port" or
+ * "[v6]:port", numeric, port 1-65535, shorter than GN_SWIM_ADDR_MAX. */
+bool gn_swim_addr_valid(const char *addr);
 
 #endif

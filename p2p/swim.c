@@ -1,0 +1,1390 @@
+/* Membership: SWIM failure detection with the Lifeguard refinements, as an
+ * I/O-free state machine driven by datagrams, the caller's clock and a seed
+ * (include/gpunet/swim.h; the bodies and rules are in docs/overlay/membership.md). */
+#include <gpunet/swim.h>
+#include <gpunet/wire.h>
+
+#include <arpa/inet.h>
+#include <sodium.h>
+#include <stddef.h>
+
+#define SW_NONE UINT32_MAX
+#define SW_K_EXPECTED 3      /* confirmations a suspicion expects (Lifeguard's k) */
+#define SW_CONF_MAX 4        /* the suspicion's origin and up to k confirmers */
+#define SW_HELPERS_MAX 8     /* indirect_k is capped at this */
+#define SW_RELAYS_MAX 16     /* ping-req relays in flight, in total */
+#define SW_RELAYS_PER_PEER 2 /* ... and per requester */
+#define SW_SENT_RING 64      /* pings and ping-reqs whose answers we still accept */
+#define SW_PICK_MAX 32       /* pending updates considered for one body */
+#define SW_DEAD_PING_EVERY 4 /* every 4th probe also pings one recently dead member */
+#define SW_INC_MAX UINT32_MAX
+
+typedef struct sw_node {
+  uint8_t id[GN_PK_LEN];
+  char addr[GN_SWIM_ADDR_MAX];
+  uint64_t hkey; /* keyed hash of id: the table's and the confirmers' key */
+  uint64_t since_ms;
+  uint32_t inc;
+  uint8_t state;
+  bool used;
+  bool verified;    /* it answered a ping of ours with its signature */
+  bool want_deaths; /* first heard of, or with a new incarnation: tell it the recent deaths */
+  uint32_t order_pos, pend_pos, dead_pos;
+  uint32_t tx_count;     /* times its current record rode a body */
+  uint64_t tx_stamp;     /* when that record was queued: newer first */
+  uint8_t by[GN_PK_LEN]; /* who suspected or declared it (gossiped with the record) */
+  bool has_by;
+  /* Its suspicion, while SUSPECT. */
+  uint64_t susp_start_ms;
+  uint32_t susp_min_ms, susp_max_ms;
+  uint8_t susp_k, susp_n;
+  uint64_t susp_conf[SW_CONF_MAX];
+} sw_node;
+
+typedef struct sw_list {
+  uint32_t *a;
+  uint32_t n;
+} sw_list;
+
+enum { L_ORDER, L_PEND, L_DEAD };
+
+typedef struct sw_upd {
+  uint8_t id[GN_PK_LEN];
+  char addr[GN_SWIM_ADDR_MAX];
+  uint32_t inc;
+  uint8_t st;
+  bool has_by;
+  uint8_t by[GN_PK_LEN];
+} sw_upd;
+
+/* One decoded body: everything is validated before anything is applied. */
+typedef struct sw_msg {
+  uint8_t from[GN_PK_LEN];
+  uint32_t inc;
+  char addr[GN_SWIM_ADDR_MAX];
+  uint64_t seq;
+  bool has_to, has_target;
+  uint8_t to[GN_PK_LEN];
+  uint8_t target[GN_PK_LEN];
+  char taddr[GN_SWIM_ADDR_MAX];
+  uint32_t nupd;
+  sw_upd upd[GN_SWIM_UPDATES_MAX];
+} sw_msg;
+
+typedef struct sw_sent {
+  bool used;
+  bool req; /* a ping-req to a helper (peer) about target */
+  uint64_t seq;
+  uint8_t peer[GN_PK_LEN];   /* who must sign the answer */
+  uint8_t target[GN_PK_LEN]; /* whom it is about */
+} sw_sent;
+
+typedef struct sw_relay {
+  bool used;
+  uint64_t seq_out, seq_in, nack_ms;
+  uint8_t requester[GN_PK_LEN];
+  char req_addr[GN_SWIM_ADDR_MAX];
+  uint8_t target[GN_PK_LEN];
+} sw_relay;
+
+struct gn_swim {
+  gn_swim_config cfg;
+  gn_swim_io io;
+  uint64_t rng;
+  uint8_t hash_key[crypto_shorthash_KEYBYTES];
+  /* Slot 0 is this node; members live in slots 1.. (stable while they stay). */
+  sw_node *nodes;
+  uint32_t cap, hi;
+  uint32_t *free_slots;
+  uint32_t nfree;
+  uint32_t *tab; /* open addressing, linear probing: slot numbers */
+  uint32_t tab_mask;
+  sw_list order, pend, dead;
+  uint32_t probe_idx;
+  uint64_t stamp;
+  uint32_t dead_cursor, dead_ping_cursor;
+  uint32_t count[4]; /* members by state, this node excluded */
+  uint32_t unverified;
+  uint32_t health;
+  bool left;
+  struct {
+    bool active, indirect;
+    uint8_t id[GN_PK_LEN];
+    uint64_t seq, start_ms, req_ms, end_ms;
+    uint32_t nhelpers, nacks;
+    uint8_t helpers[SW_HELPERS_MAX][GN_PK_LEN];
+    bool nacked[SW_HELPERS_MAX];
+  } probe;
+  uint64_t next_probe_ms;
+  uint32_t probe_ticks;
+  sw_sent sent[SW_SENT_RING];
+  uint32_t sent_next;
+  sw_relay relays[SW_RELAYS_MAX];
+  uint64_t next_susp_ms, next_reap_ms;
+  gn_swim_stats stats;
+  sw_msg *rx;
+  gn_wire_writer w;
+  gn_buf one, ub, out;
+};
+
+/* --- small helpers ----------------------------------------------------------*/
+
+static uint64_t sw_rand(gn_swim *s) {
+  uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint32_t sw_below(gn_swim *s, uint32_t n) {
+  return n ? (uint32_t)(sw_rand(s) % n) : 0;
+}
+
+/* Natural logarithm, computed here so that timeouts are the same bits on
+ * every machine (the simulator replays from a seed) and libm is not needed. */
+static double sw_ln(double x) {
+  if (x <= 0)
+    return 0;
+  int e = 0;
+  while (x >= 2.0) {
+    x /= 2.0;
+    e++;
+  }
+  while (x < 1.0) {
+    x *= 2.0;
+    e--;
+  }
+  double t = (x - 1.0) / (x + 1.0), t2 = t * t, term = t, sum = 0;
+  for (int i = 1; i < 60; i += 2) {
+    sum += term / i;
+    term *= t2;
+  }
+  return 2.0 * sum + e * 0.69314718055994530942;
+}
+
+static uint64_t sw_hash(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
+  uint8_t h[crypto_shorthash_BYTES];
+  crypto_shorthash(h, id, GN_PK_LEN, s->hash_key);
+  uint64_t v;
+  memcpy(&v, h, sizeof v);
+  return v;
+}
+
+static bool addr_valid(const char *a) {
+  size_t n = strnlen(a, GN_SWIM_ADDR_MAX);
+  if (n < 3 || n >= GN_SWIM_ADDR_MAX)
+    return false;
+  const char *colon = strrchr(a, ':');
+  if (!colon || colon == a)
+    return false;
+  const char *p = colon + 1;
+  size_t plen = strlen(p);
+  if (plen < 1 || plen > 5)
+    return false;
+  uint32_t port = 0;
+  for (size_t i = 0; i < plen; i++) {
+    if (p[i] < '0' || p[i] > '9')
+      return false;
+    port = port * 10 + (uint32_t)(p[i] - '0');
+  }
+  if (port < 1 || port > 65535)
+    return false;
+  char host[GN_SWIM_ADDR_MAX];
+  size_t hlen = (size_t)(colon - a);
+  unsigned char bin[16];
+  if (a[0] == '[') {
+    if (hlen < 3 || a[hlen - 1] != ']')
+      return false;
+    memcpy(host, a + 1, hlen - 2);
+    host[hlen - 2] = 0;
+    return inet_pton(AF_INET6, host, bin) == 1;
+  }
+  memcpy(host, a, hlen);
+  host[hlen] = 0;
+  return inet_pton(AF_INET, host, bin) == 1;
+}
+
+bool gn_swim_addr_valid(const char *addr) {
+  return addr && addr_valid(addr);
+}
+
+/* Members other than this node that are not dead or gone, plus this one:
+ * the n of the formulas. */
+static uint32_t est_n(const gn_swim *s) {
+  return s->count[GN_SWIM_ALIVE] + s->count[GN_SWIM_SUSPECT] + 1;
+}
+
+static uint64_t scaled(const gn_swim *s, uint32_t ms) {
+  return (uint64_t)ms * (s->health + 1);
+}
+
+/* retransmit_mult * ceil(log10(n + 1)), at least 1. */
+static uint32_t tx_limit(const gn_swim *s) {
+  uint64_t n1 = (uint64_t)est_n(s) + 1, v = 1;
+  uint32_t d = 0;
+  while (v < n1) {
+    v *= 10;
+    d++;
+  }
+  uint32_t lim = s->cfg.retransmit_mult * d;
+  return lim ? lim : 1;
+}
+
+static void health_add(gn_swim *s, int delta) {
+  int64_t h = (int64_t)s->health + delta;
+  if (h < 0)
+    h = 0;
+  if (h > (int64_t)s->cfg.awareness_max)
+    h = s->cfg.awareness_max;
+  s->health = (uint32_t)h;
+}
+
+/* --- lists of slots with a back index ---------------------------------------*/
+
+static uint32_t *lpos(sw_node *n, int which) {
+  return which == L_ORDER ? &n->order_pos : which == L_PEND ? &n->pend_pos : &n->dead_pos;
+}
+
+static sw_list *lget(gn_swim *s, int which) {
+  return which == L_ORDER ? &s->order : which == L_PEND ? &s->pend : &s->dead;
+}
+
+static void list_add(gn_swim *s, int which, uint32_t slot) {
+  sw_list *L = lget(s, which);
+  uint32_t *p = lpos(&s->nodes[slot], which);
+  if (*p != SW_NONE)
+    return;
+  L->a[L->n] = slot;
+  *p = L->n++;
+}
+
+static void list_del(gn_swim *s, int which, uint32_t slot) {
+  sw_list *L = lget(s, which);
+  uint32_t *p = lpos(&s->nodes[slot], which);
+  if (*p == SW_NONE)
+    return;
+  uint32_t last = L->a[--L->n];
+  L->a[*p] = last;
+  *lpos(&s->nodes[last], which) = *p;
+  *p = SW_NONE;
+}
+
+static void list_swap(gn_swim *s, int which, uint32_t i, uint32_t j) {
+  sw_list *L = lget(s, which);
+  uint32_t a = L->a[i], b = L->a[j];
+  L->a[i] = b;
+  L->a[j] = a;
+  *lpos(&s->nodes[a], which) = j;
+  *lpos(&s->nodes[b], which) = i;
+}
+
+/* --- the id table -----------------------------------------------------------*/
+
+static uint32_t tab_find(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
+  uint64_t h = sw_hash(s, id);
+  for (uint32_t i = (uint32_t)h & s->tab_mask;; i = (i + 1) & s->tab_mask) {
+    uint32_t slot = s->tab[i];
+    if (slot == SW_NONE)
+      return SW_NONE;
+    if (s->nodes[slot].hkey == h && memcmp(s->nodes[slot].id, id, GN_PK_LEN) == 0)
+      return slot;
+  }
+}
+
+static void tab_insert(gn_swim *s, uint32_t slot) {
+  uint32_t i = (uint32_t)s->nodes[slot].hkey & s->tab_mask;
+  while (s->tab[i] != SW_NONE)
+    i = (i + 1) & s->tab_mask;
+  s->tab[i] = slot;
+}
+
+/* Backward-shift deletion: no tombstones, so lookups stay short however
+ * many members come and go. */
+static void tab_remove(gn_swim *s, uint32_t slot) {
+  uint32_t i = (uint32_t)s->nodes[slot].hkey & s->tab_mask;
+  while (s->tab[i] != slot) {
+    if (s->tab[i] == SW_NONE)
+      return;
+    i = (i + 1) & s->tab_mask;
+  }
+  s->tab[i] = SW_NONE;
+  for (uint32_t j = (i + 1) & s->tab_mask; s->tab[j] != SW_NONE; j = (j + 1) & s->tab_mask) {
+    uint32_t k = (uint32_t)s->nodes[s->tab[j]].hkey & s->tab_mask;
+    bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+    if (!stays) {
+      s->tab[i] = s->tab[j];
+      s->tab[j] = SW_NONE;
+      i = j;
+    }
+  }
+}
+
+/* Grows every per-slot array to ncap slots and rebuilds the id table. */
+static int grow(gn_swim *s, uint32_t ncap) {
+  uint32_t tsize = 16;
+  while (tsize < 2 * ncap)
+    tsize *= 2;
+  sw_node *nodes = realloc(s->nodes, (size_t)ncap * sizeof *nodes);
+  if (!nodes)
+    return GN_ENOMEM;
+  s->nodes = nodes;
+  uint32_t **arrs[4] = {&s->free_slots, &s->order.a, &s->pend.a, &s->dead.a};
+  for (int i = 0; i < 4; i++) {
+    uint32_t *p = realloc(*arrs[i], (size_t)ncap * sizeof *p);
+    if (!p)
+      return GN_ENOMEM;
+    *arrs[i] = p;
+  }
+  uint32_t *tab = malloc((size_t)tsize * sizeof *tab);
+  if (!tab)
+    return GN_ENOMEM;
+  memset(&s->nodes[s->cap], 0, (size_t)(ncap - s->cap) * sizeof *nodes);
+  free(s->tab);
+  s->tab = tab;
+  s->tab_mask = tsize - 1;
+  s->cap = ncap;
+  memset(s->tab, 0xff, (size_t)tsize * sizeof *tab);
+  for (uint32_t i = 0; i < s->hi; i++)
+    if (s->nodes[i].used)
+      tab_insert(s, i);
+  return 0;
+}
+
+/* --- events and gossip ------------------------------------------------------*/
+
+static void to_member(const sw_node *n, gn_swim_member *m) {
+  memcpy(m->id, n->id, GN_PK_LEN);
+  memcpy(m->addr, n->addr, GN_SWIM_ADDR_MAX);
+  m->incarnation = n->inc;
+  m->state = (gn_swim_state)n->state;
+  m->since_ms = n->since_ms;
+}
+
+static void emit(gn_swim *s, gn_swim_event_kind kind, const sw_node *n, bool local) {
+  if (!s->io.event)
+    return;
+  gn_swim_event ev = {.kind = kind, .local = local};
+  to_member(n, &ev.member);
+  s->io.event(s->io.ud, &ev);
+}
+
+/* Puts the slot's current record at the head of the dissemination queue. */
+static void enqueue(gn_swim *s, uint32_t slot) {
+  s->nodes[slot].tx_count = 0;
+  s->nodes[slot].tx_stamp = ++s->stamp;
+  list_add(s, L_PEND, slot);
+}
+
+/* Moves a member to state st at incarnation inc, keeping the counts, the
+ * dead list, the event and the queue in step. */
+static void set_state(gn_swim *s, uint32_t slot, uint8_t st, uint32_t inc, uint64_t now, bool local) {
+  sw_node *n = &s->nodes[slot];
+  uint8_t old = n->state;
+  n->inc = inc;
+  if (old != st) {
+    s->count[old]--;
+    s->count[st]++;
+    n->state = st;
+    n->since_ms = now;
+    if (st == GN_SWIM_DEAD || st == GN_SWIM_LEFT) {
+      list_add(s, L_DEAD, slot);
+      uint64_t reap = now + s->cfg.dead_keep_ms;
+      if (reap < s->next_reap_ms)
+        s->next_reap_ms = reap;
+    } else {
+      list_del(s, L_DEAD, slot);
+    }
+  }
+  enqueue(s, slot);
+  if (old == st)
+    return;
+  gn_swim_event_kind k = st == GN_SWIM_ALIVE     ? GN_SWIM_EV_ALIVE
+                         : st == GN_SWIM_SUSPECT ? GN_SWIM_EV_SUSPECT
+                         : st == GN_SWIM_DEAD    ? GN_SWIM_EV_DEAD
+                                                 : GN_SWIM_EV_LEFT;
+  emit(s, k, n, local);
+}
+
+/* --- suspicion (Lifeguard) --------------------------------------------------*/
+
+static uint64_t susp_deadline(const sw_node *n) {
+  uint32_t t = n->susp_min_ms;
+  if (n->susp_k > 0) {
+    double frac = sw_ln((double)n->susp_n + 1.0) / sw_ln((double)n->susp_k + 1.0);
+    double raw = (double)n->susp_max_ms - frac * (double)(n->susp_max_ms - n->susp_min_ms);
+    if (raw > (double)n->susp_min_ms)
+      t = (uint32_t)raw;
+  }
+  return n->susp_start_ms + t;
+}
+
+static void susp_arm(gn_swim *s, const sw_node *n) {
+  uint64_t d = susp_deadline(n);
+  if (d < s->next_susp_ms)
+    s->next_susp_ms = d;
+}
+
+/* Starts a suspicion of slot at inc, raised by origin. */
+static void suspect(gn_swim *s, uint32_t slot, uint32_t inc, const uint8_t origin[GN_PK_LEN], uint64_t now,
+                    bool local) {
+  sw_node *n = &s->nodes[slot];
+  uint32_t nn = est_n(s);
+  uint32_t k = SW_K_EXPECTED;
+  /* Without enough other members to confirm it, expect no confirmation:
+   * the timeout is then the minimum (memberlist's rule; n counts this node
+   * and the suspect). */
+  if (nn < k + 2)
+    k = 0;
+  double scale = sw_ln((double)(nn ? nn : 1)) / sw_ln(10.0);
+  if (scale < 1.0)
+    scale = 1.0;
+  double min_ms = (double)s->cfg.suspicion_alpha * scale * (double)s->cfg.probe_interval_ms;
+  double max_ms = min_ms * (double)s->cfg.suspicion_beta;
+  if (max_ms > 4.0e9)
+    max_ms = 4.0e9;
+  if (min_ms > max_ms)
+    min_ms = max_ms;
+  n->susp_min_ms = (uint32_t)min_ms;
+  n->susp_max_ms = (uint32_t)max_ms;
+  n->susp_k = (uint8_t)k;
+  n->susp_n = 0;
+  n->susp_start_ms = now;
+  memset(n->susp_conf, 0, sizeof n->susp_conf);
+  n->susp_conf[0] = sw_hash(s, origin);
+  memcpy(n->by, origin, GN_PK_LEN);
+  n->has_by = true;
+  set_state(s, slot, GN_SWIM_SUSPECT, inc, now, local);
+  susp_arm(s, n);
+}
+
+/* Another suspicion of the same member at the same incarnation: gossip
+ * naming another accuser, or (own) a failed probe of ours. Returns true when
+ * it counted (a new, independent confirmer). Gossip naming us as the
+ * accuser is our own suspicion coming back, never a confirmation. */
+static bool confirm(gn_swim *s, uint32_t slot, const uint8_t by[GN_PK_LEN], bool own) {
+  sw_node *n = &s->nodes[slot];
+  if (n->susp_n >= n->susp_k || memcmp(by, n->id, GN_PK_LEN) == 0 ||
+      (!own && memcmp(by, s->nodes[0].id, GN_PK_LEN) == 0))
+    return false;
+  uint64_t h = sw_hash(s, by);
+  for (uint32_t i = 0; i <= n->susp_n; i++)
+    if (n->susp_conf[i] == h)
+      return false;
+  n->susp_conf[++n->susp_n] = h;
+  memcpy(n->by, by, GN_PK_LEN);
+  n->has_by = true;
+  susp_arm(s, n);
+  return true;
+}
+
+/* --- members ----------------------------------------------------------------*/
+
+static void remove_member(gn_swim *s, uint32_t slot) {
+  sw_node *n = &s->nodes[slot];
+  list_del(s, L_ORDER, slot);
+  list_del(s, L_PEND, slot);
+  list_del(s, L_DEAD, slot);
+  tab_remove(s, slot);
+  s->count[n->state]--;
+  if (!n->verified)
+    s->unverified--;
+  memset(n, 0, sizeof *n);
+  s->free_slots[s->nfree++] = slot;
+}
+
+/* When the table is full, a member heard from directly may take the place
+ * of one only known by hearsay (never of one that answered our ping):
+ * the dead first, then suspects, then the alive. */
+static uint32_t eviction_victim(const gn_swim *s) {
+  static const uint8_t pref[4] = {GN_SWIM_LEFT, GN_SWIM_DEAD, GN_SWIM_SUSPECT, GN_SWIM_ALIVE};
+  if (!s->unverified)
+    return SW_NONE;
+  for (int p = 0; p < 4; p++)
+    for (uint32_t i = 1; i < s->hi; i++)
+      if (s->nodes[i].used && !s->nodes[i].verified && s->nodes[i].state == pref[p])
+        return i;
+  return SW_NONE;
+}
+
+/* Adds an alive member. direct: the member itself or our caller vouches for
+ * it (may evict hearsay); otherwise it is hearsay, which may fill at most
+ * three quarters of the table and never evicts. */
+static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint32_t inc, bool direct,
+                           uint64_t now) {
+  uint32_t members = s->hi - 1 - s->nfree;
+  if (!direct && (members >= s->cfg.max_members || s->unverified >= s->cfg.max_members - s->cfg.max_members / 4))
+    return SW_NONE;
+  if (members >= s->cfg.max_members) {
+    uint32_t v = eviction_victim(s);
+    if (v == SW_NONE)
+      return SW_NONE;
+    remove_member(s, v);
+  }
+  uint32_t slot;
+  if (s->nfree) {
+    slot = s->free_slots[--s->nfree];
+  } else {
+    if (s->hi == s->cap) {
+      uint32_t ncap = s->cap * 2;
+      if (ncap > s->cfg.max_members + 1)
+        ncap = s->cfg.max_members + 1;
+      if (ncap <= s->cap || grow(s, ncap) < 0)
+        return SW_NONE;
+    }
+    slot = s->hi++;
+  }
+  sw_node *n = &s->nodes[slot];
+  memset(n, 0, sizeof *n);
+  memcpy(n->id, id, GN_PK_LEN);
+  snprintf(n->addr, sizeof n->addr, "%s", addr);
+  n->hkey = sw_hash(s, id);
+  n->inc = inc;
+  n->state = GN_SWIM_ALIVE;
+  n->since_ms = now;
+  n->used = true;
+  n->want_deaths = true;
+  n->order_pos = n->pend_pos = n->dead_pos = SW_NONE;
+  tab_insert(s, slot);
+  s->count[GN_SWIM_ALIVE]++;
+  s->unverified++;
+  /* A newcomer takes a random place in the probe order (memberlist), so a
+   * burst of joins is not probed in the order it came. */
+  list_add(s, L_ORDER, slot);
+  list_swap(s, L_ORDER, n->order_pos, sw_below(s, s->order.n));
+  enqueue(s, slot);
+  emit(s, GN_SWIM_EV_JOIN, n, false);
+  return slot;
+}
+
+static void mark_verified(gn_swim *s, uint32_t slot) {
+  if (slot != SW_NONE && slot != 0 && !s->nodes[slot].verified) {
+    s->nodes[slot].verified = true;
+    s->unverified--;
+  }
+}
+
+/* --- encoding ---------------------------------------------------------------*/
+
+static void put_key(gn_wire_writer *w, const char *k) {
+  gn_wire_put_str(w, k);
+}
+
+/* One update record: {id, addr, inc, st[, by]}. */
+static int encode_update(gn_swim *s, const sw_node *n) {
+  gn_wire_writer *w = &s->w;
+  bool by = n->has_by && (n->state == GN_SWIM_SUSPECT || n->state == GN_SWIM_DEAD);
+  gn_wire_put_map(w, by ? 5 : 4);
+  put_key(w, "id");
+  gn_wire_put_bin(w, n->id, GN_PK_LEN);
+  put_key(w, "addr");
+  gn_wire_put_str(w, n->addr);
+  put_key(w, "inc");
+  gn_wire_put_u64(w, n->inc);
+  put_key(w, "st");
+  gn_wire_put_u64(w, n->state);
+  if (by) {
+    put_key(w, "by");
+    gn_wire_put_bin(w, n->by, GN_PK_LEN);
+  }
+  s->one.len = 0;
+  return gn_wire_writer_take(w, &s->one);
+}
+
+typedef struct sw_pack {
+  size_t budget; /* bytes left for update records */
+  uint32_t n;
+  uint32_t slots[GN_SWIM_UPDATES_MAX];
+} sw_pack;
+
+/* Appends slot's record if it fits and is not in the body already. */
+static bool pack_add(gn_swim *s, sw_pack *p, uint32_t slot) {
+  if (p->n >= GN_SWIM_UPDATES_MAX)
+    return false;
+  for (uint32_t i = 0; i < p->n; i++)
+    if (p->slots[i] == slot)
+      return false;
+  if (encode_update(s, &s->nodes[slot]) < 0 || s->one.len > p->budget)
+    return false;
+  if (gn_buf_append(&s->ub, s->one.data, s->one.len) < 0)
+    return false;
+  p->budget -= s->one.len;
+  p->slots[p->n++] = slot;
+  return true;
+}
+
+/* Fills the update records of a body to dest (SW_NONE when not a member):
+ * the buddy record, recent deaths, then the dissemination queue. */
+static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
+  /* Buddy system: a member we believe suspect (or dead) hears it first. */
+  if (dest != SW_NONE && s->nodes[dest].state != GN_SWIM_ALIVE)
+    pack_add(s, p, dest);
+  /* Missed deaths: a member new to us, or back with a new incarnation, may
+   * have missed deaths whose gossip has run out; tell it the newest ones
+   * in up to half the room. */
+  if (dest != SW_NONE && s->nodes[dest].want_deaths) {
+    size_t half = p->budget / 2, stop = p->budget - half;
+    for (uint32_t i = s->dead.n; i-- > 0 && p->budget > stop;)
+      pack_add(s, p, s->dead.a[i]);
+    s->nodes[dest].want_deaths = false;
+  }
+  /* And every ack carries a sample of the recent deaths, round robin, so
+   * every node hears every death within dead_keep_ms however it missed it. */
+  if (ack) {
+    for (uint32_t i = 0; i < GN_SWIM_DEAD_SAMPLE && i < s->dead.n; i++) {
+      if (s->dead_cursor >= s->dead.n)
+        s->dead_cursor = 0;
+      pack_add(s, p, s->dead.a[s->dead_cursor++]);
+    }
+  }
+  /* The queue: least sent first, newest first among equals. */
+  uint32_t pick[SW_PICK_MAX], np = 0;
+  for (uint32_t i = 0; i < s->pend.n; i++) {
+    uint32_t slot = s->pend.a[i];
+    const sw_node *n = &s->nodes[slot];
+    uint32_t j = np;
+    while (j > 0) {
+      const sw_node *o = &s->nodes[pick[j - 1]];
+      if (o->tx_count < n->tx_count || (o->tx_count == n->tx_count && o->tx_stamp > n->tx_stamp))
+        break;
+      j--;
+    }
+    if (j >= SW_PICK_MAX)
+      continue;
+    uint32_t end = np < SW_PICK_MAX ? np : SW_PICK_MAX - 1;
+    memmove(&pick[j + 1], &pick[j], (end - j) * sizeof pick[0]);
+    pick[j] = slot;
+    if (np < SW_PICK_MAX)
+      np++;
+  }
+  uint32_t lim = tx_limit(s), misses = 0;
+  for (uint32_t i = 0; i < np && misses < 3; i++) {
+    uint32_t slot = pick[i];
+    if (!pack_add(s, p, slot)) {
+      misses++;
+      continue;
+    }
+    if (++s->nodes[slot].tx_count >= lim)
+      list_del(s, L_PEND, slot);
+  }
+}
+
+typedef struct sw_out {
+  uint32_t type;
+  uint64_t seq;
+  const uint8_t *to;     /* PING: whom it is for */
+  const uint8_t *target; /* PING_REQ, NACK, relayed ACK */
+  const char *taddr;     /* PING_REQ */
+} sw_out;
+
+/* Encodes the fixed part of a body into s->out (its map holds nkeys). */
+static int encode_head(gn_swim *s, const sw_out *o, uint32_t extra_keys) {
+  gn_wire_writer *w = &s->w;
+  const sw_node *self = &s->nodes[0];
+  uint32_t nkeys = 4 + (o->to ? 1 : 0) + (o->target ? 1 : 0) + (o->taddr ? 1 : 0) + extra_keys;
+  gn_wire_put_map(w, nkeys);
+  put_key(w, "from");
+  gn_wire_put_bin(w, self->id, GN_PK_LEN);
+  put_key(w, "inc");
+  gn_wire_put_u64(w, self->inc);
+  put_key(w, "addr");
+  gn_wire_put_str(w, self->addr);
+  put_key(w, "seq");
+  gn_wire_put_u64(w, o->seq);
+  if (o->to) {
+    put_key(w, "to");
+    gn_wire_put_bin(w, o->to, GN_PK_LEN);
+  }
+  if (o->target) {
+    put_key(w, "target");
+    gn_wire_put_bin(w, o->target, GN_PK_LEN);
+  }
+  if (o->taddr) {
+    put_key(w, "taddr");
+    gn_wire_put_str(w, o->taddr);
+  }
+  s->out.len = 0;
+  return gn_wire_writer_take(w, &s->out);
+}
+
+/* Builds a body with as many update records as max_datagram allows and
+ * hands it to io.send. */
+static void send_body(gn_swim *s, const char *addr, const uint8_t *dest_id, const sw_out *o) {
+  if (encode_head(s, o, 0) < 0)
+    return;
+  size_t head = s->out.len;
+  /* "g" (2 bytes) and an array header of at most 3 bytes follow. */
+  sw_pack p = {0};
+  p.budget = s->cfg.max_datagram > head + 5 ? s->cfg.max_datagram - head - 5 : 0;
+  s->ub.len = 0;
+  uint32_t dest = dest_id ? tab_find(s, dest_id) : SW_NONE;
+  if (dest == 0)
+    dest = SW_NONE;
+  pack_updates(s, &p, dest, o->type == GN_MSG_SWIM_ACK);
+  if (p.n) {
+    if (encode_head(s, o, 1) < 0)
+      return;
+    gn_wire_writer *w = &s->w;
+    put_key(w, "g");
+    gn_wire_put_array(w, p.n);
+    if (gn_wire_writer_take(w, &s->out) < 0 || gn_buf_append(&s->out, s->ub.data, s->ub.len) < 0)
+      return;
+  }
+  s->stats.sent_msgs++;
+  s->stats.sent_bytes += s->out.len;
+  s->io.send(s->io.ud, addr, o->type, s->out.data, s->out.len);
+}
+
+static void sent_record(gn_swim *s, uint64_t seq, const uint8_t peer[GN_PK_LEN], const uint8_t target[GN_PK_LEN],
+                        bool req) {
+  sw_sent *e = &s->sent[s->sent_next];
+  s->sent_next = (s->sent_next + 1) % SW_SENT_RING;
+  e->used = true;
+  e->req = req;
+  e->seq = seq;
+  memcpy(e->peer, peer, GN_PK_LEN);
+  memcpy(e->target, target, GN_PK_LEN);
+}
+
+/* A fresh sequence number: random, never 0, never one still awaited. */
+static uint64_t new_seq(gn_swim *s) {
+  for (;;) {
+    uint64_t v = sw_rand(s);
+    bool taken = v == 0;
+    for (uint32_t i = 0; i < SW_SENT_RING && !taken; i++)
+      taken = s->sent[i].used && s->sent[i].seq == v;
+    if (!taken)
+      return v;
+  }
+}
+
+static void send_ping(gn_swim *s, const char *addr, const uint8_t id[GN_PK_LEN], uint64_t seq) {
+  sw_out o = {.type = GN_MSG_SWIM_PING, .seq = seq, .to = id};
+  sent_record(s, seq, id, id, false);
+  send_body(s, addr, id, &o);
+}
+
+/* --- decoding ---------------------------------------------------------------*/
+
+static int get_addr(const msgpack_object *map, const char *key, char out[GN_SWIM_ADDR_MAX]) {
+  int r = gn_wire_get_str(map, key, out, GN_SWIM_ADDR_MAX);
+  if (r < 0)
+    return r;
+  return addr_valid(out) ? 0 : GN_EINVAL;
+}
+
+static int decode_update(const msgpack_object *o, sw_upd *u) {
+  if (o->type != MSGPACK_OBJECT_MAP)
+    return GN_EINVAL;
+  if (o->via.map.size > 5)
+    return GN_EINVAL;
+  uint64_t st;
+  int r;
+  if ((r = gn_wire_get_bin_exact(o, "id", u->id, GN_PK_LEN)) < 0 || (r = get_addr(o, "addr", u->addr)) < 0 ||
+      (r = gn_wire_get_u32(o, "inc", &u->inc)) < 0 || (r = gn_wire_get_u64(o, "st", &st)) < 0)
+    return r;
+  if (st > GN_SWIM_LEFT)
+    return GN_EINVAL;
+  u->st = (uint8_t)st;
+  u->has_by = gn_wire_get(o, "by") != NULL;
+  if (u->has_by && (r = gn_wire_get_bin_exact(o, "by", u->by, GN_PK_LEN)) < 0)
+    return r;
+  return (uint32_t)(4 + u->has_by) == o->via.map.size ? 0 : GN_EINVAL;
+}
+
+/* Decodes and validates a whole body of type into m. */
+static int decode_msg(uint32_t type, const uint8_t *body, size_t len, sw_msg *m) {
+  if (len > GN_SWIM_BODY_MAX)
+    return GN_ETOOBIG;
+  gn_wire_doc doc;
+  int r = gn_wire_decode(body, len, &doc);
+  if (r < 0)
+    return r;
+  const msgpack_object *root = doc.root;
+  uint32_t want = 4;
+  const msgpack_object_array *g = NULL;
+  if (root->type != MSGPACK_OBJECT_MAP || root->via.map.size > 8) {
+    r = GN_EINVAL;
+    goto out;
+  }
+  if ((r = gn_wire_get_bin_exact(root, "from", m->from, GN_PK_LEN)) < 0 ||
+      (r = gn_wire_get_u32(root, "inc", &m->inc)) < 0 || (r = get_addr(root, "addr", m->addr)) < 0 ||
+      (r = gn_wire_get_u64(root, "seq", &m->seq)) < 0)
+    goto out;
+  m->has_to = type == GN_MSG_SWIM_PING;
+  if (m->has_to) {
+    if ((r = gn_wire_get_bin_exact(root, "to", m->to, GN_PK_LEN)) < 0)
+      goto out;
+    want++;
+  }
+  m->has_target = type == GN_MSG_SWIM_PING_REQ || type == GN_MSG_SWIM_NACK ||
+                  (type == GN_MSG_SWIM_ACK && gn_wire_get(root, "target"));
+  if (m->has_target) {
+    if ((r = gn_wire_get_bin_exact(root, "target", m->target, GN_PK_LEN)) < 0)
+      goto out;
+    want++;
+  }
+  if (type == GN_MSG_SWIM_PING_REQ) {
+    if ((r = get_addr(root, "taddr", m->taddr)) < 0)
+      goto out;
+    want++;
+  }
+  m->nupd = 0;
+  if (gn_wire_get(root, "g")) {
+    if ((r = gn_wire_get_array(root, "g", GN_SWIM_UPDATES_MAX, &g)) < 0)
+      goto out;
+    for (uint32_t i = 0; i < g->size; i++)
+      if ((r = decode_update(&g->ptr[i], &m->upd[i])) < 0)
+        goto out;
+    m->nupd = g->size;
+    want++;
+  }
+  /* Unknown keys are refused: a body means one thing. */
+  r = root->via.map.size == want ? 0 : GN_EINVAL;
+out:
+  gn_wire_doc_done(&doc);
+  return r;
+}
+
+/* --- applying what a body says ----------------------------------------------*/
+
+static void refute(gn_swim *s, uint32_t accused_inc, uint64_t now) {
+  sw_node *self = &s->nodes[0];
+  uint32_t inc = accused_inc > self->inc ? accused_inc : self->inc;
+  self->inc = inc < SW_INC_MAX ? inc + 1 : SW_INC_MAX;
+  self->since_ms = now;
+  enqueue(s, 0);
+  s->stats.refutations++;
+  /* Lifeguard: having to refute means we were slow to answer. */
+  health_add(s, 1);
+}
+
+/* The sender speaks for itself: it is alive at inc, at addr. */
+static void apply_self_claim(gn_swim *s, const sw_msg *m, uint64_t now) {
+  uint32_t slot = tab_find(s, m->from);
+  if (slot == SW_NONE) {
+    add_member(s, m->from, m->addr, m->inc, true, now);
+    return;
+  }
+  sw_node *n = &s->nodes[slot];
+  if (m->inc > n->inc) {
+    snprintf(n->addr, sizeof n->addr, "%s", m->addr);
+    n->want_deaths = true;
+    set_state(s, slot, GN_SWIM_ALIVE, m->inc, now, false);
+  } else if (m->inc == n->inc && n->state == GN_SWIM_ALIVE && strcmp(n->addr, m->addr) != 0) {
+    /* Signed by the member itself: it moved without a new incarnation. */
+    snprintf(n->addr, sizeof n->addr, "%s", m->addr);
+    enqueue(s, slot);
+  }
+}
+
+/* Gossip about a member, heard from another (hearsay). */
+static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK_LEN], uint64_t now) {
+  const uint8_t *by = u->has_by ? u->by : sender;
+  uint32_t slot = tab_find(s, u->id);
+  if (slot == 0) {
+    if (u->st != GN_SWIM_ALIVE && !s->left && u->inc >= s->nodes[0].inc)
+      refute(s, u->inc, now);
+    return;
+  }
+  if (slot == SW_NONE) {
+    /* Only the living are learnt from hearsay: news of the death of a
+     * stranger changes nothing we keep. */
+    if (u->st == GN_SWIM_ALIVE)
+      add_member(s, u->id, u->addr, u->inc, false, now);
+    return;
+  }
+  sw_node *n = &s->nodes[slot];
+  switch (u->st) {
+  case GN_SWIM_ALIVE:
+    if (u->inc <= n->inc)
+      return;
+    /* Hearsay may not move a live member (that would let any member send
+     * everyone's probes of it elsewhere); a dead one may come back anywhere. */
+    if (n->state == GN_SWIM_DEAD || n->state == GN_SWIM_LEFT)
+      snprintf(n->addr, sizeof n->addr, "%s", u->addr);
+    n->want_deaths = true;
+    set_state(s, slot, GN_SWIM_ALIVE, u->inc, now, false);
+    return;
+  case GN_SWIM_SUSPECT:
+    if (u->inc < n->inc || n->state == GN_SWIM_DEAD || n->state == GN_SWIM_LEFT)
+      return;
+    if (n->state == GN_SWIM_SUSPECT && u->inc == n->inc) {
+      if (confirm(s, slot, by, false))
+        enqueue(s, slot);
+      return;
+    }
+    suspect(s, slot, u->inc, by, now, false);
+    return;
+  default:
+    if (u->inc < n->inc || n->state == GN_SWIM_DEAD || n->state == GN_SWIM_LEFT)
+      return;
+    memcpy(n->by, by, GN_PK_LEN);
+    n->has_by = true;
+    set_state(s, slot, u->st, u->inc, now, false);
+    return;
+  }
+}
+
+static sw_sent *sent_match(gn_swim *s, uint64_t seq, const uint8_t peer[GN_PK_LEN], const uint8_t target[GN_PK_LEN],
+                           bool req) {
+  for (uint32_t i = 0; i < SW_SENT_RING; i++) {
+    sw_sent *e = &s->sent[i];
+    if (e->used && e->seq == seq && e->req == req && memcmp(e->peer, peer, GN_PK_LEN) == 0 &&
+        memcmp(e->target, target, GN_PK_LEN) == 0)
+      return e;
+  }
+  return NULL;
+}
+
+static void probe_done(gn_swim *s) {
+  s->probe.active = false;
+  health_add(s, -1);
+}
+
+static int relays_of(const gn_swim *s, const uint8_t requester[GN_PK_LEN]) {
+  int c = 0;
+  for (uint32_t i = 0; i < SW_RELAYS_MAX; i++)
+    if (s->relays[i].used && memcmp(s->relays[i].requester, requester, GN_PK_LEN) == 0)
+      c++;
+  return c;
+}
+
+static void on_ping_req(gn_swim *s, const sw_msg *m, const char *from_addr, uint64_t now) {
+  /* One requester cannot make us ping the world: a few relays each, a few
+   * in all, each forgotten once its nack is due. */
+  if (relays_of(s, m->from) >= SW_RELAYS_PER_PEER)
+    return;
+  sw_relay *r = NULL;
+  for (uint32_t i = 0; i < SW_RELAYS_MAX && !r; i++)
+    if (!s->relays[i].used)
+      r = &s->relays[i];
+  if (!r)
+    return;
+  r->used = true;
+  r->seq_in = m->seq;
+  r->seq_out = new_seq(s);
+  r->nack_ms = now + (uint64_t)s->cfg.probe_timeout_ms * 8 / 10;
+  memcpy(r->requester, m->from, GN_PK_LEN);
+  snprintf(r->req_addr, sizeof r->req_addr, "%s", from_addr);
+  memcpy(r->target, m->target, GN_PK_LEN);
+  send_ping(s, m->taddr, m->target, r->seq_out);
+}
+
+int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[GN_PK_LEN], uint32_t type,
+                        const uint8_t *body, size_t len, uint64_t now_ms) {
+  if (!s || !from_addr || !signer || (!body && len))
+    return GN_EINVAL;
+  s->stats.recv_msgs++;
+  s->stats.recv_bytes += len;
+  sw_msg *m = s->rx;
+  int r = GN_EINVAL;
+  if (type < GN_MSG_SWIM_PING || type > GN_MSG_SWIM_NACK || strnlen(from_addr, GN_SWIM_ADDR_MAX) >= GN_SWIM_ADDR_MAX)
+    goto bad;
+  if ((r = decode_msg(type, body, len, m)) < 0)
+    goto bad;
+  r = GN_EPERM;
+  if (memcmp(m->from, signer, GN_PK_LEN) != 0)
+    goto bad;
+  r = GN_EPROTO;
+  if (memcmp(m->from, s->nodes[0].id, GN_PK_LEN) == 0)
+    goto bad;
+  sw_sent *e = NULL;
+  switch (type) {
+  case GN_MSG_SWIM_PING:
+    /* Meant for another key at this address: answering would vouch for it. */
+    if (memcmp(m->to, s->nodes[0].id, GN_PK_LEN) != 0)
+      goto bad;
+    break;
+  case GN_MSG_SWIM_PING_REQ:
+    if (memcmp(m->target, s->nodes[0].id, GN_PK_LEN) == 0 || memcmp(m->target, m->from, GN_PK_LEN) == 0)
+      goto bad;
+    break;
+  case GN_MSG_SWIM_ACK:
+    /* Only an answer to a ping or ping-req of ours, signed by whom we asked. */
+    e = sent_match(s, m->seq, m->from, m->has_target ? m->target : m->from, m->has_target);
+    if (!e)
+      goto bad;
+    break;
+  default:
+    e = sent_match(s, m->seq, m->from, m->target, true);
+    if (!e)
+      goto bad;
+    break;
+  }
+
+  /* Valid: apply it. */
+  apply_self_claim(s, m, now_ms);
+  for (uint32_t i = 0; i < m->nupd; i++)
+    apply_update(s, &m->upd[i], m->from, now_ms);
+
+  switch (type) {
+  case GN_MSG_SWIM_PING: {
+    sw_out o = {.type = GN_MSG_SWIM_ACK, .seq = m->seq};
+    send_body(s, from_addr, m->from, &o);
+    break;
+  }
+  case GN_MSG_SWIM_PING_REQ:
+    on_ping_req(s, m, from_addr, now_ms);
+    break;
+  case GN_MSG_SWIM_ACK: {
+    e->used = false;
+    if (!m->has_target)
+      mark_verified(s, tab_find(s, m->from));
+    /* The answer to a ping we sent for a requester: pass it on. */
+    for (uint32_t i = 0; i < SW_RELAYS_MAX && !m->has_target; i++) {
+      sw_relay *rl = &s->relays[i];
+      if (rl->used && rl->seq_out == m->seq && memcmp(rl->target, m->from, GN_PK_LEN) == 0) {
+        sw_out o = {.type = GN_MSG_SWIM_ACK, .seq = rl->seq_in, .target = rl->target};
+        rl->used = false;
+        send_body(s, rl->req_addr, rl->requester, &o);
+      }
+    }
+    const uint8_t *about = m->has_target ? m->target : m->from;
+    if (s->probe.active && s->probe.seq == m->seq && memcmp(s->probe.id, about, GN_PK_LEN) == 0)
+      probe_done(s);
+    break;
+  }
+  default:
+    e->used = false;
+    if (s->probe.active && s->probe.seq == m->seq && memcmp(s->probe.id, m->target, GN_PK_LEN) == 0) {
+      for (uint32_t i = 0; i < s->probe.nhelpers; i++)
+        if (!s->probe.nacked[i] && memcmp(s->probe.helpers[i], m->from, GN_PK_LEN) == 0) {
+          s->probe.nacked[i] = true;
+          s->probe.nacks++;
+        }
+    }
+    break;
+  }
+  return 0;
+bad:
+  s->stats.recv_bad++;
+  return r;
+}
+
+/* --- timers -----------------------------------------------------------------*/
+
+static void send_ping_reqs(gn_swim *s) {
+  uint32_t k = s->cfg.indirect_k < SW_HELPERS_MAX ? s->cfg.indirect_k : SW_HELPERS_MAX;
+  uint32_t target = tab_find(s, s->probe.id);
+  s->probe.indirect = true;
+  if (target == SW_NONE || s->order.n == 0)
+    return;
+  const char *taddr = s->nodes[target].addr;
+  /* Walk the shuffled order from a random place: k random live helpers. */
+  uint32_t start = sw_below(s, s->order.n);
+  for (uint32_t i = 0; i < s->order.n && s->probe.nhelpers < k; i++) {
+    uint32_t slot = s->order.a[(start + i) % s->order.n];
+    const sw_node *h = &s->nodes[slot];
+    if (slot == target || h->state != GN_SWIM_ALIVE)
+      continue;
+    uint32_t hi = s->probe.nhelpers++;
+    memcpy(s->probe.helpers[hi], h->id, GN_PK_LEN);
+    s->probe.nacked[hi] = false;
+    sent_record(s, s->probe.seq, h->id, s->probe.id, true);
+    sw_out o = {.type = GN_MSG_SWIM_PING_REQ, .seq = s->probe.seq, .target = s->probe.id, .taddr = taddr};
+    send_body(s, h->addr, h->id, &o);
+  }
+}
+
+static void probe_failed(gn_swim *s, uint64_t now) {
+  s->probe.active = false;
+  s->stats.probes_failed++;
+  /* Lifeguard: helpers that should have said nack and did not point at us
+   * being the slow one; with no helpers the failure alone counts. */
+  if (s->probe.nhelpers > 0)
+    health_add(s, (int)(s->probe.nhelpers - s->probe.nacks));
+  else
+    health_add(s, 1);
+  uint32_t slot = tab_find(s, s->probe.id);
+  if (slot == SW_NONE || slot == 0)
+    return;
+  /* Our own failed probe of a member others suspect is one more
+   * independent confirmation, gossiped as ours. */
+  if (s->nodes[slot].state == GN_SWIM_SUSPECT) {
+    if (confirm(s, slot, s->nodes[0].id, true))
+      enqueue(s, slot);
+    return;
+  }
+  if (s->nodes[slot].state != GN_SWIM_ALIVE)
+    return;
+  s->stats.suspicions_local++;
+  suspect(s, slot, s->nodes[slot].inc, s->nodes[0].id, now, true);
+}
+
+static void probe_start(gn_swim *s, uint64_t now) {
+  s->probe_ticks++;
+  uint32_t target = SW_NONE;
+  for (uint32_t tries = 0; tries < s->order.n && target == SW_NONE; tries++) {
+    if (s->probe_idx >= s->order.n) {
+      for (uint32_t i = s->order.n; i > 1; i--)
+        list_swap(s, L_ORDER, i - 1, sw_below(s, i));
+      s->probe_idx = 0;
+    }
+    uint32_t slot = s->order.a[s->probe_idx++];
+    if (s->nodes[slot].state == GN_SWIM_ALIVE || s->nodes[slot].state == GN_SWIM_SUSPECT)
+      target = slot;
+  }
+  if (target != SW_NONE) {
+    sw_node *n = &s->nodes[target];
+    memset(&s->probe, 0, sizeof s->probe);
+    s->probe.active = true;
+    memcpy(s->probe.id, n->id, GN_PK_LEN);
+    s->probe.seq = new_seq(s);
+    s->probe.start_ms = now;
+    s->probe.req_ms = now + scaled(s, s->cfg.probe_timeout_ms);
+    s->probe.end_ms = now + scaled(s, s->cfg.probe_interval_ms);
+    s->stats.probes++;
+    send_ping(s, n->addr, n->id, s->probe.seq);
+  }
+  /* Gossip to the dead: now and then ping a recently dead member, carrying
+   * its death, so that the two sides of a healed partition find each other
+   * again (it refutes, and its answer brings it back). */
+  if (s->probe_ticks % SW_DEAD_PING_EVERY == 0) {
+    for (uint32_t tries = 0; tries < s->dead.n; tries++) {
+      if (s->dead_ping_cursor >= s->dead.n)
+        s->dead_ping_cursor = 0;
+      sw_node *d = &s->nodes[s->dead.a[s->dead_ping_cursor++]];
+      if (d->state == GN_SWIM_DEAD) {
+        send_ping(s, d->addr, d->id, new_seq(s));
+        break;
+      }
+    }
+  }
+}
+
+static void check_suspicions(gn_swim *s, uint64_t now) {
+  s->next_susp_ms = UINT64_MAX;
+  for (uint32_t i = 1; i < s->hi; i++) {
+    sw_node *n = &s->nodes[i];
+    if (!n->used || n->state != GN_SWIM_SUSPECT)
+      continue;
+    uint64_t d = susp_deadline(n);
+    if (d <= now) {
+      s->stats.deaths_local++;
+      memcpy(n->by, s->nodes[0].id, GN_PK_LEN);
+      n->has_by = true;
+      set_state(s, i, GN_SWIM_DEAD, n->inc, now, true);
+    } else if (d < s->next_susp_ms) {
+      s->next_susp_ms = d;
+    }
+  }
+}
+
+static void reap(gn_swim *s, uint64_t now) {
+  s->next_reap_ms = UINT64_MAX;
+  for (uint32_t i = s->dead.n; i-- > 0;) {
+    uint32_t slot = s->dead.a[i];
+    uint64_t at = s->nodes[slot].since_ms + s->cfg.dead_keep_ms;
+    if (at <= now)
+      remove_member(s, slot);
+    else if (at < s->next_reap_ms)
+      s->next_reap_ms = at;
+  }
+}
+
+void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
+  if (!s)
+    return;
+  for (uint32_t i = 0; i < SW_RELAYS_MAX; i++) {
+    sw_relay *r = &s->relays[i];
+    if (r->used && r->nack_ms <= now_ms) {
+      r->used = false;
+      sw_out o = {.type = GN_MSG_SWIM_NACK, .seq = r->seq_in, .target = r->target};
+      send_body(s, r->req_addr, r->requester, &o);
+    }
+  }
+  if (s->probe.active && !s->probe.indirect && now_ms >= s->probe.req_ms)
+    send_ping_reqs(s);
+  if (s->probe.active && now_ms >= s->probe.end_ms)
+    probe_failed(s, now_ms);
+  if (now_ms >= s->next_susp_ms)
+    check_suspicions(s, now_ms);
+  if (now_ms >= s->next_reap_ms)
+    reap(s, now_ms);
+  if (now_ms >= s->next_probe_ms) {
+    if (s->left) {
+      s->next_probe_ms = UINT64_MAX;
+    } else {
+      s->next_probe_ms = now_ms + scaled(s, s->cfg.probe_interval_ms);
+      probe_start(s, now_ms);
+    }
+  }
+}
+
+uint64_t gn_swim_next_deadline_ms(const gn_swim *s) {
+  if (!s)
+    return UINT64_MAX;
+  uint64_t d = s->next_probe_ms;
+  if (s->probe.active) {
+    uint64_t p = s->probe.indirect ? s->probe.end_ms : s->probe.req_ms;
+    if (p < d)
+      d = p;
+  }
+  for (uint32_t i = 0; i < SW_RELAYS_MAX; i++)
+    if (s->relays[i].used && s->relays[i].nack_ms < d)
+      d = s->relays[i].nack_ms;
+  if (s->next_susp_ms < d)
+    d = s->next_susp_ms;
+  if (s->next_reap_ms < d)
+    d = s->next_reap_ms;
+  return d;
+}
+
+/* --- the public rest --------------------------------------------------------*/
+
+void gn_swim_config_default(gn_swim_config *cfg) {
+  *cfg = (gn_swim_config){
+      .probe_interval_ms = 1000,
+      .probe_timeout_ms = 500,
+      .indirect_k = 3,
+      .suspicion_alpha = 5,
+      .suspicion_beta = 6,
+      .retransmit_mult = 4,
+      .awareness_max = 8,
+      .max_members = 4096,
+      .max_datagram = 1200,
+      .dead_keep_ms = 90000,
+  };
+}
+
+static bool config_valid(const gn_swim_config *c) {
+  return c->probe_interval_ms >= 1 && c->probe_interval_ms <= 3600000 && c->probe_timeout_ms >= 1 &&
+         c->probe_timeout_ms <= c->probe_interval_ms && c->indirect_k <= 64 && c->suspicion_alpha >= 1 &&
+         c->suspicion_alpha <= 1000 && c->suspicion_beta >= 1 && c->suspicion_beta <= 1000 && c->retransmit_mult >= 1 &&
+         c->retransmit_mult <= 100 && c->awareness_max <= 64 && c->max_members >= 1 && c->max_members <= (1u << 24) &&
+         c->max_datagram >= 256 && c->max_datagram <= GN_SWIM_BODY_MAX && c->dead_keep_ms <= 86400000u;
+}
+
+int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const gn_swim_config *cfg,
+                const gn_swim_io *io, uint64_t seed, uint64_t now_ms, gn_swim **ret_s) {
+  gn_swim_config def;
+  if (!cfg) {
+    gn_swim_config_default(&def);
+    cfg = &def;
+  }
+  if (!self_id || !self_addr || !io || !io->send || !ret_s || !addr_valid(self_addr) || !config_valid(cfg))
+    return GN_EINVAL;
+  gn_swim *s = calloc(1, sizeof *s);
+  if (!s)
+    return GN_ENOMEM;
+  s->cfg = *cfg;
+  s->io = *io;
+  s->rng = seed;
+  for (size_t i = 0; i < sizeof s->hash_key; i += 8) {
+    uint64_t v = sw_rand(s);
+    memcpy(s->hash_key + i, &v, sizeof s->hash_key - i < 8 ? sizeof s->hash_key - i : 8);
+  }
+  s->rx = calloc(1, sizeof *s->rx);
+  gn_wire_writer_init(&s->w);
+  uint32_t cap0 = cfg->max_members + 1 < 16 ? cfg->max_members + 1 : 16;
+  if (!s->rx || grow(s, cap0) < 0) {
+    gn_swim_free(s);
+    return GN_ENOMEM;
+  }
+  sw_node *self = &s->nodes[0];
+  memcpy(self->id, self_id, GN_PK_LEN);
+  snprintf(self->addr, sizeof self->addr, "%s", self_addr);
+  self->hkey = sw_hash(s, self_id);
+  self->state = GN_SWIM_ALIVE;
+  self->since_ms = now_ms;
+  self->used = true;
+  self->verified = true;
+  self->order_pos = self->pend_pos = self->dead_pos = SW_NONE;
+  s->hi = 1;
+  tab_insert(s, 0);
+  enqueue(s, 0);
+  s->next_probe_ms = now_ms;
+  s->next_susp_ms = s->next_reap_ms = UINT64_MAX;
+  *ret_s = s;
+  return 0;
+}
+
+gn_swim *gn_swim_free(gn_swim *s) {
+  if (!s)
+    return NULL;
+  gn_wire_writer_done(&s->w);
+  gn_buf_done(&s->one);
+  gn_buf_done(&s->ub);
+  gn_buf_done(&s->out);
+  free(s->rx);
+  free(s->nodes);
+  free(s->free_slots);
+  free(s->order.a);
+  free(s->pend.a);
+  free(s->dead.a);
+  free(s->tab);
+  free(s);
+  return NULL;
+}
+
+int gn_swim_add(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms) {
+  if (!s || !id || !addr || !addr_valid(addr))
+    return GN_EINVAL;
+  uint32_t slot = tab_find(s, id);
+  if (slot == 0)
+    return GN_EINVAL;
+  if (slot != SW_NONE)
+    return 0;
+  return add_member(s, id, addr, 0, true, now_ms) == SW_NONE ? GN_ETOOBIG : 0;
+}
+
+void gn_swim_leave(gn_swim *s, uint64_t now_ms) {
+  if (!s || s->left)
+    return;
+  sw_node *self = &s->nodes[0];
+  if (self->inc < SW_INC_MAX)
+    self->inc++;
+  self->state = GN_SWIM_LEFT;
+  self->since_ms = now_ms;
+  s->left = true;
+  s->probe.active = false;
+  enqueue(s, 0);
+}
+
+size_t gn_swim_count(const gn_swim *s, gn_swim_state st) {
+  return s && (unsigned)st <= GN_SWIM_LEFT ? s->count[st] : 0;
+}
+
+int gn_swim_get(const gn_swim *s, const uint8_t id[GN_PK_LEN], gn_swim_member *ret_m) {
+  if (!s || !id || !ret_m)
+    return GN_EINVAL;
+  uint32_t slot = tab_find(s, id);
+  if (slot == SW_NONE)
+    return GN_ENOTFOUND;
+  to_member(&s->nodes[slot], ret_m);
+  return 0;
+}
+
+size_t gn_swim_members(const gn_swim *s, gn_swim_member *out, size_t cap) {
+  if (!s)
+    return 0;
+  size_t n = 0;
+  for (uint32_t i = 1; i < s->hi; i++) {
+    if (!s->nodes[i].used)
+      continue;
+    if (out && n < cap)
+      to_member(&s->nodes[i], &out[n]);
+    n++;
+  }
+  return n;
+}
+
+uint32_t gn_swim_health(const gn_swim *s) {
+  return s ? s->health : 0;
+}
+
+uint32_t gn_swim_incarnation(const gn_swim *s) {
+  return s ? s->nodes[0].inc : 0;
+}
+
+void gn_swim_stats_get(const gn_swim *s, gn_swim_stats *ret) {
+  if (s && ret)
+    *ret = s->stats;
+}
+
+bool gn_swim_verified(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
+  if (!s || !id)
+    return false;
+  uint32_t slot = tab_find(s, id);
+  return slot != SW_NONE && s->nodes[slot].verified;
+}
