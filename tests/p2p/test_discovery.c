@@ -1,6 +1,7 @@
-/* A deterministic simulator for discovery: N in-memory nodes whose io
- * callbacks go through one message queue, delivered in an order drawn from a
- * seeded PRNG. */
+/* A deterministic simulator for discovery: up to MAXN in-memory nodes whose
+ * io callbacks go through one message queue, delivered in an order drawn
+ * from a seeded PRNG, with time advanced by the test; and single nodes
+ * driven by hand for the limits (fanout, PEERS, digest and want bodies). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,18 +11,20 @@
 
 #include <stdio.h>
 
-#define N 20
+#define MAXN 50
 #define NOW 1700000000
-#define QMAX 100000
+#define QMAX 400000
 
 typedef struct simnode {
   gn_identity *id;
   gn_offer_table *table;
   gn_discovery *d;
   char addr[32];
-  bool up_with[N];
+  bool up_with[MAXN];
   bool alive;
   int bad_msgs;
+  uint64_t bytes_out;
+  uint64_t msgs_by_type[8]; /* sent, by envelope type (discovery's are 1..5) */
 } simnode;
 
 typedef enum { EV_MSG, EV_CONNECT } ev_kind;
@@ -33,7 +36,9 @@ typedef struct simev {
   size_t len;
 } simev;
 
-static simnode nodes[N];
+static simnode nodes[MAXN];
+static int N = 20; /* nodes in use */
+static int64_t now_s = NOW;
 static simev *queue;
 static size_t qlen;
 static uint64_t rng_state;
@@ -73,6 +78,10 @@ static int sim_send(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t *env,
   simev e = {EV_MSG, from, to, malloc(len), len};
   memcpy(e.data, env, len);
   push(e);
+  /* An envelope is [1, type, ...]: its type is the third byte. */
+  nodes[from].bytes_out += len;
+  if (len > 2 && env[2] < 8)
+    nodes[from].msgs_by_type[env[2]]++;
   return 0;
 }
 
@@ -88,8 +97,8 @@ static void link_up(int a, int b) {
   if (a == b || nodes[a].up_with[b] || !nodes[a].alive || !nodes[b].alive)
     return;
   nodes[a].up_with[b] = nodes[b].up_with[a] = true;
-  assert_int_equal(gn_discovery_peer_up(nodes[a].d, nodes[b].id->pk, nodes[b].addr, NOW), 0);
-  assert_int_equal(gn_discovery_peer_up(nodes[b].d, nodes[a].id->pk, nodes[a].addr, NOW), 0);
+  assert_int_equal(gn_discovery_peer_up(nodes[a].d, nodes[b].id->pk, nodes[b].addr, now_s), 0);
+  assert_int_equal(gn_discovery_peer_up(nodes[b].d, nodes[a].id->pk, nodes[a].addr, now_s), 0);
 }
 
 /* Delivers queued events in random order until none are left. */
@@ -107,7 +116,7 @@ static void run(void) {
       gn_envelope env;
       /* The transport only hands over envelopes that verify. */
       if (gn_envelope_open(e.data, e.len, &env) == 0) {
-        int r = gn_discovery_on_message(nodes[e.to].d, nodes[e.from].id->pk, &env, e.data, e.len, NOW);
+        int r = gn_discovery_on_message(nodes[e.to].d, nodes[e.from].id->pk, &env, e.data, e.len, now_s);
         if (r < 0)
           nodes[e.to].bad_msgs++;
       }
@@ -116,7 +125,11 @@ static void run(void) {
   }
 }
 
-static void sim_start(uint64_t seed) {
+/* n nodes; with bootstrap, everyone knows node 0 and the rest is learnt
+ * from PEERS; without, the test links them. */
+static void sim_start_n(int n_nodes, uint64_t seed, bool bootstrap) {
+  N = n_nodes;
+  now_s = NOW;
   rng_state = seed;
   queue = calloc(QMAX, sizeof(*queue));
   qlen = delivered = 0;
@@ -128,15 +141,43 @@ static void sim_start(uint64_t seed) {
     snprintf(n->addr, sizeof(n->addr), "10.0.0.%d:7400", i + 1);
     gn_discovery_io io = {sim_send, sim_connect, (void *)(intptr_t)i};
     assert_int_equal(gn_discovery_new(n->id, &io, n->table, &n->d), 0);
+    gn_discovery_seed(n->d, seed * 1000 + (uint64_t)i);
     assert_int_equal(gn_discovery_set_self_addr(n->d, n->addr), 0);
     n->alive = true;
   }
-  /* Everyone knows node 0 as bootstrap; the rest is learnt from PEERS. */
-  for (int i = 1; i < N; i++) {
+  for (int i = 1; bootstrap && i < N; i++) {
     assert_int_equal(gn_discovery_add_bootstrap(nodes[i].d, nodes[0].addr), 0);
-    gn_discovery_tick(nodes[i].d, NOW);
+    gn_discovery_tick(nodes[i].d, now_s);
   }
   run();
+}
+
+static void sim_start(uint64_t seed) {
+  sim_start_n(20, seed, true);
+}
+
+/* One anti-entropy period: time moves on, every node ticks (one summary
+ * digest each), and everything sent is delivered. */
+static void sim_round(void) {
+  now_s += GN_DISCOVERY_DIGEST_S;
+  for (int i = 0; i < N; i++)
+    if (nodes[i].alive)
+      gn_discovery_tick(nodes[i].d, now_s);
+  run();
+}
+
+static void counters_reset(void) {
+  for (int i = 0; i < N; i++) {
+    nodes[i].bytes_out = 0;
+    memset(nodes[i].msgs_by_type, 0, sizeof(nodes[i].msgs_by_type));
+  }
+}
+
+static uint64_t bytes_total(void) {
+  uint64_t b = 0;
+  for (int i = 0; i < N; i++)
+    b += nodes[i].bytes_out;
+  return b;
 }
 
 static void sim_stop(void) {
@@ -154,8 +195,8 @@ static gn_offer offer_of(int i, uint64_t seq) {
   gn_offer o;
   memset(&o, 0, sizeof(o));
   o.seq = seq;
-  o.issued_s = NOW;
-  o.expires_s = NOW + 600;
+  o.issued_s = now_s;
+  o.expires_s = now_s + 600;
   snprintf(o.addr, sizeof(o.addr), "%s", nodes[i].addr);
   snprintf(o.gpu_model, sizeof(o.gpu_model), "NVIDIA GeForce RTX 4090");
   o.vram_mib = 24564;
@@ -176,6 +217,18 @@ static int nodes_with_offer_from(int provider, uint64_t seq) {
     }
   }
   return n;
+}
+
+/* Anti-entropy periods until every node holds provider's offer seq, at most
+ * max_rounds; returns how many it took. */
+static int converge(int provider, uint64_t seq, int max_rounds) {
+  int rounds = 0;
+  while (nodes_with_offer_from(provider, seq) < N && rounds < max_rounds) {
+    sim_round();
+    rounds++;
+  }
+  assert_int_equal(nodes_with_offer_from(provider, seq), N);
+  return rounds;
 }
 
 static void test_discovery_overlay_forms_from_one_bootstrap(void **state) {
@@ -201,13 +254,15 @@ static void test_discovery_offer_reaches_every_node_and_withdraw_follows(void **
     gn_buf env = {0};
     gn_offer o = offer_of(p, 1);
     assert_int_equal(gn_offer_seal(nodes[p].id, &o, &env), 0);
-    assert_int_equal(gn_discovery_publish(nodes[p].d, env.data, env.len, NOW), 0);
+    assert_int_equal(gn_discovery_publish(nodes[p].d, env.data, env.len, now_s), 0);
     size_t before = delivered;
     run();
-    assert_int_equal(nodes_with_offer_from(p, 1), N);
-    /* flooding with dedupe: each node forwards once, so messages stay
-     * within (edges * 2) */
-    assert_true(delivered - before < (size_t)N * N);
+    /* push gossip with dedupe: each node pushes once, to at most
+     * GN_DISCOVERY_FANOUT, so messages stay within N * fanout */
+    assert_true(delivered - before <= (size_t)N * GN_DISCOVERY_FANOUT);
+    /* most nodes have it from the push, the rest within a few digests */
+    assert_true(nodes_with_offer_from(p, 1) >= N * 3 / 4);
+    converge(p, 1, 6);
     /* a relayed copy at a node far from p verifies by the issuer's key */
     int far = (p + N / 2) % N;
     const gn_offer_entry *e = gn_offer_table_at(nodes[far].table, 0);
@@ -224,14 +279,14 @@ static void test_discovery_offer_reaches_every_node_and_withdraw_follows(void **
     env.len = 0;
     o = offer_of(p, 2);
     assert_int_equal(gn_offer_seal(nodes[p].id, &o, &env), 0);
-    assert_int_equal(gn_discovery_publish(nodes[p].d, env.data, env.len, NOW), 0);
+    assert_int_equal(gn_discovery_publish(nodes[p].d, env.data, env.len, now_s), 0);
     run();
-    assert_int_equal(nodes_with_offer_from(p, 2), N);
+    converge(p, 2, 6);
     assert_int_equal(nodes_with_offer_from(p, 1), 0);
     /* withdraw propagates */
     env.len = 0;
     assert_int_equal(gn_offer_withdraw_seal(nodes[p].id, 2, &env), 0);
-    assert_int_equal(gn_discovery_publish(nodes[p].d, env.data, env.len, NOW), 0);
+    assert_int_equal(gn_discovery_publish(nodes[p].d, env.data, env.len, now_s), 0);
     run();
     assert_int_equal(nodes_with_offer_from(p, 2), 0);
     for (int i = 0; i < N; i++)
@@ -271,7 +326,7 @@ static void test_discovery_drops_forged_offers(void **state) {
   int to = 0;
   while (!nodes[forger].up_with[to])
     to++;
-  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[forger].id->pk, &parsed, env.data, env.len, NOW),
+  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[forger].id->pk, &parsed, env.data, env.len, now_s),
                    GN_ESIG);
   run();
   assert_int_equal(nodes_with_offer_from(victim, 1), 0);
@@ -287,11 +342,11 @@ static void test_discovery_peer_down_drops_only_its_own_offers(void **state) {
   gn_offer a = offer_of(7, 1), b = offer_of(8, 1);
   assert_int_equal(gn_offer_seal(nodes[7].id, &a, &e1), 0);
   assert_int_equal(gn_offer_seal(nodes[8].id, &b, &e2), 0);
-  assert_int_equal(gn_discovery_publish(nodes[7].d, e1.data, e1.len, NOW), 0);
-  assert_int_equal(gn_discovery_publish(nodes[8].d, e2.data, e2.len, NOW), 0);
+  assert_int_equal(gn_discovery_publish(nodes[7].d, e1.data, e1.len, now_s), 0);
+  assert_int_equal(gn_discovery_publish(nodes[8].d, e2.data, e2.len, now_s), 0);
   run();
-  assert_int_equal(nodes_with_offer_from(7, 1), N);
-  assert_int_equal(nodes_with_offer_from(8, 1), N);
+  converge(7, 1, 6);
+  converge(8, 1, 6);
   /* node 7 leaves: its neighbours drop its offer, keep node 8's */
   nodes[7].alive = false;
   int neighbours = 0;
@@ -300,7 +355,7 @@ static void test_discovery_peer_down_drops_only_its_own_offers(void **state) {
       continue;
     neighbours++;
     nodes[i].up_with[7] = nodes[7].up_with[i] = false;
-    gn_discovery_peer_down(nodes[i].d, nodes[7].id->pk, NOW);
+    gn_discovery_peer_down(nodes[i].d, nodes[7].id->pk, now_s);
     char id[GN_OFFER_ID_STRLEN];
     memcpy(a.provider, nodes[7].id->pk, GN_PK_LEN);
     gn_offer_id(&a, id);
@@ -320,6 +375,8 @@ static void test_discovery_rejects_bad_peers_messages(void **state) {
   sim_start(5);
   int from = 1, to = 0;
   assert_true(nodes[from].up_with[to]);
+  /* past the one PEERS a peer may send per period (each sent one at link-up) */
+  now_s += GN_DISCOVERY_PEERS_EVERY_S;
   /* too many entries */
   gn_wire_writer w;
   gn_buf body = {0}, env = {0};
@@ -339,18 +396,19 @@ static void test_discovery_rejects_bad_peers_messages(void **state) {
   assert_int_equal(gn_envelope_seal(nodes[from].id, GN_MSG_PEERS, body.data, body.len, &env), 0);
   gn_envelope parsed;
   assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
-  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, NOW),
+  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, now_s),
                    GN_ETOOBIG);
   /* a PEERS relayed from someone else */
   env.len = 0;
   assert_int_equal(gn_envelope_seal(nodes[2].id, GN_MSG_PEERS, (const uint8_t *)"\x81\xa5peers\x90", 8, &env), 0);
   assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
-  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, NOW), GN_EPERM);
+  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, now_s),
+                   GN_EPERM);
   /* not a discovery message at all */
   env.len = 0;
   assert_int_equal(gn_envelope_seal(nodes[from].id, GN_MSG_LEASE_REQUEST, (const uint8_t *)"\x80", 1, &env), 0);
   assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
-  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, NOW),
+  assert_int_equal(gn_discovery_on_message(nodes[to].d, nodes[from].id->pk, &parsed, env.data, env.len, now_s),
                    GN_ENOTFOUND);
   assert_int_equal(qlen, 0); /* nothing was dialled or sent */
   gn_buf_done(&body);
@@ -479,6 +537,680 @@ static void test_discovery_dials_peers_entries_with_their_key(void **state) {
   gn_identity_free(sender);
 }
 
+/* --- gossip and anti-entropy in the simulator -------------------------------*/
+
+/* Puts provider i's offer for model m (seq) straight into node `at`'s table,
+ * as if it had been heard long ago. */
+static void table_put(int at, const gn_identity *prov, int m, uint64_t seq) {
+  gn_offer o;
+  memset(&o, 0, sizeof(o));
+  o.seq = seq;
+  o.issued_s = now_s;
+  o.expires_s = now_s + 600;
+  snprintf(o.addr, sizeof(o.addr), "10.1.0.1:7400");
+  snprintf(o.gpu_model, sizeof(o.gpu_model), "GPU model %d", m);
+  o.vram_mib = 24564;
+  o.gpus_free = o.gpus_total = 1;
+  o.price_uper_hour = 300000;
+  snprintf(o.currency, sizeof(o.currency), "EUR");
+  o.max_hours = 10;
+  gn_buf env = {0};
+  assert_int_equal(gn_offer_seal(prov, &o, &env), 0);
+  assert_int_equal(gn_offer_table_put(nodes[at].table, env.data, env.len, now_s), 1);
+  gn_buf_done(&env);
+}
+
+/* Do a and b hold the same offers, seq for seq? */
+static bool tables_equal(int a, int b) {
+  size_t n = gn_offer_table_count(nodes[a].table);
+  if (n != gn_offer_table_count(nodes[b].table))
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    const gn_offer_entry *x = gn_offer_table_at(nodes[a].table, i);
+    const gn_offer_entry *y = gn_offer_table_find(nodes[b].table, x->id);
+    if (!y || y->offer.seq != x->offer.seq)
+      return false;
+  }
+  return true;
+}
+
+static size_t table_bytes(int a) {
+  size_t b = 0;
+  for (size_t i = 0; i < gn_offer_table_count(nodes[a].table); i++)
+    b += gn_offer_table_at(nodes[a].table, i)->raw_len;
+  return b;
+}
+
+#define SYNC_PROVIDERS 200
+
+/* A node joining a neighbour that holds 200 offers is sent a digest, not the
+ * table: it asks for what it lacks and ends with exactly the same offers,
+ * each sent once. A node that already held 150 of them (one older) is sent
+ * only the 50 it lacked and the newer one. */
+static void test_discovery_joining_peer_syncs_by_digest(void **state) {
+  (void)state;
+  gn_identity *prov[SYNC_PROVIDERS];
+  for (int k = 0; k < 2; k++) {
+    sim_start_n(2, 77 + (uint64_t)k, false);
+    for (int i = 0; i < SYNC_PROVIDERS; i++) {
+      assert_int_equal(gn_identity_generate(&prov[i]), 0);
+      table_put(0, prov[i], i % 3, 2);
+      if (k == 1 && i < 150)
+        table_put(1, prov[i], i % 3, i == 0 ? 1 : 2);
+    }
+    size_t lacking = k == 0 ? SYNC_PROVIDERS : 51;
+    nodes[0].up_with[1] = nodes[1].up_with[0] = true;
+    assert_int_equal(gn_discovery_peer_up(nodes[0].d, nodes[1].id->pk, nodes[1].addr, now_s), 0);
+    /* what node 0 sends when the session comes up: PEERS and a digest */
+    assert_int_equal(qlen, 2);
+    assert_int_equal(nodes[0].msgs_by_type[GN_MSG_PEERS], 1);
+    assert_int_equal(nodes[0].msgs_by_type[GN_MSG_OFFER_DIGEST], 1);
+    assert_int_equal(nodes[0].msgs_by_type[GN_MSG_OFFER], 0);
+    assert_int_equal(gn_discovery_peer_up(nodes[1].d, nodes[0].id->pk, nodes[0].addr, now_s), 0);
+    run();
+    assert_true(tables_equal(0, 1));
+    /* each lacking offer once (the older one may come twice: asked for,
+     * and pushed as newer when node 0 saw node 1's digest) */
+    assert_true(nodes[0].msgs_by_type[GN_MSG_OFFER] >= lacking);
+    assert_true(nodes[0].msgs_by_type[GN_MSG_OFFER] <= lacking + (k == 1));
+    assert_int_equal(nodes[1].msgs_by_type[GN_MSG_OFFER], 0);
+    assert_int_equal(nodes[0].bad_msgs + nodes[1].bad_msgs, 0);
+    /* nothing pulled was pushed on: neither node gossiped it */
+    print_message("join with %zu of %d offers lacking: %llu bytes sent to the joiner (%llu messages), the table is %zu "
+                  "bytes\n",
+                  lacking, SYNC_PROVIDERS, (unsigned long long)nodes[0].bytes_out,
+                  (unsigned long long)(nodes[0].msgs_by_type[1] + nodes[0].msgs_by_type[2] + nodes[0].msgs_by_type[4] +
+                                       nodes[0].msgs_by_type[5]),
+                  table_bytes(0));
+    if (k == 1)
+      assert_true(nodes[0].bytes_out < table_bytes(0) / 2);
+    /* in sync: the next digests ask for nothing */
+    counters_reset();
+    sim_round();
+    assert_int_equal(nodes[0].msgs_by_type[GN_MSG_OFFER_WANT] + nodes[1].msgs_by_type[GN_MSG_OFFER_WANT], 0);
+    assert_int_equal(nodes[0].msgs_by_type[GN_MSG_OFFER] + nodes[1].msgs_by_type[GN_MSG_OFFER], 0);
+    for (int i = 0; i < SYNC_PROVIDERS; i++)
+      gn_identity_free(prov[i]);
+    sim_stop();
+  }
+}
+
+/* 50 nodes, each linked to 3 random others (and whom PEERS then adds), 5
+ * providers refreshing their offers every 20 s for a minute: every refresh
+ * reaches every node by fanout push and anti-entropy within 4 periods, and
+ * costs each node fewer bytes than the flood did (fanout = every neighbour,
+ * no digests: the protocol before gossip). */
+static uint64_t minute_of_refreshes(uint64_t seed, bool flood, int *ret_worst_rounds, int *ret_after_push) {
+  sim_start_n(MAXN, seed, false);
+  for (int i = 0; i < N; i++) {
+    if (flood)
+      gn_discovery_set_fanout(nodes[i].d, GN_DISCOVERY_MAX_UP);
+    for (int k = 0; k < 3; k++) {
+      int j = (int)(rnd() % (uint64_t)N);
+      if (j != i && !nodes[i].up_with[j])
+        push((simev){EV_CONNECT, i, j, NULL, 0});
+    }
+  }
+  run();
+  counters_reset();
+  int worst = 0, after_push = N;
+  const int providers[5] = {3, 11, 19, 27, 42};
+  for (uint64_t seq = 1; seq <= 3; seq++) {
+    for (int k = 0; k < 5; k++) {
+      gn_buf env = {0};
+      gn_offer o = offer_of(providers[k], seq);
+      assert_int_equal(gn_offer_seal(nodes[providers[k]].id, &o, &env), 0);
+      assert_int_equal(gn_discovery_publish(nodes[providers[k]].d, env.data, env.len, now_s), 0);
+      gn_buf_done(&env);
+    }
+    run();
+    int rounds = 0;
+    for (int k = 0; k < 5; k++) {
+      int reached = nodes_with_offer_from(providers[k], seq);
+      after_push = reached < after_push ? reached : after_push;
+      if (flood) {
+        assert_int_equal(reached, N);
+        continue;
+      }
+      int r = converge(providers[k], seq, 4);
+      rounds += r;
+      worst = r > worst ? r : worst;
+    }
+    /* the rest of the 20 s between refreshes: digests go on (not flooding) */
+    for (int r = rounds; r < 4; r++) {
+      if (flood)
+        now_s += GN_DISCOVERY_DIGEST_S;
+      else
+        sim_round();
+    }
+  }
+  for (int i = 0; i < N; i++)
+    assert_int_equal(nodes[i].bad_msgs, 0);
+  uint64_t per_node = bytes_total() / (uint64_t)N;
+  sim_stop();
+  *ret_worst_rounds = worst;
+  *ret_after_push = after_push;
+  return per_node;
+}
+
+static void test_discovery_50_nodes_converge_with_fewer_bytes_than_flood(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 3; seed++) {
+    int worst, after_push, fworst, fafter;
+    uint64_t gossip = minute_of_refreshes(seed * 104729, false, &worst, &after_push);
+    uint64_t flood = minute_of_refreshes(seed * 104729, true, &fworst, &fafter);
+    print_message(
+        "50 nodes, 5 providers x 3 refreshes: gossip %llu bytes/node (fanout %d, digests every %d s; %d of 50 "
+        "reached by the push alone at worst, all within %d periods), flood %llu bytes/node\n",
+        (unsigned long long)gossip, GN_DISCOVERY_FANOUT, GN_DISCOVERY_DIGEST_S, after_push, worst,
+        (unsigned long long)flood);
+    assert_true(after_push >= 40);
+    assert_true(worst <= 4);
+    assert_true(gossip < flood);
+  }
+}
+
+/* --- limits, on one node driven by hand -------------------------------------*/
+
+typedef struct sent {
+  uint8_t peer[GN_PK_LEN];
+  uint32_t type;
+} sent;
+static sent sends[4096];
+static size_t nsends;
+static int dials;
+static char dialled[2048][64];
+
+static int rec_send(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len) {
+  (void)ud;
+  if (nsends < GN_ARRAY_SIZE(sends)) {
+    memcpy(sends[nsends].peer, peer, GN_PK_LEN);
+    sends[nsends].type = len > 2 ? env[2] : 0;
+    nsends++;
+  }
+  return 0;
+}
+
+static int rec_connect(void *ud, const char *addr) {
+  (void)ud;
+  if (dials < (int)GN_ARRAY_SIZE(dialled))
+    snprintf(dialled[dials], sizeof(dialled[0]), "%s", addr);
+  dials++;
+  return 0;
+}
+
+static size_t sends_of(uint32_t type) {
+  size_t n = 0;
+  for (size_t i = 0; i < nsends; i++)
+    n += sends[i].type == type;
+  return n;
+}
+
+#define HAND_PEERS 30
+
+typedef struct hand {
+  gn_identity *self, *peer[HAND_PEERS];
+  gn_offer_table *table;
+  gn_discovery *d;
+} hand;
+
+static void hand_start(hand *h, int npeers) {
+  memset(h, 0, sizeof(*h));
+  assert_int_equal(gn_identity_generate(&h->self), 0);
+  h->table = gn_offer_table_new(64);
+  gn_discovery_io io = {rec_send, rec_connect, NULL};
+  assert_int_equal(gn_discovery_new(h->self, &io, h->table, &h->d), 0);
+  gn_discovery_seed(h->d, 12345);
+  for (int i = 0; i < npeers; i++) {
+    char addr[32];
+    assert_int_equal(gn_identity_generate(&h->peer[i]), 0);
+    snprintf(addr, sizeof(addr), "10.2.0.%d:7400", i + 1);
+    assert_int_equal(gn_discovery_peer_up(h->d, h->peer[i]->pk, addr, NOW), 0);
+  }
+  nsends = 0;
+  dials = 0;
+}
+
+static void hand_stop(hand *h) {
+  gn_discovery_free(h->d);
+  gn_offer_table_free(h->table);
+  gn_identity_free(h->self);
+  for (int i = 0; i < HAND_PEERS; i++)
+    gn_identity_free(h->peer[i]);
+}
+
+static int hand_deliver(hand *h, int from, const gn_buf *env, int64_t at_s) {
+  gn_envelope parsed;
+  assert_int_equal(gn_envelope_open(env->data, env->len, &parsed), 0);
+  return gn_discovery_on_message(h->d, h->peer[from]->pk, &parsed, env->data, env->len, at_s);
+}
+
+static int sent_to(const hand *h, int peer) {
+  int n = 0;
+  for (size_t i = 0; i < nsends; i++)
+    n += memcmp(sends[i].peer, h->peer[peer]->pk, GN_PK_LEN) == 0;
+  return n;
+}
+
+/* With 30 up peers, a new offer goes to 6 of them, never back to the peer
+ * it came from; a copy heard again goes nowhere; with neighbours_only, only
+ * to the neighbours marked. */
+static void test_discovery_push_fanout_is_bounded(void **state) {
+  (void)state;
+  hand h;
+  hand_start(&h, HAND_PEERS);
+  gn_identity *prov;
+  assert_int_equal(gn_identity_generate(&prov), 0);
+  gn_offer o;
+  memset(&o, 0, sizeof(o));
+  o.seq = 1;
+  o.issued_s = NOW;
+  o.expires_s = NOW + 60;
+  snprintf(o.addr, sizeof(o.addr), "10.3.0.1:7400");
+  snprintf(o.gpu_model, sizeof(o.gpu_model), "RTX 4090");
+  o.gpus_free = o.gpus_total = 1;
+  snprintf(o.currency, sizeof(o.currency), "EUR");
+  gn_buf env = {0};
+  /* our own offer */
+  assert_int_equal(gn_offer_seal(h.self, &o, &env), 0);
+  assert_int_equal(gn_discovery_publish(h.d, env.data, env.len, NOW), 0);
+  assert_int_equal(nsends, GN_DISCOVERY_FANOUT);
+  int distinct = 0;
+  for (int i = 0; i < HAND_PEERS; i++) {
+    assert_true(sent_to(&h, i) <= 1);
+    distinct += sent_to(&h, i);
+  }
+  assert_int_equal(distinct, GN_DISCOVERY_FANOUT);
+  /* a relayed one from peer 4: 6 others, not peer 4 */
+  nsends = 0;
+  env.len = 0;
+  assert_int_equal(gn_offer_seal(prov, &o, &env), 0);
+  assert_int_equal(hand_deliver(&h, 4, &env, NOW), 0);
+  assert_int_equal(nsends, GN_DISCOVERY_FANOUT);
+  assert_int_equal(sent_to(&h, 4), 0);
+  /* the same offer again, from peer 5: a duplicate goes nowhere */
+  nsends = 0;
+  assert_int_equal(hand_deliver(&h, 5, &env, NOW), 0);
+  assert_int_equal(nsends, 0);
+  /* neighbours only: a newer seq goes to the two marked ones */
+  gn_discovery_neighbours_only(h.d, true);
+  assert_int_equal(gn_discovery_set_neighbour(h.d, h.peer[7]->pk, true), 0);
+  assert_int_equal(gn_discovery_set_neighbour(h.d, h.peer[9]->pk, true), 0);
+  assert_int_equal(gn_discovery_set_neighbour(h.d, prov->pk, true), GN_ENOTFOUND);
+  o.seq = 2;
+  env.len = 0;
+  assert_int_equal(gn_offer_seal(prov, &o, &env), 0);
+  assert_int_equal(hand_deliver(&h, 4, &env, NOW), 0);
+  assert_int_equal(nsends, 2);
+  assert_int_equal(sent_to(&h, 7) + sent_to(&h, 9), 2);
+  gn_discovery_neighbours_only(h.d, false);
+  /* a withdrawal that dropped something goes to every peer but its sender */
+  nsends = 0;
+  env.len = 0;
+  assert_int_equal(gn_offer_withdraw_seal(prov, 2, &env), 0);
+  assert_int_equal(hand_deliver(&h, 4, &env, NOW), 0);
+  assert_int_equal(nsends, HAND_PEERS - 1);
+  assert_int_equal(sent_to(&h, 4), 0);
+  gn_buf_done(&env);
+  gn_identity_free(prov);
+  hand_stop(&h);
+}
+
+/* {peers: [8 fresh addresses]} signed by `by`, numbered from base. */
+static void peers_msg(const gn_identity *by, int base, gn_buf *ret) {
+  gn_wire_writer w;
+  gn_buf body = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 1);
+  gn_wire_put_str(&w, "peers");
+  gn_wire_put_array(&w, 8);
+  for (int i = 0; i < 8; i++) {
+    uint8_t id[GN_PK_LEN];
+    char addr[32];
+    memset(id, 0, sizeof(id));
+    memcpy(id, &(int){base + i}, sizeof(int));
+    id[31] = 0xee;
+    snprintf(addr, sizeof(addr), "10.%d.%d.%d:7400", (base + i) >> 16 & 255, (base + i) >> 8 & 255, (base + i) & 255);
+    gn_wire_put_map(&w, 2);
+    gn_wire_put_str(&w, "id");
+    gn_wire_put_bin(&w, id, GN_PK_LEN);
+    gn_wire_put_str(&w, "addr");
+    gn_wire_put_str(&w, addr);
+  }
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  ret->len = 0;
+  assert_int_equal(gn_envelope_seal(by, GN_MSG_PEERS, body.data, body.len, ret), 0);
+  gn_buf_done(&body);
+}
+
+/* Issue 9: "PEERS is unsigned and unlimited over time: each message makes
+ * the victim dial 8 attacker-chosen addresses". 1,000 PEERS of 8 fresh
+ * addresses each made 8,000 dials; now one PEERS per peer per 30 s is taken
+ * and dials from hearsay share a bucket of 8 a minute. */
+static void test_discovery_peers_flood_makes_bounded_dials(void **state) {
+  (void)state;
+  hand h;
+  gn_buf env = {0};
+  /* all at once: the first message's 8 dials, nothing more */
+  hand_start(&h, 2);
+  int refused = 0;
+  for (int i = 0; i < 1000; i++) {
+    peers_msg(h.peer[0], 8 * i, &env);
+    refused += hand_deliver(&h, 0, &env, NOW) == GN_EBUSY;
+  }
+  assert_int_equal(dials, GN_DISCOVERY_PEERS_DIALS);
+  assert_int_equal(refused, 999);
+  hand_stop(&h);
+  /* one a second for 1,000 s, from two peers: at most 8 + 8 a minute */
+  hand_start(&h, 2);
+  for (int i = 0; i < 1000; i++) {
+    peers_msg(h.peer[i % 2], 8 * i, &env);
+    hand_deliver(&h, i % 2, &env, NOW + i);
+  }
+  int bound = GN_DISCOVERY_DIALS_PER_MIN + GN_DISCOVERY_DIALS_PER_MIN * (1000 + 59) / 60;
+  print_message("1,000 PEERS in 1,000 s from 2 peers: %d dials (bound %d; 8,000 before)\n", dials, bound);
+  assert_true(dials <= bound);
+  assert_true(dials >= GN_DISCOVERY_DIALS_PER_MIN); /* hearsay is still used */
+  /* an address is never dialled twice within the back-off: peer 1 repeats
+   * what peer 0 said, later */
+  int before = dials;
+  char first[64];
+  snprintf(first, sizeof(first), "%s", dialled[0]);
+  hand_stop(&h);
+  hand_start(&h, 2);
+  peers_msg(h.peer[0], 0, &env);
+  assert_int_equal(hand_deliver(&h, 0, &env, NOW), 0);
+  assert_int_equal(dials, 8);
+  peers_msg(h.peer[1], 0, &env);
+  assert_int_equal(hand_deliver(&h, 1, &env, NOW + 200), 0);
+  assert_int_equal(dials, 8);
+  peers_msg(h.peer[1], 0, &env);
+  assert_int_equal(hand_deliver(&h, 1, &env, NOW + 200 + GN_DISCOVERY_REDIAL_AFTER_S), 0);
+  assert_int_equal(dials, 16); /* after the back-off, again */
+  (void)before;
+  (void)first;
+  gn_buf_done(&env);
+  hand_stop(&h);
+}
+
+/* A body for a digest or want test, built by fn. */
+typedef void (*body_fn)(gn_wire_writer *w);
+
+static const uint8_t SALT[16] = {1, 2, 3};
+
+static void b_summary_b3(gn_wire_writer *w) {
+  uint8_t h[24] = {0};
+  gn_wire_put_map(w, 3);
+  gn_wire_put_str(w, "salt");
+  gn_wire_put_bin(w, SALT, 16);
+  gn_wire_put_str(w, "b");
+  gn_wire_put_u64(w, 3);
+  gn_wire_put_str(w, "h");
+  gn_wire_put_bin(w, h, sizeof(h));
+}
+static void summary_b(gn_wire_writer *w, uint64_t b, size_t hlen, size_t saltlen) {
+  static uint8_t h[1 << 20];
+  memset(h, 0x11, sizeof(h));
+  gn_wire_put_map(w, 3);
+  gn_wire_put_str(w, "salt");
+  gn_wire_put_bin(w, SALT, saltlen);
+  gn_wire_put_str(w, "b");
+  gn_wire_put_u64(w, b);
+  gn_wire_put_str(w, "h");
+  gn_wire_put_bin(w, h, hlen);
+}
+static void b_summary_b1024(gn_wire_writer *w) {
+  summary_b(w, 1024, 8192, 16);
+}
+static void b_summary_b0(gn_wire_writer *w) {
+  summary_b(w, 0, 0, 16);
+}
+static void b_summary_h_short(gn_wire_writer *w) {
+  summary_b(w, 4, 31, 16);
+}
+static void b_summary_h_long(gn_wire_writer *w) {
+  summary_b(w, 4, 40, 16);
+}
+static void b_summary_h_huge(gn_wire_writer *w) {
+  summary_b(w, 512, 1 << 20, 16);
+}
+static void b_summary_salt_short(gn_wire_writer *w) {
+  summary_b(w, 4, 32, 15);
+}
+static void b_summary_b_str(gn_wire_writer *w) {
+  gn_wire_put_map(w, 3);
+  gn_wire_put_str(w, "salt");
+  gn_wire_put_bin(w, SALT, 16);
+  gn_wire_put_str(w, "b");
+  gn_wire_put_str(w, "4");
+  gn_wire_put_str(w, "h");
+  gn_wire_put_bin(w, SALT, 16);
+}
+static void b_digest_both(gn_wire_writer *w) {
+  gn_wire_put_map(w, 4);
+  gn_wire_put_str(w, "salt");
+  gn_wire_put_bin(w, SALT, 16);
+  gn_wire_put_str(w, "b");
+  gn_wire_put_u64(w, 1);
+  gn_wire_put_str(w, "h");
+  gn_wire_put_bin(w, SALT, 8);
+  gn_wire_put_str(w, "e");
+  gn_wire_put_array(w, 0);
+}
+static void b_empty_map(gn_wire_writer *w) {
+  gn_wire_put_map(w, 0);
+}
+static void b_not_a_map(gn_wire_writer *w) {
+  gn_wire_put_array(w, 1);
+  gn_wire_put_u64(w, 1);
+}
+static void detail(gn_wire_writer *w, uint32_t n, uint32_t arity, size_t idlen) {
+  uint8_t pk[GN_PK_LEN] = {7}, id[8] = {1};
+  gn_wire_put_map(w, 1);
+  gn_wire_put_str(w, "e");
+  gn_wire_put_array(w, n);
+  for (uint32_t i = 0; i < n; i++) {
+    gn_wire_put_array(w, arity);
+    gn_wire_put_bin(w, pk, GN_PK_LEN);
+    gn_wire_put_bin(w, id, idlen);
+    gn_wire_put_u64(w, 5);
+    if (arity > 3)
+      gn_wire_put_i64(w, NOW + 60);
+  }
+}
+static void b_detail_ok(gn_wire_writer *w) {
+  detail(w, 1, 4, 6);
+}
+static void b_detail_too_many(gn_wire_writer *w) {
+  detail(w, GN_DISCOVERY_DIGEST_ENTRIES + 1, 4, 6);
+}
+static void b_detail_arity(gn_wire_writer *w) {
+  detail(w, 2, 3, 6);
+}
+static void b_detail_id_len(gn_wire_writer *w) {
+  detail(w, 1, 4, 7);
+}
+static void want_buckets(gn_wire_writer *w, uint64_t b, const uint64_t *v, uint32_t n) {
+  gn_wire_put_map(w, 3);
+  gn_wire_put_str(w, "salt");
+  gn_wire_put_bin(w, SALT, 16);
+  gn_wire_put_str(w, "b");
+  gn_wire_put_u64(w, b);
+  gn_wire_put_str(w, "buckets");
+  gn_wire_put_array(w, n);
+  for (uint32_t i = 0; i < n; i++)
+    gn_wire_put_u64(w, v[i]);
+}
+static void b_want_not_increasing(gn_wire_writer *w) {
+  want_buckets(w, 8, (const uint64_t[]){1, 3, 3}, 3);
+}
+static void b_want_out_of_range(gn_wire_writer *w) {
+  want_buckets(w, 8, (const uint64_t[]){1, 8}, 2);
+}
+static void b_want_too_many_buckets(gn_wire_writer *w) {
+  want_buckets(w, 2, (const uint64_t[]){0, 1, 2}, 3);
+}
+static void b_want_bucket_str(gn_wire_writer *w) {
+  gn_wire_put_map(w, 3);
+  gn_wire_put_str(w, "salt");
+  gn_wire_put_bin(w, SALT, 16);
+  gn_wire_put_str(w, "b");
+  gn_wire_put_u64(w, 8);
+  gn_wire_put_str(w, "buckets");
+  gn_wire_put_array(w, 1);
+  gn_wire_put_str(w, "1");
+}
+static void want_offers(gn_wire_writer *w, uint32_t n, size_t idlen) {
+  uint8_t pk[GN_PK_LEN] = {7}, id[8] = {1};
+  gn_wire_put_map(w, 1);
+  gn_wire_put_str(w, "offers");
+  gn_wire_put_array(w, n);
+  for (uint32_t i = 0; i < n; i++) {
+    gn_wire_put_array(w, 2);
+    gn_wire_put_bin(w, pk, GN_PK_LEN);
+    gn_wire_put_bin(w, id, idlen);
+  }
+}
+static void b_want_offers_id_len(gn_wire_writer *w) {
+  want_offers(w, 1, 5);
+}
+static void b_want_offers_too_many(gn_wire_writer *w) {
+  want_offers(w, GN_DISCOVERY_WANT_ENTRIES + 1, 6);
+}
+static void b_want_both(gn_wire_writer *w) {
+  gn_wire_put_map(w, 4);
+  gn_wire_put_str(w, "salt");
+  gn_wire_put_bin(w, SALT, 16);
+  gn_wire_put_str(w, "b");
+  gn_wire_put_u64(w, 1);
+  gn_wire_put_str(w, "buckets");
+  gn_wire_put_array(w, 0);
+  gn_wire_put_str(w, "offers");
+  gn_wire_put_array(w, 0);
+}
+
+/* Hostile OFFER_DIGEST and OFFER_WANT bodies: each refused with its code,
+ * and nothing is sent and the table is unchanged; truncated bodies too. */
+static void test_discovery_refuses_hostile_digest_and_want_bodies(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    uint32_t type;
+    body_fn fn;
+    int code;
+  } cases[] = {
+      {"b not a power of two", GN_MSG_OFFER_DIGEST, b_summary_b3, GN_EINVAL},
+      {"b over 512", GN_MSG_OFFER_DIGEST, b_summary_b1024, GN_EINVAL},
+      {"b zero", GN_MSG_OFFER_DIGEST, b_summary_b0, GN_EINVAL},
+      {"h shorter than 8 b", GN_MSG_OFFER_DIGEST, b_summary_h_short, GN_EINVAL},
+      {"h longer than 8 b", GN_MSG_OFFER_DIGEST, b_summary_h_long, GN_ETOOBIG},
+      {"h of 1 MiB", GN_MSG_OFFER_DIGEST, b_summary_h_huge, GN_ETOOBIG},
+      {"salt of 15 bytes", GN_MSG_OFFER_DIGEST, b_summary_salt_short, GN_EINVAL},
+      {"b a string", GN_MSG_OFFER_DIGEST, b_summary_b_str, GN_EINVAL},
+      {"digest with h and e", GN_MSG_OFFER_DIGEST, b_digest_both, GN_EINVAL},
+      {"digest empty map", GN_MSG_OFFER_DIGEST, b_empty_map, GN_EINVAL},
+      {"digest not a map", GN_MSG_OFFER_DIGEST, b_not_a_map, GN_EINVAL},
+      {"detail nobody asked for", GN_MSG_OFFER_DIGEST, b_detail_ok, GN_ESTATE},
+      {"detail of 513 entries", GN_MSG_OFFER_DIGEST, b_detail_too_many, GN_ETOOBIG},
+      {"detail entry of 3", GN_MSG_OFFER_DIGEST, b_detail_arity, GN_EINVAL},
+      {"detail id of 7 bytes", GN_MSG_OFFER_DIGEST, b_detail_id_len, GN_EINVAL},
+      {"want buckets repeated", GN_MSG_OFFER_WANT, b_want_not_increasing, GN_EINVAL},
+      {"want bucket >= b", GN_MSG_OFFER_WANT, b_want_out_of_range, GN_EINVAL},
+      {"want more buckets than b", GN_MSG_OFFER_WANT, b_want_too_many_buckets, GN_ETOOBIG},
+      {"want bucket a string", GN_MSG_OFFER_WANT, b_want_bucket_str, GN_EINVAL},
+      {"want offer id of 5 bytes", GN_MSG_OFFER_WANT, b_want_offers_id_len, GN_EINVAL},
+      {"want 513 offers", GN_MSG_OFFER_WANT, b_want_offers_too_many, GN_ETOOBIG},
+      {"want buckets and offers", GN_MSG_OFFER_WANT, b_want_both, GN_EINVAL},
+      {"want empty map", GN_MSG_OFFER_WANT, b_empty_map, GN_EINVAL},
+  };
+  hand h;
+  hand_start(&h, 2);
+  /* something in the table, so that a wrongly taken want would send it */
+  gn_offer o;
+  memset(&o, 0, sizeof(o));
+  o.seq = 1;
+  o.issued_s = NOW;
+  o.expires_s = NOW + 60;
+  snprintf(o.gpu_model, sizeof(o.gpu_model), "RTX 4090");
+  o.gpus_free = o.gpus_total = 1;
+  snprintf(o.currency, sizeof(o.currency), "EUR");
+  gn_buf env = {0}, body = {0};
+  assert_int_equal(gn_offer_seal(h.peer[1], &o, &env), 0);
+  assert_int_equal(gn_offer_table_put(h.table, env.data, env.len, NOW), 1);
+  for (size_t c = 0; c < GN_ARRAY_SIZE(cases); c++) {
+    gn_wire_writer w;
+    gn_wire_writer_init(&w);
+    cases[c].fn(&w);
+    body.len = 0;
+    assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+    gn_wire_writer_done(&w);
+    for (int cut = 0; cut < 2; cut++) {
+      if (cut && body.len < 2)
+        continue;
+      env.len = 0;
+      assert_int_equal(gn_envelope_seal(h.peer[0], cases[c].type, body.data, body.len - (size_t)cut, &env), 0);
+      nsends = 0;
+      int r = hand_deliver(&h, 0, &env, NOW);
+      if (r != (cut ? GN_EINVAL : cases[c].code))
+        print_error("case '%s'%s: got %d\n", cases[c].name, cut ? " (truncated)" : "", r);
+      assert_int_equal(r, cut ? GN_EINVAL : cases[c].code);
+      assert_int_equal(nsends, 0);
+      assert_int_equal(gn_offer_table_count(h.table), 1);
+    }
+  }
+  /* relayed: a digest must be signed by the peer that sends it */
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  summary_b(&w, 4, 32, 16);
+  body.len = 0;
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  env.len = 0;
+  assert_int_equal(gn_envelope_seal(h.peer[1], GN_MSG_OFFER_DIGEST, body.data, body.len, &env), 0);
+  assert_int_equal(hand_deliver(&h, 0, &env, NOW), GN_EPERM);
+  assert_int_equal(nsends, 0);
+  gn_buf_done(&env);
+  gn_buf_done(&body);
+  hand_stop(&h);
+}
+
+/* One peer's digests and wants are rationed per period, and answers to it
+ * are capped in bytes; the next period it is served again. */
+static void test_discovery_digests_and_wants_are_rate_limited(void **state) {
+  (void)state;
+  hand h;
+  hand_start(&h, 2);
+  gn_buf env = {0}, body = {0};
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  summary_b(&w, 4, 32, 16); /* differs from our empty table: we answer each */
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(h.peer[0], GN_MSG_OFFER_DIGEST, body.data, body.len, &env), 0);
+  int taken = 0;
+  for (int i = 0; i < 100; i++)
+    taken += hand_deliver(&h, 0, &env, NOW) == 0;
+  assert_int_equal(taken, GN_DISCOVERY_PEER_DIGESTS);
+  assert_int_equal(sends_of(GN_MSG_OFFER_WANT), GN_DISCOVERY_PEER_DIGESTS);
+  assert_int_equal(hand_deliver(&h, 0, &env, NOW + GN_DISCOVERY_DIGEST_S), 0);
+  /* wants: the same, per period */
+  gn_wire_writer_init(&w);
+  want_offers(&w, 1, 6);
+  body.len = 0;
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  env.len = 0;
+  assert_int_equal(gn_envelope_seal(h.peer[1], GN_MSG_OFFER_WANT, body.data, body.len, &env), 0);
+  taken = 0;
+  for (int i = 0; i < 100; i++)
+    taken += hand_deliver(&h, 1, &env, NOW) == 0;
+  assert_int_equal(taken, GN_DISCOVERY_PEER_WANTS);
+  gn_buf_done(&env);
+  gn_buf_done(&body);
+  hand_stop(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_discovery_overlay_forms_from_one_bootstrap),
@@ -488,6 +1220,12 @@ int main(void) {
       cmocka_unit_test(test_discovery_rejects_bad_peers_messages),
       cmocka_unit_test(test_discovery_tick_redials_bootstraps_every_5s),
       cmocka_unit_test(test_discovery_dials_peers_entries_with_their_key),
+      cmocka_unit_test(test_discovery_joining_peer_syncs_by_digest),
+      cmocka_unit_test(test_discovery_50_nodes_converge_with_fewer_bytes_than_flood),
+      cmocka_unit_test(test_discovery_push_fanout_is_bounded),
+      cmocka_unit_test(test_discovery_peers_flood_makes_bounded_dials),
+      cmocka_unit_test(test_discovery_refuses_hostile_digest_and_want_bodies),
+      cmocka_unit_test(test_discovery_digests_and_wants_are_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
