@@ -394,11 +394,18 @@ static void mkid(uint8_t id[GN_PK_LEN], uint32_t n) {
   memcpy(id + 1, &n, sizeof n);
 }
 
-static void solo_new(solo *so, const gn_swim_config *cfg, uint64_t seed) {
+#define SOLO_ADDR "10.9.0.1:7946"
+
+/* A lone instance, id n (0 unless it stands in for a peer), at addr. */
+static void solo_new_as(solo *so, const gn_swim_config *cfg, uint64_t seed, uint32_t n, const char *addr) {
   memset(so, 0, sizeof *so);
-  mkid(so->id, 0);
+  mkid(so->id, n);
   gn_swim_io io = {solo_send, solo_event, so};
-  assert_int_equal(gn_swim_new(so->id, "10.9.0.1:7946", cfg, &io, seed, 0, &so->s), 0);
+  assert_int_equal(gn_swim_new(so->id, addr, cfg, &io, seed, 0, &so->s), 0);
+}
+
+static void solo_new(solo *so, const gn_swim_config *cfg, uint64_t seed) {
+  solo_new_as(so, cfg, seed, 0, SOLO_ADDR);
 }
 
 static char *peer_addr(uint32_t i, char buf[GN_SWIM_ADDR_MAX]) {
@@ -456,17 +463,6 @@ static void test_killed_node_dead_everywhere(void **state) {
       last = net->ev[i].at;
     }
   assert_true(local);
-  if (getenv("SWIM_DEBUG")) {
-    for (uint32_t i = 0; i < net->nev; i++)
-      fprintf(stderr, "ev t=%llu obs=%u tgt=%u kind=%d local=%d inc=%u\n", (unsigned long long)(net->ev[i].at - t0),
-              net->ev[i].obs, net->ev[i].target, net->ev[i].kind, net->ev[i].local, net->ev[i].inc);
-    gn_swim_stats st;
-    gn_swim_stats_get(net->nodes[0].s, &st);
-    fprintf(stderr, "sent %llu/%llu recv %llu bad %llu probes %llu failed %llu health %u\n",
-            (unsigned long long)st.sent_msgs, (unsigned long long)st.sent_bytes, (unsigned long long)st.recv_msgs,
-            (unsigned long long)st.recv_bad, (unsigned long long)st.probes, (unsigned long long)st.probes_failed,
-            gn_swim_health(net->nodes[0].s));
-  }
   assert_int_equal(count_events(net, GN_SWIM_EV_DEAD, victim), 11);
   /* With confirmations from 10 others, it is far faster than the maximum. */
   assert_true(last - t0 < 12 * cfg.probe_interval_ms + cfg.suspicion_alpha * cfg.suspicion_beta * 1000 / 2);
@@ -474,11 +470,726 @@ static void test_killed_node_dead_everywhere(void **state) {
   free(net);
 }
 
+/* The time the first event of kind about target happened at obs (0 if none). */
+static const tev *find_event(const tnet *net, uint32_t obs, uint32_t target, gn_swim_event_kind kind) {
+  for (uint32_t i = 0; i < net->nev; i++)
+    if (net->ev[i].obs == obs && net->ev[i].target == target && net->ev[i].kind == kind)
+      return &net->ev[i];
+  return NULL;
+}
+
+static void test_suspected_live_node_refutes_under_loss(void **state) {
+  (void)state;
+  tnet *net = calloc(1, sizeof *net);
+  net_init(net, 10, NULL, 3);
+  net_join_all(net);
+  net_run(net, 20000);
+  assert_true(all_alive(net));
+  net->loss_permille = 100;
+  net_run(net, 30000);
+  /* Node 4 hears nothing for 2.5 s: the others suspect it. */
+  net->nodes[4].drop_in = true;
+  net_run(net, 32500);
+  net->nodes[4].drop_in = false;
+  net_run(net, 120000);
+  assert_true(count_events(net, GN_SWIM_EV_SUSPECT, 4) >= 1);
+  assert_true(count_events(net, GN_SWIM_EV_ALIVE, 4) >= 1);
+  assert_true(gn_swim_incarnation(net->nodes[4].s) >= 1);
+  /* Under 10 % loss for 90 s, no live node was ever declared dead. */
+  assert_int_equal(count_events(net, GN_SWIM_EV_DEAD, MAXN), 0);
+  for (uint32_t i = 0; i < net->n; i++)
+    if (i != 4)
+      assert_int_not_equal(state_at(net, i, 4), GN_SWIM_DEAD);
+  net_done(net);
+  free(net);
+}
+
+/* Feeds a PING from peer n (a stranger or member) carrying updates g to so. */
+static int solo_ping_from(solo *so, uint32_t n, uint32_t inc, const tupd *g, uint32_t ng, uint64_t now) {
+  uint8_t id[GN_PK_LEN];
+  char a[GN_SWIM_ADDR_MAX];
+  mkid(id, n);
+  tbody b = {.from = id, .inc = inc, .addr = peer_addr(n, a), .seq = 1000 + n, .to = so->id, .g = g, .ng = ng};
+  gn_buf buf = {0};
+  build(&b, &buf);
+  int r = gn_swim_on_datagram(so->s, a, id, GN_MSG_SWIM_PING, buf.data, buf.len, now);
+  gn_buf_done(&buf);
+  return r;
+}
+
+static void solo_add_peers(solo *so, uint32_t first, uint32_t count) {
+  for (uint32_t i = first; i < first + count; i++) {
+    uint8_t id[GN_PK_LEN];
+    char a[GN_SWIM_ADDR_MAX];
+    mkid(id, i);
+    assert_int_equal(gn_swim_add(so->s, id, peer_addr(i, a), 0), 0);
+  }
+}
+
+/* Ticks so every 10 ms until X (peer 1) is dead; returns when. */
+static uint64_t solo_time_to_dead(solo *so, uint64_t from, uint64_t until) {
+  uint8_t x[GN_PK_LEN];
+  mkid(x, 1);
+  for (uint64_t t = from; t <= until; t += 10) {
+    gn_swim_tick(so->s, t);
+    gn_swim_member m;
+    assert_int_equal(gn_swim_get(so->s, x, &m), 0);
+    if (m.state == GN_SWIM_DEAD)
+      return t;
+  }
+  return UINT64_MAX;
+}
+
+static void test_confirmations_shorten_suspicion(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+  uint8_t x[GN_PK_LEN], by[4][GN_PK_LEN];
+  char xa[GN_SWIM_ADDR_MAX];
+  mkid(x, 1);
+  peer_addr(1, xa);
+  for (uint32_t i = 0; i < 4; i++)
+    mkid(by[i], 2 + i);
+  /* n = 9 (8 members and itself): min 5 s, max 30 s, k = 3. */
+  solo_new(a, NULL, 7);
+  solo_new(b, NULL, 7);
+  solo_add_peers(a, 1, 8);
+  solo_add_peers(b, 1, 8);
+  tupd u = {.id = x, .addr = xa, .inc = 0, .st = GN_SWIM_SUSPECT, .by = by[0]};
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 0), 0);
+  assert_int_equal(solo_ping_from(b, 2, 0, &u, 1, 0), 0);
+  /* b hears three more, independent accusers at the same incarnation; a
+   * repeated accuser does not count twice. */
+  assert_int_equal(solo_ping_from(b, 2, 0, &u, 1, 0), 0);
+  for (uint32_t i = 1; i < 4; i++) {
+    u.by = by[i];
+    assert_int_equal(solo_ping_from(b, 2 + i, 0, &u, 1, 0), 0);
+  }
+  uint64_t ta = solo_time_to_dead(a, 0, 60000), tb = solo_time_to_dead(b, 0, 60000);
+  assert_true(tb >= 5000 && tb <= 5010);
+  /* a's only possible confirmation is its own failed probe of x: at least
+   * max - (max - min) / 2 = 17.5 s. */
+  assert_true(ta >= 17500 && ta <= 30010);
+  a->s = gn_swim_free(a->s);
+  b->s = gn_swim_free(b->s);
+  free(a);
+  free(b);
+}
+
+static void test_local_health_rises_when_slow(void **state) {
+  (void)state;
+  tnet *net = calloc(1, sizeof *net);
+  net_init(net, 8, NULL, 4);
+  net_join_all(net);
+  net_run(net, 15000);
+  assert_true(all_alive(net));
+  for (uint32_t i = 0; i < net->n; i++)
+    assert_int_equal(gn_swim_health(net->nodes[i].s), 0);
+  uint32_t slow = 3;
+  gn_swim_stats s0, s1, h0, h1;
+  gn_swim_stats_get(net->nodes[slow].s, &s0);
+  gn_swim_stats_get(net->nodes[0].s, &h0);
+  net->nodes[slow].drop_in = true;
+  net_run(net, 35000);
+  gn_swim_stats_get(net->nodes[slow].s, &s1);
+  gn_swim_stats_get(net->nodes[0].s, &h1);
+  assert_true(gn_swim_health(net->nodes[slow].s) >= 4);
+  assert_true(gn_swim_health(net->nodes[0].s) <= 1);
+  /* The slow node probes, and so suspects, far less often than a healthy
+   * one (which probes once a second). */
+  assert_true(h1.probes - h0.probes >= 18);
+  assert_true(s1.probes - s0.probes <= 7);
+  assert_true(s1.suspicions_local - s0.suspicions_local <= 7);
+  net_done(net);
+  free(net);
+}
+
+static void test_buddy_suspect_hears_in_first_ping(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a), *x = calloc(1, sizeof *x);
+  char xa[GN_SWIM_ADDR_MAX];
+  solo_new(a, NULL, 9);
+  solo_add_peers(a, 1, 2);
+  solo_new_as(x, NULL, 10, 1, peer_addr(1, xa));
+  uint8_t by[GN_PK_LEN];
+  mkid(by, 2);
+  tupd u = {.id = x->id, .addr = xa, .inc = 0, .st = GN_SWIM_SUSPECT, .by = by};
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 0), 0);
+  a->nout = 0;
+  const seen *ping = NULL;
+  for (uint64_t t = 0; t < 5000 && !ping; t += 10) {
+    gn_swim_tick(a->s, t);
+    for (uint32_t i = 0; i < a->nout && !ping; i++)
+      if (a->out[i].type == GN_MSG_SWIM_PING && strcmp(a->out[i].to, xa) == 0)
+        ping = &a->out[i];
+  }
+  assert_non_null(ping);
+  uint8_t id[GN_PK_LEN];
+  uint32_t st, inc;
+  assert_true(upd_at(ping->body, ping->len, 0, id, &st, &inc));
+  assert_memory_equal(id, x->id, GN_PK_LEN);
+  assert_int_equal(st, GN_SWIM_SUSPECT);
+  /* x gets that ping: it refutes at once, and its ack says so. */
+  assert_int_equal(gn_swim_on_datagram(x->s, SOLO_ADDR, a->id, GN_MSG_SWIM_PING, ping->body, ping->len, 3000), 0);
+  assert_int_equal(gn_swim_incarnation(x->s), 1);
+  assert_int_equal(x->nout, 1);
+  assert_int_equal(x->out[0].type, GN_MSG_SWIM_ACK);
+  assert_true(body_has(x->out[0].body, x->out[0].len, x->id, GN_SWIM_ALIVE));
+  /* And a takes the ack back: x is alive at incarnation 1. */
+  assert_int_equal(gn_swim_on_datagram(a->s, xa, x->id, GN_MSG_SWIM_ACK, x->out[0].body, x->out[0].len, 3010), 0);
+  gn_swim_member m;
+  assert_int_equal(gn_swim_get(a->s, x->id, &m), 0);
+  assert_int_equal(m.state, GN_SWIM_ALIVE);
+  assert_int_equal(m.incarnation, 1);
+  assert_true(gn_swim_verified(a->s, x->id));
+  a->s = gn_swim_free(a->s);
+  x->s = gn_swim_free(x->s);
+  free(a);
+  free(x);
+}
+
+static void test_missed_deaths_repaired_after_partition(void **state) {
+  (void)state;
+  tnet *net = calloc(1, sizeof *net);
+  gn_swim_config cfg;
+  gn_swim_config_default(&cfg);
+  /* A lone node's own suspicion (no confirmations reach it) takes 100 s,
+   * far past the end of this test: it can only learn the death from others. */
+  cfg.suspicion_beta = 20;
+  net_init(net, 10, &cfg, 5);
+  net_join_all(net);
+  net_run(net, 20000);
+  assert_true(all_alive(net));
+  uint32_t p = 9, v = 4;
+  net->nodes[p].side = true;
+  net->partitioned = true;
+  net->nodes[v].up = false;
+  net_run(net, 50000);
+  /* The others declared v dead, and their gossip of it ran out, while p
+   * could hear none of it. */
+  for (uint32_t i = 0; i < net->n; i++)
+    if (i != p && i != v)
+      assert_int_equal(state_at(net, i, v), GN_SWIM_DEAD);
+  assert_int_not_equal(state_at(net, p, v), GN_SWIM_DEAD);
+  net->partitioned = false;
+  uint64_t heal = net->now;
+  net_run(net, heal + 30000);
+  assert_int_equal(state_at(net, p, v), GN_SWIM_DEAD);
+  const tev *e = find_event(net, p, v, GN_SWIM_EV_DEAD);
+  assert_non_null(e);
+  assert_false(e->local);
+  assert_true(e->at > heal);
+  /* And p is back among the living everywhere. */
+  for (uint32_t i = 0; i < net->n; i++)
+    if (i != p && i != v)
+      assert_int_equal(state_at(net, i, p), GN_SWIM_ALIVE);
+  net_done(net);
+  free(net);
+}
+
+static void test_leave_is_gossiped(void **state) {
+  (void)state;
+  tnet *net = calloc(1, sizeof *net);
+  net_init(net, 8, NULL, 6);
+  net_join_all(net);
+  net_run(net, 15000);
+  gn_swim_leave(net->nodes[2].s, net->now);
+  net_run(net, 25000);
+  for (uint32_t i = 0; i < net->n; i++)
+    if (i != 2)
+      assert_int_equal(state_at(net, i, 2), GN_SWIM_LEFT);
+  assert_int_equal(count_events(net, GN_SWIM_EV_DEAD, MAXN), 0);
+  net_done(net);
+  free(net);
+}
+
+/* --- hostile peers ----------------------------------------------------------*/
+
+typedef struct snap {
+  size_t members;
+  gn_swim_member m[16];
+  uint32_t inc, health;
+  uint64_t probes, sent;
+} snap;
+
+static void take_snap(const solo *so, snap *sn) {
+  memset(sn, 0, sizeof *sn);
+  sn->members = gn_swim_members(so->s, sn->m, 16);
+  sn->inc = gn_swim_incarnation(so->s);
+  sn->health = gn_swim_health(so->s);
+  gn_swim_stats st;
+  gn_swim_stats_get(so->s, &st);
+  sn->probes = st.probes;
+  sn->sent = st.sent_msgs;
+}
+
+static void test_forged_sender_refused(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 11);
+  uint8_t b[GN_PK_LEN], c[GN_PK_LEN];
+  char ba[GN_SWIM_ADDR_MAX];
+  mkid(b, 2);
+  mkid(c, 3);
+  tupd u = {.id = a->id, .addr = SOLO_ADDR, .inc = 0, .st = GN_SWIM_DEAD};
+  tbody tb = {.from = b, .inc = 0, .addr = peer_addr(2, ba), .seq = 5, .to = a->id, .g = &u, .ng = 1};
+  gn_buf buf = {0};
+  build(&tb, &buf);
+  /* Signed by c, naming b as its sender. */
+  assert_int_equal(gn_swim_on_datagram(a->s, ba, c, GN_MSG_SWIM_PING, buf.data, buf.len, 0), GN_EPERM);
+  assert_int_equal(gn_swim_members(a->s, NULL, 0), 0);
+  assert_int_equal(gn_swim_incarnation(a->s), 0);
+  assert_int_equal(a->nout, 0);
+  /* The same body signed by b is taken (and refuted). */
+  assert_int_equal(gn_swim_on_datagram(a->s, ba, b, GN_MSG_SWIM_PING, buf.data, buf.len, 0), 0);
+  assert_int_equal(gn_swim_members(a->s, NULL, 0), 1);
+  assert_int_equal(gn_swim_incarnation(a->s), 1);
+  gn_buf_done(&buf);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+static void deliver_ack(solo *so, uint32_t from_n, uint64_t seq, int want, uint64_t now) {
+  uint8_t id[GN_PK_LEN];
+  char a[GN_SWIM_ADDR_MAX];
+  mkid(id, from_n);
+  tbody b = {.from = id, .inc = 0, .addr = peer_addr(from_n, a), .seq = seq};
+  gn_buf buf = {0};
+  build(&b, &buf);
+  assert_int_equal(gn_swim_on_datagram(so->s, a, id, GN_MSG_SWIM_ACK, buf.data, buf.len, now), want);
+  gn_buf_done(&buf);
+}
+
+static void test_ack_with_unknown_seq_or_signer_ignored(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 12);
+  solo_add_peers(a, 1, 2);
+  gn_swim_tick(a->s, 0);
+  assert_int_equal(a->nout, 1);
+  assert_int_equal(a->out[0].type, GN_MSG_SWIM_PING);
+  uint32_t target = strcmp(a->out[0].to, "10.8.0.1:7946") == 0 ? 1 : 2, other = 3 - target;
+  uint64_t seq = body_seq(a->out[0].body, a->out[0].len);
+  uint8_t tid[GN_PK_LEN];
+  mkid(tid, target);
+  snap before, after;
+  take_snap(a, &before);
+  deliver_ack(a, target, seq + 1, GN_EPROTO, 10);
+  deliver_ack(a, other, seq, GN_EPROTO, 10);
+  take_snap(a, &after);
+  assert_memory_equal(&before, &after, sizeof before);
+  assert_false(gn_swim_verified(a->s, tid));
+  /* The right seq from the right signer completes the probe. */
+  deliver_ack(a, target, seq, 0, 20);
+  assert_true(gn_swim_verified(a->s, tid));
+  /* And the same ack again is not taken twice. */
+  deliver_ack(a, target, seq, GN_EPROTO, 30);
+  gn_swim_tick(a->s, 1000);
+  gn_swim_stats st;
+  gn_swim_stats_get(a->s, &st);
+  assert_int_equal(st.probes_failed, 0);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+/* Answers every ping so sent since *done with the right ack. */
+static void solo_answer_pings(solo *so, uint32_t *done, uint64_t now) {
+  for (; *done < so->nout; (*done)++) {
+    const seen *x = &so->out[*done];
+    unsigned b, c;
+    if (x->type != GN_MSG_SWIM_PING || sscanf(x->to, "10.8.%u.%u:7946", &b, &c) != 2)
+      continue;
+    deliver_ack(so, b << 8 | c, body_seq(x->body, x->len), 0, now);
+  }
+}
+
+static void test_gossip_flood_keeps_table_bounded_and_verified(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  gn_swim_config cfg;
+  gn_swim_config_default(&cfg);
+  cfg.max_members = 64;
+  solo_new(a, &cfg, 13);
+  solo_add_peers(a, 1, 4);
+  uint32_t done = 0;
+  for (uint64_t t = 0; t <= 8000; t += 10) {
+    gn_swim_tick(a->s, t);
+    solo_answer_pings(a, &done, t);
+    if (a->nout > 200)
+      a->nout = done = 0;
+  }
+  for (uint32_t i = 1; i <= 4; i++) {
+    uint8_t id[GN_PK_LEN];
+    mkid(id, i);
+    assert_true(gn_swim_verified(a->s, id));
+  }
+  /* A stranger (id 100) gossips 100,000 fake members, 64 a ping. */
+  static tupd g[GN_SWIM_UPDATES_MAX];
+  static uint8_t ids[GN_SWIM_UPDATES_MAX][GN_PK_LEN];
+  static char addrs[GN_SWIM_UPDATES_MAX][GN_SWIM_ADDR_MAX];
+  for (uint32_t k = 0; k < 100000; k += GN_SWIM_UPDATES_MAX) {
+    uint32_t n = 100000 - k < GN_SWIM_UPDATES_MAX ? 100000 - k : GN_SWIM_UPDATES_MAX;
+    for (uint32_t j = 0; j < n; j++) {
+      mkid(ids[j], 1000000 + k + j);
+      snprintf(addrs[j], sizeof addrs[j], "10.66.%u.%u:7946", (k + j) >> 8 & 0xff, (k + j) & 0xff);
+      g[j] = (tupd){.id = ids[j], .addr = addrs[j], .inc = 0, .st = GN_SWIM_ALIVE};
+    }
+    a->nout = 0;
+    assert_int_equal(solo_ping_from(a, 100, 0, g, n, 8000), 0);
+  }
+  assert_true(gn_swim_members(a->s, NULL, 0) <= 64);
+  for (uint32_t i = 1; i <= 4; i++) {
+    uint8_t id[GN_PK_LEN];
+    gn_swim_member m;
+    mkid(id, i);
+    assert_int_equal(gn_swim_get(a->s, id, &m), 0);
+    assert_int_equal(m.state, GN_SWIM_ALIVE);
+  }
+  /* A newcomer speaking for itself still gets in: it takes a hearsay place. */
+  uint8_t z[GN_PK_LEN];
+  gn_swim_member m;
+  mkid(z, 200);
+  assert_int_equal(solo_ping_from(a, 200, 0, NULL, 0, 8000), 0);
+  assert_int_equal(gn_swim_get(a->s, z, &m), 0);
+  assert_true(gn_swim_members(a->s, NULL, 0) <= 64);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+static void test_dead_about_self_refuted(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 14);
+  uint8_t by[GN_PK_LEN];
+  mkid(by, 77);
+  tupd u = {.id = a->id, .addr = SOLO_ADDR, .inc = 0, .st = GN_SWIM_DEAD, .by = by};
+  /* A stranger says we are dead. */
+  assert_int_equal(solo_ping_from(a, 50, 0, &u, 1, 0), 0);
+  assert_int_equal(gn_swim_incarnation(a->s), 1);
+  gn_swim_member self;
+  assert_int_equal(gn_swim_get(a->s, a->id, &self), 0);
+  assert_int_equal(self.state, GN_SWIM_ALIVE);
+  assert_int_equal(self.incarnation, 1);
+  assert_int_equal(gn_swim_health(a->s), 1);
+  /* Its answer carries the refutation. */
+  assert_int_equal(a->nout, 1);
+  assert_true(body_has(a->out[0].body, a->out[0].len, a->id, GN_SWIM_ALIVE));
+  /* A stale accusation (an older incarnation) changes nothing. */
+  assert_int_equal(solo_ping_from(a, 51, 0, &u, 1, 10), 0);
+  assert_int_equal(gn_swim_incarnation(a->s), 1);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+static void test_hearsay_cannot_move_a_live_member(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 15);
+  solo_add_peers(a, 1, 1);
+  uint8_t x[GN_PK_LEN];
+  mkid(x, 1);
+  tupd u = {.id = x, .addr = "10.66.6.6:7946", .inc = 5, .st = GN_SWIM_ALIVE};
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 0), 0);
+  gn_swim_member m;
+  assert_int_equal(gn_swim_get(a->s, x, &m), 0);
+  assert_int_equal(m.incarnation, 5);
+  assert_string_equal(m.addr, "10.8.0.1:7946");
+  /* x itself may move. */
+  tbody b = {.from = x, .inc = 6, .addr = "10.7.7.7:7946", .seq = 1, .to = a->id};
+  gn_buf buf = {0};
+  build(&b, &buf);
+  assert_int_equal(gn_swim_on_datagram(a->s, "10.7.7.7:7946", x, GN_MSG_SWIM_PING, buf.data, buf.len, 0), 0);
+  assert_int_equal(gn_swim_get(a->s, x, &m), 0);
+  assert_string_equal(m.addr, "10.7.7.7:7946");
+  gn_buf_done(&buf);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+static void test_ping_req_relays_bounded(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 16);
+  gn_buf buf = {0};
+  /* 40 strangers ask for 10 relays each. */
+  for (uint32_t p = 0; p < 40; p++) {
+    uint8_t from[GN_PK_LEN], t[GN_PK_LEN];
+    char fa[GN_SWIM_ADDR_MAX], ta[GN_SWIM_ADDR_MAX];
+    mkid(from, 300 + p);
+    peer_addr(300 + p, fa);
+    for (uint32_t k = 0; k < 10; k++) {
+      mkid(t, 5000 + p * 10 + k);
+      tbody b = {.from = from, .addr = fa, .seq = k + 1, .target = t, .taddr = peer_addr(5000 + p * 10 + k, ta)};
+      build(&b, &buf);
+      assert_int_equal(gn_swim_on_datagram(a->s, fa, from, GN_MSG_SWIM_PING_REQ, buf.data, buf.len, 0), 0);
+    }
+    if (p == 0) {
+      uint32_t pings = 0;
+      for (uint32_t i = 0; i < a->nout; i++)
+        pings += a->out[i].type == GN_MSG_SWIM_PING;
+      assert_int_equal(pings, 2); /* per requester */
+    }
+  }
+  uint32_t pings = 0, nacks = 0;
+  for (uint32_t i = 0; i < a->nout; i++)
+    pings += a->out[i].type == GN_MSG_SWIM_PING;
+  assert_int_equal(pings, 16); /* in all */
+  gn_swim_tick(a->s, 1000);
+  for (uint32_t i = 0; i < a->nout; i++)
+    nacks += a->out[i].type == GN_MSG_SWIM_NACK;
+  assert_int_equal(nacks, 16);
+  gn_buf_done(&buf);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+typedef struct badcase {
+  const char *name;
+  uint32_t type;
+  int want;
+} badcase;
+
+static void test_bad_bodies_refused_without_change(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 17);
+  solo_add_peers(a, 1, 3);
+  uint8_t b[GN_PK_LEN], x[GN_PK_LEN], short_id[GN_PK_LEN];
+  char ba[GN_SWIM_ADDR_MAX];
+  mkid(b, 2);
+  mkid(x, 1);
+  memset(short_id, 1, sizeof short_id);
+  peer_addr(2, ba);
+  snap before, after;
+  take_snap(a, &before);
+  gn_buf buf = {0};
+  tupd good = {.id = x, .addr = "10.8.0.1:7946", .inc = 9, .st = GN_SWIM_DEAD};
+  static tupd many[GN_SWIM_UPDATES_MAX + 1];
+  for (uint32_t i = 0; i <= GN_SWIM_UPDATES_MAX; i++)
+    many[i] = good;
+  const char *bad_addrs[] = {"example.com:7946", "10.0.0.1:0", "10.0.0.1:65536", "10.0.0.1",         "[::1:7946",
+                             "10.0.0.1:79x6",    ":7946",      "10.0.0.256:1",   "10.0.0.1:1234567", "[]:80"};
+  char longaddr[80];
+  memset(longaddr, '1', sizeof longaddr);
+  memcpy(longaddr + 60, ":7946", 6);
+  for (int c = 0; c < 40; c++) {
+    uint32_t type = GN_MSG_SWIM_PING;
+    int want = GN_EINVAL;
+    tbody tb = {.from = b, .inc = 3, .addr = ba, .seq = 1, .to = a->id, .g = &good, .ng = 1};
+    tupd u = good;
+    bool raw = false;
+    buf.len = 0;
+    if (c < 10) {
+      tb.addr = bad_addrs[c];
+    } else if (c == 10) {
+      tb.addr = longaddr;
+      want = GN_ETOOBIG;
+    } else if (c < 21) {
+      u.addr = bad_addrs[c - 11];
+      tb.g = &u;
+    } else if (c == 21) {
+      u.st = 4;
+      tb.g = &u;
+    } else if (c == 22) {
+      tb.g = many;
+      tb.ng = GN_SWIM_UPDATES_MAX + 1;
+      want = GN_ETOOBIG;
+    } else if (c == 23) {
+      tb.to = b; /* for someone else */
+      want = GN_EPROTO;
+    } else if (c == 24) {
+      type = GN_MSG_SWIM_PING_REQ; /* about ourselves */
+      tb.to = NULL;
+      tb.target = a->id;
+      tb.taddr = SOLO_ADDR;
+      want = GN_EPROTO;
+    } else if (c == 25) {
+      type = GN_MSG_SWIM_NACK; /* for nothing we asked */
+      tb.to = NULL;
+      tb.target = x;
+      want = GN_EPROTO;
+    } else if (c == 26) {
+      type = 74;
+    } else if (c == 27) {
+      type = GN_MSG_SWIM_PING_REQ; /* no taddr */
+      tb.to = NULL;
+      tb.target = x;
+    } else if (c == 28) {
+      tb.to = NULL; /* a ping without "to" */
+    } else if (c == 29) {
+      raw = true; /* garbage */
+      gn_buf_append(&buf, "\xc1\xff\x00garbage", 10);
+    } else if (c == 30) {
+      raw = true; /* empty */
+    } else if (c == 31) {
+      raw = true; /* truncated */
+      build(&tb, &buf);
+      buf.len -= 3;
+    } else if (c == 32) {
+      raw = true; /* oversized */
+      build(&tb, &buf);
+      uint8_t zero[1024] = {0};
+      while (buf.len <= GN_SWIM_BODY_MAX)
+        gn_buf_append(&buf, zero, sizeof zero);
+      want = GN_ETOOBIG;
+    } else if (c == 33) {
+      raw = true; /* a valid body with an extra key */
+      gn_wire_writer w;
+      gn_wire_writer_init(&w);
+      gn_wire_put_map(&w, 6);
+      gn_wire_put_str(&w, "from");
+      gn_wire_put_bin(&w, b, GN_PK_LEN);
+      gn_wire_put_str(&w, "inc");
+      gn_wire_put_u64(&w, 3);
+      gn_wire_put_str(&w, "addr");
+      gn_wire_put_str(&w, ba);
+      gn_wire_put_str(&w, "seq");
+      gn_wire_put_u64(&w, 1);
+      gn_wire_put_str(&w, "to");
+      gn_wire_put_bin(&w, a->id, GN_PK_LEN);
+      gn_wire_put_str(&w, "evil");
+      gn_wire_put_u64(&w, 1);
+      gn_wire_writer_take(&w, &buf);
+      gn_wire_writer_done(&w);
+    } else if (c == 34) {
+      raw = true; /* from of 31 bytes */
+      gn_wire_writer w;
+      gn_wire_writer_init(&w);
+      gn_wire_put_map(&w, 5);
+      gn_wire_put_str(&w, "from");
+      gn_wire_put_bin(&w, b, GN_PK_LEN - 1);
+      gn_wire_put_str(&w, "inc");
+      gn_wire_put_u64(&w, 3);
+      gn_wire_put_str(&w, "addr");
+      gn_wire_put_str(&w, ba);
+      gn_wire_put_str(&w, "seq");
+      gn_wire_put_u64(&w, 1);
+      gn_wire_put_str(&w, "to");
+      gn_wire_put_bin(&w, a->id, GN_PK_LEN);
+      gn_wire_writer_take(&w, &buf);
+      gn_wire_writer_done(&w);
+    } else if (c == 35) {
+      raw = true; /* an incarnation over 32 bits */
+      gn_wire_writer w;
+      gn_wire_writer_init(&w);
+      gn_wire_put_map(&w, 5);
+      gn_wire_put_str(&w, "from");
+      gn_wire_put_bin(&w, b, GN_PK_LEN);
+      gn_wire_put_str(&w, "inc");
+      gn_wire_put_u64(&w, 1ull << 40);
+      gn_wire_put_str(&w, "addr");
+      gn_wire_put_str(&w, ba);
+      gn_wire_put_str(&w, "seq");
+      gn_wire_put_u64(&w, 1);
+      gn_wire_put_str(&w, "to");
+      gn_wire_put_bin(&w, a->id, GN_PK_LEN);
+      gn_wire_writer_take(&w, &buf);
+      gn_wire_writer_done(&w);
+      want = GN_ETOOBIG;
+    } else if (c == 36) {
+      raw = true; /* not a map */
+      gn_wire_writer w;
+      gn_wire_writer_init(&w);
+      gn_wire_put_array(&w, 1);
+      gn_wire_put_u64(&w, 1);
+      gn_wire_writer_take(&w, &buf);
+      gn_wire_writer_done(&w);
+    } else if (c == 37) {
+      type = GN_MSG_SWIM_ACK; /* an ack for nothing we sent */
+      tb.to = NULL;
+      want = GN_EPROTO;
+    } else if (c == 38) {
+      tb.from = a->id; /* our own id, sent back */
+      want = GN_EPROTO;
+      raw = true;
+      build(&tb, &buf);
+      assert_int_equal(gn_swim_on_datagram(a->s, ba, a->id, type, buf.data, buf.len, 100), want);
+      continue;
+    } else {
+      u.by = short_id;
+      tb.g = &u;
+      raw = true; /* an update's "by" of 31 bytes: write it by hand */
+      gn_wire_writer w;
+      gn_wire_writer_init(&w);
+      gn_wire_put_map(&w, 6);
+      gn_wire_put_str(&w, "from");
+      gn_wire_put_bin(&w, b, GN_PK_LEN);
+      gn_wire_put_str(&w, "inc");
+      gn_wire_put_u64(&w, 3);
+      gn_wire_put_str(&w, "addr");
+      gn_wire_put_str(&w, ba);
+      gn_wire_put_str(&w, "seq");
+      gn_wire_put_u64(&w, 1);
+      gn_wire_put_str(&w, "to");
+      gn_wire_put_bin(&w, a->id, GN_PK_LEN);
+      gn_wire_put_str(&w, "g");
+      gn_wire_put_array(&w, 1);
+      gn_wire_put_map(&w, 5);
+      gn_wire_put_str(&w, "id");
+      gn_wire_put_bin(&w, x, GN_PK_LEN);
+      gn_wire_put_str(&w, "addr");
+      gn_wire_put_str(&w, "10.8.0.1:7946");
+      gn_wire_put_str(&w, "inc");
+      gn_wire_put_u64(&w, 9);
+      gn_wire_put_str(&w, "st");
+      gn_wire_put_u64(&w, 2);
+      gn_wire_put_str(&w, "by");
+      gn_wire_put_bin(&w, x, GN_PK_LEN - 1);
+      gn_wire_writer_take(&w, &buf);
+      gn_wire_writer_done(&w);
+    }
+    if (!raw)
+      build(&tb, &buf);
+    int r = gn_swim_on_datagram(a->s, ba, b, type, buf.data, buf.len, 100);
+    if (r != want)
+      fail_msg("case %d: got %d, want %d", c, r, want);
+  }
+  take_snap(a, &after);
+  assert_memory_equal(&before, &after, sizeof before);
+  assert_int_equal(a->nout, 0);
+  gn_swim_stats st;
+  gn_swim_stats_get(a->s, &st);
+  assert_int_equal(st.recv_bad, 40);
+  /* The good body these were made from is taken: x is dead at 9. */
+  tbody tb = {.from = b, .inc = 3, .addr = ba, .seq = 1, .to = a->id, .g = &good, .ng = 1};
+  build(&tb, &buf);
+  assert_int_equal(gn_swim_on_datagram(a->s, ba, b, GN_MSG_SWIM_PING, buf.data, buf.len, 100), 0);
+  gn_swim_member m;
+  assert_int_equal(gn_swim_get(a->s, x, &m), 0);
+  assert_int_equal(m.state, GN_SWIM_DEAD);
+  gn_buf_done(&buf);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+static void test_addresses_validated(void **state) {
+  (void)state;
+  assert_true(gn_swim_addr_valid("10.0.0.1:7946"));
+  assert_true(gn_swim_addr_valid("[2001:db8::1]:65535"));
+  assert_false(gn_swim_addr_valid("localhost:7946"));
+  assert_false(gn_swim_addr_valid("10.0.0.1:0"));
+  assert_false(gn_swim_addr_valid("2001:db8::1:7946"));
+  assert_false(gn_swim_addr_valid(""));
+  assert_false(gn_swim_addr_valid(NULL));
+}
+
 int main(void) {
-  (void)peer_addr, (void)solo_new, (void)body_seq, (void)body_has, (void)build;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_join_converges),
       cmocka_unit_test(test_killed_node_dead_everywhere),
+      cmocka_unit_test(test_suspected_live_node_refutes_under_loss),
+      cmocka_unit_test(test_confirmations_shorten_suspicion),
+      cmocka_unit_test(test_local_health_rises_when_slow),
+      cmocka_unit_test(test_buddy_suspect_hears_in_first_ping),
+      cmocka_unit_test(test_missed_deaths_repaired_after_partition),
+      cmocka_unit_test(test_leave_is_gossiped),
+      cmocka_unit_test(test_forged_sender_refused),
+      cmocka_unit_test(test_ack_with_unknown_seq_or_signer_ignored),
+      cmocka_unit_test(test_gossip_flood_keeps_table_bounded_and_verified),
+      cmocka_unit_test(test_dead_about_self_refuted),
+      cmocka_unit_test(test_hearsay_cannot_move_a_live_member),
+      cmocka_unit_test(test_ping_req_relays_bounded),
+      cmocka_unit_test(test_bad_bodies_refused_without_change),
+      cmocka_unit_test(test_addresses_validated),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
