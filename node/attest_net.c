@@ -1,8 +1,10 @@
 /* Attestation in the daemon: the glue around the attestation agent
  * (node/attest/attest_agent.c, which keeps the sessions of both sides and
  * knows nothing of gpunetd). Here: its io (the transport, the libuv thread
- * pool, the log), the local GPUs it self-checks, a copy of their verdicts and
- * reports for the offers and `gpunet gpus`, and POST /v1/attest. */
+ * pool, the log, which GPUs are free to lease), the local GPUs it
+ * self-checks, a copy of their verdicts and reports for the offers and
+ * `gpunet gpus`, the leases that publish a held verdict, whether an offer's
+ * verdict counts (its verifier leased), and POST /v1/attest. */
 #include "attest_net.h"
 
 #include "node_internal.h"
@@ -104,6 +106,17 @@ static void io_changed(void *ctx, size_t slot) {
   n->offers_dirty = true;
 }
 
+/* A challenge is answered only while a GPU of its model is free: a leased
+ * one is busy with its renter's job, and there is nothing to lease. */
+static bool io_leasable(void *ctx, const uint8_t peer[GN_PK_LEN], const char *model) {
+  gn_node *n = ctx;
+  (void)peer;
+  for (size_t i = 0; i < n->gpus.count; i++)
+    if (strcmp(n->gpus.items[i].name, model) == 0 && !n->gpu_leased_by[i][0])
+      return true;
+  return false;
+}
+
 static const gn_attest_io node_io = {
     .send = io_send,
     .is_up = io_is_up,
@@ -111,6 +124,7 @@ static const gn_attest_io node_io = {
     .queue = io_queue,
     .log = io_log,
     .changed = io_changed,
+    .leasable = io_leasable,
 };
 
 /* The node's agent, made on first use; NULL once the node stops. */
@@ -162,9 +176,25 @@ void gn__attest_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
     gn_attest_agent_peer_up(n->attest->agent, peer);
 }
 
+/* A held verdict is published once its verifier has leased from us: the
+ * leases agreed lately are offered to the agent, which matches them to its
+ * held verdicts by peer, model and time (nothing to do when none is held). */
+static void publish_leased_verdicts(gn_node *n, gn_attest_agent *a) {
+  int64_t now_s = gn_unix_s();
+  for (gn_lease *l = n->leases; l && gn_attest_agent_held(a); l = l->next) {
+    if (l->role != GN_ROLE_PROVIDER || l->ag.start_s < now_s - GN_ATTEST_LEASE_WINDOW_S)
+      continue;
+    gn_attest_agent_lease_agreed(a, l->peer, l->ag.terms.gpu_model, l->ag.start_s, l->agreement_env.data,
+                                 l->agreement_env.len);
+  }
+}
+
 void gn__attest_tick(gn_node *n, uint64_t now_ms) {
-  if (n->attest && n->attest->agent)
-    gn_attest_agent_tick(n->attest->agent, now_ms);
+  if (!n->attest || !n->attest->agent)
+    return;
+  gn_attest_agent_tick(n->attest->agent, now_ms);
+  if (n->cfg.provide)
+    publish_leased_verdicts(n, n->attest->agent);
 }
 
 void gn__attest_shutdown(gn_node *n) {
@@ -285,8 +315,33 @@ void gn__attest_dial_refused(gn_node *n, const char *addr, const uint8_t expecte
 }
 /* --- views and the API --------------------------------------------------------*/
 
+/* Whether the peer-checked report rep on offer o counts: it carries a lease
+ * agreement, signed by the provider and by the report's verifier as
+ * requester, of the offer's GPU model, requested after the verdict (both
+ * times on the verifier's clock) and within GN_ATTEST_LEASE_WINDOW_S of it.
+ * A verdict alone may be the provider's own second identity vouching. */
+static bool verdict_leased(const gn_offer *o, const gn_attest_report *rep) {
+  gn_agreement ag;
+  if (!rep->has_verifier || !rep->lease_env || gn_agreement_open(rep->lease_env, rep->lease_env_len, &ag) < 0)
+    return false;
+  return memcmp(ag.terms.provider, o->provider, GN_PK_LEN) == 0 &&
+         memcmp(ag.terms.requester, rep->verifier, GN_PK_LEN) == 0 && strcmp(ag.terms.gpu_model, o->gpu_model) == 0 &&
+         ag.terms.requested_s >= rep->verdict_issued_s &&
+         ag.terms.requested_s - rep->verdict_issued_s <= GN_ATTEST_LEASE_WINDOW_S;
+}
+
 void gn__offer_attest_verdict(const gn_offer *o, char *buf, size_t cap) {
   gn_attest_offer_verdict(o, buf, cap);
+  gn_attest_report rep;
+  uint8_t signer[GN_PK_LEN];
+  if (!o->attest_len || gn_attest_report_open(o->attest, o->attest_len, &rep, signer) < 0)
+    return;
+  if (memcmp(signer, o->provider, GN_PK_LEN) == 0 && rep.has_verifier && !verdict_leased(o, &rep)) {
+    char vid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(rep.verifier, vid);
+    gn__strf(buf, cap, "%s (not counted: verifier %.14s… shows no lease of it)", rep.verdict, vid);
+  }
+  gn_attest_report_done(&rep);
 }
 
 static const char *outcome_name(gn_attest_outcome o) {

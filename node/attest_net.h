@@ -38,7 +38,10 @@ int gn__attest_begin(gn_node *n, const gn_offer_entry *e, gn_attest_done_fn done
 void gn__attest_register(gn_node *n);
 const gn_attest_local *gn__attest_local_find(const gn_node *n, const char *model);
 /* The verdict an offer's attached report states, e.g. "verified RTX 4090
- * (checked by gn…)" or "simulated (self-reported)"; "" when none. */
+ * (checked by gn…)" or "simulated (self-reported)"; "" when none. A peer's
+ * verdict counts only with the lease agreement by which that peer then
+ * leased the GPU; without one it reads "... (not counted: verifier gn…
+ * shows no lease of it)". */
 void gn__offer_attest_verdict(const gn_offer *o, char *buf, size_t cap);
 json_t *gn__attest_result_json(const gn_attest_result *res);
 void gn__attest_shutdown(gn_node *n);

@@ -211,9 +211,18 @@ typedef struct gn_attest_report {
   uint8_t verifier[GN_PK_LEN];
   uint8_t *verdict_env; /* malloc'd, owned by the report */
   size_t verdict_env_len;
+  int64_t verdict_issued_s; /* when the verifier signed its verdict (its clock) */
+  /* Optional (key "lease", absent when NULL): the lease agreement envelope
+   * (GN_MSG_LEASE_ACCEPT, signed by provider and requester) by which the
+   * verifier leased from the provider after its verdict. Opaque here (the
+   * billing module opens it); malloc'd, owned by the report. */
+  uint8_t *lease_env;
+  size_t lease_env_len;
 } gn_attest_report;
 
-/* Frees what the report holds (verdict_env). */
+#define GN_ATTEST_LEASE_ENV_MAX 2048 /* the agreement a report may carry */
+
+/* Frees what the report holds (verdict_env, lease_env). */
 void gn_attest_report_done(gn_attest_report *r);
 /* Fills a report from a finished exchange (copies; no verifier yet). */
 void gn_attest_report_from_result(gn_attest_report *r, const gn_attest_gpu *gpu, const gn_attest_params *p,
@@ -234,6 +243,9 @@ int gn_attest_report_attach_verdict(gn_attest_report *r, const uint8_t provider[
  * not verify. Replaces what r held (r must be zeroed or a valid report). */
 int gn_attest_report_from_verdict(gn_attest_report *r, const gn_attest_gpu *gpu, const uint8_t provider[GN_PK_LEN],
                                   const uint8_t *env, size_t len, uint64_t prover_ms, int64_t issued_s);
+/* Sets the lease agreement the report carries (a copy; GN_ETOOBIG past
+ * GN_ATTEST_LEASE_ENV_MAX, GN_EINVAL for none). */
+int gn_attest_report_set_lease(gn_attest_report *r, const uint8_t *env, size_t len);
 /* Seals the report as a GN_MSG_ATTEST_REPORT envelope signed by the provider. */
 int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r, gn_buf *ret);
 /* Opens and checks a report envelope (and its verdict envelope when present);
@@ -338,7 +350,36 @@ typedef struct gn_attest_io {
   void (*log)(void *ctx, bool warn, const char *line);
   /* Local slot `slot`'s verdict or sealed report changed (offers carry it). */
   void (*changed)(void *ctx, size_t slot);
+  /* Optional: whether a GPU of model is free for peer to lease now. A
+   * provider answers challenges only for what a challenger could lease;
+   * NULL means every local model is. */
+  bool (*leasable)(void *ctx, const uint8_t peer[GN_PK_LEN], const char *model);
+  /* Optional: the monotonic clock of the per-peer limits and held verdicts
+   * (milliseconds); NULL means gn_mono_ms. Injected so tests run an hour
+   * in a moment. */
+  uint64_t (*now_ms)(void *ctx);
 } gn_attest_io;
+
+/* What a provider's agent grants challengers (docs/attestation.md, "Who may
+ * challenge"): a challenge must name this provider's offer for the GPU model
+ * it challenges (the offer the challenger means to lease; its id is
+ * gn_offer_id's, stable across refreshes) while a GPU of it is free; one
+ * exchange in flight per peer, GN_ATTEST_PEER_HOURLY challenges per peer in
+ * any hour, GN_ATTEST_SESSIONS_MAX exchanges in flight in all (and one proof
+ * at a time on the GPU). Peers are remembered for the hourly count up to
+ * GN_ATTEST_PEERS_MAX, the least recently seen forgotten first. */
+#define GN_ATTEST_PEER_HOURLY 12
+#define GN_ATTEST_SESSIONS_MAX 4
+#define GN_ATTEST_PEERS_MAX 256
+/* A challenger's signed verdict is held, not published, until that same
+ * peer leases the challenged model from this provider within
+ * GN_ATTEST_LEASE_WINDOW_S of the verdict (gn_attest_agent_lease_agreed);
+ * then it becomes the slot's report, with the lease agreement in it. At
+ * most one held verdict per peer (the latest) and GN_ATTEST_HELD_MAX in all
+ * (the oldest dropped first); a verdict not followed by a lease in time is
+ * dropped. */
+#define GN_ATTEST_LEASE_WINDOW_S 600
+#define GN_ATTEST_HELD_MAX 16
 
 void gn_attest_task_run(gn_attest_task *t);
 void gn_attest_task_done(gn_attest_task *t, int status);
@@ -375,17 +416,29 @@ int gn_attest_agent_local(const gn_attest_agent *a, size_t slot, gn_attest_local
 typedef void (*gn_attest_verified_fn)(void *ud, int rc, const gn_attest_result *res, const gn_attest_result *mem,
                                       const char *err);
 /* Challenges the provider of offer o (its GPU model's class, small simulated
- * parameters for a simulated offer). done is called exactly once, never from
- * inside this call, unless this returns an error (GN_ENOTFOUND: no class for
- * the model). */
+ * parameters for a simulated offer), naming o's offer id as the one this
+ * node means to lease. done is called exactly once, never from inside this
+ * call, unless this returns an error (GN_ENOTFOUND: no class for the
+ * model). */
 int gn_attest_agent_verify(gn_attest_agent *a, const gn_offer *o, gn_attest_verified_fn done, void *ud);
 /* Attestation messages (GN_MSG_ATTEST_*, and GN_MSG_ERROR answering one of
  * ours); raw is the whole envelope env was opened from. Others are ignored. */
 void gn_attest_agent_on_message(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const gn_envelope *env,
                                 const uint8_t *raw, size_t raw_len);
 void gn_attest_agent_peer_up(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN]);
-/* Expires sessions past their deadline (gn_mono_ms clock). */
+/* Expires sessions past their deadline (gn_mono_ms clock), and held
+ * verdicts older than GN_ATTEST_LEASE_WINDOW_S (the io's clock). */
 void gn_attest_agent_tick(gn_attest_agent *a, uint64_t now_ms);
+/* Verdicts held until their verifier leases (provider). */
+size_t gn_attest_agent_held(const gn_attest_agent *a);
+/* The provider agreed a lease of model with peer at agreed_s (UTC, this
+ * node's clock), its agreement envelope `agreement` (may be NULL): the
+ * verdict peer sent on that model, if one is held and was received at most
+ * GN_ATTEST_LEASE_WINDOW_S before agreed_s (and not after it), becomes the
+ * model's report, carrying the agreement when it fits. Returns 1 when a
+ * verdict was published, 0 when none was held for it, or a negative code. */
+int gn_attest_agent_lease_agreed(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const char *model, int64_t agreed_s,
+                                 const uint8_t *agreement, size_t agreement_len);
 
 /* The verdict an offer's attached report states, e.g. "verified RTX 4090
  * (checked by gn…)" or "simulated (self-reported)"; "invalid report" when it

@@ -3,9 +3,11 @@
  * rides on its offers), the challenge exchange over the network (provider
  * answers, requester verifies with its own clock: compute, then the memory
  * challenge on the same sid), and the peer's signed verdict, which the
- * provider then carries in its report. The math and the message bodies are
- * the other attest_*.c; this file keeps the sessions and moves the bodies,
- * through gn_attest_io: it knows nothing of the daemon around it. */
+ * provider carries in its report once that peer has leased from it. Who may
+ * challenge, how often, and which verdicts are published are decided here.
+ * The math and the message bodies are the other attest_*.c; this file keeps
+ * the sessions and moves the bodies, through gn_attest_io: it knows nothing
+ * of the daemon around it. */
 #include "attest_int.h"
 
 #include <sodium.h>
@@ -26,6 +28,7 @@ static const gn_attest_mem_params sim_mem_params = {
 #define ATTEST_DATA_MAX (GN_ATTEST_PROOF_ROW_BYTES_MAX + 1024 * 1024)
 #define SID_LEN 32
 #define MODEL_LEN 96
+#define HOUR_MS 3600000u
 
 enum { TASK_LOCAL = 1, TASK_PROVE, TASK_MEM_CHECK };
 
@@ -90,6 +93,27 @@ typedef struct verify_sess {
   int rc;
 } verify_sess;
 
+/* A challenger's recent challenges, for the hourly limit: the times of the
+ * last GN_ATTEST_PEER_HOURLY accepted, oldest at `next` once full. */
+typedef struct peer_rate {
+  uint8_t peer[GN_PK_LEN];
+  bool used;
+  uint32_t count; /* times held, up to GN_ATTEST_PEER_HOURLY */
+  uint32_t next;
+  uint64_t at_ms[GN_ATTEST_PEER_HOURLY];
+  uint64_t seen_ms; /* the latest, for forgetting the least recent peer */
+} peer_rate;
+
+/* A verifier's verdict held until it leases (provider). */
+typedef struct held_verdict {
+  bool used;
+  uint8_t peer[GN_PK_LEN];
+  size_t slot;
+  gn_attest_report rep; /* built from the verdict, verified */
+  uint64_t at_ms;       /* received, io clock */
+  int64_t at_s;         /* received, UTC */
+} held_verdict;
+
 struct gn_attest_agent {
   const gn_identity *id;
   const gn_attest_io *io;
@@ -100,8 +124,11 @@ struct gn_attest_agent {
   prove_sess *provers;
   verify_sess *verifiers;
   bool prover_busy; /* one proof at a time */
-  unsigned tasks;   /* queued or running on a worker */
-  bool closing;     /* shut down: freed when tasks reaches 0 */
+  size_t nprovers;  /* prove sessions alive */
+  peer_rate rates[GN_ATTEST_PEERS_MAX];
+  held_verdict held[GN_ATTEST_HELD_MAX];
+  unsigned tasks; /* queued or running on a worker */
+  bool closing;   /* shut down: freed when tasks reaches 0 */
 };
 
 /* A decoded {sid, gpu_model?, reason?, data} wrapper. */
@@ -109,6 +136,7 @@ typedef struct wrapped {
   gn_wire_doc doc;
   char sid[SID_LEN];
   char model[MODEL_LEN];
+  char offer[GN_OFFER_ID_STRLEN];
   char reason[256];
   const uint8_t *data;
   size_t data_len;
@@ -141,7 +169,13 @@ uint64_t gn_attest_timeout_ms(void) {
   return e && *e && !*end && v >= 100 && v <= 3600000 ? v : ATTEST_TIMEOUT_MS;
 }
 
+static uint64_t now_of(const gn_attest_agent *a) {
+  return a->io->now_ms ? a->io->now_ms(a->ctx) : gn_mono_ms();
+}
+
 static void agent_free(gn_attest_agent *a) {
+  for (size_t i = 0; i < GN_ATTEST_HELD_MAX; i++)
+    gn_attest_report_done(&a->held[i].rep);
   for (size_t i = 0; i < a->local_n; i++) {
     gn_attest_report_done(&a->local[i].report);
     gn_buf_done(&a->local[i].report_env);
@@ -183,7 +217,7 @@ static int params_for(const char *model, bool simulated, gn_attest_params *ret, 
   return gn_attest_params_for_class(c, GN_ATTEST_TARGET_MS, ret);
 }
 
-/* --- the wire wrapper: {sid, gpu_model?, data} -------------------------------*/
+/* --- the wire wrapper: {sid, gpu_model?, offer?, data} ------------------------*/
 
 static int seal_send(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wire_writer *w,
                      gn_buf *ret_env) {
@@ -200,17 +234,22 @@ static int seal_send(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], uint32_t
   return r;
 }
 
-/* Seals the wrapper and sends it, or appends it to ret_env when given. */
+/* Seals the wrapper and sends it, or appends it to ret_env when given. The
+ * challenge names the GPU model and the offer its sender means to lease. */
 static int send_wrapped(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], uint32_t type, const char *sid,
-                        const char *model, const gn_buf *data, gn_buf *ret_env) {
+                        const char *model, const char *offer, const gn_buf *data, gn_buf *ret_env) {
   gn_wire_writer w;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, model ? 3 : 2);
+  gn_wire_put_map(&w, 2 + (model ? 1 : 0) + (offer ? 1 : 0));
   gn_wire_put_str(&w, "sid");
   gn_wire_put_str(&w, sid);
   if (model) {
     gn_wire_put_str(&w, "gpu_model");
     gn_wire_put_str(&w, model);
+  }
+  if (offer) {
+    gn_wire_put_str(&w, "offer");
+    gn_wire_put_str(&w, offer);
   }
   gn_wire_put_str(&w, "data");
   gn_wire_put_bin(&w, data->data, data->len);
@@ -239,6 +278,7 @@ static int unwrap(const gn_envelope *env, wrapped *ret) {
   const msgpack_object *o = ret->doc.root;
   if (o->type != MSGPACK_OBJECT_MAP || (r = gn_wire_get_str(o, "sid", ret->sid, sizeof ret->sid)) < 0 ||
       (gn_wire_get(o, "gpu_model") && (r = gn_wire_get_str(o, "gpu_model", ret->model, sizeof ret->model)) < 0) ||
+      (gn_wire_get(o, "offer") && (r = gn_wire_get_str(o, "offer", ret->offer, sizeof ret->offer)) < 0) ||
       (gn_wire_get(o, "reason") && (r = gn_wire_get_str(o, "reason", ret->reason, sizeof ret->reason)) < 0) ||
       (env->type != GN_MSG_ERROR &&
        (r = gn_wire_get_bin_ref(o, "data", ATTEST_DATA_MAX, &ret->data, &ret->data_len)) < 0)) {
@@ -348,6 +388,7 @@ static void prove_free(gn_attest_agent *a, prove_sess *s) {
   for (prove_sess **pp = &a->provers; *pp; pp = &(*pp)->next)
     if (*pp == s) {
       *pp = s->next;
+      a->nprovers--;
       break;
     }
   gn_attest_prover_free(s->pr);
@@ -402,7 +443,7 @@ static void prove_done(gn_attest_agent *a, prove_sess *s, int status) {
     return;
   }
   uint32_t type = answer_type(s->stage);
-  send_wrapped(a, s->peer, type, s->sid, NULL, &s->out, NULL);
+  send_wrapped(a, s->peer, type, s->sid, NULL, NULL, &s->out, NULL);
   gn_buf_done(&s->out);
   gn_buf_done(&s->in);
   if (type == GN_MSG_ATTEST_PROOF || type == GN_MSG_ATTEST_MEM_RESULT) {
@@ -433,25 +474,107 @@ static prove_sess *prove_find(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN],
   return NULL;
 }
 
+/* The challenger's entry for the hourly count; a peer not yet known takes
+ * a free entry or the least recently seen one's. */
+static peer_rate *rate_of(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN]) {
+  peer_rate *lru = &a->rates[0];
+  for (size_t i = 0; i < GN_ATTEST_PEERS_MAX; i++) {
+    peer_rate *p = &a->rates[i];
+    if (p->used && memcmp(p->peer, peer, GN_PK_LEN) == 0)
+      return p;
+    if (!p->used && lru->used)
+      lru = p;
+    else if (p->used && lru->used && p->seen_ms < lru->seen_ms)
+      lru = p;
+  }
+  memset(lru, 0, sizeof *lru);
+  lru->used = true;
+  memcpy(lru->peer, peer, GN_PK_LEN);
+  return lru;
+}
+
+/* Minutes until p may challenge again; 0 when it may now. */
+static uint64_t rate_wait_min(const peer_rate *p, uint64_t now) {
+  if (p->count < GN_ATTEST_PEER_HOURLY)
+    return 0;
+  uint64_t oldest = p->at_ms[p->next];
+  if (now - oldest >= HOUR_MS)
+    return 0;
+  return (HOUR_MS - (now - oldest) + 59999) / 60000;
+}
+
+static void rate_count(peer_rate *p, uint64_t now) {
+  p->at_ms[p->next] = now;
+  p->next = (p->next + 1) % GN_ATTEST_PEER_HOURLY;
+  if (p->count < GN_ATTEST_PEER_HOURLY)
+    p->count++;
+  p->seen_ms = now;
+}
+
+static prove_sess *prove_of_peer(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN]) {
+  for (prove_sess *s = a->provers; s; s = s->next)
+    if (memcmp(s->peer, peer, GN_PK_LEN) == 0)
+      return s;
+  return NULL;
+}
+
+/* Who may make this GPU work (gpunet/attest.h): only a peer negotiating a
+ * lease, which names this provider's offer for the model while one of it is
+ * free, one exchange at a time per peer, a few an hour per peer, a few in
+ * flight in all. Everything is checked before anything is kept or run. */
 static void on_challenge(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const wrapped *m) {
   local_slot *slot = NULL;
+  char reason[256];
   for (size_t i = 0; i < a->local_n; i++)
     if (strcmp(a->local[i].gpu.name, m->model) == 0)
       slot = &a->local[i];
   if (!a->provide || !slot)
     return send_error(a, peer, m->sid, "no such GPU model on this provider");
+  gn_offer mine;
+  char mine_id[GN_OFFER_ID_STRLEN];
+  memset(&mine, 0, sizeof mine);
+  memcpy(mine.provider, a->id->pk, GN_PK_LEN);
+  strf(mine.gpu_model, sizeof mine.gpu_model, "%s", slot->gpu.name);
+  gn_offer_id(&mine, mine_id);
+  if (strcmp(m->offer, mine_id) != 0) {
+    strf(reason, sizeof reason,
+         "attestation is for peers about to lease: name this provider's offer for %s (%s) in the challenge",
+         slot->gpu.name, mine_id);
+    return send_error(a, peer, m->sid, reason);
+  }
+  if (a->io->leasable && !a->io->leasable(a->ctx, peer, slot->gpu.name)) {
+    strf(reason, sizeof reason, "no %s is free to lease here now, so there is nothing to attest for a lease",
+         slot->gpu.name);
+    return send_error(a, peer, m->sid, reason);
+  }
   const gn_attest_backend *b = slot_backend(slot);
   if (!b)
     return send_error(a, peer, m->sid, "this provider cannot run the attestation kernel");
+  prove_sess *old = prove_of_peer(a, peer);
+  if (old && old->working)
+    return send_error(a, peer, m->sid, "one attestation at a time per peer: the previous one is still running");
+  uint64_t now = now_of(a);
+  peer_rate *rate = rate_of(a, peer);
+  uint64_t wait = rate_wait_min(rate, now);
+  if (wait) {
+    strf(reason, sizeof reason, "at most %u attestation challenges an hour from one peer; try again in %llu minutes",
+         (unsigned)GN_ATTEST_PEER_HOURLY, (unsigned long long)wait);
+    return send_error(a, peer, m->sid, reason);
+  }
   /* One proof at a time: the GPU (or CPU) is the resource being measured,
-   * and a second one would only slow both down. */
-  if (a->prover_busy || prove_find(a, peer, m->sid))
+   * and a second one would only slow both down. A few sessions in all: each
+   * may hold a memory table until its verdict or deadline. */
+  if (a->prover_busy || a->nprovers - (old ? 1 : 0) >= GN_ATTEST_SESSIONS_MAX)
     return send_error(a, peer, m->sid, "busy with another attestation; try again shortly");
   prove_sess *s = calloc(1, sizeof *s);
   if (!s || gn_attest_prover_new(b, &s->pr) < 0) {
     free(s);
     return send_error(a, peer, m->sid, "out of memory");
   }
+  /* A peer's new challenge replaces its idle session (one per peer). */
+  if (old)
+    prove_free(a, old);
+  rate_count(rate, now);
   if (slot->simulated)
     gn_attest_prover_set_max_ops(s->pr, SIM_MAX_OPS);
   memcpy(s->peer, peer, GN_PK_LEN);
@@ -460,6 +583,7 @@ static void on_challenge(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], cons
   s->deadline_ms = gn_mono_ms() + gn_attest_timeout_ms();
   s->next = a->provers;
   a->provers = s;
+  a->nprovers++;
   char pid[GN_NODE_ID_STRLEN];
   gn_node_id_format(peer, pid);
   logf_(a, false, "attestation challenge for %s from %s", slot->gpu.name, pid);
@@ -502,8 +626,39 @@ static void on_mem_walk(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const
   prove_start(a, s, GN_MSG_ATTEST_MEM_WALK, m->data, m->data_len);
 }
 
-/* A verifier's signed verdict on our exchange: it becomes our report, so
- * every requester sees a peer-checked result instead of our own word. */
+/* A verifier's signed verdict on our exchange: held until that verifier
+ * leases from us (gn_attest_agent_lease_agreed), and only then our report.
+ * A verdict alone is anyone's word: a second identity of ours could vouch
+ * for us; one followed by a lease was given by someone who then paid. */
+static void hold_verdict(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], size_t slot, gn_attest_report *rep) {
+  held_verdict *h = NULL;
+  for (size_t i = 0; i < GN_ATTEST_HELD_MAX && !h; i++)
+    if (a->held[i].used && memcmp(a->held[i].peer, peer, GN_PK_LEN) == 0)
+      h = &a->held[i];
+  for (size_t i = 0; i < GN_ATTEST_HELD_MAX && !h; i++)
+    if (!a->held[i].used)
+      h = &a->held[i];
+  if (!h) { /* full: the oldest goes */
+    h = &a->held[0];
+    for (size_t i = 1; i < GN_ATTEST_HELD_MAX; i++)
+      if (a->held[i].at_ms < h->at_ms)
+        h = &a->held[i];
+  }
+  gn_attest_report_done(&h->rep);
+  h->used = true;
+  memcpy(h->peer, peer, GN_PK_LEN);
+  h->slot = slot;
+  h->rep = *rep;
+  memset(rep, 0, sizeof *rep);
+  h->at_ms = now_of(a);
+  h->at_s = gn_unix_s();
+}
+
+static void held_drop(held_verdict *h) {
+  gn_attest_report_done(&h->rep);
+  memset(h, 0, sizeof *h);
+}
+
 static void on_verdict(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const uint8_t *raw, size_t raw_len) {
   for (prove_sess *s = a->provers; s; s = s->next) {
     if (memcmp(s->peer, peer, GN_PK_LEN) != 0 || s->working || s->stage != 0)
@@ -513,26 +668,82 @@ static void on_verdict(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const 
     memset(&rep, 0, sizeof rep);
     int r = gn_attest_report_from_verdict(&rep, &slot->gpu, a->id->pk, raw, raw_len, s->prover_ms, gn_unix_s());
     if (r == 0) {
-      gn_buf env = {0};
-      if (gn_attest_report_seal(a->id, &rep, &env) == 0 && env.len <= GN_OFFER_ATTEST_MAX) {
-        gn_buf_done(&slot->report_env);
-        slot->report_env = env;
-        gn_attest_report_done(&slot->report);
-        slot->report = rep;
-        char vid[GN_NODE_ID_STRLEN];
-        gn_node_id_format(peer, vid);
-        strf(slot->verdict, sizeof slot->verdict, "%s (checked by %.14s…)", rep.verdict, vid);
-        logf_(a, false, "attestation of %s checked by %s: %s", slot->gpu.name, vid, rep.verdict);
-        changed(a, slot);
-      } else {
-        gn_buf_done(&env);
-        gn_attest_report_done(&rep);
-      }
+      char vid[GN_NODE_ID_STRLEN];
+      gn_node_id_format(peer, vid);
+      logf_(a, false, "attestation of %s checked by %s: %s; published if %.14s… leases it within %u s", slot->gpu.name,
+            vid, rep.verdict, vid, (unsigned)GN_ATTEST_LEASE_WINDOW_S);
+      hold_verdict(a, peer, s->slot, &rep);
       prove_free(a, s);
       return;
     }
     gn_attest_report_done(&rep);
   }
+}
+
+size_t gn_attest_agent_held(const gn_attest_agent *a) {
+  size_t n = 0;
+  for (size_t i = 0; i < GN_ATTEST_HELD_MAX; i++)
+    n += a->held[i].used;
+  return n;
+}
+
+/* Seals h's report, with the lease agreement when one is given and the
+ * whole still fits an offer, else without it. */
+static int seal_held(gn_attest_agent *a, held_verdict *h, const uint8_t *agreement, size_t agreement_len, gn_buf *ret) {
+  int r;
+  if (agreement && agreement_len && gn_attest_report_set_lease(&h->rep, agreement, agreement_len) == 0) {
+    if ((r = gn_attest_report_seal(a->id, &h->rep, ret)) < 0)
+      return r;
+    if (ret->len <= GN_OFFER_ATTEST_MAX)
+      return 0;
+    gn_buf_done(ret);
+    free(h->rep.lease_env);
+    h->rep.lease_env = NULL;
+    h->rep.lease_env_len = 0;
+  }
+  if ((r = gn_attest_report_seal(a->id, &h->rep, ret)) < 0)
+    return r;
+  if (ret->len > GN_OFFER_ATTEST_MAX) {
+    gn_buf_done(ret);
+    return GN_ETOOBIG;
+  }
+  return 0;
+}
+
+int gn_attest_agent_lease_agreed(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const char *model, int64_t agreed_s,
+                                 const uint8_t *agreement, size_t agreement_len) {
+  if (!a || !peer || !model)
+    return GN_EINVAL;
+  for (size_t i = 0; i < GN_ATTEST_HELD_MAX; i++) {
+    held_verdict *h = &a->held[i];
+    if (!h->used || memcmp(h->peer, peer, GN_PK_LEN) != 0)
+      continue;
+    local_slot *slot = &a->local[h->slot];
+    /* A lease of another model, or agreed before the verdict came, says
+     * nothing of it; one too late, neither. */
+    if (strcmp(slot->gpu.name, model) != 0 || agreed_s < h->at_s ||
+        agreed_s - h->at_s > (int64_t)GN_ATTEST_LEASE_WINDOW_S)
+      return 0;
+    gn_buf env = {0};
+    int r = seal_held(a, h, agreement, agreement_len, &env);
+    if (r < 0) {
+      held_drop(h);
+      return r;
+    }
+    gn_buf_done(&slot->report_env);
+    slot->report_env = env;
+    gn_attest_report_done(&slot->report);
+    slot->report = h->rep;
+    memset(&h->rep, 0, sizeof h->rep);
+    char vid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(peer, vid);
+    strf(slot->verdict, sizeof slot->verdict, "%s (checked by %.14s…)", slot->report.verdict, vid);
+    logf_(a, false, "attestation of %s checked by %s, who leased it: %s", slot->gpu.name, vid, slot->report.verdict);
+    held_drop(h);
+    changed(a, slot);
+    return 1;
+  }
+  return 0;
 }
 
 /* --- the requester verifies ----------------------------------------------------------*/
@@ -595,7 +806,9 @@ int gn_attest_agent_verify(gn_attest_agent *a, const gn_offer *o, gn_attest_veri
   s->ud = ud;
   s->offer_sim = o->simulated;
   s->deadline_ms = gn_mono_ms() + gn_attest_timeout_ms();
-  r = send_wrapped(a, s->peer, GN_MSG_ATTEST_CHALLENGE, s->sid, s->model, &challenge, &s->pending);
+  char offer_id[GN_OFFER_ID_STRLEN];
+  gn_offer_id(o, offer_id);
+  r = send_wrapped(a, s->peer, GN_MSG_ATTEST_CHALLENGE, s->sid, s->model, offer_id, &challenge, &s->pending);
   gn_buf_done(&challenge);
   if (r < 0) {
     verify_free(s);
@@ -633,7 +846,7 @@ static void mem_begin(gn_attest_agent *a, verify_sess *s) {
   if (r == 0)
     r = gn_attest_mem_verifier_new(&s->mem_params, s->compute.claimed_class, NULL, NULL, &challenge, &s->mv);
   if (r == 0)
-    r = send_wrapped(a, s->peer, GN_MSG_ATTEST_MEM_CHALLENGE, s->sid, NULL, &challenge, NULL);
+    r = send_wrapped(a, s->peer, GN_MSG_ATTEST_MEM_CHALLENGE, s->sid, NULL, NULL, &challenge, NULL);
   gn_buf_done(&challenge);
   if (r < 0) {
     char err[200];
@@ -661,7 +874,7 @@ static void on_response(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const
     gn_buf_done(&open);
     return verify_finish(a, s, 0, &res, NULL);
   }
-  send_wrapped(a, peer, GN_MSG_ATTEST_OPEN, s->sid, NULL, &open, NULL);
+  send_wrapped(a, peer, GN_MSG_ATTEST_OPEN, s->sid, NULL, NULL, &open, NULL);
   gn_buf_done(&open);
 }
 
@@ -700,7 +913,7 @@ static void on_mem_ready(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], cons
     gn_buf_done(&walk);
     return verify_finish(a, s, 0, &res, NULL);
   }
-  send_wrapped(a, peer, GN_MSG_ATTEST_MEM_WALK, s->sid, NULL, &walk, NULL);
+  send_wrapped(a, peer, GN_MSG_ATTEST_MEM_WALK, s->sid, NULL, NULL, &walk, NULL);
   gn_buf_done(&walk);
   /* The walk is what is timed: from now to its result. */
   s->t_walk_ms = gn_mono_ms();
@@ -855,6 +1068,10 @@ void gn_attest_agent_tick(gn_attest_agent *a, uint64_t now_ms) {
     if (!s->working && now_ms >= s->deadline_ms)
       prove_free(a, s);
   }
+  uint64_t now = now_of(a);
+  for (size_t i = 0; i < GN_ATTEST_HELD_MAX; i++)
+    if (a->held[i].used && now - a->held[i].at_ms > GN_ATTEST_LEASE_WINDOW_S * 1000ull)
+      held_drop(&a->held[i]);
 }
 
 void gn_attest_agent_shutdown(gn_attest_agent *a) {

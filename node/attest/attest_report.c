@@ -112,6 +112,24 @@ void gn_attest_report_done(gn_attest_report *r) {
   r->verdict_env = NULL;
   r->verdict_env_len = 0;
   r->has_verifier = false;
+  free(r->lease_env);
+  r->lease_env = NULL;
+  r->lease_env_len = 0;
+}
+
+int gn_attest_report_set_lease(gn_attest_report *r, const uint8_t *env, size_t len) {
+  if (!env || !len)
+    return GN_EINVAL;
+  if (len > GN_ATTEST_LEASE_ENV_MAX)
+    return GN_ETOOBIG;
+  uint8_t *copy = malloc(len);
+  if (!copy)
+    return GN_ENOMEM;
+  memcpy(copy, env, len);
+  free(r->lease_env);
+  r->lease_env = copy;
+  r->lease_env_len = len;
+  return 0;
 }
 
 void gn_attest_report_from_result(gn_attest_report *r, const gn_attest_gpu *gpu, const gn_attest_params *p,
@@ -202,6 +220,7 @@ int gn_attest_report_attach_verdict(gn_attest_report *r, const uint8_t provider[
   r->verdict_env_len = len;
   r->has_verifier = true;
   memcpy(r->verifier, signer, GN_PK_LEN);
+  r->verdict_issued_s = x.issued_s;
   r->elapsed_ms = x.elapsed_ms;
   memcpy(r->claimed_class, x.claimed_class, sizeof(r->claimed_class));
   memcpy(r->verdict, x.verdict, sizeof(r->verdict));
@@ -243,7 +262,7 @@ int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r
   int rc;
   exchange_from_report(r, &x);
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, EXCHANGE_KEYS + 7);
+  gn_wire_put_map(&w, EXCHANGE_KEYS + 7 + (r->lease_env ? 1 : 0));
   put_exchange(&w, &x);
   gn_wire_put_str(&w, "gpu_uuid");
   gn_wire_put_str(&w, r->gpu.uuid);
@@ -262,6 +281,10 @@ int gn_attest_report_seal(const gn_identity *provider, const gn_attest_report *r
     gn_wire_put_bin(&w, r->verdict_env, r->verdict_env_len);
   else
     gn_wire_put_nil(&w);
+  if (r->lease_env) {
+    gn_wire_put_str(&w, "lease");
+    gn_wire_put_bin(&w, r->lease_env, r->lease_env_len);
+  }
   if ((rc = gn_wire_writer_take(&w, &body)) == 0)
     rc = gn_envelope_seal(provider, GN_MSG_ATTEST_REPORT, body.data, body.len, ret);
   gn_wire_writer_done(&w);
@@ -274,7 +297,7 @@ int gn_attest_report_open(const uint8_t *env, size_t len, gn_attest_report *ret,
   gn_wire_doc doc;
   gn_attest_report rep;
   exchange x;
-  const msgpack_object *venv;
+  const msgpack_object *venv, *lease;
   int r;
   memset(&rep, 0, sizeof(rep));
   if ((r = gn_envelope_open(env, len, &e)) < 0)
@@ -312,6 +335,7 @@ int gn_attest_report_open(const uint8_t *env, size_t len, gn_attest_report *ret,
     if ((r = verdict_open((const uint8_t *)venv->via.bin.ptr, venv->via.bin.size, &vx, signer, subject)) < 0)
       goto out;
     /* The provider may not restate what its verifier said. */
+    int64_t vx_issued_s = vx.issued_s;
     vx.issued_s = x.issued_s;
     if (memcmp(subject, e.signer, GN_PK_LEN) != 0 || !exchange_same(&vx, &x)) {
       r = GN_EPROTO;
@@ -325,16 +349,29 @@ int gn_attest_report_open(const uint8_t *env, size_t len, gn_attest_report *ret,
     rep.verdict_env_len = venv->via.bin.size;
     rep.has_verifier = true;
     memcpy(rep.verifier, signer, GN_PK_LEN);
+    rep.verdict_issued_s = vx_issued_s;
   } else if (venv->type != MSGPACK_OBJECT_NIL) {
     r = GN_EINVAL;
     goto out;
   }
+  /* The lease agreement is opaque here: whoever counts the verdict opens
+   * it (the billing module), and only a peer-checked report carries one. */
+  if ((lease = gn_wire_get(doc.root, "lease"))) {
+    if (lease->type != MSGPACK_OBJECT_BIN || !rep.has_verifier || !lease->via.bin.size) {
+      r = GN_EINVAL;
+      goto out;
+    }
+    if ((r = gn_attest_report_set_lease(&rep, (const uint8_t *)lease->via.bin.ptr, lease->via.bin.size)) < 0)
+      goto out;
+  }
   memcpy(ret_provider, e.signer, GN_PK_LEN);
   *ret = rep;
   rep.verdict_env = NULL;
+  rep.lease_env = NULL;
   r = 0;
 out:
   free(rep.verdict_env);
+  free(rep.lease_env);
   gn_wire_doc_done(&doc);
   return r;
 }

@@ -1,7 +1,9 @@
 /* The attestation agent through its io alone, no daemon: a provider's and a
  * requester's agent joined by an in-process link (every message sealed,
- * opened and verified as on the wire) and a worker queue that the test pumps.
- * The GPU is simulated (the CPU reference), as it says. */
+ * opened and verified as on the wire), a worker queue that the test pumps
+ * and a clock it sets. Other challengers are played by sealing their
+ * messages here; what the provider answers them is kept aside. The GPU is
+ * simulated (the CPU reference), as it says. */
 #include <gpunet/attest.h>
 #include <gpunet/identity.h>
 #include <gpunet/wire.h>
@@ -29,6 +31,10 @@ typedef struct msg {
 typedef struct world {
   msg msgs[MAX_MSGS];
   size_t nmsgs;
+  gn_buf stray[MAX_MSGS]; /* sent to played peers (neither side) */
+  size_t nstray;
+  uint64_t clock_ms;     /* the agents' io clock */
+  bool nothing_leasable; /* the provider's io says no GPU is free */
   gn_attest_task *tasks[MAX_TASKS];
   size_t ntasks;
   side *sides[2];
@@ -65,7 +71,12 @@ static int io_send(void *ctx, const uint8_t peer[GN_PK_LEN], const uint8_t *env,
   side *s = ctx;
   world *w = s->w;
   side *to = peer_side(w, peer);
-  assert_non_null(to);
+  if (!to) {
+    assert_true(w->nstray < MAX_MSGS);
+    memset(&w->stray[w->nstray], 0, sizeof w->stray[0]);
+    assert_int_equal(gn_buf_append(&w->stray[w->nstray++], env, len), 0);
+    return 0;
+  }
   assert_true(w->nmsgs < MAX_MSGS);
   if (w->drop_all)
     return 0;
@@ -105,8 +116,24 @@ static void io_changed(void *ctx, size_t slot) {
   ((side *)ctx)->changed++;
 }
 
-static const gn_attest_io test_io = {
-    .send = io_send, .is_up = io_is_up, .connect = io_connect, .queue = io_queue, .log = io_log, .changed = io_changed};
+static bool io_leasable(void *ctx, const uint8_t peer[GN_PK_LEN], const char *model) {
+  (void)peer;
+  (void)model;
+  return !((side *)ctx)->w->nothing_leasable;
+}
+
+static uint64_t io_now_ms(void *ctx) {
+  return ((side *)ctx)->w->clock_ms;
+}
+
+static const gn_attest_io test_io = {.send = io_send,
+                                     .is_up = io_is_up,
+                                     .connect = io_connect,
+                                     .queue = io_queue,
+                                     .log = io_log,
+                                     .changed = io_changed,
+                                     .leasable = io_leasable,
+                                     .now_ms = io_now_ms};
 
 /* Delivers messages and runs tasks (oldest first) until nothing is left. */
 static void pump(world *w) {
@@ -159,6 +186,7 @@ static int setup(void **state) {
   assert_int_equal(gn_attest_agent_new(f->prov.id, &test_io, &f->prov, true, &f->prov.a), 0);
   assert_int_equal(gn_attest_agent_new(f->req.id, &test_io, &f->req, false, &f->req.a), 0);
   f->req.up = true;
+  f->w.clock_ms = 5000000;
   *state = f;
   return 0;
 }
@@ -169,6 +197,8 @@ static int teardown(void **state) {
   gn_attest_agent_shutdown(f->req.a);
   f->prov.a = f->req.a = NULL;
   pump(&f->w); /* tasks still queued return to agents that then free themselves */
+  for (size_t i = 0; i < f->w.nstray; i++)
+    gn_buf_done(&f->w.stray[i]);
   gn_identity_free(f->prov.id);
   gn_identity_free(f->req.id);
   free(f);
@@ -287,9 +317,20 @@ static void test_exchange_against_honest_simulated_provider(void **state) {
   assert_true(out.has_mem);
   assert_int_equal(out.mem.outcome, GN_ATTEST_SIMULATED);
   assert_true(out.mem.elapsed_ms >= 1);
-  /* The provider's slot now carries a report with the requester as verifier. */
-  assert_true(f->prov.changed > changed);
+  /* The verdict is held, not published, until the requester leases. */
+  assert_int_equal(f->prov.changed, changed);
+  assert_int_equal(gn_attest_agent_held(f->prov.a), 1);
   gn_attest_local_view v;
+  assert_int_equal(gn_attest_agent_local(f->prov.a, 0, &v), 0);
+  assert_string_equal(v.verdict, "simulated (self-check)");
+  /* It leases: the slot now carries a report with the requester as
+   * verifier, and the agreement (opaque to the agent) in it. */
+  const uint8_t agreement[] = "the lease agreement envelope";
+  assert_int_equal(gn_attest_agent_lease_agreed(f->prov.a, f->req.id->pk, "NVIDIA GeForce RTX 4090", gn_unix_s(),
+                                                agreement, sizeof agreement),
+                   1);
+  assert_true(f->prov.changed > changed);
+  assert_int_equal(gn_attest_agent_held(f->prov.a), 0);
   assert_int_equal(gn_attest_agent_local(f->prov.a, 0, &v), 0);
   assert_non_null(strstr(v.verdict, "(checked by gn"));
   gn_attest_report rep;
@@ -298,6 +339,9 @@ static void test_exchange_against_honest_simulated_provider(void **state) {
   assert_memory_equal(signer, f->prov.id->pk, GN_PK_LEN);
   assert_true(rep.has_verifier);
   assert_memory_equal(rep.verifier, f->req.id->pk, GN_PK_LEN);
+  assert_int_equal(rep.lease_env_len, sizeof agreement);
+  assert_memory_equal(rep.lease_env, agreement, sizeof agreement);
+  assert_true(rep.verdict_issued_s > 0);
   gn_attest_report_done(&rep);
 }
 
@@ -390,6 +434,249 @@ static void test_shutdown_ends_verifications(void **state) {
   assert_int_equal(out.calls, 1);
 }
 
+/* --- played challengers ---------------------------------------------------------*/
+
+/* The provider's offer id for model (the one a challenger must name). */
+static void own_offer_id(const fixture *f, const char *model, char ret[GN_OFFER_ID_STRLEN]) {
+  gn_offer o = offer_of(f, model, true);
+  gn_offer_id(&o, ret);
+}
+
+/* A challenge from a played peer `who`: a small simulated-class challenge
+ * body wrapped {sid, gpu_model, offer (when not NULL), data}, sealed by who
+ * and handed to the provider's agent as if it came over the wire. */
+static void play_challenge(fixture *f, const gn_identity *who, const char *sid, const char *model, const char *offer) {
+  const gn_attest_params p = {.n = 256, .depth = 1, .rounds = 2, .open_rounds = 2, .open_rows = 4};
+  gn_buf ch = {0}, body = {0}, env = {0};
+  gn_attest_verifier *v;
+  gn_wire_writer w;
+  gn_envelope e;
+  assert_int_equal(gn_attest_verifier_new(&p, "RTX 4090", NULL, NULL, &ch, &v), 0);
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, offer ? 4 : 3);
+  gn_wire_put_str(&w, "sid");
+  gn_wire_put_str(&w, sid);
+  gn_wire_put_str(&w, "gpu_model");
+  gn_wire_put_str(&w, model);
+  if (offer) {
+    gn_wire_put_str(&w, "offer");
+    gn_wire_put_str(&w, offer);
+  }
+  gn_wire_put_str(&w, "data");
+  gn_wire_put_bin(&w, ch.data, ch.len);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(who, GN_MSG_ATTEST_CHALLENGE, body.data, body.len, &env), 0);
+  assert_int_equal(gn_envelope_open(env.data, env.len, &e), 0);
+  gn_attest_agent_on_message(f->prov.a, who->pk, &e, env.data, env.len);
+  gn_attest_verifier_free(v);
+  gn_buf_done(&ch);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+}
+
+/* The type of the i-th message sent to a played peer, and its reason (an
+ * ERROR's) to reason (256 bytes) when not NULL. */
+static uint32_t stray_type(const fixture *f, size_t i, char *reason) {
+  gn_envelope e;
+  gn_wire_doc doc;
+  assert_true(i < f->w.nstray);
+  assert_int_equal(gn_envelope_open(f->w.stray[i].data, f->w.stray[i].len, &e), 0);
+  if (reason) {
+    reason[0] = 0;
+    assert_int_equal(gn_wire_decode(e.body, e.body_len, &doc), 0);
+    gn_wire_get_str(doc.root, "reason", reason, 256);
+    gn_wire_doc_done(&doc);
+  }
+  return e.type;
+}
+
+static size_t strays_of_type(const fixture *f, uint32_t type) {
+  size_t n = 0;
+  for (size_t i = 0; i < f->w.nstray; i++)
+    n += stray_type(f, i, NULL) == type;
+  return n;
+}
+
+/* Only a peer naming this provider's offer for the model may make it work:
+ * none, a made-up one and another provider's are refused before any proof
+ * is queued; the right one is proven. */
+static void test_challenge_naming_no_offer_of_ours_is_refused(void **state) {
+  fixture *f = *state;
+  gn_attest_gpu g = sim_gpu("RTX 4090");
+  assert_int_equal(gn_attest_agent_add_local(f->prov.a, &g, 0, true), 0);
+  pump(&f->w);
+  gn_identity *x;
+  assert_int_equal(gn_identity_generate(&x), 0);
+  char mine[GN_OFFER_ID_STRLEN], theirs[GN_OFFER_ID_STRLEN], reason[256];
+  own_offer_id(f, "RTX 4090", mine);
+  gn_offer o = offer_of(f, "RTX 4090", true);
+  memcpy(o.provider, f->req.id->pk, GN_PK_LEN);
+  gn_offer_id(&o, theirs);
+  const char *names[] = {NULL, "o-000000000000", theirs};
+  for (size_t i = 0; i < 3; i++) {
+    play_challenge(f, x, "a-1", "RTX 4090", names[i]);
+    assert_int_equal(f->w.ntasks, 0);
+    assert_int_equal(f->w.nstray, i + 1);
+    assert_int_equal(stray_type(f, i, reason), GN_MSG_ERROR);
+    assert_non_null(strstr(reason, "attestation is for peers about to lease"));
+  }
+  play_challenge(f, x, "a-1", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 1);
+  pump(&f->w);
+  assert_int_equal(strays_of_type(f, GN_MSG_ATTEST_RESPONSE), 1);
+  gn_identity_free(x);
+}
+
+/* With every GPU of the model leased there is nothing to lease: refused. */
+static void test_challenge_refused_while_nothing_is_free_to_lease(void **state) {
+  fixture *f = *state;
+  gn_attest_gpu g = sim_gpu("RTX 4090");
+  assert_int_equal(gn_attest_agent_add_local(f->prov.a, &g, 0, true), 0);
+  pump(&f->w);
+  f->w.nothing_leasable = true;
+  gn_offer o = offer_of(f, "RTX 4090", true);
+  outcome out = {0};
+  assert_int_equal(gn_attest_agent_verify(f->req.a, &o, on_verified, &out), 0);
+  pump(&f->w);
+  assert_int_equal(out.calls, 1);
+  assert_int_equal(out.rc, GN_EREMOTE);
+  assert_non_null(strstr(out.err, "no RTX 4090 is free to lease here"));
+}
+
+/* A peer's second challenge while its first is still being proven is
+ * refused; the first goes on. */
+static void test_one_exchange_in_flight_per_peer(void **state) {
+  fixture *f = *state;
+  gn_attest_gpu g = sim_gpu("RTX 4090");
+  assert_int_equal(gn_attest_agent_add_local(f->prov.a, &g, 0, true), 0);
+  pump(&f->w);
+  gn_identity *x;
+  assert_int_equal(gn_identity_generate(&x), 0);
+  char mine[GN_OFFER_ID_STRLEN], reason[256];
+  own_offer_id(f, "RTX 4090", mine);
+  play_challenge(f, x, "a-1", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 1);
+  play_challenge(f, x, "a-2", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 1);
+  assert_int_equal(stray_type(f, 0, reason), GN_MSG_ERROR);
+  assert_non_null(strstr(reason, "one attestation at a time per peer"));
+  pump(&f->w);
+  assert_int_equal(strays_of_type(f, GN_MSG_ATTEST_RESPONSE), 1);
+  gn_identity_free(x);
+}
+
+/* GN_ATTEST_PEER_HOURLY challenges an hour from one peer are proven; the
+ * next is refused without a proof, while another peer is still served, and
+ * an hour later the first may challenge again. */
+static void test_challenges_per_peer_per_hour_are_limited(void **state) {
+  fixture *f = *state;
+  gn_attest_gpu g = sim_gpu("RTX 4090");
+  assert_int_equal(gn_attest_agent_add_local(f->prov.a, &g, 0, true), 0);
+  pump(&f->w);
+  gn_identity *x, *y;
+  assert_int_equal(gn_identity_generate(&x), 0);
+  assert_int_equal(gn_identity_generate(&y), 0);
+  char mine[GN_OFFER_ID_STRLEN], sid[32], reason[256];
+  own_offer_id(f, "RTX 4090", mine);
+  for (int i = 0; i < GN_ATTEST_PEER_HOURLY; i++) {
+    snprintf(sid, sizeof sid, "a-%d", i);
+    play_challenge(f, x, sid, "RTX 4090", mine);
+    assert_int_equal(f->w.ntasks, 1);
+    pump(&f->w);
+    f->w.clock_ms += 60000;
+  }
+  assert_int_equal(strays_of_type(f, GN_MSG_ATTEST_RESPONSE), GN_ATTEST_PEER_HOURLY);
+  play_challenge(f, x, "a-over", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 0);
+  assert_int_equal(stray_type(f, f->w.nstray - 1, reason), GN_MSG_ERROR);
+  assert_non_null(strstr(reason, "attestation challenges an hour from one peer"));
+  play_challenge(f, y, "a-y", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 1);
+  pump(&f->w);
+  /* An hour after its first challenge, x has one again. */
+  f->w.clock_ms += 3600000 - GN_ATTEST_PEER_HOURLY * 60000 + 1;
+  play_challenge(f, x, "a-again", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 1);
+  pump(&f->w);
+  assert_int_equal(strays_of_type(f, GN_MSG_ATTEST_RESPONSE), GN_ATTEST_PEER_HOURLY + 2);
+  gn_identity_free(x);
+  gn_identity_free(y);
+}
+
+/* GN_ATTEST_SESSIONS_MAX exchanges waiting on their challengers are all a
+ * provider keeps: the next peer is told it is busy, until they expire. */
+static void test_exchanges_in_flight_are_bounded_in_total(void **state) {
+  fixture *f = *state;
+  gn_attest_gpu g = sim_gpu("RTX 4090");
+  assert_int_equal(gn_attest_agent_add_local(f->prov.a, &g, 0, true), 0);
+  pump(&f->w);
+  gn_identity *ids[GN_ATTEST_SESSIONS_MAX + 1];
+  char mine[GN_OFFER_ID_STRLEN], reason[256];
+  own_offer_id(f, "RTX 4090", mine);
+  for (int i = 0; i <= GN_ATTEST_SESSIONS_MAX; i++)
+    assert_int_equal(gn_identity_generate(&ids[i]), 0);
+  for (int i = 0; i < GN_ATTEST_SESSIONS_MAX; i++) {
+    play_challenge(f, ids[i], "a-1", "RTX 4090", mine);
+    assert_int_equal(f->w.ntasks, 1);
+    pump(&f->w); /* proven; the session waits for the opening */
+  }
+  play_challenge(f, ids[GN_ATTEST_SESSIONS_MAX], "a-1", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 0);
+  assert_int_equal(stray_type(f, f->w.nstray - 1, reason), GN_MSG_ERROR);
+  assert_non_null(strstr(reason, "busy"));
+  gn_attest_agent_tick(f->prov.a, gn_mono_ms() + gn_attest_timeout_ms() + 1000);
+  play_challenge(f, ids[GN_ATTEST_SESSIONS_MAX], "a-2", "RTX 4090", mine);
+  assert_int_equal(f->w.ntasks, 1);
+  pump(&f->w);
+  for (int i = 0; i <= GN_ATTEST_SESSIONS_MAX; i++)
+    gn_identity_free(ids[i]);
+}
+
+/* A verdict is published only after its own verifier leases the model it
+ * checked, within the window: another peer's lease, a lease of another
+ * model, one agreed before the verdict or too long after it publish
+ * nothing, and the held verdict is dropped when the window has passed. */
+static void test_verdict_without_its_verifiers_lease_is_not_published(void **state) {
+  fixture *f = *state;
+  gn_attest_gpu g = sim_gpu("RTX 4090");
+  assert_int_equal(gn_attest_agent_add_local(f->prov.a, &g, 0, true), 0);
+  pump(&f->w);
+  int changed = f->prov.changed;
+  gn_offer o = offer_of(f, "RTX 4090", true);
+  outcome out = {0};
+  assert_int_equal(gn_attest_agent_verify(f->req.a, &o, on_verified, &out), 0);
+  pump(&f->w);
+  assert_int_equal(out.res.outcome, GN_ATTEST_SIMULATED);
+  assert_int_equal(gn_attest_agent_held(f->prov.a), 1);
+  int64_t now = gn_unix_s();
+  gn_identity *x;
+  assert_int_equal(gn_identity_generate(&x), 0);
+  assert_int_equal(gn_attest_agent_lease_agreed(f->prov.a, x->pk, "RTX 4090", now, NULL, 0), 0);
+  assert_int_equal(gn_attest_agent_lease_agreed(f->prov.a, f->req.id->pk, "RTX 3090", now, NULL, 0), 0);
+  assert_int_equal(gn_attest_agent_lease_agreed(f->prov.a, f->req.id->pk, "RTX 4090", now - 5, NULL, 0), 0);
+  assert_int_equal(
+      gn_attest_agent_lease_agreed(f->prov.a, f->req.id->pk, "RTX 4090", now + GN_ATTEST_LEASE_WINDOW_S + 5, NULL, 0),
+      0);
+  assert_int_equal(f->prov.changed, changed);
+  gn_attest_local_view v;
+  assert_int_equal(gn_attest_agent_local(f->prov.a, 0, &v), 0);
+  assert_string_equal(v.verdict, "simulated (self-check)");
+  gn_attest_report rep;
+  uint8_t signer[GN_PK_LEN];
+  assert_int_equal(gn_attest_report_open(v.report, v.report_len, &rep, signer), 0);
+  assert_false(rep.has_verifier);
+  gn_attest_report_done(&rep);
+  /* The window passes: nothing is held any more, a lease now is too late. */
+  assert_int_equal(gn_attest_agent_held(f->prov.a), 1);
+  f->w.clock_ms += GN_ATTEST_LEASE_WINDOW_S * 1000ull + 1;
+  gn_attest_agent_tick(f->prov.a, gn_mono_ms());
+  assert_int_equal(gn_attest_agent_held(f->prov.a), 0);
+  assert_int_equal(gn_attest_agent_lease_agreed(f->prov.a, f->req.id->pk, "RTX 4090", now, NULL, 0), 0);
+  assert_int_equal(f->prov.changed, changed);
+  gn_identity_free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_self_check_seals_a_report, setup, teardown),
@@ -401,6 +688,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_unknown_model_is_refused_at_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_silent_provider_times_out, setup, teardown),
       cmocka_unit_test_setup_teardown(test_shutdown_ends_verifications, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_challenge_naming_no_offer_of_ours_is_refused, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_challenge_refused_while_nothing_is_free_to_lease, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_one_exchange_in_flight_per_peer, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_challenges_per_peer_per_hour_are_limited, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_exchanges_in_flight_are_bounded_in_total, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_verdict_without_its_verifiers_lease_is_not_published, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

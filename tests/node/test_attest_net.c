@@ -1,7 +1,10 @@
-/* Integration test of attestation against dishonest providers: a real
+/* Integration test of attestation against dishonest peers. A real
  * requester gpunetd, and this test as a provider that publishes an offer and
  * then answers the requester's challenges with garbage, with stale answers,
- * or not at all, while the requester's control API is driven with libcurl. */
+ * or not at all, while the requester's control API is driven with libcurl.
+ * Then a real provider gpunetd (a simulated RTX 4090), and this test as
+ * challengers that name no offer, challenge too often, or vouch for it
+ * without leasing: what it proves and which verdicts its offers carry. */
 #include <gpunet/attest.h>
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
@@ -373,6 +376,315 @@ static void test_attest_reports_memory_figures_of_honest_simulated_provider(void
   gn_buf_done(&c.out);
 }
 
+/* --- a real provider, played challengers -------------------------------------*/
+
+typedef struct pworld {
+  char dir[PATH_MAX];
+  char addr[64];
+  pid_t daemon;
+  uv_loop_t loop;
+  gn_identity *prov_id, *ids[2]; /* ids[0] challenges; ids[1] is another peer */
+  gn_transport *tps[2];
+  int up[2];
+  tn_inbox in[2];
+  tn_link link[2];
+  char model[64];                    /* the simulated GPU's name */
+  char offer_id[GN_OFFER_ID_STRLEN]; /* the provider's offer for it */
+} pworld;
+
+static pworld P;
+
+/* The small challenge a simulated GPU gets (attest_agent.c's sim_params). */
+static const gn_attest_params p_params = {.n = 256, .depth = 1, .rounds = 2, .open_rounds = 2, .open_rows = 4};
+
+/* The attestation of the provider's GPU as GET /v1/gpus says it, to out. */
+static void p_gpu_attestation(char *out, size_t cap) {
+  json_t *j = tn_api_get(P.dir, "/v1/gpus");
+  json_t *g = json_array_get(json_object_get(j, "gpus"), 0);
+  snprintf(out, cap, "%s", json_string_value(json_object_get(g, "attestation")) ?: "");
+  if (!P.model[0])
+    snprintf(P.model, sizeof P.model, "%s", json_string_value(json_object_get(g, "name")) ?: "");
+  json_decref(j);
+}
+
+/* The provider's own offer as its GET /v1/offers shows it: gpus_free and
+ * the attestation it carries (what any requester reads from it). */
+static void p_own_offer(int *ret_free, char *att, size_t cap) {
+  json_t *j = tn_api_get(P.dir, "/v1/offers");
+  json_t *offers = json_object_get(j, "offers");
+  *ret_free = -1;
+  att[0] = 0;
+  for (size_t i = 0; i < json_array_size(offers); i++) {
+    json_t *o = json_array_get(offers, i);
+    if (!json_is_true(json_object_get(o, "own")))
+      continue;
+    *ret_free = (int)json_integer_value(json_object_get(o, "gpus_free"));
+    snprintf(att, cap, "%s", json_string_value(json_object_get(o, "attestation")) ?: "");
+  }
+  json_decref(j);
+}
+
+/* How many lines of the provider's log mention part. */
+static int p_log_count(const char *part) {
+  char path[PATH_MAX + 16], line[2048];
+  int n = 0;
+  snprintf(path, sizeof path, "%s/gpunetd.log", P.dir);
+  FILE *fp = fopen(path, "r");
+  while (fp && fgets(line, sizeof line, fp))
+    n += strstr(line, part) != NULL;
+  if (fp)
+    fclose(fp);
+  return n;
+}
+
+static bool p_ready(void *ud) {
+  (void)ud;
+  json_t *j = tn_api_try_get(P.dir, "/v1/gpus");
+  json_t *g = json_array_get(json_object_get(j, "gpus"), 0);
+  const char *a = json_string_value(json_object_get(g, "attestation"));
+  bool done = a && strstr(a, "(self-check)");
+  json_decref(j);
+  return done;
+}
+
+static int p_setup(void **state) {
+  (void)state;
+  memset(&P, 0, sizeof P);
+  snprintf(P.dir, sizeof P.dir, "/tmp/gn-attest-prov-XXXXXX");
+  assert_non_null(mkdtemp(P.dir));
+  tn_identity_for(P.dir, &P.prov_id);
+  snprintf(P.addr, sizeof P.addr, "127.0.0.1:%d", tn_free_port());
+  P.daemon = tn_daemon_spawn(P.dir, "w", "--data-dir", P.dir, "--listen", P.addr, "--provide", "--simulate-gpu",
+                             "RTX 4090", "--price", "0.40", "--max-hours", "2", "--interval-min-s", "10",
+                             "--interval-max-s", "600", "--allow-no-userns", (char *)NULL);
+  uv_loop_init(&P.loop);
+  for (int i = 0; i < 2; i++) {
+    P.link[i] = (tn_link){&P.up[i], &P.in[i], P.prov_id->pk};
+    tn_peer_new(&P.loop, &P.link[i], &P.ids[i], &P.tps[i]);
+    tn_dial(&P.loop, P.tps[i], P.addr, &P.up[i], P.dir);
+  }
+  /* Its self-check is done (the GPU is known and attested). */
+  if (!tn_run_until(&P.loop, p_ready, NULL, 30000))
+    fail_msg("the provider's self-check did not finish in 30 s");
+  char att[256];
+  p_gpu_attestation(att, sizeof att);
+  gn_offer o;
+  memset(&o, 0, sizeof o);
+  memcpy(o.provider, P.prov_id->pk, GN_PK_LEN);
+  snprintf(o.gpu_model, sizeof o.gpu_model, "%s", P.model);
+  gn_offer_id(&o, P.offer_id);
+  return 0;
+}
+
+static int p_teardown(void **state) {
+  (void)state;
+  tn_inbox_done(&P.in[1]);
+  int rc = tn_world_end(&P.loop, P.tps, 2, P.daemon, &P.in[0], P.dir);
+  P.prov_id = gn_identity_free(P.prov_id);
+  for (int i = 0; i < 2; i++)
+    P.ids[i] = gn_identity_free(P.ids[i]);
+  return rc;
+}
+
+/* Sends a wrapped attestation message {sid, gpu_model?, offer?, data} as
+ * played peer i. */
+static void p_send_wrapped(int i, uint32_t type, const char *sid, const char *model, const char *offer,
+                           const gn_buf *data) {
+  gn_wire_writer w;
+  gn_buf body = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2 + (model ? 1 : 0) + (offer ? 1 : 0));
+  gn_wire_put_str(&w, "sid");
+  gn_wire_put_str(&w, sid);
+  if (model) {
+    gn_wire_put_str(&w, "gpu_model");
+    gn_wire_put_str(&w, model);
+  }
+  if (offer) {
+    gn_wire_put_str(&w, "offer");
+    gn_wire_put_str(&w, offer);
+  }
+  gn_wire_put_str(&w, "data");
+  gn_wire_put_bin(&w, data->data, data->len);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  tn_send(P.tps[i], P.ids[i], type, &body, P.prov_id->pk);
+  gn_buf_done(&body);
+}
+
+/* Peer i challenges the provider's GPU naming offer (NULL: none) and waits
+ * for the answer: 1 with the graded compute result in *ret_res when it
+ * proved, 0 with its refusal's reason in reason (256 bytes) otherwise. */
+static int p_challenge(int i, const char *sid, const char *offer, gn_attest_result *ret_res, char *reason) {
+  gn_buf ch = {0}, open = {0};
+  gn_attest_verifier *v;
+  tn_msg m;
+  wrapped r;
+  int proved = 0;
+  assert_int_equal(gn_attest_verifier_new(&p_params, "RTX 4090", NULL, NULL, &ch, &v), 0);
+  p_send_wrapped(i, GN_MSG_ATTEST_CHALLENGE, sid, P.model, offer, &ch);
+  uint64_t t0 = gn_mono_ms();
+  bool answered = false;
+  for (uint64_t deadline = t0 + 15000; !answered && gn_mono_ms() < deadline;) {
+    if (tn_inbox_take(&P.in[i], GN_MSG_ERROR, &m)) {
+      tn_msg_str(&m, "reason", reason, 256);
+      gn_buf_done(&m.raw);
+      goto out;
+    }
+    answered = tn_inbox_take(&P.in[i], GN_MSG_ATTEST_RESPONSE, &m);
+    tn_msg none;
+    if (!answered)
+      tn_wait_msg(&P.loop, &P.in[i], UINT32_MAX, NULL, NULL, 50, &none);
+  }
+  if (!answered)
+    fail_msg("no answer to challenge %s in 15 s", sid);
+  unwrap(&m, &r);
+  gn_buf_done(&m.raw);
+  uint64_t elapsed = gn_mono_ms() - t0;
+  assert_int_equal(gn_attest_verifier_on_response(v, r.data.data, r.data.len, &open), 0);
+  gn_buf_done(&r.data);
+  p_send_wrapped(i, GN_MSG_ATTEST_OPEN, sid, NULL, NULL, &open);
+  if (!tn_wait_msg(&P.loop, &P.in[i], GN_MSG_ATTEST_PROOF, NULL, NULL, 15000, &m))
+    fail_msg("no proof for challenge %s in 15 s", sid);
+  unwrap(&m, &r);
+  gn_buf_done(&m.raw);
+  assert_int_equal(gn_attest_verifier_on_proof(v, r.data.data, r.data.len, elapsed ? elapsed : 1, ret_res), 0);
+  assert_int_equal(ret_res->outcome, GN_ATTEST_SIMULATED);
+  gn_buf_done(&r.data);
+  proved = 1;
+out:
+  gn_attest_verifier_free(v);
+  gn_buf_done(&ch);
+  gn_buf_done(&open);
+  return proved;
+}
+
+/* Peer i's signed verdict on its exchange, sent to the provider. */
+static void p_send_verdict(int i, const gn_attest_result *res) {
+  gn_buf env = {0};
+  assert_int_equal(gn_attest_verdict_seal(P.ids[i], P.prov_id->pk, &p_params, res, gn_unix_s(), &env), 0);
+  assert_int_equal(gn_transport_send(P.tps[i], P.prov_id->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+}
+
+static bool p_verdict_held(void *ud) {
+  return p_log_count("published if") >= *(const int *)ud;
+}
+
+/* Peer i leases the provider's GPU (the lease request names its offer). */
+static void p_lease(int i) {
+  gn_lease_terms t;
+  gn_agreement ag;
+  tn_lease_terms(&t, P.prov_id, P.ids[i], 1, true);
+  snprintf(t.gpu_model, sizeof t.gpu_model, "%s", P.model);
+  snprintf(t.offer_id, sizeof t.offer_id, "%s", P.offer_id);
+  tn_rent(&P.loop, &P.in[i], P.tps[i], P.ids[i], P.prov_id, &t, &ag, NULL);
+}
+
+typedef struct own_wait {
+  int want_free;
+  const char *want_att; /* a part the attestation must have, or NULL */
+  int free_n;
+  char att[256];
+} own_wait;
+
+static bool p_own_offer_is(void *ud) {
+  own_wait *w = ud;
+  p_own_offer(&w->free_n, w->att, sizeof w->att);
+  return w->free_n == w->want_free && (!w->want_att || strstr(w->att, w->want_att));
+}
+
+/* A challenge that names no offer, or not this provider's, is refused, and
+ * the GPU proves nothing for it; naming the offer gets a proof. */
+static void test_provider_refuses_challenge_without_lease_intent(void **state) {
+  (void)state;
+  char reason[256];
+  gn_attest_result res;
+  char other[GN_OFFER_ID_STRLEN];
+  gn_offer o;
+  memset(&o, 0, sizeof o);
+  memcpy(o.provider, P.ids[1]->pk, GN_PK_LEN);
+  snprintf(o.gpu_model, sizeof o.gpu_model, "%s", P.model);
+  gn_offer_id(&o, other);
+  const char *names[] = {NULL, "o-000000000000", other};
+  for (int i = 0; i < 3; i++) {
+    char sid[32];
+    snprintf(sid, sizeof sid, "a-%016d", i);
+    assert_int_equal(p_challenge(0, sid, names[i], &res, reason), 0);
+    assert_non_null(strstr(reason, "attestation is for peers about to lease"));
+  }
+  assert_int_equal(p_log_count("attestation challenge for"), 0);
+  assert_int_equal(p_challenge(0, "a-0000000000000009", P.offer_id, &res, reason), 1);
+  assert_int_equal(p_log_count("attestation challenge for"), 1);
+}
+
+/* GN_ATTEST_PEER_HOURLY challenges from one peer are proven, the next is
+ * refused unproven; another peer is still served. */
+static void test_provider_limits_challenges_per_peer(void **state) {
+  (void)state;
+  char reason[256], sid[32];
+  gn_attest_result res;
+  for (int i = 0; i < GN_ATTEST_PEER_HOURLY; i++) {
+    snprintf(sid, sizeof sid, "a-%016d", i);
+    assert_int_equal(p_challenge(0, sid, P.offer_id, &res, reason), 1);
+  }
+  assert_int_equal(p_log_count("attestation challenge for"), GN_ATTEST_PEER_HOURLY);
+  assert_int_equal(p_challenge(0, "a-over", P.offer_id, &res, reason), 0);
+  assert_non_null(strstr(reason, "attestation challenges an hour from one peer"));
+  assert_int_equal(p_log_count("attestation challenge for"), GN_ATTEST_PEER_HOURLY);
+  assert_int_equal(p_challenge(1, "a-other", P.offer_id, &res, reason), 1);
+  assert_int_equal(p_log_count("attestation challenge for"), GN_ATTEST_PEER_HOURLY + 1);
+}
+
+/* The attack: peer 0 (a second identity of the provider, say) proves it
+ * and vouches for it, and someone else leases. The provider's next offer
+ * (after that lease) carries no peer's verdict, nor does its GPU say one. */
+static void test_verdict_of_challenger_that_did_not_lease_is_not_published(void **state) {
+  (void)state;
+  char reason[256], att[256];
+  gn_attest_result res;
+  assert_int_equal(p_challenge(0, "a-vouch", P.offer_id, &res, reason), 1);
+  p_send_verdict(0, &res);
+  int one = 1;
+  if (!tn_run_until(&P.loop, p_verdict_held, &one, 10000))
+    fail_msg("the provider did not take the verdict in 10 s");
+  p_lease(1);
+  own_wait w = {.want_free = 0};
+  if (!tn_run_until(&P.loop, p_own_offer_is, &w, 10000))
+    fail_msg("no offer after the lease in 10 s: %d free, %s", w.free_n, w.att);
+  /* A few ticks more: a verdict published on the next one would show. */
+  tn_msg none;
+  tn_wait_msg(&P.loop, &P.in[0], UINT32_MAX, NULL, NULL, 1500, &none);
+  p_own_offer(&w.free_n, w.att, sizeof w.att);
+  assert_int_equal(w.free_n, 0);
+  assert_non_null(strstr(w.att, "(self-reported)"));
+  assert_null(strstr(w.att, "checked by"));
+  p_gpu_attestation(att, sizeof att);
+  assert_non_null(strstr(att, "(self-check)"));
+}
+
+/* The verifier leases: the next offer carries its verdict, counted (the
+ * lease agreement by which it leased is in the report). */
+static void test_verdict_of_challenger_that_leased_is_published(void **state) {
+  (void)state;
+  char reason[256], att[256], vid[GN_NODE_ID_STRLEN], part[64];
+  gn_attest_result res;
+  assert_int_equal(p_challenge(0, "a-lessee", P.offer_id, &res, reason), 1);
+  p_send_verdict(0, &res);
+  int one = 1;
+  if (!tn_run_until(&P.loop, p_verdict_held, &one, 10000))
+    fail_msg("the provider did not take the verdict in 10 s");
+  p_lease(0);
+  gn_node_id_format(P.ids[0]->pk, vid);
+  snprintf(part, sizeof part, "(checked by %.14s", vid);
+  own_wait w = {.want_free = 0, .want_att = part};
+  if (!tn_run_until(&P.loop, p_own_offer_is, &w, 10000))
+    fail_msg("the offer does not carry the lessee's verdict in 10 s: %d free, %s", w.free_n, w.att);
+  assert_non_null(strstr(w.att, "simulated (checked by"));
+  p_gpu_attestation(att, sizeof att);
+  assert_non_null(strstr(att, part));
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
@@ -383,6 +695,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rent_refuses_stale_memory_table, setup_simulated, teardown),
       cmocka_unit_test_setup_teardown(test_attest_reports_memory_figures_of_honest_simulated_provider, setup_simulated,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_provider_refuses_challenge_without_lease_intent, p_setup, p_teardown),
+      cmocka_unit_test_setup_teardown(test_provider_limits_challenges_per_peer, p_setup, p_teardown),
+      cmocka_unit_test_setup_teardown(test_verdict_of_challenger_that_did_not_lease_is_not_published, p_setup,
+                                      p_teardown),
+      cmocka_unit_test_setup_teardown(test_verdict_of_challenger_that_leased_is_published, p_setup, p_teardown),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();
