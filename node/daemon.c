@@ -385,6 +385,24 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
 
 /* --- timers, signals, shutdown --------------------------------------------*/
 
+/* The offer table's standing of a provider (gn_offer_table_set_standing):
+ * 1 when its offer carries an attestation report verified by a peer and
+ * counted (gn__offer_attest_verdict), 2 when we also completed a lease with
+ * it (as its requester, the final invoice answered), 0 otherwise: when the
+ * table is full, a flood from fresh identities cannot push these out. */
+static int offer_standing(void *ud, const gn_offer *o) {
+  gn_node *n = ud;
+  char v[256];
+  gn__offer_attest_verdict(o, v, sizeof v);
+  if (strncmp(v, "verified ", 9) != 0 || !strstr(v, "(checked by "))
+    return 0;
+  for (const gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_REQUESTER && l->state == GN_LEASE_ENDED && l->invoice_done &&
+        memcmp(l->peer, o->provider, GN_PK_LEN) == 0)
+      return 2;
+  return 1;
+}
+
 static void on_tick(uv_timer_t *t) {
   gn_node *n = t->data;
   uint64_t now_ms = gn_mono_ms();
@@ -587,6 +605,7 @@ int gn__node_main(int argc, char **argv) {
 
   n->loop = uv_default_loop();
   n->offers = gn_offer_table_new(4096);
+  gn_offer_table_set_standing(n->offers, offer_standing, n);
   gn_offer_table_load(n->offers, n->db, gn_unix_s());
   gn_transport_cbs cbs = {.on_peer_up = on_peer_up, .on_peer_down = on_peer_down, .on_message = on_message};
   if ((r = gn_transport_new(n->loop, n->id, &cbs, n, &n->tp)) < 0 ||
