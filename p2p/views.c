@@ -23,6 +23,9 @@ typedef struct member {
   bool verified;     /* we have had a session with it */
   uint32_t fails;    /* refusals in a row (passive) */
   uint64_t retry_ms; /* not asked again before (passive) */
+  uint64_t seq;      /* order of entry into the active view */
+  uint64_t since_ms; /* in the active view since (active) */
+  uint64_t score_ms; /* time it held an active link with us, all told */
 } member;
 
 typedef enum pend_kind {
@@ -81,6 +84,7 @@ struct gn_views {
   uint32_t repl_used;
 
   uint64_t next_shuffle_ms, next_fill_ms, next_rejoin_ms;
+  uint64_t active_seq;
   gn_views_stats stats;
 };
 
@@ -355,36 +359,7 @@ static int random_index_where(gn_views *v, const member *m, size_t n, bool want_
   return -1;
 }
 
-/* Puts a peer we have had a session with into the passive view. It may evict
- * any hearsay entry, or when there is none a random verified one: what we saw
- * ourselves outranks what we were told. */
-static void passive_add_verified(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t retry_ms) {
-  if (is_self(v, id, addr) || !gn_views_addr_valid(addr) || find_member(v->active, v->nactive, id) >= 0)
-    return;
-  int i = find_member(v->passive, v->npassive, id);
-  if (i < 0) {
-    int j = find_addr(v->passive, v->npassive, addr);
-    if (j >= 0 && !v->passive[j].verified)
-      passive_remove_at(v, (size_t)j); /* a hearsay claim on the address of a peer we know */
-    else if (j >= 0)
-      return;
-    if (v->npassive == v->cfg.passive_size) {
-      int k = random_index_where(v, v->passive, v->npassive, false);
-      if (k < 0)
-        k = (int)rnd_below(v, v->npassive);
-      passive_remove_at(v, (size_t)k);
-    }
-    i = (int)v->npassive++;
-    memset(&v->passive[i], 0, sizeof(v->passive[i]));
-    memcpy(v->passive[i].id, id, GN_PK_LEN);
-  }
-  snprintf(v->passive[i].addr, sizeof(v->passive[i].addr), "%s", addr);
-  v->passive[i].verified = true;
-  if (retry_ms > v->passive[i].retry_ms)
-    v->passive[i].retry_ms = retry_ms;
-}
-
-/* The budget of passive evictions by hearsay, per shuffle interval. */
+/* The budget of passive evictions, per shuffle interval. */
 static bool replace_budget_take(gn_views *v, uint64_t now_ms) {
   if (now_ms >= v->repl_win_ms + v->cfg.shuffle_interval_ms) {
     v->repl_win_ms = now_ms;
@@ -396,6 +371,67 @@ static bool replace_budget_take(gn_views *v, uint64_t now_ms) {
   return true;
 }
 
+/* Frees a passive slot for a newcomer when the view is full, within the
+ * period's budget. The victim is a hearsay entry (one of prefer first: the
+ * entries we just gave away); for a newcomer we have had a session with, when
+ * there is no hearsay left, the verified entry that held an active link for
+ * the shortest time, if shorter than the newcomer did. So hearsay never
+ * pushes out a peer we know, and an identity that was our neighbour for a
+ * moment never pushes out one that was for long. */
+static bool passive_make_room(gn_views *v, const entry *prefer, size_t nprefer, bool verified, uint64_t score_ms,
+                              uint64_t now_ms) {
+  if (v->npassive < v->cfg.passive_size)
+    return true;
+  int k = -1;
+  for (size_t i = 0; i < nprefer && k < 0; i++) {
+    int j = find_member(v->passive, v->npassive, prefer[i].id);
+    if (j >= 0 && !v->passive[j].verified)
+      k = j;
+  }
+  if (k < 0)
+    k = random_index_where(v, v->passive, v->npassive, false);
+  if (k < 0 && verified) {
+    for (size_t i = 0; i < v->npassive; i++)
+      if (v->passive[i].score_ms < score_ms && (k < 0 || v->passive[i].score_ms < v->passive[k].score_ms))
+        k = (int)i;
+  }
+  if (k < 0 || !replace_budget_take(v, now_ms))
+    return false;
+  passive_remove_at(v, (size_t)k);
+  v->stats.passive_replaced++;
+  return true;
+}
+
+/* Puts a peer we have had a session with into the passive view; score_ms is
+ * how long it held an active link with us. */
+static void passive_add_verified(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t retry_ms,
+                                 uint64_t score_ms, uint64_t now_ms) {
+  if (is_self(v, id, addr) || !gn_views_addr_valid(addr) || find_member(v->active, v->nactive, id) >= 0)
+    return;
+  int i = find_member(v->passive, v->npassive, id);
+  if (i < 0) {
+    int j = find_addr(v->passive, v->npassive, addr);
+    if (j >= 0) {
+      /* An address is one entry: a known peer's claim beats hearsay's. */
+      if (v->passive[j].verified || !replace_budget_take(v, now_ms))
+        return;
+      passive_remove_at(v, (size_t)j);
+      v->stats.passive_replaced++;
+    }
+    if (!passive_make_room(v, NULL, 0, true, score_ms, now_ms))
+      return;
+    i = (int)v->npassive++;
+    memset(&v->passive[i], 0, sizeof(v->passive[i]));
+    memcpy(v->passive[i].id, id, GN_PK_LEN);
+    snprintf(v->passive[i].addr, sizeof(v->passive[i].addr), "%s", addr);
+  }
+  v->passive[i].verified = true;
+  if (score_ms > v->passive[i].score_ms)
+    v->passive[i].score_ms = score_ms;
+  if (retry_ms > v->passive[i].retry_ms)
+    v->passive[i].retry_ms = retry_ms;
+}
+
 static bool pending_for(const gn_views *v, const uint8_t id[GN_PK_LEN]) {
   for (size_t i = 0; i < v->npend; i++)
     if (v->pend[i].kind == PEND_NEIGHBOR && id_eq(v->pend[i].id, id))
@@ -404,9 +440,8 @@ static bool pending_for(const gn_views *v, const uint8_t id[GN_PK_LEN]) {
 }
 
 /* Puts an entry we were told about into the passive view. When full it may
- * evict only hearsay, preferring entries in prefer (the ones we just sent
- * away), at most *evict_left times for this message and within the period's
- * budget. Returns true when the entry went in. */
+ * evict only hearsay (passive_make_room), at most *evict_left times for this
+ * message. Returns true when the entry went in. */
 static bool passive_add_hearsay(gn_views *v, const entry *e, const entry *prefer, size_t nprefer, uint32_t *evict_left,
                                 uint64_t now_ms) {
   if (is_self(v, e->id, e->addr) || find_member(v->active, v->nactive, e->id) >= 0 || pending_for(v, e->id) ||
@@ -414,21 +449,9 @@ static bool passive_add_hearsay(gn_views *v, const entry *e, const entry *prefer
       find_addr(v->active, v->nactive, e->addr) >= 0)
     return false;
   if (v->npassive == v->cfg.passive_size) {
-    if (*evict_left == 0)
-      return false;
-    int k = -1;
-    for (size_t i = 0; i < nprefer && k < 0; i++) {
-      int j = find_member(v->passive, v->npassive, prefer[i].id);
-      if (j >= 0 && !v->passive[j].verified)
-        k = j;
-    }
-    if (k < 0)
-      k = random_index_where(v, v->passive, v->npassive, false);
-    if (k < 0 || !replace_budget_take(v, now_ms))
+    if (*evict_left == 0 || !passive_make_room(v, prefer, nprefer, false, 0, now_ms))
       return false;
     (*evict_left)--;
-    passive_remove_at(v, (size_t)k);
-    v->stats.passive_replaced++;
   }
   member *m = &v->passive[v->npassive++];
   memset(m, 0, sizeof(*m));
@@ -445,42 +468,58 @@ static void active_remove_at(gn_views *v, size_t i) {
     v->io.event(v->io.ud, id, GN_VIEWS_EV_REMOVED);
 }
 
-/* Drops a random active member other than keep to make room: it is told with
- * DISCONNECT and kept as passive, not asked again for a while. */
-static void evict_random(gn_views *v, const uint8_t *keep, uint64_t now_ms) {
+/* Drops an active member other than keep to make room: it is told with
+ * DISCONNECT and kept as passive, not asked again for a while. The victim is
+ * drawn from the newer half of the view only, so a crowd of fresh identities
+ * sending JOIN or high-priority NEIGHBOR can only push each other out, never
+ * the links that have lasted longest. */
+static void evict_one(gn_views *v, const uint8_t *keep, uint64_t now_ms) {
   size_t cand[GN_VIEWS_ACTIVE_MAX], n = 0;
   for (size_t i = 0; i < v->nactive; i++)
     if (!keep || !id_eq(v->active[i].id, keep))
       cand[n++] = i;
   if (!n)
     return;
-  size_t i = cand[rnd_below(v, n)];
+  /* Newest first (insertion sort: n is at most GN_VIEWS_ACTIVE_MAX). */
+  for (size_t a = 1; a < n; a++)
+    for (size_t b = a; b > 0 && v->active[cand[b]].seq > v->active[cand[b - 1]].seq; b--) {
+      size_t t = cand[b];
+      cand[b] = cand[b - 1];
+      cand[b - 1] = t;
+    }
+  size_t i = cand[rnd_below(v, (n + 1) / 2)];
   member m = v->active[i];
   send_simple(v, m.id, GN_MSG_VIEW_DISCONNECT);
   active_remove_at(v, i);
   if (v->io.disconnect)
     v->io.disconnect(v->io.ud, m.id);
-  passive_add_verified(v, m.id, m.addr, now_ms + v->cfg.backoff_ms);
+  passive_add_verified(v, m.id, m.addr, now_ms + v->cfg.backoff_ms, m.score_ms + (now_ms - m.since_ms), now_ms);
   v->stats.evictions++;
 }
 
 /* Adds id to the active view (the caller made room). */
-static void active_add(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr) {
+static void active_add(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms) {
   if (v->nactive >= v->cfg.active_size || find_member(v->active, v->nactive, id) >= 0)
     return;
   char a[GN_VIEWS_ADDR_MAX] = "";
+  uint64_t score = 0;
   int p = find_member(v->passive, v->npassive, id);
   if (addr && gn_views_addr_valid(addr))
     snprintf(a, sizeof(a), "%s", addr);
   else if (p >= 0)
     snprintf(a, sizeof(a), "%s", v->passive[p].addr);
-  if (p >= 0)
+  if (p >= 0) {
+    score = v->passive[p].score_ms;
     passive_remove_at(v, (size_t)p);
+  }
   member *m = &v->active[v->nactive++];
   memset(m, 0, sizeof(*m));
+  m->since_ms = now_ms;
+  m->score_ms = score;
   memcpy(m->id, id, GN_PK_LEN);
   snprintf(m->addr, sizeof(m->addr), "%s", a);
   m->verified = true;
+  m->seq = ++v->active_seq;
   if (v->io.event)
     v->io.event(v->io.ud, id, GN_VIEWS_EV_ADDED);
 }
@@ -495,7 +534,7 @@ static void neighbor_failed(gn_views *v, const uint8_t id[GN_PK_LEN], const char
   }
   int i = find_member(v->passive, v->npassive, id);
   if (i < 0) {
-    passive_add_verified(v, id, addr, 0);
+    passive_add_verified(v, id, addr, 0, 0, now_ms);
     i = find_member(v->passive, v->npassive, id);
     if (i < 0)
       return;
@@ -542,8 +581,8 @@ static void joined_contact(gn_views *v, const uint8_t id[GN_PK_LEN], const char 
   if (find_member(v->active, v->nactive, id) >= 0)
     return;
   if (v->nactive == v->cfg.active_size)
-    evict_random(v, id, now_ms);
-  active_add(v, id, addr);
+    evict_one(v, id, now_ms);
+  active_add(v, id, addr, now_ms);
 }
 
 /* JOIN to a contact: it enters our active view as the JOIN goes out (the
@@ -667,8 +706,8 @@ static int on_join(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack_obj
   if (find_member(v->active, v->nactive, peer) >= 0)
     return 0; /* already a neighbour: no new walk */
   if (v->nactive == v->cfg.active_size)
-    evict_random(v, peer, now_ms);
-  active_add(v, peer, addr);
+    evict_one(v, peer, now_ms);
+  active_add(v, peer, addr, now_ms);
   v->stats.joins++;
   member others[GN_VIEWS_ACTIVE_MAX];
   size_t n = 0;
@@ -748,8 +787,8 @@ static int on_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack
   bool accept = find_member(v->active, v->nactive, peer) >= 0 || v->nactive < v->cfg.active_size || high;
   if (accept && find_member(v->active, v->nactive, peer) < 0) {
     if (v->nactive == v->cfg.active_size)
-      evict_random(v, peer, now_ms);
-    active_add(v, peer, addr);
+      evict_one(v, peer, now_ms);
+    active_add(v, peer, addr, now_ms);
   }
   if (accept)
     v->stats.neighbor_accepted++;
@@ -783,12 +822,12 @@ static int on_neighbor_reply(gn_views *v, const uint8_t peer[GN_PK_LEN], const m
       send_simple(v, peer, GN_MSG_VIEW_DISCONNECT);
       if (v->io.disconnect)
         v->io.disconnect(v->io.ud, peer);
-      passive_add_verified(v, peer, p.addr, now_ms + v->cfg.backoff_ms);
+      passive_add_verified(v, peer, p.addr, now_ms + v->cfg.backoff_ms, 0, now_ms);
       return 0;
     }
-    evict_random(v, peer, now_ms);
+    evict_one(v, peer, now_ms);
   }
-  active_add(v, peer, p.addr);
+  active_add(v, peer, p.addr, now_ms);
   return 0;
 }
 
@@ -800,7 +839,7 @@ static int on_disconnect(gn_views *v, const uint8_t peer[GN_PK_LEN], uint64_t no
   active_remove_at(v, (size_t)i);
   if (v->io.disconnect)
     v->io.disconnect(v->io.ud, peer);
-  passive_add_verified(v, mb.id, mb.addr, now_ms + v->cfg.backoff_ms);
+  passive_add_verified(v, mb.id, mb.addr, now_ms + v->cfg.backoff_ms, mb.score_ms + (now_ms - mb.since_ms), now_ms);
   v->next_fill_ms = now_ms;
   return 0;
 }

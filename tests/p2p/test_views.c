@@ -241,6 +241,7 @@ static void up(gn_views *v, uint32_t n, uint64_t now) {
   char a[GN_VIEWS_ADDR_MAX];
   mk_id(n, pk);
   mk_addr(n, a);
+  assert_true(n < GN_ARRAY_SIZE(R.up));
   R.up[n] = true;
   gn_views_peer_up(v, pk, a, now);
 }
@@ -248,6 +249,7 @@ static void up(gn_views *v, uint32_t n, uint64_t now) {
 static void down(gn_views *v, uint32_t n, uint64_t now) {
   uint8_t pk[GN_PK_LEN];
   mk_id(n, pk);
+  assert_true(n < GN_ARRAY_SIZE(R.up));
   R.up[n] = false;
   gn_views_peer_down(v, pk, now);
 }
@@ -593,6 +595,76 @@ static void test_views_active_never_exceeds_size(void **state) {
     clear_rec();
   }
   assert_int_equal(gn_views_active_count(v), 6);
+  gn_views_free(v);
+}
+
+/* Hostile: the same crowd cannot push out the three links that have lasted
+ * longest; evictions take the newer half of the view only. */
+static void test_views_eviction_spares_older_half(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  uint64_t now = T0;
+  for (uint32_t n = 2; n <= 7; n++)
+    make_active(v, n, now++);
+  for (uint32_t n = 100; n < 600; n++) {
+    char a[GN_VIEWS_ADDR_MAX];
+    mk_addr(n, a);
+    up(v, n, now);
+    assert_int_equal(deliver(v, n, n % 2 ? GN_MSG_VIEW_JOIN : GN_MSG_VIEW_NEIGHBOR,
+                             n % 2 ? join_body(a) : neighbor_body(true, a), now),
+                     0);
+    for (uint32_t k = 2; k <= 4; k++)
+      assert_true(active_has(v, k));
+    now += 40; /* past the rate table's 10 s windows now and then */
+    clear_rec();
+  }
+  gn_views_stats st;
+  gn_views_stats_get(v, &st);
+  assert_int_equal(st.evictions, 500);
+  gn_views_free(v);
+}
+
+/* Hostile: 300 fresh identities each open a session, get into the active
+ * view with a high-priority NEIGHBOR and send a SHUFFLE of 8 fresh entries,
+ * all within one period: at most replace_per_period passive entries are
+ * evicted, and the members we have had sessions with all stay. */
+static void test_views_shuffle_flood_from_fresh_identities(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  uint64_t now = T0;
+  make_active(v, 2, now);
+  make_active(v, 3, now);
+  /* Eight real neighbours of five seconds each, now passive. */
+  for (uint32_t n = 10; n < 18; n++) {
+    make_active(v, n, now);
+    now += 5000;
+    assert_int_equal(deliver(v, n, GN_MSG_VIEW_DISCONNECT, join_body(SELF_ADDR), now), 0);
+  }
+  fill_passive_hearsay(v, 2, 1000, 40, &now);
+  assert_int_equal(gn_views_passive_count(v), 48);
+  now += 10001;
+  gn_views_stats s0, s1;
+  gn_views_stats_get(v, &s0);
+  uint32_t fresh = 100000;
+  int taken = 0;
+  for (uint32_t n = 3000; n < 3300; n++) {
+    char a[GN_VIEWS_ADDR_MAX];
+    mk_addr(n, a);
+    up(v, n, now);
+    deliver(v, n, GN_MSG_VIEW_NEIGHBOR, neighbor_body(true, a), now);
+    ent e[8];
+    for (int i = 0; i < 8; i++)
+      e[i] = (ent){fresh++, NULL};
+    taken += deliver(v, n, GN_MSG_VIEW_SHUFFLE, shuffle_body(n, 0, n, e, 8), now + 1) == 0;
+    now += 20;
+    clear_rec();
+  }
+  gn_views_stats_get(v, &s1);
+  assert_true(taken > 200);                                     /* they were members when they shuffled... */
+  assert_true(s1.passive_replaced - s0.passive_replaced <= 12); /* ...yet replaced 12 at most */
+  for (uint32_t n = 10; n < 18; n++)
+    assert_true(passive_has(v, n));
+  assert_int_equal(gn_views_passive_count(v), 48);
   gn_views_free(v);
 }
 
@@ -1543,6 +1615,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_high_neighbor_accepted_when_full, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_neighbor_rate_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_active_never_exceeds_size, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_eviction_spares_older_half, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_shuffle_flood_from_fresh_identities, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_forward_join_ttl_clamped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_forward_join_at_ttl_zero_takes_joiner, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_forward_join_at_prwl_kept_as_passive, setup, teardown),
