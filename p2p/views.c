@@ -460,6 +460,11 @@ static bool passive_add_hearsay(gn_views *v, const entry *e, const entry *prefer
   return true;
 }
 
+/* How long an active member has held a link with us, all told. */
+static uint64_t held_ms(const member *m, uint64_t now_ms) {
+  return m->score_ms + (now_ms > m->since_ms ? now_ms - m->since_ms : 0);
+}
+
 static void active_remove_at(gn_views *v, size_t i) {
   uint8_t id[GN_PK_LEN];
   memcpy(id, v->active[i].id, GN_PK_LEN);
@@ -493,7 +498,7 @@ static void evict_one(gn_views *v, const uint8_t *keep, uint64_t now_ms) {
   active_remove_at(v, i);
   if (v->io.disconnect)
     v->io.disconnect(v->io.ud, m.id);
-  passive_add_verified(v, m.id, m.addr, now_ms + v->cfg.backoff_ms, m.score_ms + (now_ms - m.since_ms), now_ms);
+  passive_add_verified(v, m.id, m.addr, now_ms + v->cfg.backoff_ms, held_ms(&m, now_ms), now_ms);
   v->stats.evictions++;
 }
 
@@ -777,9 +782,12 @@ static int on_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack
   rate *r = rate_get(v, peer, now_ms);
   if (!r || (r->neighbored && now_ms < r->neighbor_ms + v->cfg.join_interval_ms)) {
     v->stats.rate_limited++;
-    v->stats.neighbor_refused++;
-    if (find_member(v->active, v->nactive, peer) < 0)
-      send_neighbor_reply(v, peer, false);
+    /* Answered all the same, so an honest requester moves on at once; a
+     * member already active is told it is. */
+    bool member = find_member(v->active, v->nactive, peer) >= 0;
+    if (!member)
+      v->stats.neighbor_refused++;
+    send_neighbor_reply(v, peer, member);
     return GN_EBUSY;
   }
   r->neighbored = true;
@@ -839,7 +847,7 @@ static int on_disconnect(gn_views *v, const uint8_t peer[GN_PK_LEN], uint64_t no
   active_remove_at(v, (size_t)i);
   if (v->io.disconnect)
     v->io.disconnect(v->io.ud, peer);
-  passive_add_verified(v, mb.id, mb.addr, now_ms + v->cfg.backoff_ms, mb.score_ms + (now_ms - mb.since_ms), now_ms);
+  passive_add_verified(v, mb.id, mb.addr, now_ms + v->cfg.backoff_ms, held_ms(&mb, now_ms), now_ms);
   v->next_fill_ms = now_ms;
   return 0;
 }
@@ -856,11 +864,11 @@ static void merge(gn_views *v, const entry *e, size_t n, const entry *prefer, si
   }
 }
 
-/* A sample of up to n passive entries, none of them for `not`. */
-static size_t sample_passive(gn_views *v, size_t n, const uint8_t * not, entry *out) {
+/* A sample of up to n passive entries, none of them for skip (may be NULL). */
+static size_t sample_passive(gn_views *v, size_t n, const uint8_t *skip, entry *out) {
   size_t idx[GN_VIEWS_PASSIVE_MAX], cnt = 0, k = 0;
   for (size_t i = 0; i < v->npassive; i++)
-    if (!not || !id_eq(v->passive[i].id, not ))
+    if (!skip || !id_eq(v->passive[i].id, skip))
       idx[cnt++] = i;
   while (k < n && cnt) {
     size_t j = rnd_below(v, cnt);

@@ -1078,6 +1078,51 @@ static void test_views_malformed_bodies_change_nothing(void **state) {
   gn_views_free(v);
 }
 
+/* One message evicts at most kp entries, even with budget left. */
+static void test_views_merge_evicts_at_most_kp_per_message(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  make_active(v, 2, T0);
+  make_active(v, 3, T0);
+  uint64_t now = T0;
+  fill_passive_hearsay(v, 2, 1000, 48, &now);
+  assert_int_equal(gn_views_passive_count(v), 48);
+  now += 10001;
+  ent e[8];
+  for (uint32_t i = 0; i < 8; i++)
+    e[i] = (ent){2000 + i, NULL};
+  assert_int_equal(deliver(v, 2, GN_MSG_VIEW_SHUFFLE, shuffle_body(70, 0, 1, e, 8), now), 0);
+  int in = 0;
+  for (uint32_t n = 2000; n < 2008; n++)
+    in += passive_has(v, n);
+  assert_int_equal(in, 4);
+  assert_int_equal(gn_views_passive_count(v), 48);
+  gn_views_free(v);
+}
+
+/* An accepting answer to a request we gave up on: the other side took us in,
+ * so it is told DISCONNECT rather than left with a one-sided link. */
+static void test_views_late_accept_answered_with_disconnect(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  make_active(v, 2, T0);
+  make_active(v, 3, T0);
+  uint64_t now = T0;
+  fill_passive_hearsay(v, 2, 800, 1, &now);
+  up(v, 800, now);
+  clear_rec();
+  gn_views_tick(v, now);
+  assert_int_equal(count_sent(GN_MSG_VIEW_NEIGHBOR), 1);
+  gn_views_tick(v, now + 5001); /* timed out */
+  clear_rec();
+  assert_int_equal(deliver(v, 800, GN_MSG_VIEW_NEIGHBOR_REPLY, reply_accept_body(true), now + 5002), GN_ESTATE);
+  assert_false(active_has(v, 800));
+  const sentmsg *m = last_sent(GN_MSG_VIEW_DISCONNECT);
+  assert_non_null(m);
+  assert_int_equal(m->to, 800);
+  gn_views_free(v);
+}
+
 /* --- failures and refills -------------------------------------------------*/
 
 static void test_views_peer_down_promotes_from_passive(void **state) {
@@ -1634,6 +1679,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_verified_outrank_hearsay, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_rate_state_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_malformed_bodies_change_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_merge_evicts_at_most_kp_per_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_late_accept_answered_with_disconnect, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_peer_down_promotes_from_passive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_refused_member_backs_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_unreachable_member_forgotten, setup, teardown),
