@@ -617,6 +617,46 @@ static void test_report_round_trip_with_verifier(void **state) {
   gn_identity_free(ver);
 }
 
+/* The lease agreement a report may carry (opaque here) survives sealing
+ * and opening with the verifier's own signing time; it is refused beside
+ * no verifier, past its bound, or empty. */
+static void test_report_carries_lease_of_its_verifier(void **state) {
+  (void)state;
+  gn_identity *prov, *ver;
+  gn_attest_report rep, got;
+  gn_attest_result res;
+  gn_buf venv = {0}, env = {0};
+  uint8_t signer[GN_PK_LEN], big[GN_ATTEST_LEASE_ENV_MAX + 1];
+  const uint8_t agreement[] = "a lease agreement envelope";
+  assert_int_equal(gn_identity_generate(&prov), 0);
+  assert_int_equal(gn_identity_generate(&ver), 0);
+  make_report(&rep, &res);
+  /* Without a verifier: sealed, but no reader takes it. */
+  assert_int_equal(gn_attest_report_set_lease(&rep, agreement, sizeof agreement), 0);
+  assert_int_equal(gn_attest_report_seal(prov, &rep, &env), 0);
+  assert_int_equal(gn_attest_report_open(env.data, env.len, &got, signer), GN_EINVAL);
+  gn_buf_done(&env);
+  assert_int_equal(gn_attest_verdict_seal(ver, prov->pk, &small, &res, 1700000001, &venv), 0);
+  assert_int_equal(gn_attest_report_attach_verdict(&rep, prov->pk, venv.data, venv.len), 0);
+  assert_int_equal(gn_attest_report_seal(prov, &rep, &env), 0);
+  assert_int_equal(gn_attest_report_open(env.data, env.len, &got, signer), 0);
+  assert_true(got.has_verifier);
+  assert_int_equal(got.verdict_issued_s, 1700000001);
+  assert_int_equal(got.lease_env_len, sizeof agreement);
+  assert_memory_equal(got.lease_env, agreement, sizeof agreement);
+  gn_attest_report_done(&got);
+  assert_null(got.lease_env);
+  memset(big, 7, sizeof big);
+  assert_int_equal(gn_attest_report_set_lease(&rep, big, sizeof big), GN_ETOOBIG);
+  assert_int_equal(gn_attest_report_set_lease(&rep, agreement, 0), GN_EINVAL);
+  assert_int_equal(rep.lease_env_len, sizeof agreement); /* unchanged */
+  gn_attest_report_done(&rep);
+  gn_buf_done(&venv);
+  gn_buf_done(&env);
+  gn_identity_free(prov);
+  gn_identity_free(ver);
+}
+
 static void test_forged_report_signature_rejected(void **state) {
   (void)state;
   gn_identity *prov, *ver;
@@ -749,6 +789,7 @@ int main(void) {
       cmocka_unit_test(test_prover_refuses_repeated_rows),
       cmocka_unit_test(test_class_table_and_lookup),
       cmocka_unit_test(test_report_round_trip_with_verifier),
+      cmocka_unit_test(test_report_carries_lease_of_its_verifier),
       cmocka_unit_test(test_forged_report_signature_rejected),
       cmocka_unit_test(test_cuda_backend_missing_library_unsupported),
       cmocka_unit_test(test_cuda_backend_matches_cpu_or_unsupported),

@@ -376,6 +376,129 @@ static void test_attest_reports_memory_figures_of_honest_simulated_provider(void
   gn_buf_done(&c.out);
 }
 
+/* --- what a requester counts of an offer's verdict ---------------------------*/
+
+/* A report on this test provider's simulated RTX 4090 checked by `ver`
+ * (its verdict signed 5 s ago), carrying the agreement by which `lessee`
+ * leased that GPU now (none when lessee is NULL), sealed by the provider
+ * and appended to ret. */
+static void checked_report(const gn_identity *ver, const gn_identity *lessee, gn_buf *ret) {
+  const gn_attest_params p = {.n = 256, .depth = 1, .rounds = 2, .open_rounds = 2, .open_rows = 4};
+  gn_buf ch = {0}, resp = {0}, open = {0}, proof = {0}, venv = {0}, req = {0}, ag = {0};
+  gn_attest_verifier *v;
+  gn_attest_prover *pr;
+  gn_attest_result res;
+  gn_attest_report rep;
+  gn_attest_gpu gpu;
+  int64_t now = gn_unix_s();
+  memset(&gpu, 0, sizeof gpu);
+  snprintf(gpu.name, sizeof gpu.name, "NVIDIA GeForce RTX 4090");
+  snprintf(gpu.uuid, sizeof gpu.uuid, "GPU-SIM-0");
+  assert_int_equal(gn_attest_verifier_new(&p, "RTX 4090", NULL, NULL, &ch, &v), 0);
+  assert_int_equal(gn_attest_prover_new(gn_attest_backend_cpu(), &pr), 0);
+  assert_int_equal(gn_attest_prover_on_challenge(pr, ch.data, ch.len, &resp), 0);
+  assert_int_equal(gn_attest_verifier_on_response(v, resp.data, resp.len, &open), 0);
+  assert_int_equal(gn_attest_prover_on_open(pr, open.data, open.len, &proof), 0);
+  assert_int_equal(gn_attest_verifier_on_proof(v, proof.data, proof.len, 10, &res), 0);
+  gn_attest_report_from_result(&rep, &gpu, &p, &res, now);
+  assert_int_equal(gn_attest_verdict_seal(ver, W.prov_id->pk, &p, &res, now - 5, &venv), 0);
+  assert_int_equal(gn_attest_report_attach_verdict(&rep, W.prov_id->pk, venv.data, venv.len), 0);
+  if (lessee) {
+    gn_lease_terms t;
+    const char *uuids[] = {"GPU-SIM-0"};
+    tn_lease_terms(&t, W.prov_id, lessee, 1, true);
+    snprintf(t.offer_id, sizeof t.offer_id, "%s", W.offer_id);
+    assert_int_equal(gn_lease_request_seal(lessee, &t, &req), 0);
+    assert_int_equal(gn_agreement_seal(W.prov_id, req.data, req.len, now, uuids, 1, &ag), 0);
+    assert_int_equal(gn_attest_report_set_lease(&rep, ag.data, ag.len), 0);
+  }
+  assert_int_equal(gn_attest_report_seal(W.prov_id, &rep, ret), 0);
+  assert_true(ret->len <= GN_OFFER_ATTEST_MAX);
+  gn_attest_report_done(&rep);
+  gn_attest_prover_free(pr);
+  gn_attest_verifier_free(v);
+  gn_buf *bufs[] = {&ch, &resp, &open, &proof, &venv, &req, &ag};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    gn_buf_done(bufs[i]);
+}
+
+/* Publishes the test provider's offer again (seq), carrying report. */
+static void publish_offer_with(uint64_t seq, const gn_buf *report) {
+  gn_offer o;
+  gn_buf env = {0};
+  tn_offer(&o, W.prov_id->pk, gn_transport_listen_addr(W.tp), 1, 60, true);
+  o.seq = seq;
+  memcpy(o.attest, report->data, report->len);
+  o.attest_len = (uint32_t)report->len;
+  assert_int_equal(gn_offer_seal(W.prov_id, &o, &env), 0);
+  assert_int_equal(gn_transport_send(W.tp, W.req_id->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+}
+
+typedef struct offer_att {
+  const char *want; /* a part the requester's view of the offer must have */
+  char att[256];
+} offer_att;
+
+static bool requester_offer_says(void *ud) {
+  offer_att *a = ud;
+  json_t *j = tn_api_try_get(W.dir, "/v1/offers");
+  json_t *o = json_array_get(json_object_get(j, "offers"), 0);
+  snprintf(a->att, sizeof a->att, "%s", json_string_value(json_object_get(o, "attestation")) ?: "");
+  json_decref(j);
+  return strstr(a->att, a->want) != NULL;
+}
+
+/* A requester does not count a peer's verdict on an offer unless the report
+ * shows that very peer then leased the GPU: neither one with no agreement
+ * nor one with someone else's (a provider's second identity vouching). */
+static void test_requester_does_not_count_verdict_without_its_verifiers_lease(void **state) {
+  (void)state;
+  gn_identity *ver, *ver2, *other;
+  gn_buf rep = {0};
+  char vid[GN_NODE_ID_STRLEN], part[96];
+  assert_int_equal(gn_identity_generate(&ver), 0);
+  assert_int_equal(gn_identity_generate(&ver2), 0);
+  assert_int_equal(gn_identity_generate(&other), 0);
+  checked_report(ver, NULL, &rep);
+  publish_offer_with(2, &rep);
+  gn_node_id_format(ver->pk, vid);
+  snprintf(part, sizeof part, "simulated (not counted: verifier %.14s", vid);
+  offer_att a = {.want = part};
+  if (!tn_run_until(&W.loop, requester_offer_says, &a, 10000))
+    fail_msg("an unleased verdict is shown as: %s", a.att);
+  gn_buf_done(&rep);
+  /* Another verifier, with an agreement in which someone else leased. */
+  checked_report(ver2, other, &rep);
+  publish_offer_with(3, &rep);
+  gn_node_id_format(ver2->pk, vid);
+  snprintf(part, sizeof part, "simulated (not counted: verifier %.14s", vid);
+  if (!tn_run_until(&W.loop, requester_offer_says, &a, 10000))
+    fail_msg("a verdict with another peer's lease is shown as: %s", a.att);
+  gn_buf_done(&rep);
+  gn_identity_free(ver);
+  gn_identity_free(ver2);
+  gn_identity_free(other);
+}
+
+/* ...and counts it when the verifier leased after its verdict. */
+static void test_requester_counts_verdict_of_verifier_that_leased(void **state) {
+  (void)state;
+  gn_identity *ver;
+  gn_buf rep = {0};
+  char vid[GN_NODE_ID_STRLEN], part[64];
+  assert_int_equal(gn_identity_generate(&ver), 0);
+  checked_report(ver, ver, &rep);
+  publish_offer_with(2, &rep);
+  gn_node_id_format(ver->pk, vid);
+  snprintf(part, sizeof part, "simulated (checked by %.14s", vid);
+  offer_att a = {.want = part};
+  if (!tn_run_until(&W.loop, requester_offer_says, &a, 10000))
+    fail_msg("a leased verdict is shown as: %s", a.att);
+  gn_buf_done(&rep);
+  gn_identity_free(ver);
+}
+
 /* --- a real provider, played challengers -------------------------------------*/
 
 typedef struct pworld {
@@ -695,6 +818,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rent_refuses_stale_memory_table, setup_simulated, teardown),
       cmocka_unit_test_setup_teardown(test_attest_reports_memory_figures_of_honest_simulated_provider, setup_simulated,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_requester_does_not_count_verdict_without_its_verifiers_lease,
+                                      setup_simulated, teardown),
+      cmocka_unit_test_setup_teardown(test_requester_counts_verdict_of_verifier_that_leased, setup_simulated, teardown),
       cmocka_unit_test_setup_teardown(test_provider_refuses_challenge_without_lease_intent, p_setup, p_teardown),
       cmocka_unit_test_setup_teardown(test_provider_limits_challenges_per_peer, p_setup, p_teardown),
       cmocka_unit_test_setup_teardown(test_verdict_of_challenger_that_did_not_lease_is_not_published, p_setup,
