@@ -67,8 +67,8 @@ typedef struct sw_msg {
   uint8_t to[GN_PK_LEN];
   uint8_t target[GN_PK_LEN];
   char taddr[GN_SWIM_ADDR_MAX];
-  uint32_t nupd;
-  sw_upd upd[GN_SWIM_UPDATES_MAX];
+  gn_wire_doc doc;               /* held while the body is applied */
+  const msgpack_object_array *g; /* its update records, all valid; NULL if none */
 } sw_msg;
 
 typedef struct sw_sent {
@@ -122,7 +122,6 @@ struct gn_swim {
   sw_relay relays[SW_RELAYS_MAX];
   uint64_t next_susp_ms, next_reap_ms;
   gn_swim_stats stats;
-  sw_msg *rx;
   gn_wire_writer w;
   gn_buf one, ub, out;
 };
@@ -791,7 +790,9 @@ static int decode_update(const msgpack_object *o, sw_upd *u) {
   return (uint32_t)(4 + u->has_by) == o->via.map.size ? 0 : GN_EINVAL;
 }
 
-/* Decodes and validates a whole body of type into m. */
+/* Decodes and validates a whole body of type into m. On success m->doc
+ * holds the document (gn_wire_doc_done it) and every update record in m->g
+ * has been decoded once already, so applying them cannot fail half-way. */
 static int decode_msg(uint32_t type, const uint8_t *body, size_t len, sw_msg *m) {
   if (len > GN_SWIM_BODY_MAX)
     return GN_ETOOBIG;
@@ -828,21 +829,26 @@ static int decode_msg(uint32_t type, const uint8_t *body, size_t len, sw_msg *m)
       goto out;
     want++;
   }
-  m->nupd = 0;
   if (gn_wire_get(root, "g")) {
     if ((r = gn_wire_get_array(root, "g", GN_SWIM_UPDATES_MAX, &g)) < 0)
       goto out;
-    for (uint32_t i = 0; i < g->size; i++)
-      if ((r = decode_update(&g->ptr[i], &m->upd[i])) < 0)
+    for (uint32_t i = 0; i < g->size; i++) {
+      sw_upd u;
+      if ((r = decode_update(&g->ptr[i], &u)) < 0)
         goto out;
-    m->nupd = g->size;
+    }
     want++;
   }
   /* Unknown keys are refused: a body means one thing. */
   r = root->via.map.size == want ? 0 : GN_EINVAL;
 out:
-  gn_wire_doc_done(&doc);
-  return r;
+  if (r < 0) {
+    gn_wire_doc_done(&doc);
+    return r;
+  }
+  m->doc = doc;
+  m->g = g;
+  return 0;
 }
 
 /* --- applying what a body says ----------------------------------------------*/
@@ -976,12 +982,14 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
     return GN_EINVAL;
   s->stats.recv_msgs++;
   s->stats.recv_bytes += len;
-  sw_msg *m = s->rx;
+  sw_msg msg, *m = &msg;
+  bool held = false;
   int r = GN_EINVAL;
   if (type < GN_MSG_SWIM_PING || type > GN_MSG_SWIM_NACK || strnlen(from_addr, GN_SWIM_ADDR_MAX) >= GN_SWIM_ADDR_MAX)
     goto bad;
   if ((r = decode_msg(type, body, len, m)) < 0)
     goto bad;
+  held = true;
   r = GN_EPERM;
   if (memcmp(m->from, signer, GN_PK_LEN) != 0)
     goto bad;
@@ -1014,8 +1022,11 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
 
   /* Valid: apply it. */
   apply_self_claim(s, m, now_ms);
-  for (uint32_t i = 0; i < m->nupd; i++)
-    apply_update(s, &m->upd[i], m->from, now_ms);
+  for (uint32_t i = 0; m->g && i < m->g->size; i++) {
+    sw_upd u;
+    if (decode_update(&m->g->ptr[i], &u) == 0)
+      apply_update(s, &u, m->from, now_ms);
+  }
 
   switch (type) {
   case GN_MSG_SWIM_PING: {
@@ -1055,9 +1066,12 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
     }
     break;
   }
-  return 0;
+  r = 0;
 bad:
-  s->stats.recv_bad++;
+  if (r < 0)
+    s->stats.recv_bad++;
+  if (held)
+    gn_wire_doc_done(&m->doc);
   return r;
 }
 
@@ -1274,10 +1288,9 @@ int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const g
     uint64_t v = sw_rand(s);
     memcpy(s->hash_key + i, &v, sizeof s->hash_key - i < 8 ? sizeof s->hash_key - i : 8);
   }
-  s->rx = calloc(1, sizeof *s->rx);
   gn_wire_writer_init(&s->w);
   uint32_t cap0 = cfg->max_members + 1 < 16 ? cfg->max_members + 1 : 16;
-  if (!s->rx || grow(s, cap0) < 0) {
+  if (grow(s, cap0) < 0) {
     gn_swim_free(s);
     return GN_ENOMEM;
   }
@@ -1306,7 +1319,6 @@ gn_swim *gn_swim_free(gn_swim *s) {
   gn_buf_done(&s->one);
   gn_buf_done(&s->ub);
   gn_buf_done(&s->out);
-  free(s->rx);
   free(s->nodes);
   free(s->free_slots);
   free(s->order.a);
