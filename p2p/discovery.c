@@ -223,9 +223,10 @@ static void put_be64(uint8_t *p, uint64_t v) {
 
 static uint64_t siphash(const uint8_t key[SALT_LEN], const uint8_t *in, size_t len) {
   uint8_t h[crypto_shorthash_BYTES];
-  uint64_t v;
+  uint64_t v = 0;
   crypto_shorthash(h, in, len, key);
-  memcpy(&v, h, sizeof(v));
+  for (int i = 7; i >= 0; i--) /* little-endian, whatever the host's order: the hashes go on the wire */
+    v = v << 8 | h[i];
   return v;
 }
 

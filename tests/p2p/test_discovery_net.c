@@ -1,7 +1,8 @@
 /* Discovery over the real transport (TCP on 127.0.0.1): a PEERS entry is
  * dialled holding the session to the key it advertised, so an address
  * advertised under one id and answered by a node with another key is
- * refused, while a truthful entry comes up (docs/protocol.md §1.3, §1.6). */
+ * refused, while a truthful entry comes up (docs/protocol.md §1.3, §1.6);
+ * and a joining node syncs the offers it lacks by digests. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -211,6 +212,50 @@ static void test_peers_entry_with_the_true_key_comes_up(void **state) {
   gn_buf_done(&truth);
 }
 
+static bool c_has_all(void *arg) {
+  node **ns = arg; /* {c, a} */
+  return gn_offer_table_count(ns[0]->table) == gn_offer_table_count(ns[1]->table);
+}
+
+/* Over TCP: A holds 12 offers of 12 providers (its table's 16 slots minus
+ * room); C bootstraps to A and syncs them by digest, summary, detail and
+ * want, through real sessions. */
+static void test_joining_node_syncs_offers_by_digest_over_tcp(void **state) {
+  (void)state;
+  node a, c;
+  node_init(&a, true);
+  node_init(&c, true);
+  for (int i = 0; i < 12; i++) {
+    gn_identity *p;
+    assert_int_equal(gn_identity_generate(&p), 0);
+    gn_offer o;
+    memset(&o, 0, sizeof(o));
+    o.seq = 1;
+    o.issued_s = NOW;
+    o.expires_s = NOW + 60;
+    snprintf(o.addr, sizeof(o.addr), "10.4.0.%d:7400", i + 1);
+    snprintf(o.gpu_model, sizeof(o.gpu_model), "RTX 4090");
+    o.gpus_free = o.gpus_total = 1;
+    snprintf(o.currency, sizeof(o.currency), "EUR");
+    gn_buf env = {0};
+    assert_int_equal(gn_offer_seal(p, &o, &env), 0);
+    assert_int_equal(gn_offer_table_put(a.table, env.data, env.len, NOW), 1);
+    gn_buf_done(&env);
+    gn_identity_free(p);
+  }
+  assert_int_equal(gn_discovery_add_bootstrap(c.d, gn_transport_listen_addr(a.t)), 0);
+  gn_discovery_tick(c.d, NOW);
+  node *ca[] = {&c, &a};
+  assert_true(run_until(c_has_all, ca));
+  assert_int_equal(gn_offer_table_count(c.table), 12);
+  for (size_t i = 0; i < 12; i++) {
+    const gn_offer_entry *e = gn_offer_table_at(a.table, i);
+    assert_non_null(gn_offer_table_find(c.table, e->id));
+  }
+  node *ns[] = {&a, &c, NULL};
+  nodes_done(ns);
+}
+
 static int setup(void **state) {
   (void)state;
   uv_loop_init(&loop);
@@ -239,6 +284,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_peers_entry_answered_by_another_key_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(test_peers_entry_with_the_true_key_comes_up, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_joining_node_syncs_offers_by_digest_over_tcp, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
