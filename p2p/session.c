@@ -19,6 +19,10 @@ struct gn_session {
   char addr[GN_SESSION_ADDR_MAX];
   uint64_t deadline_ms;
   size_t max_msg;
+  uint64_t now_ms;
+  uint64_t idle_timeout_ms, msg_timeout_ms, msg_min_rate_bps;
+  uint64_t last_rx_ms;      /* the last whole message or keepalive, once up */
+  uint64_t msg_deadline_ms; /* for the message being received */
   gn_noise_rng rng;
   void *rng_ud;
 
@@ -67,6 +71,10 @@ int gn__session_new(const gn_session_cfg *cfg, gn_session **ret_s) {
   s->deadline_ms =
       cfg->now_ms + (cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms : GN_SESSION_HANDSHAKE_TIMEOUT_MS);
   s->max_msg = cfg->max_msg ? cfg->max_msg : GN_MSG_MAX;
+  s->now_ms = cfg->now_ms;
+  s->idle_timeout_ms = cfg->idle_timeout_ms;
+  s->msg_timeout_ms = cfg->msg_timeout_ms;
+  s->msg_min_rate_bps = cfg->msg_min_rate_bps;
   s->rng = cfg->rng;
   s->rng_ud = cfg->rng_ud;
   /* A fresh Noise static key per session: the node key signs it, so it needs
@@ -105,11 +113,53 @@ static int session_fail(gn_session *s, int err) {
   return err;
 }
 
+/* Makes room for n more bytes of the message being received. The buffer
+ * grows as bytes arrive, never from the announced size alone: doubling while
+ * small, then by at most 1 MiB a step, and never past the message's size,
+ * so what a peer makes us allocate stays within a step of what it sent. */
+static int msg_grow(gn_session *s, size_t n) {
+  size_t need = s->msg.len + n;
+  if (need <= s->msg.cap)
+    return 0;
+  size_t step = s->msg.cap < (1u << 20) ? s->msg.cap : (1u << 20);
+  size_t cap = s->msg.cap + (step < 4096 ? 4096 : step);
+  if (cap < need)
+    cap = need;
+  if (cap > s->msg_total)
+    cap = s->msg_total;
+  uint8_t *p = realloc(s->msg.data, cap);
+  if (!p)
+    return GN_ENOMEM;
+  s->msg.data = p;
+  s->msg.cap = cap;
+  return 0;
+}
+
+/* Makes room for n more bytes of output: exactly what is asked for once
+ * large (an 8 MiB message takes 8 MiB, not the 16 a doubling would), by
+ * doubling while small so that many small messages do not copy much. */
+static int out_grow(gn_session *s, size_t n) {
+  if (n > SIZE_MAX / 2 - s->out.len)
+    return GN_ETOOBIG;
+  size_t need = s->out.len + n;
+  if (need <= s->out.cap)
+    return 0;
+  size_t cap = s->out.cap ? s->out.cap * 2 : 256;
+  if (cap < need || cap - need > (1u << 20))
+    cap = need;
+  uint8_t *p = realloc(s->out.data, cap);
+  if (!p)
+    return GN_ENOMEM;
+  s->out.data = p;
+  s->out.cap = cap;
+  return 0;
+}
+
 /* Appends a 2-byte length and a reserved body of n bytes to the output. */
 static int out_frame(gn_session *s, size_t n, uint8_t **ret_body) {
   if (n > GN_NOISE_MAX_MSG)
     return GN_ETOOBIG;
-  int r = gn_buf_reserve(&s->out, FRAME_HDR + n);
+  int r = out_grow(s, FRAME_HDR + n);
   if (r < 0)
     return r;
   uint8_t *p = s->out.data + s->out.len;
@@ -203,6 +253,7 @@ static int handshake_finish(gn_session *s) {
     return r;
   sodium_memzero(s->s_priv, sizeof(s->s_priv));
   s->state = ST_UP;
+  s->last_rx_ms = s->now_ms;
   return 1;
 }
 
@@ -272,6 +323,14 @@ static int on_transport_frame(gn_session *s, const uint8_t *f, size_t n, gn_sess
   size_t pn = n - GN_NOISE_TAGLEN;
   const uint8_t *p = s->plain;
   if (s->msg_total == 0) {
+    if (pn == 0) {
+      /* A keepalive, between messages only. */
+      s->last_rx_ms = s->now_ms;
+      ev->kind = GN_SESSION_EV_KEEPALIVE;
+      ev->msg = NULL;
+      ev->msg_len = 0;
+      return 1;
+    }
     if (pn < MSG_HDR + 1)
       return GN_EPROTO;
     size_t total = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
@@ -280,6 +339,11 @@ static int on_transport_frame(gn_session *s, const uint8_t *f, size_t n, gn_sess
     if (total > s->max_msg)
       return GN_ETOOBIG;
     s->msg_total = total;
+    s->msg_deadline_ms = 0;
+    if (s->msg_timeout_ms) {
+      uint64_t need_ms = s->msg_min_rate_bps ? (uint64_t)total * 1000u / s->msg_min_rate_bps : 0;
+      s->msg_deadline_ms = s->now_ms + (need_ms > s->msg_timeout_ms ? need_ms : s->msg_timeout_ms);
+    }
     p += MSG_HDR;
     pn -= MSG_HDR;
   } else if (pn == 0) {
@@ -287,10 +351,13 @@ static int on_transport_frame(gn_session *s, const uint8_t *f, size_t n, gn_sess
   }
   if (pn > s->msg_total - s->msg.len)
     return GN_EPROTO;
-  if ((r = gn_buf_append(&s->msg, p, pn)) < 0)
+  if ((r = msg_grow(s, pn)) < 0)
     return r;
+  memcpy(s->msg.data + s->msg.len, p, pn);
+  s->msg.len += pn;
   if (s->msg.len < s->msg_total)
     return 0;
+  s->last_rx_ms = s->now_ms;
   ev->kind = GN_SESSION_EV_MESSAGE;
   ev->msg = s->msg.data;
   ev->msg_len = s->msg.len;
@@ -306,10 +373,10 @@ int gn__session_feed(gn_session *s, const uint8_t *data, size_t len, size_t *ret
     return GN_ECLOSED;
   if (s->msg_delivered) {
     /* The last event's message has been seen; keep the allocation unless it
-     * was large. */
+     * was large (a peer's one big message must not stay held for good). */
     s->msg_delivered = false;
     s->msg.len = 0;
-    if (s->msg.cap > 1u << 20)
+    if (s->msg.cap > GN_SESSION_KEEP_MAX)
       gn_buf_done(&s->msg);
   }
   while (used < len) {
@@ -360,7 +427,7 @@ int gn__session_send(gn_session *s, const uint8_t *msg, size_t len) {
   if (len > s->max_msg || len > UINT32_MAX)
     return GN_ETOOBIG;
   size_t frames = (len + MSG_HDR + GN_NOISE_MAX_PAYLOAD - 1) / GN_NOISE_MAX_PAYLOAD;
-  int r = gn_buf_reserve(&s->out, len + MSG_HDR + frames * (FRAME_HDR + GN_NOISE_TAGLEN));
+  int r = out_grow(s, len + MSG_HDR + frames * (FRAME_HDR + GN_NOISE_TAGLEN));
   if (r < 0)
     return r;
   size_t off = 0;
@@ -410,10 +477,44 @@ size_t gn__session_output_len(const gn_session *s) {
   return s->out.len;
 }
 
+int gn__session_keepalive(gn_session *s) {
+  if (s->state != ST_UP)
+    return s->state == ST_CLOSED ? GN_ECLOSED : GN_ESTATE;
+  uint8_t *body;
+  int r = out_frame(s, GN_NOISE_TAGLEN, &body);
+  if (r < 0)
+    return r;
+  if ((r = gn__noise_cipher_encrypt(&s->send, NULL, 0, body, 0, body)) < 0)
+    return session_fail(s, r);
+  return 0;
+}
+
 int gn__session_tick(gn_session *s, uint64_t now_ms) {
+  gn__session_set_time(s, now_ms);
+  now_ms = s->now_ms;
   if (s->state == ST_HANDSHAKE && now_ms >= s->deadline_ms)
     return session_fail(s, GN_ETIMEDOUT);
+  if (s->state == ST_UP) {
+    if (s->idle_timeout_ms && now_ms - s->last_rx_ms >= s->idle_timeout_ms)
+      return session_fail(s, GN_ETIMEDOUT);
+    if (s->msg_total && s->msg_deadline_ms && now_ms >= s->msg_deadline_ms)
+      return session_fail(s, GN_ETIMEDOUT);
+  }
   return s->state == ST_CLOSED ? GN_ECLOSED : 0;
+}
+
+void gn__session_set_time(gn_session *s, uint64_t now_ms) {
+  /* A clock read twice never goes back here; a caller's that does is held. */
+  if (now_ms > s->now_ms)
+    s->now_ms = now_ms;
+}
+
+size_t gn__session_mem(const gn_session *s) {
+  return s->msg.cap + s->out.cap;
+}
+
+bool gn__session_receiving(const gn_session *s) {
+  return s->msg_total != 0;
 }
 
 bool gn__session_is_up(const gn_session *s) {

@@ -15,6 +15,9 @@
 #define GN_SESSION_STATIC_PREFIX "gpunet-noise-static-v1"
 #define GN_SESSION_ADDR_MAX 64 /* with its NUL, like gn_offer.addr */
 #define GN_SESSION_HANDSHAKE_TIMEOUT_MS 10000
+/* A receive buffer up to this size is kept for the next message; a larger
+ * one is freed once its message has been handed over. */
+#define GN_SESSION_KEEP_MAX 65536
 
 typedef struct gn_session gn_session;
 
@@ -25,13 +28,23 @@ typedef struct gn_session_cfg {
   uint64_t now_ms;               /* creation time, for the handshake deadline */
   uint64_t handshake_timeout_ms; /* 0: GN_SESSION_HANDSHAKE_TIMEOUT_MS */
   size_t max_msg;                /* 0: GN_MSG_MAX */
-  gn_noise_rng rng;              /* NULL: libsodium */
+  /* Once up: closed (GN_ETIMEDOUT at a tick) when no message and no
+   * keepalive came for idle_timeout_ms, or when a started message is not
+   * whole msg_timeout_ms after its first frame, or, if longer, after the
+   * time its announced size takes at msg_min_rate_bps. 0: no such limit. */
+  uint64_t idle_timeout_ms;
+  uint64_t msg_timeout_ms;
+  uint64_t msg_min_rate_bps;
+  gn_noise_rng rng; /* NULL: libsodium */
   void *rng_ud;
 } gn_session_cfg;
 
 typedef enum gn_session_event_kind {
   GN_SESSION_EV_UP = 1,  /* handshake done: peer and peer_addr are set */
   GN_SESSION_EV_MESSAGE, /* one application message: msg, msg_len */
+  /* The peer's keepalive: an empty transport frame (docs/protocol.md §1.4),
+   * which says the peer is there and carries nothing. */
+  GN_SESSION_EV_KEEPALIVE,
 } gn_session_event_kind;
 
 typedef struct gn_session_event {
@@ -54,9 +67,18 @@ int gn__session_send(gn_session *s, const uint8_t *msg, size_t len);
 /* Moves the bytes waiting for the socket to the end of ret. */
 int gn__session_take_output(gn_session *s, gn_buf *ret);
 size_t gn__session_output_len(const gn_session *s);
+/* Queues a keepalive (an empty frame) once up; GN_ESTATE before. */
+int gn__session_keepalive(gn_session *s);
 /* GN_ETIMEDOUT (and the session closes) when the handshake is not done by
- * its deadline. */
+ * its deadline, or once up past the idle or message deadline above. */
 int gn__session_tick(gn_session *s, uint64_t now_ms);
+/* The time feed and send take as now (gn__session_tick sets it too). */
+void gn__session_set_time(gn_session *s, uint64_t now_ms);
+/* Bytes the session holds allocated for the message being received and for
+ * output not yet taken: what a peer can make it keep. */
+size_t gn__session_mem(const gn_session *s);
+/* Whether part of a message has arrived and the rest has not. */
+bool gn__session_receiving(const gn_session *s);
 
 bool gn__session_is_up(const gn_session *s);
 bool gn__session_is_closed(const gn_session *s);

@@ -4,20 +4,29 @@
 #include <gpunet/transport.h>
 #include <gpunet/uvutil.h>
 
+#include <gpunet/ratelimit.h>
+
 #include <stdio.h>
 
+#include "rateclass.h"
 #include "session.h"
 
 #define ADDR_MAX 80
 #define READ_BUF 65536
-#define SENDQ_MAX (64u << 20) /* bytes queued to one peer before we give up on it */
-#define MAX_CONNS 512
-#define TICK_MS 1000
+#define TICK_MS 1000 /* at most; shorter when a limit is shorter */
 /* How long a connection closed with a last word (an ERROR) may take to hand
  * it to the kernel before it is cut anyway. */
 #define DRAIN_MS 2000
 
 typedef struct conn conn;
+
+/* The remote address of a socket, and its host and network keys (empty
+ * until known). */
+typedef struct remote_info {
+  char addr[ADDR_MAX];
+  uint8_t host_key[GN_RATELIMIT_KEY_MAX], net_key[GN_RATELIMIT_KEY_MAX];
+  uint8_t host_key_len, net_key_len;
+} remote_info;
 
 struct conn {
   gn_transport *t;
@@ -34,7 +43,16 @@ struct conn {
   uint8_t expect[GN_PK_LEN];
   char dial_addr[ADDR_MAX]; /* set when we dialled */
   size_t queued;            /* bytes handed to uv_write, not yet written */
-  uint8_t rbuf[READ_BUF];
+  size_t queued_alloc;      /* what those write buffers hold allocated */
+  size_t mem;               /* counted in t->mem_used: session buffers + queued_alloc */
+  bool inbound;
+  bool unauth; /* inbound, handshake not done: counted in t->unauth */
+  remote_info r;
+  gn_token_bucket buckets[GN__RC_COUNT];
+  uint64_t last_tx_ms;       /* the last time bytes were handed to the socket */
+  uint64_t sent_total;       /* bytes ever handed to uv_write */
+  uint64_t written_seen;     /* of those, written to the kernel at the last check */
+  uint64_t send_progress_ms; /* the last time that number grew, or the queue was empty */
 };
 
 struct gn_transport {
@@ -51,9 +69,19 @@ struct gn_transport {
   size_t nconns;
   conn *drains;   /* closed connections still writing their last bytes */
   size_t handles; /* allocated handles whose close callback has not run */
+  size_t inbound, unauth;
+  size_t mem_used; /* every conn's mem */
+  gn_backoff *backoff;
+  uint64_t tick_ms;
+  /* One read buffer for every connection: libuv hands each read to on_read
+   * before it allocates for the next. */
+  uint8_t rbuf[READ_BUF];
   bool closing;
   void (*close_cb)(void *ud);
   void *close_ud;
+  gn_transport_limits lim;
+  gn_transport_stats st;
+  gn_transport_limit_cb on_limit;
 };
 
 typedef struct wreq {
@@ -132,6 +160,7 @@ static void transport_maybe_free(gn_transport *t) {
     return;
   void (*cb)(void *) = t->close_cb;
   void *ud = t->close_ud;
+  gn_backoff_free(t->backoff);
   free(t);
   if (cb)
     cb(ud);
@@ -154,34 +183,51 @@ static void conn_freed(void *arg) {
 
 /* --- connections ----------------------------------------------------------*/
 
-static int conn_new(gn_transport *t, bool initiator, conn **ret_c) {
-  if (t->nconns >= MAX_CONNS)
+/* A new connection around a fresh handle (a dial), or around one just
+ * accepted (which the caller closes if this fails). */
+static int conn_new(gn_transport *t, bool initiator, uv_tcp_t *accepted, conn **ret_c) {
+  if (!accepted && t->nconns >= t->lim.max_conns)
     return GN_EBUSY;
   conn *c = calloc(1, sizeof(*c));
   if (!c)
     return GN_ENOMEM;
   c->t = t;
-  gn_session_cfg cfg = {.initiator = initiator, .id = t->id, .listen_addr = t->adv_addr, .now_ms = uv_now(t->loop)};
+  uint64_t now = uv_now(t->loop);
+  gn_session_cfg cfg = {.initiator = initiator,
+                        .id = t->id,
+                        .listen_addr = t->adv_addr,
+                        .now_ms = now,
+                        .handshake_timeout_ms = t->lim.handshake_timeout_ms,
+                        .idle_timeout_ms = t->lim.idle_timeout_ms,
+                        .msg_timeout_ms = t->lim.msg_timeout_ms,
+                        .msg_min_rate_bps = t->lim.msg_min_rate_bps};
   int r = gn__session_new(&cfg, &c->s);
   if (r < 0) {
     free(c);
     return r;
   }
-  c->tcp = gn_uv_handle_alloc(sizeof(uv_tcp_t));
-  if (!c->tcp) {
-    gn__session_free(c->s);
-    free(c);
-    return GN_ENOMEM;
-  }
-  if ((r = uv_tcp_init(t->loop, c->tcp)) < 0) {
-    /* Never initialised, so no close callback will come. */
-    gn_uv_handle_free_unused(c->tcp);
-    gn__session_free(c->s);
-    free(c);
-    return r;
+  if (accepted) {
+    c->tcp = accepted; /* already counted in t->handles */
+  } else {
+    c->tcp = gn_uv_handle_alloc(sizeof(uv_tcp_t));
+    if (!c->tcp) {
+      gn__session_free(c->s);
+      free(c);
+      return GN_ENOMEM;
+    }
+    if ((r = uv_tcp_init(t->loop, c->tcp)) < 0) {
+      /* Never initialised, so no close callback will come. */
+      gn_uv_handle_free_unused(c->tcp);
+      gn__session_free(c->s);
+      free(c);
+      return r;
+    }
+    t->handles++;
   }
   c->tcp->data = c;
-  t->handles++;
+  for (int i = 0; i < GN__RC_COUNT; i++)
+    gn_token_bucket_init(&c->buckets[i], gn__rate_class_get(i)->rate, now);
+  c->last_tx_ms = c->send_progress_ms = now;
   c->next = t->conns;
   if (t->conns)
     t->conns->prev = c;
@@ -191,6 +237,35 @@ static int conn_new(gn_transport *t, bool initiator, conn **ret_c) {
   return 0;
 }
 
+static void remote_learn(uv_tcp_t *tcp, remote_info *ret) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  memset(ret, 0, sizeof(*ret));
+  if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &len) < 0)
+    return;
+  format_addr(&ss, ret->addr, sizeof(ret->addr));
+  ret->host_key_len = (uint8_t)gn_ratelimit_addr_key((const struct sockaddr *)&ss, false, ret->host_key);
+  ret->net_key_len = (uint8_t)gn_ratelimit_addr_key((const struct sockaddr *)&ss, true, ret->net_key);
+}
+
+/* Bytes c makes us hold: the session's buffers and the writes not done. */
+static void conn_account(conn *c) {
+  gn_transport *t = c->t;
+  if (c->closing)
+    return;
+  size_t m = gn__session_mem(c->s) + c->queued_alloc;
+  t->mem_used = t->mem_used - c->mem + m;
+  c->mem = m;
+  if (t->mem_used > t->st.mem_peak_bytes)
+    t->st.mem_peak_bytes = t->mem_used;
+}
+
+static void report(gn_transport *t, const char *addr, const uint8_t *peer, const char *what, uint64_t backoff_ms) {
+  if (t->on_limit && !t->closing)
+    t->on_limit(t, addr, peer, what, backoff_ms, t->ud);
+}
+
+/* Takes c out of the list of open connections and of every count. */
 static void conn_unlink(conn *c) {
   gn_transport *t = c->t;
   if (c->prev)
@@ -201,16 +276,26 @@ static void conn_unlink(conn *c) {
     c->next->prev = c->prev;
   c->prev = c->next = NULL;
   t->nconns--;
+  if (c->inbound)
+    t->inbound--;
+  if (c->unauth)
+    t->unauth--;
+  c->unauth = false;
+  t->mem_used -= c->mem;
+  c->mem = 0;
 }
 
 static void on_write(uv_write_t *req, int status) {
   wreq *w = (wreq *)req;
   conn *c = w->c;
   c->queued -= w->buf.len;
+  c->queued_alloc -= w->buf.cap;
   gn_buf_done(&w->buf);
   free(w);
   if (status < 0)
     conn_close(c, status);
+  else
+    conn_account(c);
 }
 
 /* Hands the session's pending output to the socket. */
@@ -219,7 +304,7 @@ static int conn_flush(conn *c) {
     return GN_ECLOSED;
   if (gn__session_output_len(c->s) == 0)
     return 0;
-  if (c->queued + gn__session_output_len(c->s) > SENDQ_MAX) {
+  if (c->queued + gn__session_output_len(c->s) > c->t->lim.sendq_max) {
     conn_close(c, GN_ETOOBIG);
     return GN_ETOOBIG;
   }
@@ -242,7 +327,14 @@ static int conn_flush(conn *c) {
     conn_close(c, r);
     return r;
   }
+  uint64_t now = uv_now(c->t->loop);
+  if (c->queued == 0)
+    c->send_progress_ms = now;
   c->queued += w->buf.len;
+  c->queued_alloc += w->buf.cap;
+  c->sent_total += w->buf.len;
+  c->last_tx_ms = now;
+  conn_account(c);
   return 0;
 }
 
@@ -267,6 +359,55 @@ static void conn_close(conn *c, int err) {
   gn_uv_close_free((uv_handle_t *)c->tcp, conn_freed, c);
   if (was_active && !t->closing && t->cbs.on_peer_down)
     t->cbs.on_peer_down(t, gn__session_peer(c->s), t->ud);
+}
+
+/* Closes c for misbehaving: its node key (once known) and its address are
+ * refused for a while, doubling on each repeat. */
+static void conn_punish_close(conn *c, int err, const char *what) {
+  gn_transport *t = c->t;
+  uint64_t now = uv_now(t->loop), ms = 0, k;
+  uint8_t peer[GN_PK_LEN];
+  bool up = gn__session_is_up(c->s) || c->active;
+  char remote[ADDR_MAX];
+  if (up)
+    memcpy(peer, gn__session_peer(c->s), GN_PK_LEN);
+  snprintf(remote, sizeof(remote), "%s", c->r.addr);
+  if (up && (k = gn_backoff_punish(t->backoff, peer, GN_PK_LEN, now)) > ms)
+    ms = k;
+  if (c->r.host_key_len && (k = gn_backoff_punish(t->backoff, c->r.host_key, c->r.host_key_len, now)) > ms)
+    ms = k;
+  conn_close(c, err);
+  report(t, remote, up ? peer : NULL, what, ms);
+}
+
+/* Makes room for extra bytes that self (may be NULL) is about to take:
+ * while all connections together would hold more than the budget, the one
+ * holding the most (self counted with extra; self on a tie) is closed and
+ * backed off. False when self was closed. */
+static bool budget_fit(gn_transport *t, conn *self, size_t extra) {
+  while (t->mem_used + extra > t->lim.mem_budget) {
+    conn *v = NULL;
+    size_t vm = 0;
+    for (conn *c = t->conns; c; c = c->next) {
+      size_t m = c->mem + (c == self ? extra : 0);
+      if (!v || m > vm || (m == vm && c == self)) {
+        v = c;
+        vm = m;
+      }
+    }
+    if (!v || vm == 0)
+      break;
+    t->st.closed_budget++;
+    conn_punish_close(v, GN_ETOOBIG, "held the most memory when the transport was over its budget");
+    if (v == self)
+      return false;
+  }
+  if (self && t->mem_used + extra > t->lim.mem_budget) {
+    t->st.closed_budget++;
+    conn_punish_close(self, GN_ETOOBIG, "would alone pass the memory budget");
+    return false;
+  }
+  return true;
 }
 
 static void drain_unlink(conn *c) {
@@ -337,6 +478,20 @@ static const uint8_t *initiator_of(const conn *c) {
 static void conn_on_up(conn *c) {
   gn_transport *t = c->t;
   const uint8_t *peer = gn__session_peer(c->s);
+  if (c->unauth) {
+    c->unauth = false;
+    t->unauth--;
+  }
+  if (gn_backoff_refused(t->backoff, peer, GN_PK_LEN, uv_now(t->loop))) {
+    uint8_t pk[GN_PK_LEN];
+    char remote[ADDR_MAX];
+    memcpy(pk, peer, GN_PK_LEN);
+    snprintf(remote, sizeof(remote), "%s", c->r.addr);
+    t->st.refused_backoff++;
+    conn_close(c, GN_EPERM);
+    report(t, remote, pk, "refused: its key is backed off", 0);
+    return;
+  }
   if (memcmp(peer, t->id->pk, GN_PK_LEN) == 0) {
     conn_close(c, GN_EINVAL); /* we dialled ourselves */
     return;
@@ -374,7 +529,66 @@ static void conn_on_up(conn *c) {
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   conn *c = h->data;
-  *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+  *buf = uv_buf_init((char *)c->t->rbuf, sizeof(c->t->rbuf));
+}
+
+/* The type of an encoded envelope ([v, type, ...]) from its first bytes,
+ * before anything is verified: what the message is charged to. */
+static int peek_type(const uint8_t *p, size_t n, uint32_t *ret_type) {
+  size_t i = 0;
+  uint64_t v[2] = {0, 0};
+  if (n < 1)
+    return GN_EINVAL;
+  uint8_t b = p[i++];
+  if ((b & 0xf0) == 0x90)
+    ;
+  else if (b == 0xdc)
+    i += 2;
+  else if (b == 0xdd)
+    i += 4;
+  else
+    return GN_EINVAL;
+  for (int k = 0; k < 2; k++) {
+    size_t w;
+    if (i >= n)
+      return GN_EINVAL;
+    b = p[i++];
+    if (b <= 0x7f) {
+      v[k] = b;
+      continue;
+    }
+    if (b == 0xcc)
+      w = 1;
+    else if (b == 0xcd)
+      w = 2;
+    else if (b == 0xce)
+      w = 4;
+    else if (b == 0xcf)
+      w = 8;
+    else
+      return GN_EINVAL;
+    if (n - i < w)
+      return GN_EINVAL;
+    for (size_t j = 0; j < w; j++)
+      v[k] = v[k] << 8 | p[i++];
+  }
+  if (v[1] > UINT32_MAX)
+    return GN_EINVAL;
+  *ret_type = (uint32_t)v[1];
+  return 0;
+}
+
+/* Charges one message of len bytes to its class; a peer over its rate is
+ * closed and backed off (false). */
+static bool conn_charge(conn *c, int cls, size_t len) {
+  const gn__rate_class *rc = gn__rate_class_get(cls);
+  if (gn_token_bucket_take(&c->buckets[cls], rc->rate, gn__rate_cost(cls, len), uv_now(c->t->loop)))
+    return true;
+  char what[64];
+  snprintf(what, sizeof(what), "over its %s rate", rc->name);
+  c->t->st.closed_rate++;
+  conn_punish_close(c, GN_ETOOBIG, what);
+  return false;
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
@@ -385,11 +599,18 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   }
   const uint8_t *p = (const uint8_t *)buf->base;
   size_t pos = 0, len = (size_t)nread;
+  gn__session_set_time(c->s, uv_now(c->t->loop));
   while (pos < len && !c->closing) {
     size_t used = 0;
     gn_session_event ev;
     int r = gn__session_feed(c->s, p + pos, len - pos, &used, &ev);
     pos += used;
+    if (r >= 0) {
+      /* What the peer made the session allocate counts at once. */
+      conn_account(c);
+      if (!budget_fit(c->t, NULL, 0) || c->closing)
+        return;
+    }
     if (r < 0) {
       /* A peer of another version gets the end of the handshake and an
        * ERROR before the connection closes; anything else closes at once. */
@@ -405,7 +626,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       break;
     if (ev.kind == GN_SESSION_EV_UP) {
       conn_on_up(c);
+    } else if (ev.kind == GN_SESSION_EV_KEEPALIVE) {
+      if (!conn_charge(c, GN__RC_KEEPALIVE, 0))
+        return;
     } else if (ev.kind == GN_SESSION_EV_MESSAGE) {
+      uint32_t type = 0;
+      int cls = peek_type(ev.msg, ev.msg_len, &type) == 0 ? gn__rate_class_of(type) : GN__RC_OTHER;
+      if (!conn_charge(c, cls, ev.msg_len))
+        return;
       gn_envelope env;
       int er = gn_envelope_open(ev.msg, ev.msg_len, &env);
       if (er == GN_EVERSION) {
@@ -445,24 +673,102 @@ static int conn_start_reading(conn *c) {
   return 0;
 }
 
+static size_t count_inbound_from(const gn_transport *t, const uint8_t *key, size_t len, bool net) {
+  size_t n = 0;
+  for (const conn *c = t->conns; c; c = c->next) {
+    if (!c->inbound)
+      continue;
+    if (net ? c->r.net_key_len == len && memcmp(c->r.net_key, key, len) == 0
+            : c->r.host_key_len == len && memcmp(c->r.host_key, key, len) == 0)
+      n++;
+  }
+  return n;
+}
+
+/* Why a connection just accepted from r is refused, or NULL. Checked
+ * before anything is allocated for it. */
+static const char *inbound_refusal(gn_transport *t, const remote_info *r, bool *ret_backoff) {
+  *ret_backoff = false;
+  if (r->host_key_len && gn_backoff_refused(t->backoff, r->host_key, r->host_key_len, uv_now(t->loop))) {
+    *ret_backoff = true;
+    return "refused: its address is backed off";
+  }
+  if (t->nconns >= t->lim.max_conns || t->inbound >= t->lim.max_conns - t->lim.dial_reserve)
+    return "refused: the node is at its connection limit";
+  if (r->host_key_len && count_inbound_from(t, r->host_key, r->host_key_len, false) >= t->lim.max_inbound_per_host)
+    return "refused: too many connections from its address";
+  if (r->net_key_len && count_inbound_from(t, r->net_key, r->net_key_len, true) >= t->lim.max_inbound_per_net)
+    return "refused: too many connections from its network";
+  return NULL;
+}
+
+/* All max_unauth places for handshakes are taken: rather than refuse every
+ * newcomer while someone holds them, the oldest pre-handshake connection of
+ * the network holding the most of them makes room (a real peer's handshake
+ * takes a round trip or two; a flood's connections sit there). */
+static void evict_unauth(gn_transport *t) {
+  conn *v = NULL;
+  size_t vn = 0;
+  for (conn *c = t->conns; c; c = c->next) {
+    if (!c->unauth)
+      continue;
+    size_t n = 0;
+    for (const conn *d = t->conns; d; d = d->next)
+      if (d->unauth && d->r.net_key_len == c->r.net_key_len &&
+          memcmp(d->r.net_key, c->r.net_key, c->r.net_key_len) == 0)
+        n++;
+    /* The list runs newest first, so a later one of as many is older. */
+    if (!v || n >= vn) {
+      v = c;
+      vn = n;
+    }
+  }
+  if (!v)
+    return;
+  char remote[ADDR_MAX];
+  snprintf(remote, sizeof(remote), "%s", v->r.addr);
+  t->st.refused_limit++;
+  conn_close(v, GN_EBUSY);
+  report(t, remote, NULL, "closed in its handshake to make room: too many connections are in theirs", 0);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   gn_transport *t = server->data;
   conn *c = NULL;
+  remote_info r;
+  bool backoff;
   if (status < 0 || t->closing)
     return;
-  if (conn_new(t, false, &c) < 0) {
-    /* Accept and drop, so the backlog does not fill with what we refuse. */
-    uv_tcp_t *tmp = gn_uv_handle_alloc(sizeof(uv_tcp_t));
-    if (tmp && uv_tcp_init(t->loop, tmp) == 0) {
-      t->handles++;
-      uv_accept(server, (uv_stream_t *)tmp);
-      gn_uv_close_free((uv_handle_t *)tmp, handle_freed, t);
-    } else {
-      gn_uv_handle_free_unused(tmp);
-    }
+  /* Always accept, so the backlog does not fill with what we refuse. */
+  uv_tcp_t *tcp = gn_uv_handle_alloc(sizeof(uv_tcp_t));
+  if (!tcp || uv_tcp_init(t->loop, tcp) != 0) {
+    gn_uv_handle_free_unused(tcp);
     return;
   }
-  if (uv_accept(server, (uv_stream_t *)c->tcp) < 0 || conn_start_reading(c) < 0)
+  t->handles++;
+  if (uv_accept(server, (uv_stream_t *)tcp) < 0) {
+    gn_uv_close_free((uv_handle_t *)tcp, handle_freed, t);
+    return;
+  }
+  remote_learn(tcp, &r);
+  const char *why = inbound_refusal(t, &r, &backoff);
+  if (!why && t->unauth >= t->lim.max_unauth)
+    evict_unauth(t);
+  if (why || conn_new(t, false, tcp, &c) < 0) {
+    gn_uv_close_free((uv_handle_t *)tcp, handle_freed, t);
+    if (why && backoff)
+      t->st.refused_backoff++;
+    else if (why)
+      t->st.refused_limit++;
+    if (why)
+      report(t, r.addr, NULL, why, 0);
+    return;
+  }
+  c->r = r;
+  c->inbound = c->unauth = true;
+  t->inbound++;
+  t->unauth++;
+  if (conn_start_reading(c) < 0)
     conn_close(c, GN_EIO);
 }
 
@@ -475,6 +781,7 @@ static void on_connect(uv_connect_t *req, int status) {
     conn_close(c, status);
     return;
   }
+  remote_learn(c->tcp, &c->r);
   int r = conn_start_reading(c);
   if (r == 0)
     r = gn__session_start(c->s);
@@ -485,20 +792,65 @@ static void on_connect(uv_connect_t *req, int status) {
   conn_flush(c);
 }
 
+/* A queue to the peer stalls when bytes wait in it and none were taken for
+ * send_stall_ms; true (and c closed) then. */
+static bool conn_send_stalled(conn *c, uint64_t now) {
+  size_t waiting = c->tcp->write_queue_size;
+  uint64_t written = c->sent_total - waiting;
+  if (c->queued == 0 || waiting == 0 || written != c->written_seen) {
+    c->written_seen = written;
+    c->send_progress_ms = now;
+    return false;
+  }
+  if (now - c->send_progress_ms < c->t->lim.send_stall_ms)
+    return false;
+  c->t->st.closed_timeout++;
+  conn_punish_close(c, GN_ETIMEDOUT, "took nothing we sent for too long");
+  return true;
+}
+
 static void on_tick(uv_timer_t *timer) {
   gn_transport *t = timer->data;
   uint64_t now = uv_now(t->loop);
   conn *next;
   for (conn *c = t->conns; c; c = next) {
     next = c->next;
-    if (gn__session_tick(c->s, now) < 0)
-      conn_close(c, GN_ETIMEDOUT);
+    bool up = gn__session_is_up(c->s), receiving = gn__session_receiving(c->s);
+    if (gn__session_tick(c->s, now) < 0) {
+      t->st.closed_timeout++;
+      if (up && receiving) {
+        /* A message started and not finished at the minimum rate. */
+        conn_punish_close(c, GN_ETIMEDOUT, "sent a message too slowly");
+      } else {
+        char remote[ADDR_MAX];
+        snprintf(remote, sizeof(remote), "%s", c->r.addr);
+        conn_close(c, GN_ETIMEDOUT);
+        report(t, remote, NULL, up ? "idle for too long" : "did not finish its handshake in time", 0);
+      }
+      continue;
+    }
+    if (conn_send_stalled(c, now))
+      continue;
+    /* Nothing sent for a while: say we are here, so the peer's idle
+     * timeout does not cut a quiet session (a lease between debit notes). */
+    if (up && c->queued == 0 && now - c->last_tx_ms >= t->lim.keepalive_ms && gn__session_keepalive(c->s) == 0)
+      conn_flush(c);
   }
   for (conn *c = t->drains; c; c = next) {
     next = c->next;
     if (now >= c->drain_deadline_ms)
       drain_close(c);
   }
+}
+
+static uint64_t tick_for(const gn_transport_limits *l) {
+  uint64_t ms = TICK_MS;
+  const uint64_t quarter[] = {l->handshake_timeout_ms, l->idle_timeout_ms, l->msg_timeout_ms, l->send_stall_ms,
+                              l->keepalive_ms};
+  for (size_t i = 0; i < GN_ARRAY_SIZE(quarter); i++)
+    if (quarter[i] / 4 < ms)
+      ms = quarter[i] / 4;
+  return ms < 10 ? 10 : ms;
 }
 
 /* --- public API -----------------------------------------------------------*/
@@ -515,15 +867,23 @@ int gn_transport_new(uv_loop_t *loop, const gn_identity *id, const gn_transport_
   if (cbs)
     t->cbs = *cbs;
   t->ud = ud;
+  gn_transport_limits_default(&t->lim);
+  int r = gn_backoff_new(t->lim.backoff_cap, t->lim.backoff_base_ms, t->lim.backoff_max_ms, &t->backoff);
+  if (r < 0) {
+    free(t);
+    return r;
+  }
   t->timer = gn_uv_handle_alloc(sizeof(uv_timer_t));
   if (!t->timer) {
+    gn_backoff_free(t->backoff);
     free(t);
     return GN_ENOMEM;
   }
   uv_timer_init(loop, t->timer); /* cannot fail */
   t->handles++;
   t->timer->data = t;
-  uv_timer_start(t->timer, on_tick, TICK_MS, TICK_MS);
+  t->tick_ms = tick_for(&t->lim);
+  uv_timer_start(t->timer, on_tick, t->tick_ms, t->tick_ms);
   /* Timeouts alone should not keep a loop alive. */
   uv_unref((uv_handle_t *)t->timer);
   *ret_t = t;
@@ -599,7 +959,7 @@ int gn_transport_connect_peer(gn_transport *t, const char *addr, const uint8_t e
       return GN_EPERM;
     return 0;
   }
-  if ((r = conn_new(t, true, &c)) < 0)
+  if ((r = conn_new(t, true, NULL, &c)) < 0)
     return r;
   if (expect) {
     c->has_expect = true;
@@ -628,10 +988,17 @@ int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint
   conn *c = find_active(t, peer);
   if (!c)
     return GN_ENOTFOUND;
-  if (c->queued + len > SENDQ_MAX) {
-    conn_close(c, GN_ETOOBIG);
+  /* What the session's output will take for it: frames of at most
+   * GN_NOISE_MAX_PAYLOAD, each with its length and tag, and the message's
+   * 4-byte length. */
+  size_t frames = (len + 4 + GN_NOISE_MAX_PAYLOAD - 1) / GN_NOISE_MAX_PAYLOAD;
+  size_t need = len + 4 + frames * (2 + GN_NOISE_TAGLEN);
+  if (c->queued + need > t->lim.sendq_max) {
+    conn_punish_close(c, GN_ETOOBIG, "let more than sendq_max wait for it");
     return GN_ETOOBIG;
   }
+  if (!budget_fit(t, c, need))
+    return GN_ETOOBIG;
   int r = gn__session_send(c->s, env, len);
   if (r < 0) {
     if (gn__session_is_closed(c->s))
@@ -639,6 +1006,63 @@ int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint
     return r;
   }
   return conn_flush(c);
+}
+
+void gn_transport_limits_default(gn_transport_limits *ret_l) {
+  *ret_l = (gn_transport_limits){
+      .max_conns = 512,
+      .dial_reserve = 64,
+      .max_inbound_per_host = 8,
+      .max_inbound_per_net = 32,
+      .max_unauth = 128,
+      .handshake_timeout_ms = 10000,
+      .idle_timeout_ms = 180000,
+      .keepalive_ms = 60000,
+      .msg_timeout_ms = 60000,
+      .msg_min_rate_bps = 65536,
+      .send_stall_ms = 30000,
+      .sendq_max = 64u << 20,
+      .mem_budget = 256u << 20,
+      .backoff_base_ms = 60000,
+      .backoff_max_ms = 3600000,
+      .backoff_cap = 4096,
+  };
+}
+
+int gn_transport_set_limits(gn_transport *t, const gn_transport_limits *l) {
+  if (!t || !l)
+    return GN_EINVAL;
+  if (!l->max_conns || l->dial_reserve >= l->max_conns || !l->max_inbound_per_host ||
+      l->max_inbound_per_net < l->max_inbound_per_host || !l->max_unauth || !l->handshake_timeout_ms ||
+      !l->idle_timeout_ms || !l->keepalive_ms || l->keepalive_ms >= l->idle_timeout_ms || !l->msg_timeout_ms ||
+      !l->msg_min_rate_bps || !l->send_stall_ms || !l->sendq_max || !l->mem_budget || !l->backoff_base_ms ||
+      l->backoff_max_ms < l->backoff_base_ms || !l->backoff_cap)
+    return GN_EINVAL;
+  gn_backoff *b = NULL;
+  int r = gn_backoff_new(l->backoff_cap, l->backoff_base_ms, l->backoff_max_ms, &b);
+  if (r < 0)
+    return r;
+  gn_backoff_free(t->backoff);
+  t->backoff = b;
+  t->lim = *l;
+  t->tick_ms = tick_for(l);
+  if (!t->closing)
+    uv_timer_start(t->timer, on_tick, t->tick_ms, t->tick_ms);
+  return 0;
+}
+
+void gn_transport_get_stats(const gn_transport *t, gn_transport_stats *ret_s) {
+  *ret_s = t->st;
+  ret_s->conns = t->nconns;
+  ret_s->inbound = t->inbound;
+  ret_s->unauth = t->unauth;
+  ret_s->mem_bytes = t->mem_used;
+  ret_s->backoff_keys = gn_backoff_count(t->backoff);
+}
+
+void gn_transport_set_limit_cb(gn_transport *t, gn_transport_limit_cb cb) {
+  if (t)
+    t->on_limit = cb;
 }
 
 void gn_transport_set_refused_cb(gn_transport *t, gn_transport_refused_cb cb) {

@@ -5,6 +5,7 @@
 
 #include <gpunet/identity.h>
 #include <gpunet/wire.h>
+#include <stdint.h>
 #include <uv.h>
 
 typedef struct gn_transport gn_transport;
@@ -28,6 +29,60 @@ typedef void (*gn_transport_refused_cb)(gn_transport *t, const char *addr, const
 
 int gn_transport_new(uv_loop_t *loop, const gn_identity *id, const gn_transport_cbs *cbs, void *ud,
                      gn_transport **ret_t);
+
+/* What a transport lets peers hold and how long it waits for them
+ * (docs/overlay/limits.md). gn_transport_limits_default fills in the values
+ * a daemon runs with; tests and the config make them smaller. */
+typedef struct gn_transport_limits {
+  size_t max_conns;              /* connections in all, dialled and accepted: 512 */
+  size_t dial_reserve;           /* of those, never taken by accepted ones: 64 */
+  size_t max_inbound_per_host;   /* accepted connections from one IP address: 8 */
+  size_t max_inbound_per_net;    /* ... from one IPv4 /24 or IPv6 /64: 32 */
+  size_t max_unauth;             /* accepted connections still in their handshake: 128 */
+  uint64_t handshake_timeout_ms; /* to finish the handshake: 10 s */
+  uint64_t idle_timeout_ms;      /* without a message or keepalive from the peer: 180 s */
+  uint64_t keepalive_ms;         /* a keepalive after this long without sending: 60 s */
+  uint64_t msg_timeout_ms;       /* a started message may take this long... 60 s */
+  uint64_t msg_min_rate_bps;     /* ... or as long as its size at this rate: 64 KiB/s */
+  uint64_t send_stall_ms;        /* bytes queued to the peer and none taken: 30 s */
+  size_t sendq_max;              /* bytes queued to one peer: 64 MiB */
+  size_t mem_budget;             /* receive buffers and send queues of all peers: 256 MiB */
+  uint64_t backoff_base_ms;      /* a peer closed for misbehaving is refused this long: 60 s */
+  uint64_t backoff_max_ms;       /* doubling on each repeat up to: 1 h */
+  size_t backoff_cap;            /* node keys and addresses remembered: 4096 */
+} gn_transport_limits;
+
+void gn_transport_limits_default(gn_transport_limits *ret_l);
+/* Replaces the limits (checked: GN_EINVAL and nothing changed when one is 0
+ * or they contradict each other). Meant before listening and dialling:
+ * connections already open keep the deadlines they were given, and the
+ * back-off table starts empty. */
+int gn_transport_set_limits(gn_transport *t, const gn_transport_limits *l);
+
+/* Counters, for tests and metrics. */
+typedef struct gn_transport_stats {
+  size_t conns;           /* open connections, dialled and accepted */
+  size_t inbound;         /* of those, accepted */
+  size_t unauth;          /* accepted and still in the handshake */
+  size_t mem_bytes;       /* receive buffers and send queues held now */
+  size_t mem_peak_bytes;  /* the most they ever held */
+  uint64_t refused_limit; /* accepted and closed at once: over a connection limit */
+  uint64_t refused_backoff;
+  uint64_t closed_budget; /* closed holding the most when over mem_budget */
+  uint64_t closed_timeout;
+  uint64_t closed_rate;
+  size_t backoff_keys;
+} gn_transport_stats;
+
+void gn_transport_get_stats(const gn_transport *t, gn_transport_stats *ret_s);
+
+/* Why a peer was cut off or refused, for the daemon to log: addr is the
+ * connection's remote "host:port", peer its key when the handshake was done
+ * (else NULL), what a short phrase ("over its gossip rate"), backoff_ms how
+ * long it is now refused (0: not). */
+typedef void (*gn_transport_limit_cb)(gn_transport *t, const char *addr, const uint8_t *peer, const char *what,
+                                      uint64_t backoff_ms, void *ud);
+void gn_transport_set_limit_cb(gn_transport *t, gn_transport_limit_cb cb);
 /* Listens on "host:port" (port 0 picks one); the bound address is then
  * available from gn_transport_listen_addr. */
 int gn_transport_listen(gn_transport *t, const char *addr);
@@ -49,7 +104,9 @@ int gn_transport_connect_peer(gn_transport *t, const char *addr, const uint8_t e
  * gn_transport_new). A setter rather than a field of gn_transport_cbs, so
  * that callers' {up, down, message} initialisers stay complete. */
 void gn_transport_set_refused_cb(gn_transport *t, gn_transport_refused_cb cb);
-/* Queues one encoded envelope to a connected peer; GN_ENOTFOUND if none. */
+/* Queues one encoded envelope to a connected peer; GN_ENOTFOUND if none.
+ * GN_ETOOBIG (and the session closes) when its queue would pass sendq_max
+ * or its bytes would pass mem_budget while it holds the most. */
 int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len);
 bool gn_transport_is_up(const gn_transport *t, const uint8_t peer[GN_PK_LEN]);
 size_t gn_transport_peer_count(const gn_transport *t);

@@ -13,6 +13,7 @@ typedef struct side {
   gn_session *s;
   int ups;
   int msgs;
+  int keepalives;
   gn_buf last; /* copy of the last message */
   int err;
 } side;
@@ -75,6 +76,8 @@ static bool deliver(side *from, side *to, size_t chunk) {
       pos += used;
       if (r == 1 && ev.kind == GN_SESSION_EV_UP)
         to->ups++;
+      if (r == 1 && ev.kind == GN_SESSION_EV_KEEPALIVE)
+        to->keepalives++;
       if (r == 1 && ev.kind == GN_SESSION_EV_MESSAGE) {
         to->msgs++;
         to->last.len = 0;
@@ -479,6 +482,149 @@ static void test_session_initiator_answers_other_version_with_error(void **state
   free_side(&a);
 }
 
+/* --- timeouts, keepalives and receive buffers (issue 9) ---------------------*/
+
+/* a and b up at 1000 ms, b with the given limits. */
+static void handshake_limited(side *a, side *b, uint64_t idle_ms, uint64_t msg_ms, uint64_t rate_bps) {
+  new_side(a, true, ida, "", NULL, NULL);
+  memset(b, 0, sizeof(*b));
+  gn_session_cfg cfg = {.initiator = false,
+                        .id = idb,
+                        .now_ms = 1000,
+                        .idle_timeout_ms = idle_ms,
+                        .msg_timeout_ms = msg_ms,
+                        .msg_min_rate_bps = rate_bps};
+  assert_int_equal(gn__session_new(&cfg, &b->s), 0);
+  assert_int_equal(gn__session_start(a->s), 0);
+  pump(a, b, 0);
+  assert_true(gn__session_is_up(a->s) && gn__session_is_up(b->s));
+}
+
+/* Feeds the first n bytes of from's output to `to` and drops the rest. */
+static void deliver_first(side *from, side *to, size_t n) {
+  gn_buf out = {0};
+  assert_int_equal(gn__session_take_output(from->s, &out), 0);
+  assert_true(n <= out.len);
+  size_t pos = 0;
+  while (pos < n) {
+    size_t used = 0;
+    gn_session_event ev;
+    int r = gn__session_feed(to->s, out.data + pos, n - pos, &used, &ev);
+    assert_true(r >= 0);
+    pos += used;
+    if (r == 1 && ev.kind == GN_SESSION_EV_MESSAGE)
+      to->msgs++;
+  }
+  gn_buf_done(&out);
+}
+
+static void test_session_idle_timeout_and_keepalive(void **state) {
+  (void)state;
+  side a, b;
+  handshake_limited(&a, &b, 1000, 0, 0);
+  assert_int_equal(gn__session_tick(b.s, 1999), 0);
+  /* a keepalive at 1999 counts as the peer being there */
+  assert_int_equal(gn__session_keepalive(a.s), 0);
+  deliver(&a, &b, 0);
+  assert_int_equal(b.keepalives, 1);
+  assert_int_equal(b.msgs, 0);
+  assert_int_equal(gn__session_tick(b.s, 2998), 0);
+  assert_int_equal(gn__session_tick(b.s, 2999), GN_ETIMEDOUT);
+  assert_true(gn__session_is_closed(b.s));
+  /* a, without an idle timeout, never times out */
+  assert_int_equal(gn__session_tick(a.s, 1000000), 0);
+  free_side(&a);
+  free_side(&b);
+}
+
+static void test_session_keepalive_needs_a_session(void **state) {
+  (void)state;
+  side a;
+  new_side(&a, true, ida, "", NULL, NULL);
+  assert_int_equal(gn__session_keepalive(a.s), GN_ESTATE);
+  free_side(&a);
+}
+
+/* A 70,000-byte message at a minimum of 1000 B/s may take 70 s (more than
+ * the 5 s floor); its first frame alone, then nothing, times out then. */
+static void test_session_stalled_message_times_out(void **state) {
+  (void)state;
+  side a, b;
+  handshake_limited(&a, &b, 0, 5000, 1000);
+  static uint8_t m[70000];
+  assert_int_equal(gn__session_send(a.s, m, sizeof(m)), 0);
+  gn__session_set_time(b.s, 2000);
+  deliver_first(&a, &b, 2 + GN_NOISE_MAX_MSG); /* the first frame */
+  assert_true(gn__session_receiving(b.s));
+  assert_int_equal(gn__session_tick(b.s, 2000 + 69999), 0);
+  assert_int_equal(gn__session_tick(b.s, 2000 + 70000), GN_ETIMEDOUT);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* The same message whole within its time: no timeout, however long after. */
+static void test_session_message_in_time_is_kept(void **state) {
+  (void)state;
+  side a, b;
+  handshake_limited(&a, &b, 0, 5000, 1000);
+  static uint8_t m[70000];
+  assert_int_equal(gn__session_send(a.s, m, sizeof(m)), 0);
+  gn__session_set_time(b.s, 2000);
+  deliver(&a, &b, 0);
+  assert_int_equal(b.msgs, 1);
+  assert_false(gn__session_receiving(b.s));
+  assert_int_equal(gn__session_tick(b.s, 1000000), 0);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* An 8 MiB message announced in its first frame takes memory as its bytes
+ * arrive, not at once; once handed over, the large buffer is freed. */
+static void test_session_receive_buffer_grows_with_bytes(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  size_t n = GN_MSG_MAX;
+  uint8_t *m = calloc(1, n);
+  assert_non_null(m);
+  assert_int_equal(gn__session_send(a.s, m, n), 0);
+  gn_buf out = {0};
+  assert_int_equal(gn__session_take_output(a.s, &out), 0);
+  size_t used = 0, pos = 0;
+  gn_session_event ev;
+  /* two frames: about 128 KiB arrived */
+  size_t two = 2 * (2 + GN_NOISE_MAX_MSG);
+  while (pos < two) {
+    assert_int_equal(gn__session_feed(b.s, out.data + pos, two - pos, &used, &ev), 0);
+    pos += used;
+  }
+  assert_true(gn__session_mem(b.s) <= 256 * 1024);
+  /* a quarter */
+  size_t quarter = out.len / 4;
+  while (pos < quarter) {
+    assert_int_equal(gn__session_feed(b.s, out.data + pos, quarter - pos, &used, &ev), 0);
+    pos += used;
+  }
+  assert_true(gn__session_mem(b.s) <= n / 4 + (1u << 20) + 65536);
+  int r = 0;
+  while (pos < out.len && r == 0) {
+    r = gn__session_feed(b.s, out.data + pos, out.len - pos, &used, &ev);
+    pos += used;
+  }
+  assert_int_equal(r, 1);
+  assert_int_equal(ev.msg_len, n);
+  assert_true(gn__session_mem(b.s) <= n);
+  /* the next small message: the 8 MiB buffer is gone */
+  assert_int_equal(gn__session_send(a.s, (const uint8_t *)"x", 1), 0);
+  gn_buf_done(&out);
+  deliver(&a, &b, 0);
+  assert_int_equal(b.msgs, 1);
+  assert_true(gn__session_mem(b.s) <= GN_SESSION_KEEP_MAX);
+  free(m);
+  free_side(&a);
+  free_side(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_session_handshake_binds_node_ids),
@@ -494,6 +640,11 @@ int main(void) {
       cmocka_unit_test(test_session_checks_handshake_payload),
       cmocka_unit_test(test_session_other_version_gets_error_before_close),
       cmocka_unit_test(test_session_initiator_answers_other_version_with_error),
+      cmocka_unit_test(test_session_idle_timeout_and_keepalive),
+      cmocka_unit_test(test_session_keepalive_needs_a_session),
+      cmocka_unit_test(test_session_stalled_message_times_out),
+      cmocka_unit_test(test_session_message_in_time_is_kept),
+      cmocka_unit_test(test_session_receive_buffer_grows_with_bytes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
