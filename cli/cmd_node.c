@@ -127,6 +127,25 @@ static void show_training(const json_t *tr) {
          ranks == 1 ? "" : "s");
 }
 
+/* Membership in one line: members by state and Lifeguard's local health
+ * (0 is healthy), or why there is none. */
+static void show_members(const json_t *j) {
+  const char *overlay = json_string_value(json_object_get(j, "overlay"));
+  const json_t *m = json_object_get(j, "members");
+  if (!overlay)
+    return;
+  if (!json_is_object(m)) {
+    printf("%-10s %s\n", "members", strcmp(overlay, "off") == 0 ? "off (overlay = off)" : overlay);
+    return;
+  }
+  printf("%-10s %lld alive, %lld suspect, %lld dead, %lld left (health %lld)\n", "members",
+         (long long)json_integer_value(json_object_get(m, "alive")),
+         (long long)json_integer_value(json_object_get(m, "suspect")),
+         (long long)json_integer_value(json_object_get(m, "dead")),
+         (long long)json_integer_value(json_object_get(m, "left")),
+         (long long)json_integer_value(json_object_get(j, "health")));
+}
+
 static void show_status(const json_t *j, const void *ctx) {
   (void)ctx;
   static const struct {
@@ -147,6 +166,7 @@ static void show_status(const json_t *j, const void *ctx) {
     printf("%-10s %s\n", rows[i].label, text);
   }
   show_training(json_object_get(j, "training"));
+  show_members(j);
   /* A provider's isolation in one line each: what a renter's job gets, and
    * how much of the provider's budgets its jobs hold now. */
   const json_t *iso = json_object_get(j, "isolation");

@@ -6,6 +6,7 @@
 
 #include "attest_net.h"
 #include "node_internal.h"
+#include "overlay.h"
 #include "provider.h"
 #include "settle_glue.h"
 #include "train_prov.h"
@@ -39,6 +40,8 @@ static void api_status(gn_ctl_req *req, void *ud) {
   /* Whether ranks of training jobs run here, their ports, how many now. */
   if (o && n->cfg.provide)
     json_object_set_new(o, "training", gn__train_status_json(n));
+  /* Membership: counts by state, local health, the UDP socket's figures. */
+  gn__overlay_status_json(n, o);
   gn_ctl_reply_json(req, 200, o);
 }
 
@@ -140,7 +143,11 @@ static void api_peers(gn_ctl_req *req, void *ud) {
   for (size_t i = 0; i < n->peer_count; i++) {
     char id[GN_NODE_ID_STRLEN];
     gn_node_id_format(n->peers[i].id, id);
-    json_array_append_new(arr, json_pack("{s:s, s:s}", "node_id", id, "addr", n->peers[i].addr));
+    json_t *p = json_pack("{s:s, s:s}", "node_id", id, "addr", n->peers[i].addr);
+    const char *membership = gn__overlay_member_state(n, n->peers[i].id);
+    if (p && membership)
+      json_object_set_new(p, "membership", json_string(membership));
+    json_array_append_new(arr, p);
   }
   gn_ctl_reply_json(req, 200, json_pack("{s:o}", "peers", arr));
 }

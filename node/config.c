@@ -45,6 +45,7 @@ typedef enum {
   KEY_TRAINING,
   KEY_NO_TRAINING,
   KEY_JOBNET_PORTS,
+  KEY_OVERLAY,
   KEY_COUNT
 } cfg_key;
 
@@ -79,6 +80,7 @@ static const struct {
     [KEY_TRAINING] = {"training", "training", true},
     [KEY_NO_TRAINING] = {"no_training", "no-training", true},
     [KEY_JOBNET_PORTS] = {"jobnet_ports", "jobnet-ports", false},
+    [KEY_OVERLAY] = {"overlay", "overlay", false},
 };
 
 static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
@@ -106,6 +108,8 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "                          final voucher and invoice to\n"
                                  "  --allow-simulated       as a requester, accept simulated GPUs\n"
                                  "  --log-level LEVEL       debug, info, warn or error (default info)\n"
+                                 "  --overlay on|off        membership (SWIM) over UDP on the listen address and\n"
+                                 "                          port (default on; off for a node alone)\n"
                                  "\n"
                                  "A provider's budgets, shared by all jobs of all leases (a job that does not\n"
                                  "fit in what is left is refused, saying why):\n"
@@ -176,6 +180,7 @@ void gn_config_defaults(gn_config *cfg) {
   cfg->store_max_bytes = 64ull << 30;
   cfg->disk_reserve_bytes = 1ull << 30;
   cfg->training = -1;
+  cfg->overlay = true;
   cfg->jobnet_port_lo = 51820;
   cfg->jobnet_port_hi = 51899;
 }
@@ -517,6 +522,13 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
       return GN_EINVAL;
     }
     cfg->training = (key == KEY_TRAINING) == b ? 1 : 0;
+    return 0;
+  case KEY_OVERLAY:
+    if (!parse_bool(v, &b)) {
+      snprintf(err, cap, "overlay must be on or off, not '%.60s'", v);
+      return GN_EINVAL;
+    }
+    cfg->overlay = b;
     return 0;
   case KEY_JOBNET_PORTS: {
     char *end, *end2 = (char *)"";

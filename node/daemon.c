@@ -6,6 +6,7 @@
 #include "api.h"
 #include "attest_net.h"
 #include "node_internal.h"
+#include "overlay.h"
 #include "peer_rtt.h"
 #include "provider.h"
 #include "records.h"
@@ -312,6 +313,7 @@ static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *u
       n->peers[i] = n->peers[--n->peer_count];
       break;
     }
+  gn__overlay_peer_up(n, peer, addr);
   gn_discovery_peer_down(n->disc, peer, gn_unix_s());
   gn__provider_peer_down(n, peer);
   gn__requester_peer_down(n, peer);
@@ -460,6 +462,7 @@ static void shutdown_node(gn_node *n) {
   gn_log(GN_LOG_INFO, "shutting down");
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE)
+  gn__overlay_close(n);
       gn__provider_end_lease(n, l, "provider shut down");
   gn__provider_withdraw_offers(n);
   gn_offer_table_save(n->offers, n->db);
@@ -489,6 +492,7 @@ static void shutdown_node(gn_node *n) {
   n->watchdog.data = n;
   uv_timer_start(&n->watchdog, on_watchdog, GN_STOP_HARD_MS, 0);
   uv_unref((uv_handle_t *)&n->watchdog);
+  gn__overlay_stop(n);
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -641,6 +645,10 @@ int gn__node_main(int argc, char **argv) {
   if ((r = gn__settle_start(n, err, sizeof err)) < 0) {
     fprintf(stderr, "gpunetd: %s\n", err);
     return 1;
+  if ((r = gn__overlay_start(n, err, sizeof err)) < 0) {
+    fprintf(stderr, "gpunetd: %s\n", err);
+    return 1;
+  }
   }
   load_state(n);
 
@@ -654,6 +662,7 @@ int gn__node_main(int argc, char **argv) {
   uv_signal_start(&n->sig_term, on_signal, SIGTERM);
 
   gn_log(GN_LOG_INFO, "gpunetd %s node %s listening on %s, control %s", GN_VERSION, n->node_id,
+  gn__overlay_register(n);
          gn_transport_listen_addr(n->tp), path);
   for (size_t i = 0; i < n->gpus.count; i++)
     gn_log(GN_LOG_INFO, "gpu %zu: %s (%llu MiB)%s", i, n->gpus.items[i].name,
@@ -684,3 +693,4 @@ int gn__node_main(int argc, char **argv) {
   uv_loop_close(n->loop);
   return n->exit_code;
 }
+  gn__overlay_free(n);

@@ -127,6 +127,9 @@ typedef struct gn_config {
    * (jobnet_ports = 51820-51899). */
   int training;
   uint16_t jobnet_port_lo, jobnet_port_hi;
+  /* Membership over UDP on the listen address (node/overlay.c): default
+   * on; off for a node alone or where UDP cannot pass (`overlay = off`). */
+  bool overlay;
 } gn_config;
 
 /* Positive results of gn_config_parse_args / gn_config_load: the caller

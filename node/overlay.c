@@ -1,0 +1,520 @@
+/* The daemon's membership: SWIM with Lifeguard (p2p/swim.c, an I/O-free
+ * state machine) driven on a UDP socket bound to the same address and port
+ * as the TCP listener, a timer at the machine's next deadline, and what a
+ * member's death means for the offer table. Every datagram is a signed
+ * envelope; one that comes in is bounded in size, then rate-limited by its
+ * source address and by a bucket for all sources, and only then verified
+ * (verification costs CPU, a token does not). docs/overlay/daemon.md. */
+#include "overlay.h"
+
+#include <gpunet/ratelimit.h>
+#include <gpunet/swim.h>
+#include <gpunet/uvutil.h>
+#include <gpunet/wire.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Membership lines in the log: a bucket of 64 refilled at 2 per second;
+ * what it holds back is counted and said with the next line that passes. */
+#define LOG_BURST 64
+#define LOG_RATE_PER_S 2
+/* The timer never sleeps longer than this, whatever the machine says. */
+#define TICK_MAX_MS 1000
+/* After the leave, the socket stays open past the sessions' close until
+ * this many datagrams went out (answers to others' probes, the leave riding
+ * on them: the machine stops probing once it left) or this long passed:
+ * about one probe of ours arrives a second whatever the size of the
+ * network. */
+#define LEAVE_TOLD 2
+#define LEAVE_LINGER_MS 3000
+
+typedef struct ov_stats {
+  uint64_t in, oversized, rate_limited, verified, bad_sig, bad_version, malformed, not_swim, rejected, out, out_failed,
+      offers_dropped;
+} ov_stats;
+
+struct gn__overlay {
+  gn_node *n;
+  gn_swim *swim;
+  uv_udp_t *udp;
+  uv_timer_t *timer;
+  bool leaving;   /* gn__overlay_stop: the leave is said, the socket still open */
+  bool lingering; /* gn__overlay_close came while leaving: closes once the leave is told */
+  bool closing;
+  uint64_t out_at_leave, linger_end_ms;
+  char error[200]; /* why there is no membership, "" when there is */
+  uint8_t rbuf[GN_OVERLAY_DGRAM_MAX];
+  gn_ratelimit *per_src; /* by source host, any port */
+  gn_token_bucket all;
+  gn_token_bucket logb;
+  uint64_t logs_held;
+  ov_stats st;
+};
+
+static const gn_rate src_rate = GN_RATE(GN_OVERLAY_SRC_RATE_PER_S, GN_OVERLAY_SRC_BURST);
+static const gn_rate all_rate = GN_RATE(GN_OVERLAY_ALL_RATE_PER_S, GN_OVERLAY_ALL_BURST);
+static const gn_rate log_rate = GN_RATE(LOG_RATE_PER_S, LOG_BURST);
+
+/* The rate limits, in order: the source host's bucket, then everyone's (a
+ * source over its own limit takes nothing from the others' share). */
+static bool admit(struct gn__overlay *o, const struct sockaddr *sa, uint64_t now_ms) {
+  uint8_t key[GN_RATELIMIT_KEY_MAX];
+  size_t klen = gn_ratelimit_addr_key(sa, false, key);
+  if (!klen || !gn_ratelimit_allow(o->per_src, key, klen, 1, now_ms))
+    return false;
+  return gn_token_bucket_take(&o->all, all_rate, 1, now_ms);
+}
+
+/* --- addresses ----------------------------------------------------------------*/
+
+/* "a.b.c.d:port" or "[v6]:port", numeric only ("localhost" is
+ * 127.0.0.1): addresses come from peers, and a name would make us resolve
+ * what a stranger chose. */
+static int parse_addr(const char *addr, struct sockaddr_storage *ret) {
+  char host[64];
+  const char *colon = addr ? strrchr(addr, ':') : NULL;
+  if (!colon || colon == addr)
+    return GN_EINVAL;
+  size_t hl = (size_t)(colon - addr);
+  const char *h = addr;
+  bool v6 = addr[0] == '[';
+  if (v6) {
+    if (hl < 3 || addr[hl - 1] != ']')
+      return GN_EINVAL;
+    h = addr + 1;
+    hl -= 2;
+  }
+  if (hl == 0 || hl >= sizeof host)
+    return GN_EINVAL;
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  const char *p = colon + 1;
+  unsigned port = 0;
+  if (!*p || strlen(p) > 5)
+    return GN_EINVAL;
+  for (; *p; p++) {
+    if (*p < '0' || *p > '9')
+      return GN_EINVAL;
+    port = port * 10 + (unsigned)(*p - '0');
+  }
+  if (port == 0 || port > 65535)
+    return GN_EINVAL;
+  memset(ret, 0, sizeof *ret);
+  if (!v6 && strcmp(host, "localhost") == 0)
+    memcpy(host, "127.0.0.1", sizeof "127.0.0.1");
+  int r = v6 ? uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ret)
+             : uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ret);
+  return r < 0 ? GN_EINVAL : 0;
+}
+
+static void format_addr(const struct sockaddr *sa, char *out, size_t cap) {
+  char host[64] = "";
+  if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+    uv_ip6_name(a, host, sizeof host);
+    snprintf(out, cap, "[%s]:%u", host, (unsigned)ntohs(a->sin6_port));
+  } else {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+    uv_ip4_name(a, host, sizeof host);
+    snprintf(out, cap, "%s:%u", host, (unsigned)ntohs(a->sin_port));
+  }
+}
+
+/* An address nobody can send to: 0.0.0.0 or [::] (a wildcard listener). */
+static bool unspecified(const struct sockaddr_storage *ss) {
+  static const uint8_t zero[16];
+  if (ss->ss_family == AF_INET)
+    return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == 0;
+  return memcmp(&((const struct sockaddr_in6 *)ss)->sin6_addr, zero, 16) == 0;
+}
+
+/* --- the machine's I/O ----------------------------------------------------------*/
+
+static void ov_log(struct gn__overlay *o, enum gn_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A membership line, unless the log bucket is empty (then counted). */
+static void ov_log(struct gn__overlay *o, enum gn_log_level lvl, const char *fmt, ...) {
+  if (!gn_token_bucket_take(&o->logb, log_rate, 1, gn_mono_ms())) {
+    o->logs_held++;
+    return;
+  }
+  if (o->logs_held) {
+    gn_log(GN_LOG_WARN, "overlay: %llu membership lines not logged (more than %d a second)",
+           (unsigned long long)o->logs_held, LOG_RATE_PER_S);
+    o->logs_held = 0;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  gn_logv(lvl, fmt, ap);
+  va_end(ap);
+}
+
+static void io_send(void *ud, const char *addr, uint32_t type, const uint8_t *body, size_t len) {
+  struct gn__overlay *o = ud;
+  struct sockaddr_storage ss;
+  gn_buf env = {0};
+  if (!o->udp)
+    return;
+  if (parse_addr(addr, &ss) < 0 || gn_envelope_seal(o->n->id, type, body, len, &env) < 0 ||
+      env.len > GN_OVERLAY_DGRAM_MAX) {
+    o->st.out_failed++;
+    gn_buf_done(&env);
+    return;
+  }
+  uv_buf_t b = uv_buf_init((char *)env.data, (unsigned)env.len);
+  /* Datagrams are fire and forget: one the kernel cannot take now is lost,
+   * as it could be on the way; the protocol retries. */
+  if (uv_udp_try_send(o->udp, &b, 1, (const struct sockaddr *)&ss) < 0)
+    o->st.out_failed++;
+  else
+    o->st.out++;
+  gn_buf_done(&env);
+}
+
+static const char *state_name(gn_swim_state s) {
+  switch (s) {
+  case GN_SWIM_ALIVE:
+    return "alive";
+  case GN_SWIM_SUSPECT:
+    return "suspect";
+  case GN_SWIM_DEAD:
+    return "dead";
+  case GN_SWIM_LEFT:
+    return "left";
+  }
+  return "unknown";
+}
+
+static void io_event(void *ud, const gn_swim_event *ev) {
+  struct gn__overlay *o = ud;
+  gn_node *n = o->n;
+  const gn_swim_member *m = &ev->member;
+  char id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(m->id, id);
+  unsigned inc = m->incarnation;
+  switch (ev->kind) {
+  case GN_SWIM_EV_JOIN:
+    ov_log(o, GN_LOG_INFO, "overlay: %s joined at %s (incarnation %u)", id, m->addr, inc);
+    return;
+  case GN_SWIM_EV_SUSPECT:
+    ov_log(o, GN_LOG_INFO, "overlay: %s is suspect (incarnation %u, %s)", id, inc,
+           ev->local ? "its probe failed here" : "reported");
+    return;
+  case GN_SWIM_EV_ALIVE:
+    ov_log(o, GN_LOG_INFO, "overlay: %s is alive (incarnation %u)", id, inc);
+    return;
+  case GN_SWIM_EV_DEAD:
+  case GN_SWIM_EV_LEFT:
+    break;
+  }
+  bool dead = ev->kind == GN_SWIM_EV_DEAD;
+  /* Its offers go only when no session vouches for it: a node declared
+   * dead by hearsay (or by lost datagrams) that still holds a session to
+   * us is alive enough to rent from, and its refutation brings it back
+   * into the membership. A session that ends drops them anyway (discovery's
+   * peer_down). */
+  size_t dropped = 0;
+  bool session = n->tp && gn_transport_is_up(n->tp, m->id);
+  if (!session && n->offers)
+    dropped = gn_offer_table_remove_provider(n->offers, m->id);
+  o->st.offers_dropped += dropped;
+  if (dead)
+    ov_log(o, GN_LOG_INFO, "overlay: %s is dead (incarnation %u, %s)%s", id, inc,
+           ev->local ? "declared here" : "reported", session ? "; its session is up: its offers stay" : "");
+  else
+    ov_log(o, GN_LOG_INFO, "overlay: %s left (incarnation %u)", id, inc);
+  if (dropped)
+    ov_log(o, GN_LOG_INFO, "overlay: dropped %zu offer%s of %s", dropped, dropped == 1 ? "" : "s", id);
+}
+
+/* --- the loop ---------------------------------------------------------------*/
+
+static void on_timer(uv_timer_t *t);
+
+static void close_now(struct gn__overlay *o);
+
+/* Lingering after the leave: closes once enough answers carried it, or
+ * its time is up, or nobody is left to tell. */
+static void linger_check(struct gn__overlay *o) {
+  if (!o->lingering || o->closing)
+    return;
+  if (o->st.out - o->out_at_leave >= LEAVE_TOLD || gn_mono_ms() >= o->linger_end_ms ||
+      gn_swim_count(o->swim, GN_SWIM_ALIVE) + gn_swim_count(o->swim, GN_SWIM_SUSPECT) == 0)
+    close_now(o);
+}
+
+/* Sets the timer at the machine's next deadline (now when it is past),
+ * or at the end of the linger when that is sooner. */
+static void arm(struct gn__overlay *o) {
+  if (o->closing || !o->timer)
+    return;
+  uint64_t now = gn_mono_ms(), at = gn_swim_next_deadline_ms(o->swim);
+  if (o->lingering && o->linger_end_ms < at)
+    at = o->linger_end_ms;
+  uint64_t delay = at > now ? at - now : 0;
+  if (delay > TICK_MAX_MS)
+    delay = TICK_MAX_MS;
+  uv_timer_start(o->timer, on_timer, delay, 0);
+}
+
+static void on_timer(uv_timer_t *t) {
+  struct gn__overlay *o = t->data;
+  gn_swim_tick(o->swim, gn_mono_ms());
+  linger_check(o);
+  arm(o);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  struct gn__overlay *o = h->data;
+  /* Exactly the bound: a longer datagram arrives cut, flagged partial. */
+  *buf = uv_buf_init((char *)o->rbuf, sizeof o->rbuf);
+}
+
+static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *sa, unsigned flags) {
+  struct gn__overlay *o = h->data;
+  if (nread <= 0 || !sa || o->closing)
+    return; /* nothing more to read now, or a read error (ICMP): nothing to do */
+  o->st.in++;
+  if (flags & UV_UDP_PARTIAL) {
+    o->st.oversized++;
+    return;
+  }
+  uint64_t now = gn_mono_ms();
+  if (!admit(o, sa, now)) {
+    o->st.rate_limited++;
+    return;
+  }
+  gn_envelope env;
+  o->st.verified++;
+  int r = gn_envelope_open((const uint8_t *)buf->base, (size_t)nread, &env);
+  if (r < 0) {
+    *(r == GN_ESIG ? &o->st.bad_sig : r == GN_EVERSION ? &o->st.bad_version : &o->st.malformed) += 1;
+    return;
+  }
+  /* Our own key never speaks to us: a datagram of ours sent back is a
+   * replay. */
+  if (env.type < GN_MSG_SWIM_PING || env.type > GN_MSG_SWIM_NACK || memcmp(env.signer, o->n->id->pk, GN_PK_LEN) == 0) {
+    o->st.not_swim++;
+    return;
+  }
+  char from[GN_SWIM_ADDR_MAX];
+  format_addr(sa, from, sizeof from);
+  if (gn_swim_on_datagram(o->swim, from, env.signer, env.type, env.body, env.body_len, now) < 0)
+    o->st.rejected++;
+  linger_check(o);
+  arm(o);
+}
+
+/* --- the daemon's calls ---------------------------------------------------------*/
+
+int gn__overlay_start(gn_node *n, char *err, size_t cap) {
+  struct gn__overlay *o = calloc(1, sizeof *o);
+  const char *laddr = gn_transport_listen_addr(n->tp);
+  struct sockaddr_storage ss;
+  int r;
+  if (!o) {
+    snprintf(err, cap, "cannot start the overlay: out of memory");
+    return GN_ENOMEM;
+  }
+  o->n = n;
+  n->overlay = o;
+  uint64_t now = gn_mono_ms();
+  gn_token_bucket_init(&o->all, all_rate, now);
+  gn_token_bucket_init(&o->logb, log_rate, now);
+  if (!n->cfg.overlay) {
+    snprintf(o->error, sizeof o->error, "off");
+    return 0;
+  }
+  if ((r = parse_addr(laddr, &ss)) < 0) {
+    snprintf(o->error, sizeof o->error, "failed: the listen address %s is not numeric", laddr);
+    goto degraded;
+  }
+  if (gn_ratelimit_new(GN_OVERLAY_SRC_MAX, src_rate, &o->per_src) < 0) {
+    snprintf(err, cap, "cannot start the overlay: out of memory");
+    return GN_ENOMEM;
+  }
+  gn_swim_io io = {io_send, io_event, o};
+  uint64_t seed;
+  randombytes_buf(&seed, sizeof seed);
+  if ((r = gn_swim_new(n->id->pk, laddr, NULL, &io, seed, now, &o->swim)) < 0) {
+    snprintf(err, cap, "cannot start the overlay's membership: %s", gn_strerror(r));
+    return r;
+  }
+  o->udp = gn_uv_handle_alloc(sizeof *o->udp);
+  o->timer = gn_uv_handle_alloc(sizeof *o->timer);
+  if (!o->udp || !o->timer) {
+    gn_uv_handle_free_unused(o->udp);
+    gn_uv_handle_free_unused(o->timer);
+    o->udp = NULL;
+    o->timer = NULL;
+    snprintf(err, cap, "cannot start the overlay: out of memory");
+    return GN_ENOMEM;
+  }
+  uv_timer_init(n->loop, o->timer);
+  o->timer->data = o;
+  if ((r = uv_udp_init(n->loop, o->udp)) < 0) {
+    gn_uv_handle_free_unused(o->udp);
+    o->udp = NULL;
+    gn_uv_close_free((uv_handle_t *)o->timer, NULL, NULL);
+    o->timer = NULL;
+    o->swim = gn_swim_free(o->swim);
+    snprintf(o->error, sizeof o->error, "failed: cannot make a UDP socket: %s", uv_strerror(r));
+    goto degraded;
+  }
+  o->udp->data = o;
+  if ((r = uv_udp_bind(o->udp, (const struct sockaddr *)&ss, 0)) < 0 ||
+      (r = uv_udp_recv_start(o->udp, on_alloc, on_recv)) < 0) {
+    snprintf(o->error, sizeof o->error, "failed: cannot bind UDP %s: %s", laddr, uv_strerror(r));
+    gn_uv_close_free((uv_handle_t *)o->udp, NULL, NULL);
+    gn_uv_close_free((uv_handle_t *)o->timer, NULL, NULL);
+    o->udp = NULL;
+    o->timer = NULL;
+    o->swim = gn_swim_free(o->swim);
+    goto degraded;
+  }
+  arm(o);
+  gn_log(GN_LOG_INFO, "overlay: membership on UDP %s", laddr);
+  return 0;
+degraded:
+  gn_log(GN_LOG_ERROR, "overlay: %s; this node runs without membership (peers and offers still work)", o->error);
+  return 0;
+}
+
+void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *addr) {
+  struct gn__overlay *o = n->overlay;
+  struct sockaddr_storage ss;
+  if (!o || !o->swim || o->leaving || o->closing || !addr || parse_addr(addr, &ss) < 0 || unspecified(&ss))
+    return;
+  int r = gn_swim_add(o->swim, peer, addr, gn_mono_ms());
+  if (r < 0 && r != GN_EEXIST)
+    gn_log(GN_LOG_DEBUG, "overlay: cannot add member at %s: %s", addr, gn_strerror(r));
+  arm(o);
+}
+
+void gn__overlay_stop(gn_node *n) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || o->leaving || o->closing)
+    return;
+  o->leaving = true;
+  if (o->swim && o->udp) {
+    /* The machine stops probing and answers with the leave from now on;
+     * what it sends at once goes out now (uv_udp_try_send). */
+    uint64_t now = gn_mono_ms();
+    gn_swim_leave(o->swim, now);
+    o->out_at_leave = o->st.out;
+    gn_swim_tick(o->swim, now);
+    arm(o);
+  }
+}
+
+static void close_now(struct gn__overlay *o) {
+  if (o->closing)
+    return;
+  o->closing = true;
+  if (o->timer)
+    gn_uv_close_free((uv_handle_t *)o->timer, NULL, NULL);
+  if (o->udp)
+    gn_uv_close_free((uv_handle_t *)o->udp, NULL, NULL);
+  o->timer = NULL;
+  o->udp = NULL;
+}
+
+void gn__overlay_close(gn_node *n) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || o->closing || o->lingering)
+    return;
+  if (!o->leaving || !o->swim || !o->udp) {
+    close_now(o);
+    return;
+  }
+  o->lingering = true;
+  o->linger_end_ms = gn_mono_ms() + LEAVE_LINGER_MS;
+  linger_check(o);
+  arm(o);
+}
+
+void gn__overlay_free(gn_node *n) {
+  struct gn__overlay *o = n->overlay;
+  if (!o)
+    return;
+  close_now(o);
+  o->swim = gn_swim_free(o->swim);
+  o->per_src = gn_ratelimit_free(o->per_src);
+  free(o);
+  n->overlay = NULL;
+}
+
+void gn__overlay_status_json(gn_node *n, json_t *obj) {
+  struct gn__overlay *o = n->overlay;
+  if (!obj)
+    return;
+  if (!o || !o->swim) {
+    json_object_set_new(obj, "overlay", json_string(o && o->error[0] ? o->error : "off"));
+    return;
+  }
+  json_object_set_new(obj, "overlay", json_string("on"));
+  /* The machine counts the others; this node is one more member, alive
+   * until it leaves. */
+  size_t alive = gn_swim_count(o->swim, GN_SWIM_ALIVE) + (o->leaving || o->closing ? 0 : 1);
+  json_object_set_new(obj, "members",
+                      json_pack("{s:I, s:I, s:I, s:I}", "alive", (json_int_t)alive, "suspect",
+                                (json_int_t)gn_swim_count(o->swim, GN_SWIM_SUSPECT), "dead",
+                                (json_int_t)gn_swim_count(o->swim, GN_SWIM_DEAD), "left",
+                                (json_int_t)gn_swim_count(o->swim, GN_SWIM_LEFT)));
+  json_object_set_new(obj, "health", json_integer(gn_swim_health(o->swim)));
+  json_object_set_new(obj, "incarnation", json_integer(gn_swim_incarnation(o->swim)));
+  const ov_stats *s = &o->st;
+  json_object_set_new(obj, "datagrams",
+                      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "in",
+                                (json_int_t)s->in, "oversized", (json_int_t)s->oversized, "rate_limited",
+                                (json_int_t)s->rate_limited, "verified", (json_int_t)s->verified, "bad_signature",
+                                (json_int_t)s->bad_sig, "bad_version", (json_int_t)s->bad_version, "malformed",
+                                (json_int_t)s->malformed, "not_membership", (json_int_t)s->not_swim, "rejected",
+                                (json_int_t)s->rejected, "out", (json_int_t)s->out, "out_failed",
+                                (json_int_t)s->out_failed, "sources", (json_int_t)gn_ratelimit_count(o->per_src),
+                                "offers_dropped", (json_int_t)s->offers_dropped));
+}
+
+const char *gn__overlay_member_state(gn_node *n, const uint8_t id[GN_PK_LEN]) {
+  struct gn__overlay *o = n->overlay;
+  gn_swim_member m;
+  if (!o || !o->swim || gn_swim_get(o->swim, id, &m) < 0)
+    return NULL;
+  return state_name(m.state);
+}
+
+/* GET /v1/members: every member this node knows, with its state, address,
+ * incarnation and how long it has been in that state here. */
+static void api_members(gn_ctl_req *req, void *ud) {
+  gn_node *n = ud;
+  struct gn__overlay *o = n->overlay;
+  if (!o || !o->swim)
+    return gn_ctl_reply_error(req, 409, "no membership on this node (overlay: %s)",
+                              o && o->error[0] ? o->error : "off");
+  size_t count = gn_swim_members(o->swim, NULL, 0);
+  gn_swim_member *ms = calloc(count ? count : 1, sizeof *ms);
+  if (!ms)
+    return gn_ctl_reply_error(req, 500, "out of memory");
+  count = gn_swim_members(o->swim, ms, count);
+  json_t *arr = json_array();
+  uint64_t now = gn_mono_ms();
+  for (size_t i = 0; i < count; i++) {
+    char id[GN_NODE_ID_STRLEN];
+    gn_node_id_format(ms[i].id, id);
+    json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:I, s:I}", "node_id", id, "addr", ms[i].addr, "state",
+                                         state_name(ms[i].state), "incarnation", (json_int_t)ms[i].incarnation,
+                                         "for_ms", (json_int_t)(now > ms[i].since_ms ? now - ms[i].since_ms : 0)));
+  }
+  free(ms);
+  gn_ctl_reply_json(req, 200, json_pack("{s:o, s:I}", "members", arr, "health", (json_int_t)gn_swim_health(o->swim)));
+}
+
+void gn__overlay_register(gn_node *n) {
+  gn_ctl_route(n->ctl, "GET", "/v1/members", api_members, n);
+}

@@ -1,0 +1,51 @@
+/* The daemon's membership glue (overlay.c): SWIM (gpunet/swim.h) on a UDP
+ * socket bound to the transport's listen address, every datagram a signed
+ * envelope, bounded, rate-limited per source before its signature is
+ * checked. docs/overlay/daemon.md. */
+#ifndef GPUNET_NODE_OVERLAY_H
+#define GPUNET_NODE_OVERLAY_H
+
+#include "node_internal.h"
+
+#include <jansson.h>
+
+/* The most bytes of one datagram read; a longer one is dropped. */
+#define GN_OVERLAY_DGRAM_MAX 1400
+/* Per source host (any port): a bucket of this many datagrams refilled at
+ * this rate, in a table of this many sources (gn_ratelimit: a source whose
+ * bucket is full again, else the least recently seen of its set, makes
+ * room). Then one bucket for all sources together. */
+#define GN_OVERLAY_SRC_RATE_PER_S 100
+#define GN_OVERLAY_SRC_BURST 200
+#define GN_OVERLAY_SRC_MAX 1024
+#define GN_OVERLAY_ALL_RATE_PER_S 2000
+#define GN_OVERLAY_ALL_BURST 4000
+
+/* Starts membership when the config says overlay = on: binds UDP on the
+ * transport's listen address (the transport listens already) and starts
+ * the SWIM timer. A socket that cannot be bound is logged and leaves the
+ * node without membership (status says why); only running out of memory
+ * fails (GN_ENOMEM, err set). */
+int gn__overlay_start(gn_node *n, char *err, size_t cap);
+/* A session came up with a peer advertising addr: it becomes a member to
+ * probe at the same host:port over UDP (its key is proven by the session). */
+void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *addr);
+/* Graceful shutdown begins: announces the leave and sends what that
+ * sends at once; the socket stays open (answers carry the leave) until
+ * gn__overlay_close. Harmless when not started. */
+void gn__overlay_stop(gn_node *n);
+/* When the sessions close: closes the socket and the timer, after the
+ * leave was told (two answers went out, or 3 s passed, or nobody is left
+ * to tell; the loop runs that long more). */
+void gn__overlay_close(gn_node *n);
+/* After the loop ended: frees what is left. Harmless when not started. */
+void gn__overlay_free(gn_node *n);
+/* Adds "overlay", "members", "health" and "datagrams" to a status object. */
+void gn__overlay_status_json(gn_node *n, json_t *o);
+/* GET /v1/members: the members this node knows, each with its state. */
+void gn__overlay_register(gn_node *n);
+/* A member's state ("alive", "suspect", "dead", "left"), or NULL when id
+ * is not a member or there is no membership. */
+const char *gn__overlay_member_state(gn_node *n, const uint8_t id[GN_PK_LEN]);
+
+#endif
