@@ -474,17 +474,24 @@ static prove_sess *prove_find(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN],
   return NULL;
 }
 
-/* The challenger's entry for the hourly count; a peer not yet known takes
- * a free entry or the least recently seen one's. */
+static peer_rate *rate_find(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN]) {
+  for (size_t i = 0; i < GN_ATTEST_PEERS_MAX; i++)
+    if (a->rates[i].used && memcmp(a->rates[i].peer, peer, GN_PK_LEN) == 0)
+      return &a->rates[i];
+  return NULL;
+}
+
+/* The challenger's entry for the hourly count, made when its first
+ * challenge is accepted (a refused one keeps nothing): a free entry, or the
+ * least recently seen peer's. */
 static peer_rate *rate_of(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN]) {
-  peer_rate *lru = &a->rates[0];
-  for (size_t i = 0; i < GN_ATTEST_PEERS_MAX; i++) {
+  peer_rate *lru = rate_find(a, peer);
+  if (lru)
+    return lru;
+  lru = &a->rates[0];
+  for (size_t i = 1; i < GN_ATTEST_PEERS_MAX && lru->used; i++) {
     peer_rate *p = &a->rates[i];
-    if (p->used && memcmp(p->peer, peer, GN_PK_LEN) == 0)
-      return p;
-    if (!p->used && lru->used)
-      lru = p;
-    else if (p->used && lru->used && p->seen_ms < lru->seen_ms)
+    if (!p->used || p->seen_ms < lru->seen_ms)
       lru = p;
   }
   memset(lru, 0, sizeof *lru);
@@ -493,9 +500,10 @@ static peer_rate *rate_of(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN]) {
   return lru;
 }
 
-/* Minutes until p may challenge again; 0 when it may now. */
+/* Minutes until p (NULL: a peer not seen) may challenge again; 0 when it
+ * may now. */
 static uint64_t rate_wait_min(const peer_rate *p, uint64_t now) {
-  if (p->count < GN_ATTEST_PEER_HOURLY)
+  if (!p || p->count < GN_ATTEST_PEER_HOURLY)
     return 0;
   uint64_t oldest = p->at_ms[p->next];
   if (now - oldest >= HOUR_MS)
@@ -554,8 +562,7 @@ static void on_challenge(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], cons
   if (old && old->working)
     return send_error(a, peer, m->sid, "one attestation at a time per peer: the previous one is still running");
   uint64_t now = now_of(a);
-  peer_rate *rate = rate_of(a, peer);
-  uint64_t wait = rate_wait_min(rate, now);
+  uint64_t wait = rate_wait_min(rate_find(a, peer), now);
   if (wait) {
     strf(reason, sizeof reason, "at most %u attestation challenges an hour from one peer; try again in %llu minutes",
          (unsigned)GN_ATTEST_PEER_HOURLY, (unsigned long long)wait);
@@ -574,7 +581,7 @@ static void on_challenge(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], cons
   /* A peer's new challenge replaces its idle session (one per peer). */
   if (old)
     prove_free(a, old);
-  rate_count(rate, now);
+  rate_count(rate_of(a, peer), now);
   if (slot->simulated)
     gn_attest_prover_set_max_ops(s->pr, SIM_MAX_OPS);
   memcpy(s->peer, peer, GN_PK_LEN);

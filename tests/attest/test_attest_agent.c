@@ -442,37 +442,91 @@ static void own_offer_id(const fixture *f, const char *model, char ret[GN_OFFER_
   gn_offer_id(&o, ret);
 }
 
-/* A challenge from a played peer `who`: a small simulated-class challenge
- * body wrapped {sid, gpu_model, offer (when not NULL), data}, sealed by who
- * and handed to the provider's agent as if it came over the wire. */
-static void play_challenge(fixture *f, const gn_identity *who, const char *sid, const char *model, const char *offer) {
-  const gn_attest_params p = {.n = 256, .depth = 1, .rounds = 2, .open_rounds = 2, .open_rows = 4};
-  gn_buf ch = {0}, body = {0}, env = {0};
-  gn_attest_verifier *v;
+/* Hands the provider's agent a message of type from a played peer `who`:
+ * the wrapper {sid, gpu_model (when not NULL), offer (when not NULL), data},
+ * sealed by who, as if it came over the wire. */
+static void play_wrapped(fixture *f, const gn_identity *who, uint32_t type, const char *sid, const char *model,
+                         const char *offer, const gn_buf *data) {
+  gn_buf body = {0}, env = {0};
   gn_wire_writer w;
   gn_envelope e;
-  assert_int_equal(gn_attest_verifier_new(&p, "RTX 4090", NULL, NULL, &ch, &v), 0);
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, offer ? 4 : 3);
+  gn_wire_put_map(&w, 2 + (model ? 1 : 0) + (offer ? 1 : 0));
   gn_wire_put_str(&w, "sid");
   gn_wire_put_str(&w, sid);
-  gn_wire_put_str(&w, "gpu_model");
-  gn_wire_put_str(&w, model);
+  if (model) {
+    gn_wire_put_str(&w, "gpu_model");
+    gn_wire_put_str(&w, model);
+  }
   if (offer) {
     gn_wire_put_str(&w, "offer");
     gn_wire_put_str(&w, offer);
   }
   gn_wire_put_str(&w, "data");
-  gn_wire_put_bin(&w, ch.data, ch.len);
+  gn_wire_put_bin(&w, data->data, data->len);
   assert_int_equal(gn_wire_writer_take(&w, &body), 0);
   gn_wire_writer_done(&w);
-  assert_int_equal(gn_envelope_seal(who, GN_MSG_ATTEST_CHALLENGE, body.data, body.len, &env), 0);
+  assert_int_equal(gn_envelope_seal(who, type, body.data, body.len, &env), 0);
   assert_int_equal(gn_envelope_open(env.data, env.len, &e), 0);
   gn_attest_agent_on_message(f->prov.a, who->pk, &e, env.data, env.len);
-  gn_attest_verifier_free(v);
-  gn_buf_done(&ch);
   gn_buf_done(&body);
   gn_buf_done(&env);
+}
+
+static const gn_attest_params played_params = {.n = 256, .depth = 1, .rounds = 2, .open_rounds = 2, .open_rows = 4};
+
+/* A challenge from a played peer `who`: a small simulated-class challenge
+ * body, naming offer when not NULL. */
+static void play_challenge(fixture *f, const gn_identity *who, const char *sid, const char *model, const char *offer) {
+  gn_buf ch = {0};
+  gn_attest_verifier *v;
+  assert_int_equal(gn_attest_verifier_new(&played_params, "RTX 4090", NULL, NULL, &ch, &v), 0);
+  play_wrapped(f, who, GN_MSG_ATTEST_CHALLENGE, sid, model, offer, &ch);
+  gn_attest_verifier_free(v);
+  gn_buf_done(&ch);
+}
+
+/* The data of the last message sent to a played peer, which must be of type. */
+static void last_stray_data(const fixture *f, uint32_t type, gn_buf *ret) {
+  gn_envelope e;
+  gn_wire_doc doc;
+  const uint8_t *d;
+  size_t dl;
+  assert_true(f->w.nstray > 0);
+  const gn_buf *m = &f->w.stray[f->w.nstray - 1];
+  assert_int_equal(gn_envelope_open(m->data, m->len, &e), 0);
+  assert_int_equal(e.type, type);
+  assert_int_equal(gn_wire_decode(e.body, e.body_len, &doc), 0);
+  assert_int_equal(gn_wire_get_bin_ref(doc.root, "data", GN_MSG_MAX, &d, &dl), 0);
+  assert_int_equal(gn_buf_append(ret, d, dl), 0);
+  gn_wire_doc_done(&doc);
+}
+
+/* A played peer proves the provider's GPU (compute only) and vouches for
+ * it with its signed verdict, which the provider then holds. */
+static void play_vouch(fixture *f, const gn_identity *who, const char *model) {
+  gn_buf ch = {0}, resp = {0}, open = {0}, proof = {0}, verdict = {0};
+  gn_attest_verifier *v;
+  gn_attest_result res;
+  gn_envelope e;
+  char mine[GN_OFFER_ID_STRLEN];
+  own_offer_id(f, model, mine);
+  assert_int_equal(gn_attest_verifier_new(&played_params, "RTX 4090", NULL, NULL, &ch, &v), 0);
+  play_wrapped(f, who, GN_MSG_ATTEST_CHALLENGE, "a-vouch", model, mine, &ch);
+  pump(&f->w);
+  last_stray_data(f, GN_MSG_ATTEST_RESPONSE, &resp);
+  assert_int_equal(gn_attest_verifier_on_response(v, resp.data, resp.len, &open), 0);
+  play_wrapped(f, who, GN_MSG_ATTEST_OPEN, "a-vouch", NULL, NULL, &open);
+  pump(&f->w);
+  last_stray_data(f, GN_MSG_ATTEST_PROOF, &proof);
+  assert_int_equal(gn_attest_verifier_on_proof(v, proof.data, proof.len, 5, &res), 0);
+  assert_int_equal(gn_attest_verdict_seal(who, f->prov.id->pk, &played_params, &res, gn_unix_s(), &verdict), 0);
+  assert_int_equal(gn_envelope_open(verdict.data, verdict.len, &e), 0);
+  gn_attest_agent_on_message(f->prov.a, who->pk, &e, verdict.data, verdict.len);
+  gn_attest_verifier_free(v);
+  gn_buf *bufs[] = {&ch, &resp, &open, &proof, &verdict};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    gn_buf_done(bufs[i]);
 }
 
 /* The type of the i-th message sent to a played peer, and its reason (an
@@ -677,6 +731,31 @@ static void test_verdict_without_its_verifiers_lease_is_not_published(void **sta
   gn_identity_free(x);
 }
 
+/* Held verdicts are bounded: GN_ATTEST_HELD_MAX peers' at most, the oldest
+ * dropped for a newer one (its lease then publishes nothing), one per peer. */
+static void test_held_verdicts_are_bounded(void **state) {
+  fixture *f = *state;
+  gn_attest_gpu g = sim_gpu("RTX 4090");
+  assert_int_equal(gn_attest_agent_add_local(f->prov.a, &g, 0, true), 0);
+  pump(&f->w);
+  gn_identity *ids[GN_ATTEST_HELD_MAX + 1];
+  for (int i = 0; i <= GN_ATTEST_HELD_MAX; i++) {
+    assert_int_equal(gn_identity_generate(&ids[i]), 0);
+    play_vouch(f, ids[i], "RTX 4090");
+    f->w.clock_ms += 10;
+    assert_int_equal(gn_attest_agent_held(f->prov.a), i < GN_ATTEST_HELD_MAX ? (size_t)i + 1 : GN_ATTEST_HELD_MAX);
+  }
+  /* A peer's second verdict replaces its first. */
+  play_vouch(f, ids[GN_ATTEST_HELD_MAX], "RTX 4090");
+  assert_int_equal(gn_attest_agent_held(f->prov.a), GN_ATTEST_HELD_MAX);
+  int64_t now = gn_unix_s();
+  assert_int_equal(gn_attest_agent_lease_agreed(f->prov.a, ids[0]->pk, "RTX 4090", now, NULL, 0), 0);
+  assert_int_equal(gn_attest_agent_lease_agreed(f->prov.a, ids[1]->pk, "RTX 4090", now, NULL, 0), 1);
+  assert_int_equal(gn_attest_agent_held(f->prov.a), GN_ATTEST_HELD_MAX - 1);
+  for (int i = 0; i <= GN_ATTEST_HELD_MAX; i++)
+    gn_identity_free(ids[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_self_check_seals_a_report, setup, teardown),
@@ -694,6 +773,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_challenges_per_peer_per_hour_are_limited, setup, teardown),
       cmocka_unit_test_setup_teardown(test_exchanges_in_flight_are_bounded_in_total, setup, teardown),
       cmocka_unit_test_setup_teardown(test_verdict_without_its_verifiers_lease_is_not_published, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_held_verdicts_are_bounded, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
