@@ -99,8 +99,8 @@ void gn_views_config_default(gn_views_config *cfg) {
       .shuffle_kp = 4,
       .shuffle_ttl = 6,
       .join_interval_ms = 3000,
-      .shuffle_per_peer = 3,
-      .fjoin_per_peer = 16,
+      .shuffle_per_peer = 10,
+      .fjoin_per_peer = 1000,
       .replace_per_period = 12,
       .request_timeout_ms = 5000,
       .fill_interval_ms = 1000,
@@ -465,10 +465,15 @@ static uint64_t held_ms(const member *m, uint64_t now_ms) {
   return m->score_ms + (now_ms > m->since_ms ? now_ms - m->since_ms : 0);
 }
 
-static void active_remove_at(gn_views *v, size_t i) {
+/* Takes member i out of the active view. The last one leaving starts the
+ * rejoin clock: the passive view gets one rejoin_interval_ms to refill the
+ * view before the node JOINs a contact again. */
+static void active_remove_at(gn_views *v, size_t i, uint64_t now_ms) {
   uint8_t id[GN_PK_LEN];
   memcpy(id, v->active[i].id, GN_PK_LEN);
   v->active[i] = v->active[--v->nactive];
+  if (!v->nactive && v->npassive && v->next_rejoin_ms < now_ms + v->cfg.rejoin_interval_ms)
+    v->next_rejoin_ms = now_ms + v->cfg.rejoin_interval_ms;
   if (v->io.event)
     v->io.event(v->io.ud, id, GN_VIEWS_EV_REMOVED);
 }
@@ -495,7 +500,7 @@ static void evict_one(gn_views *v, const uint8_t *keep, uint64_t now_ms) {
   size_t i = cand[rnd_below(v, (n + 1) / 2)];
   member m = v->active[i];
   send_simple(v, m.id, GN_MSG_VIEW_DISCONNECT);
-  active_remove_at(v, i);
+  active_remove_at(v, i, now_ms);
   if (v->io.disconnect)
     v->io.disconnect(v->io.ud, m.id);
   passive_add_verified(v, m.id, m.addr, now_ms + v->cfg.backoff_ms, held_ms(&m, now_ms), now_ms);
@@ -612,9 +617,10 @@ static uint64_t rate_keep_ms(const gn_views *v) {
   return v->cfg.join_interval_ms > v->cfg.shuffle_interval_ms ? v->cfg.join_interval_ms : v->cfg.shuffle_interval_ms;
 }
 
-/* The rate state of peer, made if needed. When the table is full only an
- * entry idle for longer than every window it counts is reused, so a crowd of
- * identities cannot wipe a peer's record; a new peer then waits (NULL). */
+/* The rate state of peer, made if needed. When the table is full the record
+ * seen least recently is reused: a crowd of identities that pushes a peer's
+ * record out gains nothing it could not get by using one more identity, while
+ * refusing newcomers instead would let that crowd lock out honest joiners. */
 static rate *rate_get(gn_views *v, const uint8_t peer[GN_PK_LEN], uint64_t now_ms) {
   for (size_t i = 0; i < v->nrates; i++)
     if (id_eq(v->rates[i].id, peer)) {
@@ -625,11 +631,10 @@ static rate *rate_get(gn_views *v, const uint8_t peer[GN_PK_LEN], uint64_t now_m
   if (v->nrates < GN_VIEWS_RATE_MAX) {
     r = &v->rates[v->nrates++];
   } else {
-    for (size_t i = 0; i < v->nrates; i++)
-      if (v->rates[i].seen_ms + rate_keep_ms(v) <= now_ms && (!r || v->rates[i].seen_ms < r->seen_ms))
+    r = &v->rates[0];
+    for (size_t i = 1; i < v->nrates; i++)
+      if (v->rates[i].seen_ms < r->seen_ms)
         r = &v->rates[i];
-    if (!r)
-      return NULL;
   }
   memset(r, 0, sizeof(*r));
   memcpy(r->id, peer, GN_PK_LEN);
@@ -844,7 +849,7 @@ static int on_disconnect(gn_views *v, const uint8_t peer[GN_PK_LEN], uint64_t no
   if (i < 0)
     return 0;
   member mb = v->active[i];
-  active_remove_at(v, (size_t)i);
+  active_remove_at(v, (size_t)i, now_ms);
   if (v->io.disconnect)
     v->io.disconnect(v->io.ud, peer);
   passive_add_verified(v, mb.id, mb.addr, now_ms + v->cfg.backoff_ms, held_ms(&mb, now_ms), now_ms);
@@ -1069,7 +1074,7 @@ void gn_views_peer_down(gn_views *v, const uint8_t id[GN_PK_LEN], uint64_t now_m
     return;
   int a = find_member(v->active, v->nactive, id);
   if (a >= 0) {
-    active_remove_at(v, (size_t)a);
+    active_remove_at(v, (size_t)a, now_ms);
     v->next_fill_ms = now_ms;
   }
   for (size_t i = 0; i < v->npend;) {
@@ -1131,7 +1136,7 @@ static void fill_active(gn_views *v, uint64_t now_ms) {
     if (!cnt)
       break;
     member *m = &v->passive[idx[rnd_below(v, cnt)]];
-    if (!request_neighbor(v, m->id, m->addr, v->nactive == 0, now_ms))
+    if (!request_neighbor(v, m->id, m->addr, v->nactive <= 1, now_ms))
       break;
     v->stats.promotions++;
     started++;
@@ -1162,7 +1167,7 @@ void gn_views_tick(gn_views *v, uint64_t now_ms) {
     fill_active(v, now_ms);
     v->next_fill_ms = now_ms + v->cfg.fill_interval_ms;
   }
-  if (!v->nactive && !v->npassive && v->ncontacts && now_ms >= v->next_rejoin_ms) {
+  if (!v->nactive && v->ncontacts && now_ms >= v->next_rejoin_ms) {
     const entry *c = &v->contacts[rnd_below(v, v->ncontacts)];
     join_contact(v, c->id, c->addr, now_ms);
     v->next_rejoin_ms = now_ms + v->cfg.rejoin_interval_ms;
@@ -1176,7 +1181,7 @@ uint64_t gn_views_next_deadline_ms(const gn_views *v) {
       d = v->pend[i].deadline_ms;
   if (v->nactive < v->cfg.active_size && v->npassive && v->next_fill_ms < d)
     d = v->next_fill_ms;
-  if (!v->nactive && !v->npassive && v->ncontacts && v->next_rejoin_ms < d)
+  if (!v->nactive && v->ncontacts && v->next_rejoin_ms < d)
     d = v->next_rejoin_ms;
   return d;
 }

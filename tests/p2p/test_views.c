@@ -773,16 +773,20 @@ static void test_views_forward_join_per_peer_bound(void **state) {
     make_active(v, n, T0);
   clear_rec();
   int ok = 0, busy = 0;
-  for (uint32_t n = 1000; n < 1100; n++) {
+  for (uint32_t n = 1000; n < 2100; n++) {
     char a[GN_VIEWS_ADDR_MAX];
     mk_addr(n, a);
     int r = deliver(v, 2, GN_MSG_VIEW_FORWARD_JOIN, fjoin_body(n, a, 6), T0);
     ok += r == 0;
     busy += r == GN_EBUSY;
   }
-  assert_int_equal(ok, 16);
-  assert_int_equal(busy, 84);
-  assert_int_equal(count_sent(GN_MSG_VIEW_FORWARD_JOIN), 16);
+  assert_int_equal(ok, 1000);
+  assert_int_equal(busy, 100);
+  assert_int_equal(count_sent(GN_MSG_VIEW_FORWARD_JOIN), 1000);
+  /* The next period takes more. */
+  char a[GN_VIEWS_ADDR_MAX];
+  mk_addr(3000, a);
+  assert_int_equal(deliver(v, 2, GN_MSG_VIEW_FORWARD_JOIN, fjoin_body(3000, a, 6), T0 + 10000), 0);
   gn_views_free(v);
 }
 
@@ -970,7 +974,7 @@ static void test_views_shuffle_flood_replaces_bounded_share(void **state) {
       taken += deliver(v, 2, GN_MSG_VIEW_SHUFFLE, shuffle_body(fresh++, 0, (uint64_t)k, e, 8), now + (uint64_t)k) == 0;
     }
     gn_views_stats_get(v, &s1);
-    assert_int_equal(taken, 3);
+    assert_int_equal(taken, 10);
     assert_true(s1.passive_replaced - s0.passive_replaced <= 12);
     assert_true(s1.passive_replaced - s0.passive_replaced >= 1);
     for (uint32_t n = 10; n < 18; n++)
@@ -1017,22 +1021,27 @@ static void test_views_verified_outrank_hearsay(void **state) {
 }
 
 /* Hostile: 1,000 identities each send one JOIN; the per-peer rate state stays
- * within its table. */
+ * within its table, newcomers are not locked out, and the records of the
+ * latest senders still hold. */
 static void test_views_rate_state_bounded(void **state) {
   (void)state;
   gn_views *v = mk_views(NULL);
+  uint64_t now = T0;
   int busy = 0;
   for (uint32_t n = 1000; n < 2000; n++) {
     char a[GN_VIEWS_ADDR_MAX];
     mk_addr(n, a);
-    up(v, n, T0);
-    busy += deliver(v, n, GN_MSG_VIEW_JOIN, join_body(a), T0) == GN_EBUSY;
+    up(v, n, now);
+    busy += deliver(v, n, GN_MSG_VIEW_JOIN, join_body(a), now++) == GN_EBUSY;
     assert_true(gn_views_rate_count(v) <= GN_VIEWS_RATE_MAX);
     clear_rec();
   }
-  /* Beyond the table, newcomers wait until old records expire. */
-  assert_int_equal(busy, 1000 - GN_VIEWS_RATE_MAX);
-  gn_views_tick(v, T0 + 10001);
+  assert_int_equal(busy, 0);
+  assert_int_equal(gn_views_rate_count(v), GN_VIEWS_RATE_MAX);
+  char a[GN_VIEWS_ADDR_MAX];
+  mk_addr(1999, a);
+  assert_int_equal(deliver(v, 1999, GN_MSG_VIEW_JOIN, join_body(a), now), GN_EBUSY);
+  gn_views_tick(v, now + 10001);
   assert_int_equal(gn_views_rate_count(v), 0);
   gn_views_free(v);
 }
@@ -1130,6 +1139,7 @@ static void test_views_peer_down_promotes_from_passive(void **state) {
   gn_views *v = mk_views(NULL);
   make_active(v, 2, T0);
   make_active(v, 3, T0);
+  make_active(v, 4, T0);
   uint64_t now = T0;
   fill_passive_hearsay(v, 2, 800, 5, &now);
   assert_int_equal(gn_views_passive_count(v), 5);
@@ -1145,10 +1155,60 @@ static void test_views_peer_down_promotes_from_passive(void **state) {
   uint32_t target = R.connects[0];
   assert_true(target >= 800 && target < 805);
   up(v, target, now + 5);
-  assert_false(sent_bool(last_sent(GN_MSG_VIEW_NEIGHBOR), "high")); /* 2 is still active */
+  assert_false(sent_bool(last_sent(GN_MSG_VIEW_NEIGHBOR), "high")); /* 2 and 4 are still active */
   assert_int_equal(deliver(v, target, GN_MSG_VIEW_NEIGHBOR_REPLY, reply_accept_body(true), now + 10), 0);
   assert_true(active_has(v, target));
   assert_false(passive_has(v, target));
+  gn_views_free(v);
+}
+
+/* With one member left (or none) the request is high priority: two nodes
+ * left only with each other, among full nodes, must not stay an island. */
+static void test_views_lone_member_asks_high(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  make_active(v, 2, T0);
+  make_active(v, 3, T0);
+  uint64_t now = T0;
+  fill_passive_hearsay(v, 2, 800, 2, &now);
+  down(v, 3, now);
+  up(v, 800, now);
+  up(v, 801, now);
+  clear_rec();
+  gn_views_tick(v, now);
+  assert_int_equal(count_sent(GN_MSG_VIEW_NEIGHBOR), 2);
+  for (size_t i = 0; i < R.nmsgs; i++)
+    if (R.msgs[i].type == GN_MSG_VIEW_NEIGHBOR)
+      assert_true(sent_bool(&R.msgs[i], "high"));
+  gn_views_free(v);
+}
+
+/* A node left without any active member JOINs a contact again once the
+ * passive view has had rejoin_interval_ms to refill the active one. */
+static void test_views_rejoins_contact_when_alone(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  uint8_t c[GN_PK_LEN];
+  char a[GN_VIEWS_ADDR_MAX];
+  mk_id(2, c);
+  mk_addr(2, a);
+  up(v, 2, T0);
+  assert_int_equal(gn_views_add_contact(v, c, a, T0), 0);
+  make_active(v, 3, T0);
+  uint64_t now = T0;
+  fill_passive_hearsay(v, 2, 800, 3, &now); /* unreachable hearsay */
+  down(v, 2, now);
+  down(v, 3, now);
+  assert_int_equal(gn_views_active_count(v), 0);
+  clear_rec();
+  for (uint64_t t = now; t < now + 5000; t += 100)
+    gn_views_tick(v, t);
+  assert_int_equal(R.nconnects, 3); /* the passive view first */
+  up(v, 2, now + 5000);
+  gn_views_tick(v, now + 5000);
+  assert_int_equal(count_sent(GN_MSG_VIEW_JOIN), 1);
+  assert_int_equal(last_sent(GN_MSG_VIEW_JOIN)->to, 2);
+  assert_true(active_has(v, 2));
   gn_views_free(v);
 }
 
@@ -1682,6 +1742,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_merge_evicts_at_most_kp_per_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_late_accept_answered_with_disconnect, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_peer_down_promotes_from_passive, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_lone_member_asks_high, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_rejoins_contact_when_alone, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_refused_member_backs_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_unreachable_member_forgotten, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_disconnect_moves_to_passive, setup, teardown),
