@@ -98,6 +98,9 @@ struct gn_discovery {
   size_t want_next;
   int64_t next_digest_s;
   bool digest_started;
+  /* The budget that peers beyond GN_DISCOVERY_MAX_UP share (its pk is set
+   * to the sender's for the message being handled). */
+  up_peer stranger;
   int64_t win_s; /* the period of the totals below */
   uint32_t digests_in;
   size_t bytes_out;
@@ -827,8 +830,10 @@ static int on_sync(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_enve
   if (memcmp(env->signer, peer, GN_PK_LEN) != 0)
     return GN_EPERM;
   up_peer *p = find_up(d, peer);
-  if (!p)
-    return GN_EBUSY; /* not tracked, so not budgeted: not served */
+  if (!p) { /* not tracked: served within one budget that all such share */
+    p = &d->stranger;
+    memcpy(p->pk, peer, GN_PK_LEN);
+  }
   budget_window(d, p, now_s);
   bool digest = env->type == GN_MSG_OFFER_DIGEST;
   if (digest && (p->digests_in >= GN_DISCOVERY_PEER_DIGESTS || d->digests_in >= GN_DISCOVERY_DIGESTS_PER_PERIOD))

@@ -1211,6 +1211,67 @@ static void test_discovery_digests_and_wants_are_rate_limited(void **state) {
   hand_stop(&h);
 }
 
+/* A hub tracks 64 peers; the 65th, untracked, still gets the offers it asks
+ * for, within the budget all untracked peers share. */
+static void test_discovery_untracked_peer_is_served_within_shared_budget(void **state) {
+  (void)state;
+  hand h;
+  hand_start(&h, 1);
+  for (int i = 1; i < GN_DISCOVERY_MAX_UP; i++) {
+    uint8_t pk[GN_PK_LEN];
+    memset(pk, 0, sizeof(pk));
+    memcpy(pk, &i, sizeof(i));
+    pk[31] = 0x77;
+    assert_int_equal(gn_discovery_peer_up(h.d, pk, "", NOW), 0);
+  }
+  assert_int_equal(gn_discovery_up_count(h.d), GN_DISCOVERY_MAX_UP);
+  gn_identity *x;
+  assert_int_equal(gn_identity_generate(&x), 0);
+  assert_int_equal(gn_discovery_peer_up(h.d, x->pk, "10.5.0.1:7400", NOW), 0);
+  assert_int_equal(gn_discovery_up_count(h.d), GN_DISCOVERY_MAX_UP);
+  gn_offer o;
+  memset(&o, 0, sizeof(o));
+  o.seq = 1;
+  o.issued_s = NOW;
+  o.expires_s = NOW + 60;
+  snprintf(o.gpu_model, sizeof(o.gpu_model), "RTX 4090");
+  o.gpus_free = o.gpus_total = 1;
+  snprintf(o.currency, sizeof(o.currency), "EUR");
+  gn_buf env = {0}, body = {0};
+  assert_int_equal(gn_offer_seal(h.peer[0], &o, &env), 0);
+  assert_int_equal(gn_offer_table_put(h.table, env.data, env.len, NOW), 1);
+  char id[GN_OFFER_ID_STRLEN];
+  uint8_t idb[6];
+  gn_offer_id(&gn_offer_table_at(h.table, 0)->offer, id);
+  for (int i = 0; i < 6; i++)
+    sscanf(id + 2 + 2 * i, "%2hhx", &idb[i]);
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 1);
+  gn_wire_put_str(&w, "offers");
+  gn_wire_put_array(&w, 1);
+  gn_wire_put_array(&w, 2);
+  gn_wire_put_bin(&w, h.peer[0]->pk, GN_PK_LEN);
+  gn_wire_put_bin(&w, idb, sizeof(idb));
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  env.len = 0;
+  assert_int_equal(gn_envelope_seal(x, GN_MSG_OFFER_WANT, body.data, body.len, &env), 0);
+  gn_envelope parsed;
+  assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
+  nsends = 0;
+  int taken = 0;
+  for (int i = 0; i < 100; i++)
+    taken += gn_discovery_on_message(h.d, x->pk, &parsed, env.data, env.len, NOW) == 0;
+  assert_int_equal(taken, GN_DISCOVERY_PEER_WANTS);
+  assert_int_equal(sends_of(GN_MSG_OFFER), GN_DISCOVERY_PEER_WANTS);
+  assert_memory_equal(sends[0].peer, x->pk, GN_PK_LEN);
+  gn_identity_free(x);
+  gn_buf_done(&env);
+  gn_buf_done(&body);
+  hand_stop(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_discovery_overlay_forms_from_one_bootstrap),
@@ -1226,6 +1287,7 @@ int main(void) {
       cmocka_unit_test(test_discovery_peers_flood_makes_bounded_dials),
       cmocka_unit_test(test_discovery_refuses_hostile_digest_and_want_bodies),
       cmocka_unit_test(test_discovery_digests_and_wants_are_rate_limited),
+      cmocka_unit_test(test_discovery_untracked_peer_is_served_within_shared_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
