@@ -24,12 +24,12 @@
 #define LOG_RATE_PER_S 2
 /* The timer never sleeps longer than this, whatever the machine says. */
 #define TICK_MAX_MS 1000
-/* After the leave, the socket stays open past the sessions' close until
- * this many datagrams went out (answers to others' probes, the leave riding
- * on them: the machine stops probing once it left) or this long passed:
- * about one probe of ours arrives a second whatever the size of the
- * network. */
-#define LEAVE_TOLD 2
+/* After the leave, the socket stays open (past the sessions' close if
+ * need be) until this many datagrams went out (answers to others' probes,
+ * the leave riding on them: the machine stops probing once it left; the
+ * one who hears it spreads it) or this long after the leave: about one
+ * probe a second reaches a node whatever the size of the network. */
+#define LEAVE_TOLD 1
 #define LEAVE_LINGER_MS 3000
 
 typedef struct ov_stats {
@@ -408,6 +408,7 @@ void gn__overlay_stop(gn_node *n) {
     uint64_t now = gn_mono_ms();
     gn_swim_leave(o->swim, now);
     o->out_at_leave = o->st.out;
+    o->linger_end_ms = now + LEAVE_LINGER_MS;
     gn_swim_tick(o->swim, now);
     arm(o);
   }
@@ -434,7 +435,6 @@ void gn__overlay_close(gn_node *n) {
     return;
   }
   o->lingering = true;
-  o->linger_end_ms = gn_mono_ms() + LEAVE_LINGER_MS;
   linger_check(o);
   arm(o);
 }

@@ -34,9 +34,9 @@ void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *
  * sends at once; the socket stays open (answers carry the leave) until
  * gn__overlay_close. Harmless when not started. */
 void gn__overlay_stop(gn_node *n);
-/* When the sessions close: closes the socket and the timer, after the
- * leave was told (two answers went out, or 3 s passed, or nobody is left
- * to tell; the loop runs that long more). */
+/* When the sessions close: closes the socket and the timer once the leave
+ * was told (an answer went out since, or 3 s passed since the leave, or
+ * nobody is left to tell; the loop runs until then). */
 void gn__overlay_close(gn_node *n);
 /* After the loop ended: frees what is left. Harmless when not started. */
 void gn__overlay_free(gn_node *n);
