@@ -1248,6 +1248,18 @@ int gn_views_add_contact(gn_views *v, const uint8_t id[GN_PK_LEN], const char *a
   return r;
 }
 
+int gn_views_add_passive(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms) {
+  if (!id || !gn_views_addr_valid(addr) || is_self(v, id, addr))
+    return GN_EINVAL;
+  if (find_member(v->active, v->nactive, id) >= 0 || find_member(v->passive, v->npassive, id) >= 0)
+    return GN_EEXIST;
+  entry e;
+  memcpy(e.id, id, GN_PK_LEN);
+  snprintf(e.addr, sizeof(e.addr), "%s", addr);
+  uint32_t one = 1;
+  return passive_add_hearsay(v, &e, NULL, 0, &one, now_ms) ? 0 : GN_EBUSY;
+}
+
 static size_t copy_members(const member *m, size_t n, gn_views_peer *out, size_t cap) {
   for (size_t i = 0; i < n && i < cap; i++) {
     memcpy(out[i].id, m[i].id, GN_PK_LEN);

@@ -34,15 +34,15 @@ typedef struct gn_views_config {
   uint32_t shuffle_kp;          /* passive entries in a SHUFFLE (4) */
   uint32_t shuffle_ttl;         /* SHUFFLE random walk length (6) */
   uint32_t join_interval_ms;    /* JOIN, and NEIGHBOR, from one peer at most once per interval (3000) */
-  uint32_t shuffle_per_peer;    /* SHUFFLEs taken from one peer per shuffle interval (3) */
-  uint32_t fjoin_per_peer;      /* FORWARD_JOINs taken from one peer per shuffle interval (16) */
+  uint32_t shuffle_per_peer;    /* SHUFFLEs taken from one peer per shuffle interval (10) */
+  uint32_t fjoin_per_peer;      /* FORWARD_JOINs taken from one peer per shuffle interval (1000) */
   uint32_t replace_per_period;  /* passive entries a merge may evict per shuffle interval (passive_size / 4) */
   uint32_t request_timeout_ms;  /* a dial or NEIGHBOR request not answered by then failed (5000) */
   uint32_t fill_interval_ms;    /* active view refills start at most this often (1000) */
   uint32_t fill_burst;          /* NEIGHBOR requests started per refill (2) */
   uint32_t backoff_ms;          /* first back-off of a passive member that refused; doubles per refusal (2000) */
   uint32_t backoff_max_ms;      /* (60000) */
-  uint32_t rejoin_interval_ms;  /* JOIN a contact again while both views are empty (5000) */
+  uint32_t rejoin_interval_ms;  /* JOIN a contact again after this long with no active member (5000) */
 } gn_views_config;
 
 /* Fills cfg with the defaults above. */
@@ -102,10 +102,18 @@ gn_views *gn_views_free(gn_views *v);
 
 /* A bootstrap node, learnt once a session to it is up (its key checked): JOIN
  * is sent to it and it enters the active view. Kept (up to
- * GN_VIEWS_CONTACTS_MAX) to JOIN again while both views are empty. GN_EINVAL
- * for our own id or a bad address, GN_ETOOBIG when the contact list is full
- * (the JOIN is still sent). */
+ * GN_VIEWS_CONTACTS_MAX) to JOIN again when the active view stays empty.
+ * GN_EINVAL for our own id or a bad address, GN_ETOOBIG when the contact list
+ * is full (the JOIN is still sent). */
 int gn_views_add_contact(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms);
+
+/* A peer learnt elsewhere (the membership list), kept in the passive view as
+ * hearsay under the same rules as a shuffled entry (one entry per id and per
+ * address, never ourselves, evicting only hearsay within the period's budget),
+ * so a node whose contacts are gone can still refill its views. GN_EINVAL for
+ * our own id or address or a bad address, GN_EEXIST when already in a view,
+ * GN_EBUSY when it did not fit. */
+int gn_views_add_passive(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms);
 
 /* A session to id came up (either side dialled); addr is its advertised
  * listen address or "". Requests waiting for that session are sent. */

@@ -1132,6 +1132,62 @@ static void test_views_late_accept_answered_with_disconnect(void **state) {
   gn_views_free(v);
 }
 
+static void test_views_add_passive_follows_merge_rules(void **state) {
+  (void)state;
+  gn_views_config c;
+  gn_views_config_default(&c);
+  c.passive_size = 4;
+  c.replace_per_period = 2;
+  gn_views *v = mk_views(&c);
+  make_active(v, 2, T0);
+  uint8_t pk[GN_PK_LEN];
+  char a[GN_VIEWS_ADDR_MAX];
+  mk_id(SELF, pk);
+  assert_int_equal(gn_views_add_passive(v, pk, "10.9.9.9:7000", T0), GN_EINVAL);
+  mk_id(900, pk);
+  assert_int_equal(gn_views_add_passive(v, pk, SELF_ADDR, T0), GN_EINVAL);
+  assert_int_equal(gn_views_add_passive(v, pk, "example.com:7000", T0), GN_EINVAL);
+  mk_id(2, pk);
+  mk_addr(2, a);
+  assert_int_equal(gn_views_add_passive(v, pk, a, T0), GN_EEXIST);
+  for (uint32_t n = 900; n < 904; n++) {
+    mk_id(n, pk);
+    mk_addr(n, a);
+    assert_int_equal(gn_views_add_passive(v, pk, a, T0), 0);
+  }
+  mk_id(901, pk);
+  mk_addr(950, a);
+  assert_int_equal(gn_views_add_passive(v, pk, a, T0), GN_EEXIST);
+  mk_id(950, pk);
+  mk_addr(901, a);
+  assert_int_equal(gn_views_add_passive(v, pk, a, T0), GN_EBUSY); /* 901's address */
+  /* Full: two more replace hearsay within the budget, the third waits. */
+  int ok = 0;
+  for (uint32_t n = 960; n < 963; n++) {
+    mk_id(n, pk);
+    mk_addr(n, a);
+    ok += gn_views_add_passive(v, pk, a, T0) == 0;
+  }
+  assert_int_equal(ok, 2);
+  assert_int_equal(gn_views_passive_count(v), 4);
+  gn_views_free(v);
+}
+
+static void test_views_next_deadline_covers_timers(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  uint64_t d = gn_views_next_deadline_ms(v);
+  assert_true(d > T0 && d <= T0 + 10001); /* the first shuffle, or the first refill */
+  make_active(v, 2, T0);
+  char a[GN_VIEWS_ADDR_MAX];
+  mk_addr(50, a);
+  gn_views_tick(v, T0 + 1);
+  assert_int_equal(deliver(v, 2, GN_MSG_VIEW_FORWARD_JOIN, fjoin_body(50, a, 0), T0 + 1), 0);
+  d = gn_views_next_deadline_ms(v);
+  assert_true(d <= T0 + 1 + 5000); /* the dial's timeout */
+  gn_views_free(v);
+}
+
 /* --- failures and refills -------------------------------------------------*/
 
 static void test_views_peer_down_promotes_from_passive(void **state) {
@@ -1741,6 +1797,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_malformed_bodies_change_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_merge_evicts_at_most_kp_per_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_late_accept_answered_with_disconnect, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_add_passive_follows_merge_rules, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_next_deadline_covers_timers, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_peer_down_promotes_from_passive, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_lone_member_asks_high, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_rejoins_contact_when_alone, setup, teardown),
