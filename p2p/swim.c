@@ -32,6 +32,7 @@ typedef struct sw_node {
   uint32_t order_pos, pend_pos, dead_pos;
   uint32_t tx_count;     /* times its current record rode a body */
   uint64_t tx_stamp;     /* when that record was queued: newer first */
+  uint8_t tx_tier;       /* 0: a refutation or revival, sent before anything else; 1: the rest */
   uint8_t by[GN_PK_LEN]; /* who suspected or declared it (gossiped with the record) */
   bool has_by;
   /* Its suspicion, while SUSPECT. */
@@ -367,11 +368,17 @@ static void emit(gn_swim *s, gn_swim_event_kind kind, const sw_node *n, bool loc
   s->io.event(s->io.ud, &ev);
 }
 
-/* Puts the slot's current record at the head of the dissemination queue. */
-static void enqueue(gn_swim *s, uint32_t slot) {
+/* Puts the slot's current record at the head of the dissemination queue,
+ * in tier 0 (before anything else) or 1. */
+static void enqueue_tier(gn_swim *s, uint32_t slot, uint8_t tier) {
   s->nodes[slot].tx_count = 0;
+  s->nodes[slot].tx_tier = tier;
   s->nodes[slot].tx_stamp = ++s->stamp;
   list_add(s, L_PEND, slot);
+}
+
+static void enqueue(gn_swim *s, uint32_t slot) {
+  enqueue_tier(s, slot, slot == 0 ? 0 : 1);
 }
 
 /* Moves a member to state st at incarnation inc, keeping the counts, the
@@ -394,7 +401,11 @@ static void set_state(gn_swim *s, uint32_t slot, uint8_t st, uint32_t inc, uint6
       list_del(s, L_DEAD, slot);
     }
   }
-  enqueue(s, slot);
+  /* A member coming back to life outranks all other news: a refutation
+   * that loses the race against the suspicion's timeout is a false death.
+   * Under loss the queue fills with suspicions and their confirmations,
+   * which would otherwise starve it. */
+  enqueue_tier(s, slot, st == GN_SWIM_ALIVE && old != GN_SWIM_ALIVE ? 0 : 1);
   if (old == st)
     return;
   gn_swim_event_kind k = st == GN_SWIM_ALIVE     ? GN_SWIM_EV_ALIVE
@@ -474,6 +485,18 @@ static bool confirm(gn_swim *s, uint32_t slot, const uint8_t by[GN_PK_LEN], bool
   n->has_by = true;
   susp_arm(s, n);
   return true;
+}
+
+/* A counted confirmation is gossiped again (with its accuser, so others can
+ * count it) but with half a record's budget, and a record still queued
+ * keeps its count: confirmations alone would otherwise keep the queue full
+ * under loss, when there are many suspicions. */
+static void requeue_confirmed(gn_swim *s, uint32_t slot) {
+  sw_node *n = &s->nodes[slot];
+  if (n->pend_pos != SW_NONE)
+    return;
+  enqueue_tier(s, slot, 1);
+  n->tx_count = tx_limit(s) / 2;
 }
 
 /* --- members ----------------------------------------------------------------*/
@@ -643,7 +666,9 @@ static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
     uint32_t j = np;
     while (j > 0) {
       const sw_node *o = &s->nodes[pick[j - 1]];
-      if (o->tx_count < n->tx_count || (o->tx_count == n->tx_count && o->tx_stamp > n->tx_stamp))
+      if (o->tx_tier < n->tx_tier ||
+          (o->tx_tier == n->tx_tier &&
+           (o->tx_count < n->tx_count || (o->tx_count == n->tx_count && o->tx_stamp > n->tx_stamp))))
         break;
       j--;
     }
@@ -916,7 +941,7 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
       return;
     if (n->state == GN_SWIM_SUSPECT && u->inc == n->inc) {
       if (confirm(s, slot, by, false))
-        enqueue(s, slot);
+        requeue_confirmed(s, slot);
       return;
     }
     suspect(s, slot, u->inc, by, now, false);
@@ -1116,7 +1141,7 @@ static void probe_failed(gn_swim *s, uint64_t now) {
    * independent confirmation, gossiped as ours. */
   if (s->nodes[slot].state == GN_SWIM_SUSPECT) {
     if (confirm(s, slot, s->nodes[0].id, true))
-      enqueue(s, slot);
+      requeue_confirmed(s, slot);
     return;
   }
   if (s->nodes[slot].state != GN_SWIM_ALIVE)
