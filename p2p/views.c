@@ -42,8 +42,8 @@ typedef struct pending {
   bool high;     /* NEIGHBOR priority */
   uint64_t deadline_ms;
   uint64_t nonce; /* PEND_REPLY */
+  size_t slot;    /* PEND_REPLY: its entries are replies[slot * shuffle_max(v)...] */
   size_t nentries;
-  entry entries[GN_VIEWS_SHUFFLE_MAX];
 } pending;
 
 typedef struct rate {
@@ -62,21 +62,24 @@ struct gn_views {
   gn_views_io io;
   uint64_t rng;
 
-  member active[GN_VIEWS_ACTIVE_MAX];
+  /* Tables sized by the config, so an instance with the defaults holds about
+   * 16 KiB and a simulator can run many thousands. */
+  member *active; /* cfg.active_size */
   size_t nactive;
-  member passive[GN_VIEWS_PASSIVE_MAX];
+  member *passive; /* cfg.passive_size */
   size_t npassive;
   pending pend[GN_VIEWS_PENDING_MAX];
   size_t npend;
-  rate rates[GN_VIEWS_RATE_MAX];
-  size_t nrates;
+  entry *replies; /* MAX_REPLY_PENDING slots of shuffle_max entries */
+  rate *rates;    /* grows by doubling up to GN_VIEWS_RATE_MAX */
+  size_t nrates, rates_cap;
   entry contacts[GN_VIEWS_CONTACTS_MAX];
   size_t ncontacts;
 
   /* The SHUFFLE we started last, waiting for its reply. */
   bool shuffle_on;
   uint64_t shuffle_nonce, shuffle_deadline_ms;
-  entry shuffle_sent[GN_VIEWS_SHUFFLE_MAX];
+  entry *shuffle_sent; /* shuffle_max */
   size_t shuffle_nsent;
 
   /* Passive entries evicted by merges in the current window. */
@@ -628,13 +631,23 @@ static rate *rate_get(gn_views *v, const uint8_t peer[GN_PK_LEN], uint64_t now_m
       return &v->rates[i];
     }
   rate *r = NULL;
-  if (v->nrates < GN_VIEWS_RATE_MAX) {
+  if (v->nrates == v->rates_cap && v->rates_cap < GN_VIEWS_RATE_MAX) {
+    size_t cap = v->rates_cap ? v->rates_cap * 2 : 8;
+    rate *nr = realloc(v->rates, (cap < GN_VIEWS_RATE_MAX ? cap : GN_VIEWS_RATE_MAX) * sizeof(*nr));
+    if (nr) { /* out of memory: the table stays as it is, and reuses a record */
+      v->rates = nr;
+      v->rates_cap = cap < GN_VIEWS_RATE_MAX ? cap : GN_VIEWS_RATE_MAX;
+    }
+  }
+  if (v->nrates < v->rates_cap) {
     r = &v->rates[v->nrates++];
-  } else {
+  } else if (v->nrates) {
     r = &v->rates[0];
     for (size_t i = 1; i < v->nrates; i++)
       if (v->rates[i].seen_ms < r->seen_ms)
         r = &v->rates[i];
+  } else {
+    return NULL;
   }
   memset(r, 0, sizeof(*r));
   memcpy(r->id, peer, GN_PK_LEN);
@@ -693,6 +706,18 @@ static int get_addr(const msgpack_object *map, const char *key, char *out, bool 
 
 static size_t shuffle_max(const gn_views *v) {
   return (size_t)v->cfg.shuffle_ka + v->cfg.shuffle_kp + 1;
+}
+
+/* A reply slot no pending SHUFFLE_REPLY holds, or MAX_REPLY_PENDING. */
+static size_t free_reply_slot(const gn_views *v) {
+  bool used[MAX_REPLY_PENDING] = {false};
+  for (size_t i = 0; i < v->npend; i++)
+    if (v->pend[i].kind == PEND_REPLY)
+      used[v->pend[i].slot] = true;
+  for (size_t i = 0; i < MAX_REPLY_PENDING; i++)
+    if (!used[i])
+      return i;
+  return MAX_REPLY_PENDING;
 }
 
 /* --- messages -------------------------------------------------------------*/
@@ -934,14 +959,16 @@ static int on_shuffle(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack_
   v->stats.shuffles_taken++;
   entry reply[GN_VIEWS_SHUFFLE_MAX];
   size_t nr = sample_passive(v, n, origin, reply);
-  if (send_shuffle_reply(v, origin, nonce, reply, nr) < 0 && count_pending(v, PEND_REPLY) < MAX_REPLY_PENDING &&
+  size_t slot = free_reply_slot(v);
+  if (send_shuffle_reply(v, origin, nonce, reply, nr) < 0 && slot < MAX_REPLY_PENDING &&
       find_pending(v, origin, PEND_REPLY) < 0) {
     pending *p = pending_new(v, origin, oaddr, PEND_REPLY, now_ms);
     if (p) {
       p->dialling = true;
       p->nonce = nonce;
+      p->slot = slot;
       p->nentries = nr;
-      memcpy(p->entries, reply, nr * sizeof(reply[0]));
+      memcpy(&v->replies[slot * shuffle_max(v)], reply, nr * sizeof(reply[0]));
       dial(v, origin, oaddr);
     }
   }
@@ -1062,7 +1089,7 @@ void gn_views_peer_up(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr
       if (send_join(v, id) == 0)
         joined_contact(v, id, pd->addr, now_ms);
     } else {
-      send_shuffle_reply(v, id, pd->nonce, pd->entries, pd->nentries);
+      send_shuffle_reply(v, id, pd->nonce, &v->replies[pd->slot * shuffle_max(v)], pd->nentries);
       if (v->io.disconnect && find_member(v->active, v->nactive, id) < 0 && find_pending(v, id, PEND_NEIGHBOR) < 0)
         v->io.disconnect(v->io.ud, id); /* dialled only for the reply */
     }
@@ -1203,9 +1230,18 @@ int gn_views_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const 
       (size_t)c.shuffle_ka + c.shuffle_kp + 1 > GN_VIEWS_SHUFFLE_MAX || c.shuffle_interval_ms == 0 ||
       c.fill_burst == 0 || c.backoff_max_ms < c.backoff_ms)
     return GN_EINVAL;
+  size_t smax = (size_t)c.shuffle_ka + c.shuffle_kp + 1;
   gn_views *v = calloc(1, sizeof(*v));
   if (!v)
     return GN_ENOMEM;
+  v->active = calloc(c.active_size, sizeof(member));
+  v->passive = calloc(c.passive_size, sizeof(member));
+  v->replies = calloc(MAX_REPLY_PENDING * smax, sizeof(entry));
+  v->shuffle_sent = calloc(smax, sizeof(entry));
+  if (!v->active || !v->passive || !v->replies || !v->shuffle_sent) {
+    gn_views_free(v);
+    return GN_ENOMEM;
+  }
   memcpy(v->self, self_id, GN_PK_LEN);
   snprintf(v->self_addr, sizeof(v->self_addr), "%s", self_addr);
   v->cfg = c;
@@ -1222,7 +1258,14 @@ int gn_views_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const 
 }
 
 gn_views *gn_views_free(gn_views *v) {
-  free(v);
+  if (v) {
+    free(v->active);
+    free(v->passive);
+    free(v->replies);
+    free(v->shuffle_sent);
+    free(v->rates);
+    free(v);
+  }
   return NULL;
 }
 
