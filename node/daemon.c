@@ -297,6 +297,7 @@ static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const cha
     n->peer_count++;
   }
   gn_discovery_peer_up(n->disc, peer, addr, gn_unix_s());
+  gn__overlay_peer_up(n, peer, addr);
   gn__requester_peer_up(n, peer);
   gn__provider_peer_up(n, peer);
   gn__attest_peer_up(n, peer);
@@ -313,7 +314,6 @@ static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *u
       n->peers[i] = n->peers[--n->peer_count];
       break;
     }
-  gn__overlay_peer_up(n, peer, addr);
   gn_discovery_peer_down(n->disc, peer, gn_unix_s());
   gn__provider_peer_down(n, peer);
   gn__requester_peer_down(n, peer);
@@ -445,6 +445,7 @@ static void on_stop_timer(uv_timer_t *t) {
     gn_log(GN_LOG_WARN, "jobs are still stopping %ds after the shutdown began; closing the network anyway",
            GN_STOP_WAIT_MS / 1000);
   uv_close((uv_handle_t *)t, NULL);
+  gn__overlay_close(n);
   gn_transport_close(n->tp, on_closed, n);
 }
 
@@ -462,7 +463,6 @@ static void shutdown_node(gn_node *n) {
   gn_log(GN_LOG_INFO, "shutting down");
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE)
-  gn__overlay_close(n);
       gn__provider_end_lease(n, l, "provider shut down");
   gn__provider_withdraw_offers(n);
   gn_offer_table_save(n->offers, n->db);
@@ -475,6 +475,7 @@ static void shutdown_node(gn_node *n) {
   n->pending = NULL;
   gn__attest_shutdown(n);
   gn__settle_stop(n);
+  gn__overlay_stop(n);
   uv_timer_stop(&n->tick_timer);
   uv_close((uv_handle_t *)&n->tick_timer, NULL);
   uv_close((uv_handle_t *)&n->sig_int, NULL);
@@ -492,7 +493,6 @@ static void shutdown_node(gn_node *n) {
   n->watchdog.data = n;
   uv_timer_start(&n->watchdog, on_watchdog, GN_STOP_HARD_MS, 0);
   uv_unref((uv_handle_t *)&n->watchdog);
-  gn__overlay_stop(n);
 }
 
 static void on_signal(uv_signal_t *s, int signum) {
@@ -627,6 +627,10 @@ int gn__node_main(int argc, char **argv) {
   gn_discovery_set_self_addr(n->disc, gn_transport_listen_addr(n->tp));
   for (size_t i = 0; i < n->cfg.bootstrap_count; i++)
     gn_discovery_add_bootstrap(n->disc, n->cfg.bootstrap[i]);
+  if ((r = gn__overlay_start(n, err, sizeof err)) < 0) {
+    fprintf(stderr, "gpunetd: %s\n", err);
+    return 1;
+  }
 
   gn__pathf(path, sizeof path, "%s/gpunetd.sock", n->cfg.data_dir);
   if ((r = gn_ctl_new(n->loop, path, &n->ctl)) < 0) {
@@ -640,15 +644,12 @@ int gn__node_main(int argc, char **argv) {
   gn__requester_register(n);
   gn__attest_register(n);
   gn__settle_register(n);
+  gn__overlay_register(n);
   n->job_changed = gn__api_logs_wake;
   n->stop_provided_job = gn__provider_stop_job;
   if ((r = gn__settle_start(n, err, sizeof err)) < 0) {
     fprintf(stderr, "gpunetd: %s\n", err);
     return 1;
-  if ((r = gn__overlay_start(n, err, sizeof err)) < 0) {
-    fprintf(stderr, "gpunetd: %s\n", err);
-    return 1;
-  }
   }
   load_state(n);
 
@@ -662,7 +663,6 @@ int gn__node_main(int argc, char **argv) {
   uv_signal_start(&n->sig_term, on_signal, SIGTERM);
 
   gn_log(GN_LOG_INFO, "gpunetd %s node %s listening on %s, control %s", GN_VERSION, n->node_id,
-  gn__overlay_register(n);
          gn_transport_listen_addr(n->tp), path);
   for (size_t i = 0; i < n->gpus.count; i++)
     gn_log(GN_LOG_INFO, "gpu %zu: %s (%llu MiB)%s", i, n->gpus.items[i].name,
@@ -681,6 +681,7 @@ int gn__node_main(int argc, char **argv) {
   }
 
   gn_log(GN_LOG_INFO, "stopped");
+  gn__overlay_free(n);
   n->disc = gn_discovery_free(n->disc);
   n->offers = gn_offer_table_free(n->offers);
   gn__settle_free(n);
@@ -693,4 +694,3 @@ int gn__node_main(int argc, char **argv) {
   uv_loop_close(n->loop);
   return n->exit_code;
 }
-  gn__overlay_free(n);
