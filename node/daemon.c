@@ -280,9 +280,25 @@ static void on_refused(gn_transport *t, const char *addr, const uint8_t expected
   char want[GN_NODE_ID_STRLEN], is[GN_NODE_ID_STRLEN];
   gn_node_id_format(expected, want);
   gn_node_id_format(got, is);
-  gn_log(GN_LOG_WARN, "refused the session with %s: it was advertised as %s but the node there is %s", addr, want, is);
+  gn_log_ratelimited("refused-key", GN_LOG_WARN,
+                     "refused the session with %s: it was advertised as %s but the node there is %s", addr, want, is);
   gn__requester_dial_refused(n, addr, expected, got);
   gn__attest_dial_refused(n, addr, expected, got);
+}
+
+/* A peer over a transport limit (docs/overlay/limits.md): closed or refused. */
+static void on_limit(gn_transport *t, const char *addr, const uint8_t *peer, const char *what, uint64_t backoff_ms,
+                     void *ud) {
+  (void)t;
+  (void)ud;
+  char id[GN_NODE_ID_STRLEN] = "(before its handshake)";
+  if (peer)
+    gn_node_id_format(peer, id);
+  if (backoff_ms)
+    gn_log_ratelimited("peer-limit", GN_LOG_WARN, "peer %s at %s %s; refused for %llu s", id, addr, what,
+                       (unsigned long long)(backoff_ms / 1000));
+  else
+    gn_log_ratelimited("peer-refused", GN_LOG_INFO, "peer %s at %s %s", id, addr, what);
 }
 
 static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
@@ -290,7 +306,7 @@ static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const cha
   gn_node *n = ud;
   char id[GN_NODE_ID_STRLEN];
   gn_node_id_format(peer, id);
-  gn_log(GN_LOG_INFO, "peer up %s at %s", id, addr && addr[0] ? addr : "(no listen address)");
+  gn_log_ratelimited("peer-up", GN_LOG_INFO, "peer up %s at %s", id, addr && addr[0] ? addr : "(no listen address)");
   if (n->peer_count < GN_ARRAY_SIZE(n->peers)) {
     memcpy(n->peers[n->peer_count].id, peer, GN_PK_LEN);
     gn__strf(n->peers[n->peer_count].addr, sizeof n->peers[0].addr, "%s", addr ? addr : "");
@@ -308,7 +324,7 @@ static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *u
   gn_node *n = ud;
   char id[GN_NODE_ID_STRLEN];
   gn_node_id_format(peer, id);
-  gn_log(GN_LOG_INFO, "peer down %s", id);
+  gn_log_ratelimited("peer-down", GN_LOG_INFO, "peer down %s", id);
   for (size_t i = 0; i < n->peer_count; i++)
     if (memcmp(n->peers[i].id, peer, GN_PK_LEN) == 0) {
       n->peers[i] = n->peers[--n->peer_count];
@@ -326,13 +342,14 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   int r = gn_discovery_on_message(n->disc, peer, env, raw, raw_len, gn_unix_s());
   if (r != GN_ENOTFOUND) {
     if (r < 0)
-      gn_log(GN_LOG_DEBUG, "dropped %s: %s", gn_msg_type_name(env->type), gn_strerror(r));
+      gn_log_ratelimited("dropped", GN_LOG_DEBUG, "dropped %s: %s", gn_msg_type_name(env->type), gn_strerror(r));
     return;
   }
   /* Lease and job messages must come from the node that signed them: a
    * relayed request would let a third party act for someone else. */
   if (memcmp(env->signer, peer, GN_PK_LEN) != 0) {
-    gn_log(GN_LOG_WARN, "dropped %s signed by another node than the sender", gn_msg_type_name(env->type));
+    gn_log_ratelimited("dropped-signer", GN_LOG_WARN, "dropped %s signed by another node than the sender",
+                       gn_msg_type_name(env->type));
     return;
   }
   switch (env->type) {
@@ -381,7 +398,7 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
     gn__rtt_on_message(n, peer, env, raw, raw_len);
     break;
   default:
-    gn_log(GN_LOG_DEBUG, "ignored message type %u", env->type);
+    gn_log_ratelimited("ignored-type", GN_LOG_DEBUG, "ignored message type %u", env->type);
   }
 }
 
@@ -618,6 +635,7 @@ int gn__node_main(int argc, char **argv) {
     return 1;
   }
   gn_transport_set_refused_cb(n->tp, on_refused);
+  gn_transport_set_limit_cb(n->tp, on_limit);
   gn_discovery_io io = {disc_send, disc_connect, n};
   if ((r = gn_discovery_new(n->id, &io, n->offers, &n->disc)) < 0) {
     fprintf(stderr, "gpunetd: cannot start discovery: %s\n", gn_strerror(r));

@@ -1,6 +1,7 @@
 /* Logging for the daemon: one timestamped line per message on stderr (library
  * code never logs; it returns codes and gpunetd decides what to say). */
 #include <gpunet/node.h>
+#include <gpunet/ratelimit.h>
 
 #include <stdio.h>
 #include <strings.h>
@@ -49,4 +50,64 @@ void gn_log(enum gn_log_level level, const char *fmt, ...) {
   va_start(ap, fmt);
   gn_logv(level, fmt, ap);
   va_end(ap);
+}
+
+/* --- lines a peer can trigger ----------------------------------------------
+ * One bucket per key (the call site's own string), GN_LOG_RL_KEYS keys at
+ * most: a key beyond them shares the last slot. A line over its key's rate
+ * is counted, not written; the next one written for that key says how many
+ * were left out. */
+
+#define GN_LOG_RL_KEYS 64
+
+typedef struct rl_key {
+  char key[48];
+  gn_token_bucket b;
+  uint64_t suppressed;
+} rl_key;
+
+static rl_key g_rl[GN_LOG_RL_KEYS];
+static size_t g_nrl;
+static const gn_rate g_rl_rate = GN_RATE_EVERY_S(6, GN_LOG_RL_BURST);
+
+static rl_key *rl_find(const char *key, uint64_t now_ms) {
+  for (size_t i = 0; i < g_nrl; i++)
+    if (strncmp(g_rl[i].key, key, sizeof(g_rl[i].key) - 1) == 0)
+      return &g_rl[i];
+  if (g_nrl == GN_LOG_RL_KEYS)
+    return &g_rl[GN_LOG_RL_KEYS - 1];
+  rl_key *k = &g_rl[g_nrl++];
+  snprintf(k->key, sizeof(k->key), "%s", key);
+  gn_token_bucket_init(&k->b, g_rl_rate, now_ms);
+  k->suppressed = 0;
+  return k;
+}
+
+void gn_log_ratelimited_at(uint64_t now_ms, const char *key, enum gn_log_level level, const char *fmt, ...) {
+  if (level < g_level || level > GN_LOG_ERROR || !key)
+    return;
+  rl_key *k = rl_find(key, now_ms);
+  if (!gn_token_bucket_take(&k->b, g_rl_rate, 1, now_ms)) {
+    k->suppressed++;
+    return;
+  }
+  char msg[1800];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (k->suppressed)
+    gn_log(level, "%s (%llu similar lines suppressed)", msg, (unsigned long long)k->suppressed);
+  else
+    gn_log(level, "%s", msg);
+  k->suppressed = 0;
+}
+
+void gn_log_ratelimited(const char *key, enum gn_log_level level, const char *fmt, ...) {
+  char msg[1800];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  gn_log_ratelimited_at(gn_mono_ms(), key, level, "%s", msg);
 }

@@ -219,5 +219,15 @@ void gn_logv(enum gn_log_level level, const char *fmt, va_list ap);
 int gn_log_set_level(const char *name);
 /* Where lines go (stderr if NULL). */
 void gn_log_set_output(FILE *f);
+/* Like gn_log, for lines a peer can trigger (a session refused, a message
+ * dropped): per key (a fixed string naming the call site), a burst of
+ * GN_LOG_RL_BURST lines, then one every 6 s; lines over that are counted,
+ * and the next line written for the key ends "(N similar lines suppressed)".
+ * _at takes the monotonic time in ms (for tests); the other reads the clock. */
+#define GN_LOG_RL_BURST 10
+void gn_log_ratelimited(const char *key, enum gn_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void gn_log_ratelimited_at(uint64_t now_ms, const char *key, enum gn_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif
