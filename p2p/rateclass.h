@@ -27,8 +27,8 @@ typedef struct gn__rate_class {
  * and fall in GN__RC_OTHER here). */
 int gn__rate_class_of(uint32_t type);
 const gn__rate_class *gn__rate_class_get(int cls);
-/* What a message of len bytes costs in cls: one token per started 64 KiB,
- * at most the class's burst. */
+/* What a message of len bytes costs in cls: one token; in the bulk class
+ * one per started 64 KiB, at most the class's burst. */
 uint32_t gn__rate_cost(int cls, size_t len);
 
 #endif

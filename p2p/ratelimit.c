@@ -286,12 +286,12 @@ size_t gn_backoff_count(const gn_backoff *b) {
 /* --- rate classes --------------------------------------------------------------*/
 
 /* Per session, per class; docs/overlay/limits.md has the reasons for each
- * figure. A message costs one token per started 64 KiB, so the bulk class
- * bounds bytes as well as messages. */
+ * figure. A message costs one token; in the bulk class one per started
+ * 64 KiB, so that class bounds bytes as well as messages. */
 static const gn__rate_class classes[GN__RC_COUNT] = {
     [GN__RC_PEERS] = {"peers", GN_RATE(1, 16)},         [GN__RC_GOSSIP] = {"gossip", GN_RATE(1000, 16384)},
     [GN__RC_VIEW] = {"view", GN_RATE(20, 128)},         [GN__RC_CONTROL] = {"control", GN_RATE(50, 512)},
-    [GN__RC_BULK] = {"bulk", GN_RATE(2000, 20000)},     [GN__RC_ATTEST] = {"attest", GN_RATE(5, 64)},
+    [GN__RC_BULK] = {"bulk", GN_RATE(2000, 20000)},     [GN__RC_ATTEST] = {"attest", GN_RATE(5, 128)},
     [GN__RC_RTT] = {"rtt", GN_RATE(20, 128)},           [GN__RC_OTHER] = {"other", GN_RATE(1, 16)},
     [GN__RC_KEEPALIVE] = {"keepalive", GN_RATE(1, 16)},
 };
@@ -353,6 +353,8 @@ const gn__rate_class *gn__rate_class_get(int cls) {
 }
 
 uint32_t gn__rate_cost(int cls, size_t len) {
+  if (cls != GN__RC_BULK)
+    return 1;
   uint64_t cost = 1u + len / 65536u;
   const gn__rate_class *c = gn__rate_class_get(cls);
   if (c && cost > c->rate.burst)

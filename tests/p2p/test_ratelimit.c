@@ -171,9 +171,11 @@ static void test_rate_class_covers_every_session_type(void **state) {
   assert_int_equal(gn__rate_class_of(GN_MSG_DEBIT_NOTE), GN__RC_CONTROL);
   assert_int_equal(gn__rate_class_of(GN_MSG_OFFER_DIGEST), GN__RC_GOSSIP);
   assert_int_equal(gn__rate_class_of(GN_MSG_VIEW_SHUFFLE_REPLY), GN__RC_VIEW);
-  /* an 8 MiB message costs 129 tokens, at most a class's burst */
+  /* a bulk message costs a token per started 64 KiB (8 MiB: 129), any
+   * other one token */
   assert_int_equal(gn__rate_cost(GN__RC_BULK, GN_MSG_MAX), 129);
-  assert_int_equal(gn__rate_cost(GN__RC_ATTEST, GN_MSG_MAX), gn__rate_class_get(GN__RC_ATTEST)->rate.burst);
+  assert_int_equal(gn__rate_cost(GN__RC_BULK, 100), 1);
+  assert_int_equal(gn__rate_cost(GN__RC_ATTEST, GN_MSG_MAX), 1);
   assert_int_equal(gn__rate_cost(GN__RC_CONTROL, 100), 1);
 }
 
