@@ -510,6 +510,23 @@ static void evict_one(gn_views *v, const uint8_t *keep, uint64_t now_ms) {
   v->stats.evictions++;
 }
 
+/* Whether id may hold addr in our views: not when another active member or a
+ * peer we have had a session with holds it (an address is one entry, and a
+ * node cannot take over another's by claiming it). A hearsay entry holding it
+ * gives way. */
+static bool addr_claim(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr) {
+  int j = find_addr(v->active, v->nactive, addr);
+  if (j >= 0 && !id_eq(v->active[j].id, id))
+    return false;
+  j = find_addr(v->passive, v->npassive, addr);
+  if (j < 0 || id_eq(v->passive[j].id, id))
+    return true;
+  if (v->passive[j].verified)
+    return false;
+  passive_remove_at(v, (size_t)j);
+  return true;
+}
+
 /* Adds id to the active view (the caller made room). */
 static void active_add(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms) {
   if (v->nactive >= v->cfg.active_size || find_member(v->active, v->nactive, id) >= 0)
@@ -517,10 +534,11 @@ static void active_add(gn_views *v, const uint8_t id[GN_PK_LEN], const char *add
   char a[GN_VIEWS_ADDR_MAX] = "";
   uint64_t score = 0;
   int p = find_member(v->passive, v->npassive, id);
-  if (addr && gn_views_addr_valid(addr))
+  if (addr && gn_views_addr_valid(addr) && addr_claim(v, id, addr))
     snprintf(a, sizeof(a), "%s", addr);
   else if (p >= 0)
     snprintf(a, sizeof(a), "%s", v->passive[p].addr);
+  p = find_member(v->passive, v->npassive, id); /* addr_claim may have moved it */
   if (p >= 0) {
     score = v->passive[p].score_ms;
     passive_remove_at(v, (size_t)p);
@@ -1056,14 +1074,18 @@ out:
 void gn_views_peer_up(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms) {
   if (!id || id_eq(id, v->self))
     return;
-  bool addr_ok = addr && gn_views_addr_valid(addr) && !is_self(v, id, addr);
+  /* The session's advertised address replaces what a view held for it, if no
+   * other peer holds that address (only for peers in the views: a session
+   * from anyone else changes nothing here). */
+  bool known = find_member(v->active, v->nactive, id) >= 0 || find_member(v->passive, v->npassive, id) >= 0;
+  bool addr_ok = known && addr && gn_views_addr_valid(addr) && !is_self(v, id, addr) && addr_claim(v, id, addr);
   int a = find_member(v->active, v->nactive, id);
   if (a >= 0 && addr_ok)
     snprintf(v->active[a].addr, sizeof(v->active[a].addr), "%s", addr);
   int p = find_member(v->passive, v->npassive, id);
   if (p >= 0) {
     v->passive[p].verified = true;
-    if (addr_ok && find_addr(v->passive, v->npassive, addr) < 0)
+    if (addr_ok)
       snprintf(v->passive[p].addr, sizeof(v->passive[p].addr), "%s", addr);
   }
   /* Take out what waited for this session first: sending may queue more. */

@@ -668,6 +668,44 @@ static void test_views_shuffle_flood_from_fresh_identities(void **state) {
   gn_views_free(v);
 }
 
+/* Messages act on their sender only: a DISCONNECT or an answer from one
+ * peer does nothing to another's link or request, and a peer claiming a
+ * member's address does not take it over. */
+static void test_views_messages_act_on_their_sender_only(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  make_active(v, 2, T0);
+  make_active(v, 3, T0);
+  uint64_t now = T0;
+  fill_passive_hearsay(v, 2, 800, 1, &now);
+  up(v, 800, now);
+  clear_rec();
+  gn_views_tick(v, now); /* NEIGHBOR to 800 */
+  assert_int_equal(count_sent(GN_MSG_VIEW_NEIGHBOR), 1);
+  up(v, 9, now);
+  assert_int_equal(deliver(v, 9, GN_MSG_VIEW_DISCONNECT, join_body(SELF_ADDR), now), 0);
+  assert_true(active_has(v, 2) && active_has(v, 3));
+  assert_int_equal(deliver(v, 9, GN_MSG_VIEW_NEIGHBOR_REPLY, reply_accept_body(true), now), GN_ESTATE);
+  assert_false(active_has(v, 800));
+  assert_int_equal(gn_views_pending_count(v), 1); /* still waiting for 800 itself */
+  /* 9 joins claiming 2's address: it is taken in, without an address. */
+  char a2[GN_VIEWS_ADDR_MAX];
+  mk_addr(2, a2);
+  assert_int_equal(deliver(v, 9, GN_MSG_VIEW_JOIN, join_body(a2), now), 0);
+  gn_views_peer act[6];
+  size_t na = gn_views_active(v, act, 6);
+  for (size_t i = 0; i < na; i++) {
+    if (id_num(act[i].id) == 9)
+      assert_string_equal(act[i].addr, "");
+    if (id_num(act[i].id) == 2)
+      assert_string_equal(act[i].addr, a2);
+  }
+  /* Demoted, it does not enter the passive view under that address. */
+  assert_int_equal(deliver(v, 9, GN_MSG_VIEW_DISCONNECT, join_body(SELF_ADDR), now + 1), 0);
+  assert_false(passive_has(v, 9));
+  gn_views_free(v);
+}
+
 /* --- FORWARD_JOIN ---------------------------------------------------------*/
 
 static void test_views_forward_join_ttl_clamped(void **state) {
@@ -1841,6 +1879,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_neighbor_rate_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_active_never_exceeds_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_eviction_spares_older_half, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_messages_act_on_their_sender_only, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_shuffle_flood_from_fresh_identities, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_forward_join_ttl_clamped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_forward_join_at_ttl_zero_takes_joiner, setup, teardown),
