@@ -102,9 +102,11 @@ gn_views *gn_views_free(gn_views *v);
 
 /* A bootstrap node, learnt once a session to it is up (its key checked): JOIN
  * is sent to it and it enters the active view. Kept (up to
- * GN_VIEWS_CONTACTS_MAX) to JOIN again when the active view stays empty.
- * GN_EINVAL for our own id or a bad address, GN_ETOOBIG when the contact list
- * is full (the JOIN is still sent). */
+ * GN_VIEWS_CONTACTS_MAX) to JOIN again when the active view stays empty, so
+ * call it once per contact, not on every reconnect (each JOIN makes the
+ * contact evict a member when full). GN_EINVAL for our own id or a bad
+ * address, GN_ETOOBIG when the contact list is full (the JOIN is still
+ * sent). */
 int gn_views_add_contact(gn_views *v, const uint8_t id[GN_PK_LEN], const char *addr, uint64_t now_ms);
 
 /* A peer learnt elsewhere (the membership list), kept in the passive view as
