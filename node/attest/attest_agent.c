@@ -636,7 +636,8 @@ static void on_mem_walk(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], const
 /* A verifier's signed verdict on our exchange: held until that verifier
  * leases from us (gn_attest_agent_lease_agreed), and only then our report.
  * A verdict alone is anyone's word: a second identity of ours could vouch
- * for us; one followed by a lease was given by someone who then paid. */
+ * for us; one followed by a lease was given by a peer that then agreed to
+ * pay for the GPU it checked. */
 static void hold_verdict(gn_attest_agent *a, const uint8_t peer[GN_PK_LEN], size_t slot, gn_attest_report *rep) {
   held_verdict *h = NULL;
   for (size_t i = 0; i < GN_ATTEST_HELD_MAX && !h; i++)
