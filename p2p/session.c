@@ -371,14 +371,7 @@ int gn__session_feed(gn_session *s, const uint8_t *data, size_t len, size_t *ret
   int r = 0;
   if (s->state == ST_CLOSED)
     return GN_ECLOSED;
-  if (s->msg_delivered) {
-    /* The last event's message has been seen; keep the allocation unless it
-     * was large (a peer's one big message must not stay held for good). */
-    s->msg_delivered = false;
-    s->msg.len = 0;
-    if (s->msg.cap > GN_SESSION_KEEP_MAX)
-      gn_buf_done(&s->msg);
-  }
+  gn__session_trim(s);
   while (used < len) {
     size_t want;
     if (s->frame_have < FRAME_HDR) {
@@ -507,6 +500,17 @@ void gn__session_set_time(gn_session *s, uint64_t now_ms) {
   /* A clock read twice never goes back here; a caller's that does is held. */
   if (now_ms > s->now_ms)
     s->now_ms = now_ms;
+}
+
+void gn__session_trim(gn_session *s) {
+  if (!s->msg_delivered)
+    return;
+  /* The last event's message has been seen; keep the allocation unless it
+   * was large (a peer's one big message must not stay held for good). */
+  s->msg_delivered = false;
+  s->msg.len = 0;
+  if (s->msg.cap > GN_SESSION_KEEP_MAX)
+    gn_buf_done(&s->msg);
 }
 
 size_t gn__session_mem(const gn_session *s) {

@@ -74,6 +74,9 @@ int gn__session_keepalive(gn_session *s);
 int gn__session_tick(gn_session *s, uint64_t now_ms);
 /* The time feed and send take as now (gn__session_tick sets it too). */
 void gn__session_set_time(gn_session *s, uint64_t now_ms);
+/* Done with the last message event: a large receive buffer is freed now
+ * rather than at the next feed (which does the same). */
+void gn__session_trim(gn_session *s);
 /* Bytes the session holds allocated for the message being received and for
  * output not yet taken: what a peer can make it keep. */
 size_t gn__session_mem(const gn_session *s);

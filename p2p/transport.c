@@ -17,6 +17,10 @@
 /* How long a connection closed with a last word (an ERROR) may take to hand
  * it to the kernel before it is cut anyway. */
 #define DRAIN_MS 2000
+/* Connections draining at once at most; past them one is closed outright
+ * (the peer then learns nothing), so a peer that keeps earning an ERROR
+ * cannot make us hold connections outside every other count. */
+#define DRAIN_MAX 64
 
 typedef struct conn conn;
 
@@ -49,6 +53,7 @@ struct conn {
   bool unauth; /* inbound, handshake not done: counted in t->unauth */
   remote_info r;
   gn_token_bucket buckets[GN__RC_COUNT];
+  uint64_t created_ms;
   uint64_t last_tx_ms;       /* the last time bytes were handed to the socket */
   uint64_t sent_total;       /* bytes ever handed to uv_write */
   uint64_t written_seen;     /* of those, written to the kernel at the last check */
@@ -67,7 +72,8 @@ struct gn_transport {
   char adv_addr[GN_SESSION_ADDR_MAX];
   conn *conns;
   size_t nconns;
-  conn *drains;   /* closed connections still writing their last bytes */
+  conn *drains; /* closed connections still writing their last bytes */
+  size_t ndrains;
   size_t handles; /* allocated handles whose close callback has not run */
   size_t inbound, unauth;
   size_t mem_used; /* every conn's mem */
@@ -227,7 +233,7 @@ static int conn_new(gn_transport *t, bool initiator, uv_tcp_t *accepted, conn **
   c->tcp->data = c;
   for (int i = 0; i < GN__RC_COUNT; i++)
     gn_token_bucket_init(&c->buckets[i], gn__rate_class_get(i)->rate, now);
-  c->last_tx_ms = c->send_progress_ms = now;
+  c->created_ms = c->last_tx_ms = c->send_progress_ms = now;
   c->next = t->conns;
   if (t->conns)
     t->conns->prev = c;
@@ -414,8 +420,10 @@ static void drain_unlink(conn *c) {
   conn **pp = &c->t->drains;
   while (*pp && *pp != c)
     pp = &(*pp)->next;
-  if (*pp)
+  if (*pp) {
     *pp = c->next;
+    c->t->ndrains--;
+  }
   c->next = NULL;
 }
 
@@ -447,7 +455,7 @@ static void conn_close_after_flush(conn *c, int err) {
   uv_shutdown_t *req = NULL;
   if (conn_flush(c) < 0)
     return; /* conn_flush closed it */
-  if (t->closing || !(req = calloc(1, sizeof(*req)))) {
+  if (t->closing || t->ndrains >= DRAIN_MAX || !(req = calloc(1, sizeof(*req)))) {
     conn_close(c, err);
     return;
   }
@@ -460,6 +468,7 @@ static void conn_close_after_flush(conn *c, int err) {
   c->drain_deadline_ms = uv_now(t->loop) + DRAIN_MS;
   c->next = t->drains;
   t->drains = c;
+  t->ndrains++;
   req->data = c;
   if (uv_shutdown(req, (uv_stream_t *)c->tcp, on_shutdown) < 0) {
     free(req);
@@ -657,6 +666,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       }
       if (c->active && c->t->cbs.on_message)
         c->t->cbs.on_message(c->t, gn__session_peer(c->s), &env, ev.msg, ev.msg_len, c->t->ud);
+      if (c->closing)
+        return;
+      gn__session_trim(c->s);
+      conn_account(c);
     }
   }
 }
@@ -702,33 +715,52 @@ static const char *inbound_refusal(gn_transport *t, const remote_info *r, bool *
   return NULL;
 }
 
+static int cmp_net(const void *x, const void *y) {
+  const conn *a = *(const conn *const *)x, *b = *(const conn *const *)y;
+  if (a->r.net_key_len != b->r.net_key_len)
+    return a->r.net_key_len < b->r.net_key_len ? -1 : 1;
+  int d = memcmp(a->r.net_key, b->r.net_key, a->r.net_key_len);
+  if (d)
+    return d;
+  return a->created_ms < b->created_ms ? -1 : a->created_ms > b->created_ms;
+}
+
 /* All max_unauth places for handshakes are taken: rather than refuse every
  * newcomer while someone holds them, the oldest pre-handshake connection of
  * the network holding the most of them makes room (a real peer's handshake
- * takes a round trip or two; a flood's connections sit there). */
+ * takes a round trip or two; a flood's connections sit there). Sorting them
+ * by network costs n log n; counting pairs would cost n^2 per accept. */
 static void evict_unauth(gn_transport *t) {
-  conn *v = NULL;
-  size_t vn = 0;
-  for (conn *c = t->conns; c; c = c->next) {
-    if (!c->unauth)
-      continue;
-    size_t n = 0;
-    for (const conn *d = t->conns; d; d = d->next)
-      if (d->unauth && d->r.net_key_len == c->r.net_key_len &&
-          memcmp(d->r.net_key, c->r.net_key, c->r.net_key_len) == 0)
-        n++;
-    /* The list runs newest first, so a later one of as many is older. */
-    if (!v || n >= vn) {
-      v = c;
-      vn = n;
-    }
-  }
+  conn **v = malloc(t->unauth * sizeof(*v));
+  size_t n = 0, best = 0, best_len = 0;
   if (!v)
     return;
+  for (conn *c = t->conns; c && n < t->unauth; c = c->next)
+    if (c->unauth)
+      v[n++] = c;
+  if (n == 0) {
+    free(v);
+    return;
+  }
+  qsort(v, n, sizeof(*v), cmp_net);
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    while (j < n && v[j]->r.net_key_len == v[i]->r.net_key_len &&
+           memcmp(v[j]->r.net_key, v[i]->r.net_key, v[i]->r.net_key_len) == 0)
+      j++;
+    /* On a tie, the network whose oldest waited longest. */
+    if (j - i > best_len || (j - i == best_len && v[i]->created_ms < v[best]->created_ms)) {
+      best = i; /* the oldest of its run */
+      best_len = j - i;
+    }
+    i = j;
+  }
+  conn *victim = v[best];
+  free(v);
   char remote[ADDR_MAX];
-  snprintf(remote, sizeof(remote), "%s", v->r.addr);
+  snprintf(remote, sizeof(remote), "%s", victim->r.addr);
   t->st.refused_limit++;
-  conn_close(v, GN_EBUSY);
+  conn_close(victim, GN_EBUSY);
   report(t, remote, NULL, "closed in its handshake to make room: too many connections are in theirs", 0);
 }
 
@@ -804,8 +836,18 @@ static bool conn_send_stalled(conn *c, uint64_t now) {
   }
   if (now - c->send_progress_ms < c->t->lim.send_stall_ms)
     return false;
-  c->t->st.closed_timeout++;
-  conn_punish_close(c, GN_ETIMEDOUT, "took nothing we sent for too long");
+  gn_transport *t = c->t;
+  char remote[ADDR_MAX];
+  uint8_t peer[GN_PK_LEN];
+  bool up = c->active;
+  if (up)
+    memcpy(peer, gn__session_peer(c->s), GN_PK_LEN);
+  snprintf(remote, sizeof(remote), "%s", c->r.addr);
+  t->st.closed_timeout++;
+  /* Not backed off: a peer that stopped reading may be gone or stuck, and
+   * it only ever held its own queue. */
+  conn_close(c, GN_ETIMEDOUT);
+  report(t, remote, up ? peer : NULL, "took nothing we sent for too long", 0);
   return true;
 }
 
@@ -994,7 +1036,11 @@ int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint
   size_t frames = (len + 4 + GN_NOISE_MAX_PAYLOAD - 1) / GN_NOISE_MAX_PAYLOAD;
   size_t need = len + 4 + frames * (2 + GN_NOISE_TAGLEN);
   if (c->queued + need > t->lim.sendq_max) {
-    conn_punish_close(c, GN_ETOOBIG, "let more than sendq_max wait for it");
+    /* A peer that reads slowly hurts itself: closed, not backed off. */
+    char remote[ADDR_MAX];
+    snprintf(remote, sizeof(remote), "%s", c->r.addr);
+    conn_close(c, GN_ETOOBIG);
+    report(t, remote, peer, "let more than sendq_max wait for it", 0);
     return GN_ETOOBIG;
   }
   if (!budget_fit(t, c, need))

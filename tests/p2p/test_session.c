@@ -614,6 +614,9 @@ static void test_session_receive_buffer_grows_with_bytes(void **state) {
   assert_int_equal(r, 1);
   assert_int_equal(ev.msg_len, n);
   assert_true(gn__session_mem(b.s) <= n);
+  /* handed over: trimmed at once */
+  gn__session_trim(b.s);
+  assert_true(gn__session_mem(b.s) <= GN_SESSION_KEEP_MAX);
   /* the next small message: the 8 MiB buffer is gone */
   assert_int_equal(gn__session_send(a.s, (const uint8_t *)"x", 1), 0);
   gn_buf_done(&out);
