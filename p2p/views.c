@@ -48,8 +48,8 @@ typedef struct pending {
 
 typedef struct rate {
   uint8_t id[GN_PK_LEN];
-  uint64_t join_ms, neighbor_ms; /* last accepted, valid when the flag is set */
-  bool joined, neighbored;
+  uint64_t ask_ms; /* last JOIN or NEIGHBOR taken, valid when asked is set */
+  bool asked;
   uint64_t win_ms; /* start of the current shuffle-interval window */
   uint32_t shuffles, fjoins;
   uint64_t seen_ms;
@@ -747,15 +747,15 @@ static int on_join(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack_obj
   if (is_self(v, peer, addr))
     return GN_EPERM;
   rate *r = rate_get(v, peer, now_ms);
-  if (!r || (r->joined && now_ms < r->join_ms + v->cfg.join_interval_ms)) {
+  if (!r || (r->asked && now_ms < r->ask_ms + v->cfg.join_interval_ms)) {
     v->stats.rate_limited++;
     /* The joiner took us in optimistically: tell it we did not. */
     if (find_member(v->active, v->nactive, peer) < 0)
       send_simple(v, peer, GN_MSG_VIEW_DISCONNECT);
     return GN_EBUSY;
   }
-  r->joined = true;
-  r->join_ms = now_ms;
+  r->asked = true;
+  r->ask_ms = now_ms;
   if (find_member(v->active, v->nactive, peer) >= 0)
     return 0; /* already a neighbour: no new walk */
   if (v->nactive == v->cfg.active_size)
@@ -828,7 +828,7 @@ static int on_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack
   if (is_self(v, peer, addr))
     return GN_EPERM;
   rate *r = rate_get(v, peer, now_ms);
-  if (!r || (r->neighbored && now_ms < r->neighbor_ms + v->cfg.join_interval_ms)) {
+  if (!r || (r->asked && now_ms < r->ask_ms + v->cfg.join_interval_ms)) {
     v->stats.rate_limited++;
     /* Answered all the same, so an honest requester moves on at once; a
      * member already active is told it is. */
@@ -838,8 +838,8 @@ static int on_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack
     send_neighbor_reply(v, peer, member);
     return GN_EBUSY;
   }
-  r->neighbored = true;
-  r->neighbor_ms = now_ms;
+  r->asked = true;
+  r->ask_ms = now_ms;
   bool accept = find_member(v->active, v->nactive, peer) >= 0 || v->nactive < v->cfg.active_size || high;
   if (accept && find_member(v->active, v->nactive, peer) < 0) {
     if (v->nactive == v->cfg.active_size)

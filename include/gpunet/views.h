@@ -33,7 +33,7 @@ typedef struct gn_views_config {
   uint32_t shuffle_ka;          /* active entries in a SHUFFLE (3) */
   uint32_t shuffle_kp;          /* passive entries in a SHUFFLE (4) */
   uint32_t shuffle_ttl;         /* SHUFFLE random walk length (6) */
-  uint32_t join_interval_ms;    /* JOIN, and NEIGHBOR, from one peer at most once per interval (3000) */
+  uint32_t join_interval_ms;    /* a JOIN or NEIGHBOR from one peer at most once per interval (3000) */
   uint32_t shuffle_per_peer;    /* SHUFFLEs taken from one peer per shuffle interval (10) */
   uint32_t fjoin_per_peer;      /* FORWARD_JOINs taken from one peer per shuffle interval (1000) */
   uint32_t replace_per_period;  /* passive entries a merge may evict per shuffle interval (passive_size / 4) */

@@ -572,6 +572,11 @@ static void test_views_neighbor_rate_bound(void **state) {
   assert_false(sent_bool(last_sent(GN_MSG_VIEW_NEIGHBOR_REPLY), "accept"));
   assert_int_equal(deliver(v, 9, GN_MSG_VIEW_NEIGHBOR, neighbor_body(true, a), T0 + 3001), 0);
   assert_true(active_has(v, 9));
+  /* JOIN and NEIGHBOR share the interval: alternating them gains nothing. */
+  down(v, 9, T0 + 3002);
+  up(v, 9, T0 + 3002);
+  assert_int_equal(deliver(v, 9, GN_MSG_VIEW_JOIN, join_body(a), T0 + 3003), GN_EBUSY);
+  assert_false(active_has(v, 9));
   gn_views_free(v);
 }
 
