@@ -1202,9 +1202,9 @@ static void test_transport_traffic_within_rates_is_not_cut(void **state) {
     uint32_t type;
     int burst, per_s;
   } classes[] = {
-      {GN_MSG_LEASE_RELEASE, 512, 50},  {GN_MSG_JOB_LOG, 4000, 2000},
-      {GN_MSG_OFFER, 4000, 1000},       {GN_MSG_PEERS, 16, 1},
-      {GN_MSG_VIEW_SHUFFLE, 128, 20},   {GN_MSG_RTT_PING, 128, 20},
+      {GN_MSG_LEASE_RELEASE, 512, 50},   {GN_MSG_JOB_LOG, 4000, 2000},
+      {GN_MSG_OFFER, 4000, 1000},        {GN_MSG_PEERS, 16, 1},
+      {GN_MSG_VIEW_SHUFFLE, 128, 20},    {GN_MSG_RTT_PING, 128, 20},
       {GN_MSG_ATTEST_CHALLENGE, 128, 5},
   };
   int total = 0;
