@@ -18,6 +18,8 @@
 #define SW_PICK_MAX 32       /* pending updates considered for one body */
 #define SW_DEAD_PING_EVERY 4 /* every 4th probe also pings one recently dead member */
 #define SW_INC_MAX UINT32_MAX
+#define SW_GIVE 4       /* live members an ACK offers a node that asked for more */
+#define SW_GHOST_HOPS 8 /* a record about a node we do not keep is passed on only this far */
 
 typedef struct sw_node {
   uint8_t id[GN_PK_LEN];
@@ -29,10 +31,13 @@ typedef struct sw_node {
   bool used;
   bool verified;    /* it answered a ping of ours with its signature */
   bool want_deaths; /* first heard of, or with a new incarnation: tell it the recent deaths */
-  uint32_t order_pos, pend_pos, dead_pos;
+  bool direct;      /* it spoke for itself (its own signed body), or our caller added it */
+  bool ghost;       /* not a member: a record about another node, kept only to pass it on */
+  uint32_t order_pos, pend_pos, dead_pos, ghost_pos;
   uint32_t tx_count;     /* times its current record rode a body */
   uint64_t tx_stamp;     /* when that record was queued: newer first */
   uint8_t tx_tier;       /* 0: a refutation or revival, sent before anything else; 1: the rest */
+  uint8_t hop;           /* relays the queued record has been through (0: ours) */
   uint8_t by[GN_PK_LEN]; /* who suspected or declared it (gossiped with the record) */
   bool has_by;
   /* Its suspicion, while SUSPECT. */
@@ -47,7 +52,7 @@ typedef struct sw_list {
   uint32_t n;
 } sw_list;
 
-enum { L_ORDER, L_PEND, L_DEAD };
+enum { L_ORDER, L_PEND, L_DEAD, L_GHOST };
 
 typedef struct sw_upd {
   uint8_t id[GN_PK_LEN];
@@ -56,6 +61,7 @@ typedef struct sw_upd {
   uint8_t st;
   bool has_by;
   uint8_t by[GN_PK_LEN];
+  uint8_t hop;
 } sw_upd;
 
 /* One decoded body: everything is validated before anything is applied. */
@@ -64,7 +70,7 @@ typedef struct sw_msg {
   uint32_t inc;
   char addr[GN_SWIM_ADDR_MAX];
   uint64_t seq;
-  bool has_to, has_target;
+  bool has_to, has_target, more;
   uint8_t to[GN_PK_LEN];
   uint8_t target[GN_PK_LEN];
   char taddr[GN_SWIM_ADDR_MAX];
@@ -100,10 +106,12 @@ struct gn_swim {
   uint32_t nfree;
   uint32_t *tab; /* open addressing, linear probing: slot numbers */
   uint32_t tab_mask;
-  sw_list order, pend, dead;
+  sw_list order, pend, dead, ghosts;
+  uint32_t nghost, ghost_max; /* records about non-members passed on (max_members / 2) */
+  uint8_t rx_hop;             /* the hop records queued now get: one past the record being applied */
   uint32_t probe_idx;
   uint64_t stamp;
-  uint32_t dead_cursor, dead_ping_cursor;
+  uint32_t dead_cursor, dead_ping_cursor, give_cursor;
   uint32_t count[4]; /* members by state, this node excluded */
   uint32_t unverified;
   uint32_t health;
@@ -242,11 +250,14 @@ static void health_add(gn_swim *s, int delta) {
 /* --- lists of slots with a back index ---------------------------------------*/
 
 static uint32_t *lpos(sw_node *n, int which) {
-  return which == L_ORDER ? &n->order_pos : which == L_PEND ? &n->pend_pos : &n->dead_pos;
+  return which == L_ORDER  ? &n->order_pos
+         : which == L_PEND ? &n->pend_pos
+         : which == L_DEAD ? &n->dead_pos
+                           : &n->ghost_pos;
 }
 
 static sw_list *lget(gn_swim *s, int which) {
-  return which == L_ORDER ? &s->order : which == L_PEND ? &s->pend : &s->dead;
+  return which == L_ORDER ? &s->order : which == L_PEND ? &s->pend : which == L_DEAD ? &s->dead : &s->ghosts;
 }
 
 static void list_add(gn_swim *s, int which, uint32_t slot) {
@@ -291,6 +302,12 @@ static uint32_t tab_find(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
   }
 }
 
+/* A member (or this node, slot 0): never a ghost. */
+static uint32_t member_find(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
+  uint32_t slot = tab_find(s, id);
+  return slot != SW_NONE && s->nodes[slot].ghost ? SW_NONE : slot;
+}
+
 static void tab_insert(gn_swim *s, uint32_t slot) {
   uint32_t i = (uint32_t)s->nodes[slot].hkey & s->tab_mask;
   while (s->tab[i] != SW_NONE)
@@ -328,8 +345,8 @@ static int grow(gn_swim *s, uint32_t ncap) {
   if (!nodes)
     return GN_ENOMEM;
   s->nodes = nodes;
-  uint32_t **arrs[4] = {&s->free_slots, &s->order.a, &s->pend.a, &s->dead.a};
-  for (int i = 0; i < 4; i++) {
+  uint32_t **arrs[5] = {&s->free_slots, &s->order.a, &s->pend.a, &s->dead.a, &s->ghosts.a};
+  for (int i = 0; i < 5; i++) {
     uint32_t *p = realloc(*arrs[i], (size_t)ncap * sizeof *p);
     if (!p)
       return GN_ENOMEM;
@@ -373,6 +390,7 @@ static void emit(gn_swim *s, gn_swim_event_kind kind, const sw_node *n, bool loc
 static void enqueue_tier(gn_swim *s, uint32_t slot, uint8_t tier) {
   s->nodes[slot].tx_count = 0;
   s->nodes[slot].tx_tier = tier;
+  s->nodes[slot].hop = slot == 0 ? 0 : s->rx_hop;
   s->nodes[slot].tx_stamp = ++s->stamp;
   list_add(s, L_PEND, slot);
 }
@@ -515,17 +533,116 @@ static void remove_member(gn_swim *s, uint32_t slot) {
 }
 
 /* When the table is full, a member heard from directly may take the place
- * of one only known by hearsay (never of one that answered our ping):
- * the dead first, then suspects, then the alive. */
+ * of one that never answered our ping: a left, dead or suspect one first,
+ * then a live one only known by hearsay. A live member that spoke for
+ * itself is not displaced by another (two nodes taking turns at a slot
+ * would each be announced as joining again and again). */
 static uint32_t eviction_victim(const gn_swim *s) {
   static const uint8_t pref[4] = {GN_SWIM_LEFT, GN_SWIM_DEAD, GN_SWIM_SUSPECT, GN_SWIM_ALIVE};
   if (!s->unverified)
     return SW_NONE;
   for (int p = 0; p < 4; p++)
-    for (uint32_t i = 1; i < s->hi; i++)
-      if (s->nodes[i].used && !s->nodes[i].verified && s->nodes[i].state == pref[p])
+    for (uint32_t i = 1; i < s->hi; i++) {
+      const sw_node *n = &s->nodes[i];
+      if (n->used && !n->ghost && !n->verified && n->state == pref[p] && !(n->state == GN_SWIM_ALIVE && n->direct))
         return i;
+    }
   return SW_NONE;
+}
+
+static uint32_t members_held(const gn_swim *s) {
+  return s->hi - 1 - s->nfree - s->nghost;
+}
+
+/* Whether add_member would keep a newcomer. */
+static bool room_for(const gn_swim *s, bool direct) {
+  uint32_t members = members_held(s);
+  if (!direct)
+    return members < s->cfg.max_members && s->unverified < s->cfg.max_members - s->cfg.max_members / 4;
+  return members < s->cfg.max_members || eviction_victim(s) != SW_NONE;
+}
+
+/* A free slot: the table holds at most max_members members, ghost_max
+ * ghosts and this node. */
+static uint32_t alloc_slot(gn_swim *s) {
+  if (s->nfree)
+    return s->free_slots[--s->nfree];
+  if (s->hi == s->cap) {
+    uint32_t most = s->cfg.max_members + 1 + s->ghost_max, ncap = s->cap * 2;
+    if (ncap > most)
+      ncap = most;
+    if (ncap <= s->cap || grow(s, ncap) < 0)
+      return SW_NONE;
+  }
+  return s->hi++;
+}
+
+/* --- ghosts: news about nodes we do not keep -------------------------------
+ *
+ * With a table smaller than the network, most records a node hears are
+ * about nodes it does not keep. It passes them on all the same (a death, a
+ * refutation, a join must cross nodes that do not hold its subject, or it
+ * never reaches most of those that do), and remembers the newest record per
+ * node in a ghost: not a member, never probed nor reported, kept only so a
+ * record is passed on once, not each time it comes back. At most ghost_max
+ * ghosts; the one queued longest ago gives way. */
+
+static void ghost_remove(gn_swim *s, uint32_t slot) {
+  list_del(s, L_PEND, slot);
+  list_del(s, L_GHOST, slot);
+  tab_remove(s, slot);
+  memset(&s->nodes[slot], 0, sizeof s->nodes[slot]);
+  s->free_slots[s->nfree++] = slot;
+  s->nghost--;
+}
+
+static uint8_t precedence(uint8_t st) {
+  return st == GN_SWIM_LEFT ? GN_SWIM_DEAD : st;
+}
+
+/* Passes on u, about a node we do not keep, if it is news: a higher
+ * incarnation, or a graver state at the same one. */
+static void ghost_put(gn_swim *s, uint32_t slot, const sw_upd *u, const uint8_t by[GN_PK_LEN]) {
+  uint8_t tier = 1;
+  if (slot != SW_NONE) {
+    sw_node *g = &s->nodes[slot];
+    if (u->inc < g->inc || (u->inc == g->inc && precedence(u->st) <= precedence(g->state)))
+      return;
+    if (u->st == GN_SWIM_ALIVE && g->state != GN_SWIM_ALIVE)
+      tier = 0;
+  } else {
+    if (s->ghost_max == 0)
+      return;
+    if (s->nghost >= s->ghost_max) {
+      uint32_t oldest = SW_NONE;
+      for (uint32_t i = 0; i < s->ghosts.n; i++) {
+        uint32_t gs = s->ghosts.a[i];
+        if (oldest == SW_NONE || s->nodes[gs].tx_stamp < s->nodes[oldest].tx_stamp)
+          oldest = gs;
+      }
+      ghost_remove(s, oldest);
+    }
+    if ((slot = alloc_slot(s)) == SW_NONE)
+      return;
+    sw_node *g = &s->nodes[slot];
+    memset(g, 0, sizeof *g);
+    memcpy(g->id, u->id, GN_PK_LEN);
+    g->hkey = sw_hash(s, u->id);
+    g->used = true;
+    g->ghost = true;
+    g->order_pos = g->pend_pos = g->dead_pos = g->ghost_pos = SW_NONE;
+    tab_insert(s, slot);
+    list_add(s, L_GHOST, slot);
+    s->nghost++;
+  }
+  sw_node *g = &s->nodes[slot];
+  snprintf(g->addr, sizeof g->addr, "%s", u->addr);
+  g->inc = u->inc;
+  g->state = u->st;
+  g->has_by = u->st == GN_SWIM_SUSPECT || u->st == GN_SWIM_DEAD;
+  if (g->has_by)
+    memcpy(g->by, by, GN_PK_LEN);
+  enqueue_tier(s, slot, tier);
 }
 
 /* Adds an alive member. direct: the member itself or our caller vouches for
@@ -533,28 +650,17 @@ static uint32_t eviction_victim(const gn_swim *s) {
  * three quarters of the table and never evicts. */
 static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint32_t inc, bool direct,
                            uint64_t now) {
-  uint32_t members = s->hi - 1 - s->nfree;
-  if (!direct && (members >= s->cfg.max_members || s->unverified >= s->cfg.max_members - s->cfg.max_members / 4))
+  if (!room_for(s, direct))
     return SW_NONE;
-  if (members >= s->cfg.max_members) {
+  if (members_held(s) >= s->cfg.max_members) {
     uint32_t v = eviction_victim(s);
     if (v == SW_NONE)
       return SW_NONE;
     remove_member(s, v);
   }
-  uint32_t slot;
-  if (s->nfree) {
-    slot = s->free_slots[--s->nfree];
-  } else {
-    if (s->hi == s->cap) {
-      uint32_t ncap = s->cap * 2;
-      if (ncap > s->cfg.max_members + 1)
-        ncap = s->cfg.max_members + 1;
-      if (ncap <= s->cap || grow(s, ncap) < 0)
-        return SW_NONE;
-    }
-    slot = s->hi++;
-  }
+  uint32_t slot = alloc_slot(s);
+  if (slot == SW_NONE)
+    return SW_NONE;
   sw_node *n = &s->nodes[slot];
   memset(n, 0, sizeof *n);
   memcpy(n->id, id, GN_PK_LEN);
@@ -565,7 +671,8 @@ static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *
   n->since_ms = now;
   n->used = true;
   n->want_deaths = true;
-  n->order_pos = n->pend_pos = n->dead_pos = SW_NONE;
+  n->direct = direct;
+  n->order_pos = n->pend_pos = n->dead_pos = n->ghost_pos = SW_NONE;
   tab_insert(s, slot);
   s->count[GN_SWIM_ALIVE]++;
   s->unverified++;
@@ -595,7 +702,7 @@ static void put_key(gn_wire_writer *w, const char *k) {
 static int encode_update(gn_swim *s, const sw_node *n) {
   gn_wire_writer *w = &s->w;
   bool by = n->has_by && (n->state == GN_SWIM_SUSPECT || n->state == GN_SWIM_DEAD);
-  gn_wire_put_map(w, by ? 5 : 4);
+  gn_wire_put_map(w, 4 + by + (n->hop > 0));
   put_key(w, "id");
   gn_wire_put_bin(w, n->id, GN_PK_LEN);
   put_key(w, "addr");
@@ -607,6 +714,10 @@ static int encode_update(gn_swim *s, const sw_node *n) {
   if (by) {
     put_key(w, "by");
     gn_wire_put_bin(w, n->by, GN_PK_LEN);
+  }
+  if (n->hop > 0) {
+    put_key(w, "hop");
+    gn_wire_put_u64(w, n->hop);
   }
   s->one.len = 0;
   return gn_wire_writer_take(w, &s->one);
@@ -636,7 +747,7 @@ static bool pack_add(gn_swim *s, sw_pack *p, uint32_t slot) {
 
 /* Fills the update records of a body to dest (SW_NONE when not a member):
  * the buddy record, recent deaths, then the dissemination queue. */
-static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
+static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack, bool give) {
   /* Buddy system: a member we believe suspect (or dead) hears it first. */
   if (dest != SW_NONE && s->nodes[dest].state != GN_SWIM_ALIVE)
     pack_add(s, p, dest);
@@ -657,6 +768,17 @@ static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
         s->dead_cursor = 0;
       pack_add(s, p, s->dead.a[s->dead_cursor++]);
     }
+  }
+  /* A node whose table has room asked for members: offer a few live ones,
+   * round robin. A joiner that nobody holds yet would otherwise know only
+   * its seeds once the gossip of the others' joins has run out (with
+   * tables smaller than the network, no one else ever probes it). */
+  for (uint32_t i = 0, given = 0; give && i < s->order.n && given < SW_GIVE; i++) {
+    if (s->give_cursor >= s->order.n)
+      s->give_cursor = 0;
+    uint32_t slot = s->order.a[s->give_cursor++];
+    if (slot != dest && s->nodes[slot].state == GN_SWIM_ALIVE && pack_add(s, p, slot))
+      given++;
   }
   /* The queue: least sent first, newest first among equals. */
   uint32_t pick[SW_PICK_MAX], np = 0;
@@ -698,13 +820,15 @@ typedef struct sw_out {
   const uint8_t *to;     /* PING: whom it is for */
   const uint8_t *target; /* PING_REQ, NACK, relayed ACK */
   const char *taddr;     /* PING_REQ */
+  bool more;             /* PING: our table has room, offer us members */
+  bool give;             /* ACK: offer SW_GIVE live members */
 } sw_out;
 
 /* Encodes the fixed part of a body into s->out (its map holds nkeys). */
 static int encode_head(gn_swim *s, const sw_out *o, uint32_t extra_keys) {
   gn_wire_writer *w = &s->w;
   const sw_node *self = &s->nodes[0];
-  uint32_t nkeys = 4 + (o->to ? 1 : 0) + (o->target ? 1 : 0) + (o->taddr ? 1 : 0) + extra_keys;
+  uint32_t nkeys = 4 + (o->to ? 1 : 0) + (o->target ? 1 : 0) + (o->taddr ? 1 : 0) + o->more + extra_keys;
   gn_wire_put_map(w, nkeys);
   put_key(w, "from");
   gn_wire_put_bin(w, self->id, GN_PK_LEN);
@@ -726,6 +850,10 @@ static int encode_head(gn_swim *s, const sw_out *o, uint32_t extra_keys) {
     put_key(w, "taddr");
     gn_wire_put_str(w, o->taddr);
   }
+  if (o->more) {
+    put_key(w, "more");
+    gn_wire_put_bool(w, true);
+  }
   s->out.len = 0;
   return gn_wire_writer_take(w, &s->out);
 }
@@ -740,10 +868,10 @@ static void send_body(gn_swim *s, const char *addr, const uint8_t *dest_id, cons
   sw_pack p = {0};
   p.budget = s->cfg.max_datagram > head + 5 ? s->cfg.max_datagram - head - 5 : 0;
   s->ub.len = 0;
-  uint32_t dest = dest_id ? tab_find(s, dest_id) : SW_NONE;
+  uint32_t dest = dest_id ? member_find(s, dest_id) : SW_NONE;
   if (dest == 0)
     dest = SW_NONE;
-  pack_updates(s, &p, dest, o->type == GN_MSG_SWIM_ACK);
+  pack_updates(s, &p, dest, o->type == GN_MSG_SWIM_ACK, o->give);
   if (p.n) {
     if (encode_head(s, o, 1) < 0)
       return;
@@ -783,6 +911,7 @@ static uint64_t new_seq(gn_swim *s) {
 
 static void send_ping(gn_swim *s, const char *addr, const uint8_t id[GN_PK_LEN], uint64_t seq) {
   sw_out o = {.type = GN_MSG_SWIM_PING, .seq = seq, .to = id};
+  o.more = !s->left && members_held(s) < s->cfg.max_members;
   sent_record(s, seq, id, id, false);
   send_body(s, addr, id, &o);
 }
@@ -799,7 +928,7 @@ static int get_addr(const msgpack_object *map, const char *key, char out[GN_SWIM
 static int decode_update(const msgpack_object *o, sw_upd *u) {
   if (o->type != MSGPACK_OBJECT_MAP)
     return GN_EINVAL;
-  if (o->via.map.size > 5)
+  if (o->via.map.size > 6)
     return GN_EINVAL;
   uint64_t st;
   int r;
@@ -812,7 +941,14 @@ static int decode_update(const msgpack_object *o, sw_upd *u) {
   u->has_by = gn_wire_get(o, "by") != NULL;
   if (u->has_by && (r = gn_wire_get_bin_exact(o, "by", u->by, GN_PK_LEN)) < 0)
     return r;
-  return (uint32_t)(4 + u->has_by) == o->via.map.size ? 0 : GN_EINVAL;
+  bool has_hop = gn_wire_get(o, "hop") != NULL;
+  uint32_t hop = 0;
+  if (has_hop && (r = gn_wire_get_u32(o, "hop", &hop)) < 0)
+    return r;
+  if (hop > 255)
+    return GN_ETOOBIG;
+  u->hop = (uint8_t)hop;
+  return (uint32_t)(4 + u->has_by + has_hop) == o->via.map.size ? 0 : GN_EINVAL;
 }
 
 /* Decodes and validates a whole body of type into m. On success m->doc
@@ -837,10 +973,16 @@ static int decode_msg(uint32_t type, const uint8_t *body, size_t len, sw_msg *m)
       (r = gn_wire_get_u64(root, "seq", &m->seq)) < 0)
     goto out;
   m->has_to = type == GN_MSG_SWIM_PING;
+  m->more = false;
   if (m->has_to) {
     if ((r = gn_wire_get_bin_exact(root, "to", m->to, GN_PK_LEN)) < 0)
       goto out;
     want++;
+    if (gn_wire_get(root, "more")) {
+      if ((r = gn_wire_get_bool(root, "more", &m->more)) < 0)
+        goto out;
+      want++;
+    }
   }
   m->has_target = type == GN_MSG_SWIM_PING_REQ || type == GN_MSG_SWIM_NACK ||
                   (type == GN_MSG_SWIM_ACK && gn_wire_get(root, "target"));
@@ -892,11 +1034,18 @@ static void refute(gn_swim *s, uint32_t accused_inc, uint64_t now) {
 /* The sender speaks for itself: it is alive at inc, at addr. */
 static void apply_self_claim(gn_swim *s, const sw_msg *m, uint64_t now) {
   uint32_t slot = tab_find(s, m->from);
+  if (slot != SW_NONE && s->nodes[slot].ghost) {
+    if (!room_for(s, true))
+      return;
+    ghost_remove(s, slot);
+    slot = SW_NONE;
+  }
   if (slot == SW_NONE) {
     add_member(s, m->from, m->addr, m->inc, true, now);
     return;
   }
   sw_node *n = &s->nodes[slot];
+  n->direct = true;
   if (m->inc > n->inc) {
     snprintf(n->addr, sizeof n->addr, "%s", m->addr);
     n->want_deaths = true;
@@ -917,11 +1066,27 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
       refute(s, u->inc, now);
     return;
   }
-  if (slot == SW_NONE) {
-    /* Only the living are learnt from hearsay: news of the death of a
-     * stranger changes nothing we keep. */
-    if (u->st == GN_SWIM_ALIVE)
+  if (slot == SW_NONE || s->nodes[slot].ghost) {
+    /* Only the living are learnt from hearsay, and only while there is
+     * room; all else about nodes we do not keep is passed on. */
+    const sw_node *g = slot == SW_NONE ? NULL : &s->nodes[slot];
+    bool news = !g || u->inc > g->inc || (u->inc == g->inc && precedence(u->st) > precedence(g->state));
+    if (!news)
+      return;
+    if (u->st == GN_SWIM_ALIVE && room_for(s, false)) {
+      if (g)
+        ghost_remove(s, slot);
       add_member(s, u->id, u->addr, u->inc, false, now);
+      return;
+    }
+    /* What is passed on is news of trouble and its end: suspicions,
+     * deaths, leaves, refutations. A plain join (alive at incarnation 0)
+     * is not: every node has one, so forgetful relays would keep passing
+     * the whole network's joins round. And however forgetful the relays,
+     * a record goes no further than SW_GHOST_HOPS. */
+    bool trouble = u->st != GN_SWIM_ALIVE || u->inc > 0 || (g && g->state != GN_SWIM_ALIVE);
+    if (trouble && u->hop < SW_GHOST_HOPS)
+      ghost_put(s, slot, u, by);
     return;
   }
   sw_node *n = &s->nodes[slot];
@@ -1049,13 +1214,16 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
   apply_self_claim(s, m, now_ms);
   for (uint32_t i = 0; m->g && i < m->g->size; i++) {
     sw_upd u;
-    if (decode_update(&m->g->ptr[i], &u) == 0)
+    if (decode_update(&m->g->ptr[i], &u) == 0) {
+      s->rx_hop = u.hop < 255 ? u.hop + 1 : 255;
       apply_update(s, &u, m->from, now_ms);
+      s->rx_hop = 0;
+    }
   }
 
   switch (type) {
   case GN_MSG_SWIM_PING: {
-    sw_out o = {.type = GN_MSG_SWIM_ACK, .seq = m->seq};
+    sw_out o = {.type = GN_MSG_SWIM_ACK, .seq = m->seq, .give = m->more};
     send_body(s, from_addr, m->from, &o);
     break;
   }
@@ -1065,7 +1233,7 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
   case GN_MSG_SWIM_ACK: {
     e->used = false;
     if (!m->has_target)
-      mark_verified(s, tab_find(s, m->from));
+      mark_verified(s, member_find(s, m->from));
     /* The answer to a ping we sent for a requester: pass it on. */
     for (uint32_t i = 0; i < SW_RELAYS_MAX && !m->has_target; i++) {
       sw_relay *rl = &s->relays[i];
@@ -1104,7 +1272,7 @@ bad:
 
 static void send_ping_reqs(gn_swim *s) {
   uint32_t k = s->cfg.indirect_k < SW_HELPERS_MAX ? s->cfg.indirect_k : SW_HELPERS_MAX;
-  uint32_t target = tab_find(s, s->probe.id);
+  uint32_t target = member_find(s, s->probe.id);
   s->probe.indirect = true;
   if (target == SW_NONE || s->order.n == 0)
     return;
@@ -1134,7 +1302,7 @@ static void probe_failed(gn_swim *s, uint64_t now) {
     health_add(s, (int)(s->probe.nhelpers - s->probe.nacks));
   else
     health_add(s, 1);
-  uint32_t slot = tab_find(s, s->probe.id);
+  uint32_t slot = member_find(s, s->probe.id);
   if (slot == SW_NONE || slot == 0)
     return;
   /* Our own failed probe of a member others suspect is one more
@@ -1195,7 +1363,7 @@ static void check_suspicions(gn_swim *s, uint64_t now) {
   s->next_susp_ms = UINT64_MAX;
   for (uint32_t i = 1; i < s->hi; i++) {
     sw_node *n = &s->nodes[i];
-    if (!n->used || n->state != GN_SWIM_SUSPECT)
+    if (!n->used || n->ghost || n->state != GN_SWIM_SUSPECT)
       continue;
     uint64_t d = susp_deadline(n);
     if (d <= now) {
@@ -1314,6 +1482,7 @@ int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const g
     memcpy(s->hash_key + i, &v, sizeof s->hash_key - i < 8 ? sizeof s->hash_key - i : 8);
   }
   gn_wire_writer_init(&s->w);
+  s->ghost_max = cfg->max_members / 2;
   uint32_t cap0 = cfg->max_members + 1 < 16 ? cfg->max_members + 1 : 16;
   if (grow(s, cap0) < 0) {
     gn_swim_free(s);
@@ -1327,7 +1496,8 @@ int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const g
   self->since_ms = now_ms;
   self->used = true;
   self->verified = true;
-  self->order_pos = self->pend_pos = self->dead_pos = SW_NONE;
+  self->order_pos = self->pend_pos = self->dead_pos = self->ghost_pos = SW_NONE;
+  self->direct = true;
   s->hi = 1;
   tab_insert(s, 0);
   enqueue(s, 0);
@@ -1349,6 +1519,7 @@ gn_swim *gn_swim_free(gn_swim *s) {
   free(s->order.a);
   free(s->pend.a);
   free(s->dead.a);
+  free(s->ghosts.a);
   free(s->tab);
   free(s);
   return NULL;
@@ -1360,8 +1531,12 @@ int gn_swim_add(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint6
   uint32_t slot = tab_find(s, id);
   if (slot == 0)
     return GN_EINVAL;
-  if (slot != SW_NONE)
+  if (slot != SW_NONE && !s->nodes[slot].ghost)
     return 0;
+  if (!room_for(s, true))
+    return GN_ETOOBIG;
+  if (slot != SW_NONE)
+    ghost_remove(s, slot);
   return add_member(s, id, addr, 0, true, now_ms) == SW_NONE ? GN_ETOOBIG : 0;
 }
 
@@ -1385,7 +1560,7 @@ size_t gn_swim_count(const gn_swim *s, gn_swim_state st) {
 int gn_swim_get(const gn_swim *s, const uint8_t id[GN_PK_LEN], gn_swim_member *ret_m) {
   if (!s || !id || !ret_m)
     return GN_EINVAL;
-  uint32_t slot = tab_find(s, id);
+  uint32_t slot = member_find(s, id);
   if (slot == SW_NONE)
     return GN_ENOTFOUND;
   to_member(&s->nodes[slot], ret_m);
@@ -1397,7 +1572,7 @@ size_t gn_swim_members(const gn_swim *s, gn_swim_member *out, size_t cap) {
     return 0;
   size_t n = 0;
   for (uint32_t i = 1; i < s->hi; i++) {
-    if (!s->nodes[i].used)
+    if (!s->nodes[i].used || s->nodes[i].ghost)
       continue;
     if (out && n < cap)
       to_member(&s->nodes[i], &out[n]);
@@ -1422,6 +1597,6 @@ void gn_swim_stats_get(const gn_swim *s, gn_swim_stats *ret) {
 bool gn_swim_verified(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
   if (!s || !id)
     return false;
-  uint32_t slot = tab_find(s, id);
+  uint32_t slot = member_find(s, id);
   return slot != SW_NONE && s->nodes[slot].verified;
 }
