@@ -147,6 +147,9 @@ static void api_peers(gn_ctl_req *req, void *ud) {
     const char *membership = gn__overlay_member_state(n, n->peers[i].id);
     if (p && membership)
       json_object_set_new(p, "membership", json_string(membership));
+    const char *view = gn__overlay_view_of(n, n->peers[i].id);
+    if (p && view)
+      json_object_set_new(p, "view", json_string(view));
     json_array_append_new(arr, p);
   }
   gn_ctl_reply_json(req, 200, json_pack("{s:o}", "peers", arr));

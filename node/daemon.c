@@ -333,6 +333,7 @@ static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *u
   gn_discovery_peer_down(n->disc, peer, gn_unix_s());
   gn__provider_peer_down(n, peer);
   gn__requester_peer_down(n, peer);
+  gn__overlay_peer_down(n, peer);
 }
 
 static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, const uint8_t *raw,
@@ -397,6 +398,18 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_RTT_PONG:
     gn__rtt_on_message(n, peer, env, raw, raw_len);
     break;
+  case GN_MSG_VIEW_JOIN:
+  case GN_MSG_VIEW_FORWARD_JOIN:
+  case GN_MSG_VIEW_NEIGHBOR:
+  case GN_MSG_VIEW_NEIGHBOR_REPLY:
+  case GN_MSG_VIEW_DISCONNECT:
+  case GN_MSG_VIEW_SHUFFLE:
+  case GN_MSG_VIEW_SHUFFLE_REPLY: {
+    int vr = gn__overlay_on_message(n, peer, env);
+    if (vr < 0)
+      gn_log_ratelimited("view-dropped", GN_LOG_DEBUG, "dropped %s: %s", gn_msg_type_name(env->type), gn_strerror(vr));
+    break;
+  }
   default:
     gn_log_ratelimited("ignored-type", GN_LOG_DEBUG, "ignored message type %u", env->type);
   }

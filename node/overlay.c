@@ -10,6 +10,7 @@
 #include <gpunet/ratelimit.h>
 #include <gpunet/swim.h>
 #include <gpunet/uvutil.h>
+#include <gpunet/views.h>
 #include <gpunet/wire.h>
 
 #include <arpa/inet.h>
@@ -40,6 +41,7 @@ typedef struct ov_stats {
 struct gn__overlay {
   gn_node *n;
   gn_swim *swim;
+  gn_views *views; /* partial views over sessions; NULL without membership */
   uv_udp_t *udp;
   uv_timer_t *timer;
   bool leaving;   /* gn__overlay_stop: the leave is said, the socket still open */
@@ -200,6 +202,10 @@ static void io_event(void *ud, const gn_swim_event *ev) {
   switch (ev->kind) {
   case GN_SWIM_EV_JOIN:
     ov_log(o, GN_LOG_INFO, "overlay: %s joined at %s (incarnation %u)", id, m->addr, inc);
+    /* A member is a candidate neighbour: hearsay in the passive view, so a
+     * node whose contacts are gone can still refill its active view. */
+    if (o->views && !o->leaving)
+      gn_views_add_passive(o->views, m->id, m->addr, gn_mono_ms());
     return;
   case GN_SWIM_EV_SUSPECT:
     ov_log(o, GN_LOG_INFO, "overlay: %s is suspect (incarnation %u, %s)", id, inc,
@@ -232,6 +238,49 @@ static void io_event(void *ud, const gn_swim_event *ev) {
     ov_log(o, GN_LOG_INFO, "overlay: dropped %zu offer%s of %s", dropped, dropped == 1 ? "" : "s", id);
 }
 
+/* --- partial views ----------------------------------------------------------*/
+
+static int views_send(void *ud, const uint8_t peer[GN_PK_LEN], uint32_t type, const uint8_t *body, size_t len) {
+  struct gn__overlay *o = ud;
+  gn_buf env = {0};
+  int r = o->n->tp ? gn_envelope_seal(o->n->id, type, body, len, &env) : GN_ECLOSED;
+  if (r == 0)
+    r = gn_transport_send(o->n->tp, peer, env.data, env.len);
+  gn_buf_done(&env);
+  return r;
+}
+
+static void views_connect(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr) {
+  struct gn__overlay *o = ud;
+  if (o->n->tp && !o->leaving)
+    gn_transport_connect_peer(o->n->tp, addr, peer);
+}
+
+/* The active view is who discovery pushes offers to. */
+static void views_event(void *ud, const uint8_t peer[GN_PK_LEN], gn_views_event_kind kind) {
+  struct gn__overlay *o = ud;
+  if (o->n->disc)
+    gn_discovery_set_neighbour(o->n->disc, peer, kind == GN_VIEWS_EV_ADDED);
+}
+
+/* Whether addr is one of the configured bootstrap addresses (both
+ * normalised: "localhost" is 127.0.0.1). */
+static bool is_bootstrap(const gn_node *n, const char *addr) {
+  struct sockaddr_storage a, b;
+  char x[GN_SWIM_ADDR_MAX], y[GN_SWIM_ADDR_MAX];
+  if (parse_addr(addr, &a) < 0)
+    return false;
+  format_addr((const struct sockaddr *)&a, x, sizeof x);
+  for (size_t i = 0; i < n->cfg.bootstrap_count; i++) {
+    if (parse_addr(n->cfg.bootstrap[i], &b) < 0)
+      continue;
+    format_addr((const struct sockaddr *)&b, y, sizeof y);
+    if (strcmp(x, y) == 0)
+      return true;
+  }
+  return false;
+}
+
 /* --- the loop ---------------------------------------------------------------*/
 
 static void on_timer(uv_timer_t *t);
@@ -254,6 +303,9 @@ static void arm(struct gn__overlay *o) {
   if (o->closing || !o->timer)
     return;
   uint64_t now = gn_mono_ms(), at = gn_swim_next_deadline_ms(o->swim);
+  uint64_t vat = o->views && !o->leaving ? gn_views_next_deadline_ms(o->views) : UINT64_MAX;
+  if (vat < at)
+    at = vat;
   if (o->lingering && o->linger_end_ms < at)
     at = o->linger_end_ms;
   uint64_t delay = at > now ? at - now : 0;
@@ -264,7 +316,10 @@ static void arm(struct gn__overlay *o) {
 
 static void on_timer(uv_timer_t *t) {
   struct gn__overlay *o = t->data;
-  gn_swim_tick(o->swim, gn_mono_ms());
+  uint64_t now = gn_mono_ms();
+  gn_swim_tick(o->swim, now);
+  if (o->views && !o->leaving)
+    gn_views_tick(o->views, now);
   linger_check(o);
   arm(o);
 }
@@ -378,8 +433,13 @@ int gn__overlay_start(gn_node *n, char *err, size_t cap) {
     o->swim = gn_swim_free(o->swim);
     goto degraded;
   }
+  gn_views_io vio = {views_send, views_connect, NULL, views_event, o};
+  if ((r = gn_views_new(n->id->pk, laddr, NULL, &vio, seed ^ 0x9e3779b97f4a7c15ull, now, &o->views)) < 0)
+    gn_log(GN_LOG_ERROR, "overlay: no partial views (%s): offers go to every peer", gn_strerror(r));
+  else
+    gn_discovery_neighbours_only(n->disc, true);
   arm(o);
-  gn_log(GN_LOG_INFO, "overlay: membership on UDP %s", laddr);
+  gn_log(GN_LOG_INFO, "overlay: membership on UDP %s%s", laddr, o->views ? ", partial views over sessions" : "");
   return 0;
 degraded:
   gn_log(GN_LOG_ERROR, "overlay: %s; this node runs without membership (peers and offers still work)", o->error);
@@ -389,12 +449,39 @@ degraded:
 void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *addr) {
   struct gn__overlay *o = n->overlay;
   struct sockaddr_storage ss;
-  if (!o || !o->swim || o->leaving || o->closing || !addr || parse_addr(addr, &ss) < 0 || unspecified(&ss))
+  if (!o || !o->swim || o->leaving || o->closing)
     return;
-  int r = gn_swim_add(o->swim, peer, addr, gn_mono_ms());
-  if (r < 0 && r != GN_EEXIST)
-    gn_log(GN_LOG_DEBUG, "overlay: cannot add member at %s: %s", addr, gn_strerror(r));
+  uint64_t now = gn_mono_ms();
+  bool reachable = addr && parse_addr(addr, &ss) == 0 && !unspecified(&ss);
+  if (reachable) {
+    int r = gn_swim_add(o->swim, peer, addr, now);
+    if (r < 0)
+      gn_log(GN_LOG_DEBUG, "overlay: cannot add member at %s: %s", addr, gn_strerror(r));
+  }
+  if (o->views) {
+    gn_views_peer_up(o->views, peer, reachable ? addr : "", now);
+    /* A bootstrap node's session proves its key: JOIN through it. */
+    if (reachable && is_bootstrap(n, addr))
+      gn_views_add_contact(o->views, peer, addr, now);
+  }
   arm(o);
+}
+
+void gn__overlay_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || !o->views || o->closing)
+    return;
+  gn_views_peer_down(o->views, peer, gn_mono_ms());
+  arm(o);
+}
+
+int gn__overlay_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || !o->views || o->leaving || o->closing)
+    return GN_ESTATE;
+  int r = gn_views_on_message(o->views, peer, env->type, env->body, env->body_len, gn_mono_ms());
+  arm(o);
+  return r;
 }
 
 void gn__overlay_stop(gn_node *n) {
@@ -445,6 +532,7 @@ void gn__overlay_free(gn_node *n) {
     return;
   close_now(o);
   o->swim = gn_swim_free(o->swim);
+  o->views = gn_views_free(o->views);
   o->per_src = gn_ratelimit_free(o->per_src);
   free(o);
   n->overlay = NULL;
@@ -468,6 +556,10 @@ void gn__overlay_status_json(gn_node *n, json_t *obj) {
                                 (json_int_t)gn_swim_count(o->swim, GN_SWIM_DEAD), "left",
                                 (json_int_t)gn_swim_count(o->swim, GN_SWIM_LEFT)));
   json_object_set_new(obj, "health", json_integer(gn_swim_health(o->swim)));
+  if (o->views)
+    json_object_set_new(obj, "views",
+                        json_pack("{s:I, s:I}", "active", (json_int_t)gn_views_active_count(o->views), "passive",
+                                  (json_int_t)gn_views_passive_count(o->views)));
   json_object_set_new(obj, "incarnation", json_integer(gn_swim_incarnation(o->swim)));
   const ov_stats *s = &o->st;
   json_object_set_new(obj, "datagrams",
@@ -479,6 +571,13 @@ void gn__overlay_status_json(gn_node *n, json_t *obj) {
                                 (json_int_t)s->rejected, "out", (json_int_t)s->out, "out_failed",
                                 (json_int_t)s->out_failed, "sources", (json_int_t)gn_ratelimit_count(o->per_src),
                                 "offers_dropped", (json_int_t)s->offers_dropped));
+}
+
+const char *gn__overlay_view_of(gn_node *n, const uint8_t id[GN_PK_LEN]) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || !o->views)
+    return NULL;
+  return gn_views_is_active(o->views, id) ? "active" : gn_views_is_passive(o->views, id) ? "passive" : "none";
 }
 
 const char *gn__overlay_member_state(gn_node *n, const uint8_t id[GN_PK_LEN]) {

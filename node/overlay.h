@@ -1,7 +1,8 @@
-/* The daemon's membership glue (overlay.c): SWIM (gpunet/swim.h) on a UDP
- * socket bound to the transport's listen address, every datagram a signed
- * envelope, bounded, rate-limited per source before its signature is
- * checked. docs/overlay/daemon.md. */
+/* The daemon's overlay glue (overlay.c): SWIM membership (gpunet/swim.h) on
+ * a UDP socket bound to the transport's listen address, every datagram a
+ * signed envelope, bounded, rate-limited per source before its signature is
+ * checked; HyParView partial views (gpunet/views.h) over the sessions, whose
+ * active view is who discovery pushes offers to. docs/overlay/daemon.md. */
 #ifndef GPUNET_NODE_OVERLAY_H
 #define GPUNET_NODE_OVERLAY_H
 
@@ -28,8 +29,17 @@
  * fails (GN_ENOMEM, err set). */
 int gn__overlay_start(gn_node *n, char *err, size_t cap);
 /* A session came up with a peer advertising addr: it becomes a member to
- * probe at the same host:port over UDP (its key is proven by the session). */
+ * probe at the same host:port over UDP (its key is proven by the session),
+ * and the partial views hear of the session (a bootstrap node's is the
+ * contact they JOIN through). */
 void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *addr);
+/* A session went down: the partial views drop the peer from their active
+ * view. Membership is not told: SWIM finds out on its own. */
+void gn__overlay_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+/* A view message (GN_MSG_VIEW_*) over the session to peer, whose signer the
+ * caller checked is peer: gn_views_on_message's code, GN_ESTATE without
+ * views. */
+int gn__overlay_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
 /* Graceful shutdown begins: announces the leave and sends what that
  * sends at once; the socket stays open (answers carry the leave) until
  * gn__overlay_close. Harmless when not started. */
@@ -44,6 +54,9 @@ void gn__overlay_free(gn_node *n);
 void gn__overlay_status_json(gn_node *n, json_t *o);
 /* GET /v1/members: the members this node knows, each with its state. */
 void gn__overlay_register(gn_node *n);
+/* Where a peer stands in the partial views: "active", "passive", "none",
+ * or NULL without views. */
+const char *gn__overlay_view_of(gn_node *n, const uint8_t id[GN_PK_LEN]);
 /* A member's state ("alive", "suspect", "dead", "left"), or NULL when id
  * is not a member or there is no membership. */
 const char *gn__overlay_member_state(gn_node *n, const uint8_t id[GN_PK_LEN]);

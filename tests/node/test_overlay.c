@@ -3,7 +3,8 @@
  * bootstrap node and find each other over UDP; hostile datagrams (a forged
  * sender, garbage, oversized, a flood from one source, many sources) change
  * nothing and the daemon keeps answering; a killed daemon is declared dead
- * and a stopped one is seen leaving; overlay = off runs without a UDP socket.
+ * and a stopped one is seen leaving; the partial views hold the sessions;
+ * overlay = off runs without a UDP socket.
  * Timing: SWIM probes one member a second (500 ms direct wait); at n = 3 a
  * suspicion lasts between 5 x log10(3) x 1 s = 2.4 s and 6 times that, 14.3 s,
  * so a killed member is dead everywhere within about 17 s; every wait below
@@ -206,6 +207,44 @@ static void test_three_join_through_one_bootstrap(void **state) {
   json_array_foreach(peers, i, p) alive +=
       strcmp(json_string_value(json_object_get(p, "membership")) ?: "", "alive") == 0;
   assert_true(alive >= 1); /* at least the bootstrap node, over its session */
+  json_decref(j);
+}
+
+/* The partial views run over the sessions: every daemon has the others in
+ * its active view within the deadline (3 nodes, active size 6), and its
+ * peers list says so. */
+static void test_views_hold_the_bootstrap_session(void **state) {
+  (void)state;
+  for (int i = 0; i < NODES; i++) {
+    uint64_t end = gn_mono_ms() + DEADLINE_MS;
+    long long active = -1;
+    for (;;) {
+      json_t *j = tn_api_get(W.d[i].dir, "/v1/status");
+      active = jint(json_object_get(j, "views"), "active");
+      json_decref(j);
+      if (active >= 1 || gn_mono_ms() > end)
+        break;
+      sleep_ms(200);
+    }
+    if (active < 1) {
+      tn_print_log(W.d[i].dir, 30);
+      fail_msg("%s: no active view member after %d s", W.d[i].addr, DEADLINE_MS / 1000);
+    }
+  }
+  /* b joined through a: a is in b's active view. */
+  char aid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(W.d[0].id->pk, aid);
+  json_t *j = tn_api_get(W.d[1].dir, "/v1/peers");
+  const json_t *p;
+  size_t i;
+  bool seen = false;
+  json_array_foreach(json_object_get(j, "peers"), i, p) {
+    if (strcmp(json_string_value(json_object_get(p, "node_id")) ?: "", aid) == 0) {
+      assert_string_equal(json_string_value(json_object_get(p, "view")) ?: "?", "active");
+      seen = true;
+    }
+  }
+  assert_true(seen);
   json_decref(j);
 }
 
@@ -520,6 +559,7 @@ static void test_config_overlay_key(void **state) {
 int main(void) {
   const struct CMUnitTest cluster[] = {
       cmocka_unit_test(test_three_join_through_one_bootstrap),
+      cmocka_unit_test(test_views_hold_the_bootstrap_session),
       cmocka_unit_test(test_garbage_datagram_changes_nothing),
       cmocka_unit_test(test_oversized_datagram_dropped),
       cmocka_unit_test(test_bad_signature_dropped),
