@@ -6,7 +6,8 @@
 # the user-space delay relay and an iptables loss rule), c1 the bootstrap
 # node, c2..c11 providers of one simulated RTX 4090 each. Checked:
 #  - every node counts all 30 alive (within 90 s of the last start);
-#  - every provider's offer is in every node's offer table;
+#  - every provider's offer is in every node's offer table; every node has
+#    a non-empty active view (sizes and sessions per node printed);
 #  - 9 nodes (30 %: c3, c6, ..., c27, three of them providers) are killed
 #    with SIGKILL; within 90 s every survivor counts each of the 9 dead and
 #    each of the 21 survivors alive. The bound: at n = 30 a suspicion lasts
@@ -79,6 +80,14 @@ provs="${cluster_providers[*]}"
 gn_wait_until 60 "every provider's offer at every node" offers_everywhere "$all" "$provs" ||
   { offers_everywhere "$all" "$provs" || lag_fail "not every provider's offer reached $cluster_lagging"; }
 ok "all $NPROV providers' offers are at every node"
+
+# The partial views: every node has an active view (1..6 with the default
+# size), and its sessions do not grow with the cluster (figures printed).
+views=$(for name in $all; do gn_cli "${cluster_dirs[$name]}" --json status | jq -r '"\(.views.active // 0) \(.views.passive // 0) \(.peers)"'; done)
+read -r amin amax pmean smean smax < <(awk '{ if (NR == 1 || $1 < amin) amin = $1; if ($1 > amax) amax = $1;
+  p += $2; s += $3; if ($3 > smax) smax = $3 } END { printf "%d %d %.1f %.1f %d\n", amin, amax, p / NR, s / NR, smax }' <<<"$views")
+[ "$amin" -ge 1 ] || fail "a node has an empty active view: $(tr '\n' ';' <<<"$views")"
+ok "active views $amin..$amax members, passive $pmean on average, sessions per node $smean on average (max $smax)"
 
 killed="" survivors="" live_provs=""
 for ((i = 1; i <= N; i++)); do
