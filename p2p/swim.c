@@ -532,16 +532,21 @@ static void remove_member(gn_swim *s, uint32_t slot) {
   s->free_slots[s->nfree++] = slot;
 }
 
-/* When the table is full, a member heard from directly may take the place
- * of one that never answered our ping: a left, dead or suspect one first,
- * then a live one only known by hearsay. A live member that spoke for
- * itself is not displaced by another (two nodes taking turns at a slot
- * would each be announced as joining again and again). */
-static uint32_t eviction_victim(const gn_swim *s) {
+/* Where a newcomer comes from: gossip, its own signed body, our caller. */
+enum { SRC_HEARSAY, SRC_SELF, SRC_CALLER };
+
+/* When the table is full, a newcomer heard from directly may take the place
+ * of a member that never answered our ping and is left, dead or suspect;
+ * one our caller adds may also take that of a live one only known by
+ * hearsay. A node speaking for itself does not displace a live member:
+ * with tables smaller than the network every node is pinged by many that
+ * it does not keep, and each would push out another, announced as joining
+ * again and again. */
+static uint32_t eviction_victim(const gn_swim *s, int src) {
   static const uint8_t pref[4] = {GN_SWIM_LEFT, GN_SWIM_DEAD, GN_SWIM_SUSPECT, GN_SWIM_ALIVE};
-  if (!s->unverified)
+  if (!s->unverified || src == SRC_HEARSAY)
     return SW_NONE;
-  for (int p = 0; p < 4; p++)
+  for (int p = 0; p < (src == SRC_CALLER ? 4 : 3); p++)
     for (uint32_t i = 1; i < s->hi; i++) {
       const sw_node *n = &s->nodes[i];
       if (n->used && !n->ghost && !n->verified && n->state == pref[p] && !(n->state == GN_SWIM_ALIVE && n->direct))
@@ -555,11 +560,11 @@ static uint32_t members_held(const gn_swim *s) {
 }
 
 /* Whether add_member would keep a newcomer. */
-static bool room_for(const gn_swim *s, bool direct) {
+static bool room_for(const gn_swim *s, int src) {
   uint32_t members = members_held(s);
-  if (!direct)
+  if (src == SRC_HEARSAY)
     return members < s->cfg.max_members && s->unverified < s->cfg.max_members - s->cfg.max_members / 4;
-  return members < s->cfg.max_members || eviction_victim(s) != SW_NONE;
+  return members < s->cfg.max_members || eviction_victim(s, src) != SW_NONE;
 }
 
 /* A free slot: the table holds at most max_members members, ghost_max
@@ -645,15 +650,15 @@ static void ghost_put(gn_swim *s, uint32_t slot, const sw_upd *u, const uint8_t 
   enqueue_tier(s, slot, tier);
 }
 
-/* Adds an alive member. direct: the member itself or our caller vouches for
- * it (may evict hearsay); otherwise it is hearsay, which may fill at most
- * three quarters of the table and never evicts. */
-static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint32_t inc, bool direct,
+/* Adds an alive member learnt from src. Hearsay may fill at most three
+ * quarters of the table and never evicts; see eviction_victim for the rest. */
+static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint32_t inc, int src,
                            uint64_t now) {
-  if (!room_for(s, direct))
+  bool direct = src != SRC_HEARSAY;
+  if (!room_for(s, src))
     return SW_NONE;
   if (members_held(s) >= s->cfg.max_members) {
-    uint32_t v = eviction_victim(s);
+    uint32_t v = eviction_victim(s, src);
     if (v == SW_NONE)
       return SW_NONE;
     remove_member(s, v);
@@ -911,7 +916,7 @@ static uint64_t new_seq(gn_swim *s) {
 
 static void send_ping(gn_swim *s, const char *addr, const uint8_t id[GN_PK_LEN], uint64_t seq) {
   sw_out o = {.type = GN_MSG_SWIM_PING, .seq = seq, .to = id};
-  o.more = !s->left && members_held(s) < s->cfg.max_members;
+  o.more = !s->left && room_for(s, SRC_HEARSAY);
   sent_record(s, seq, id, id, false);
   send_body(s, addr, id, &o);
 }
@@ -1035,13 +1040,13 @@ static void refute(gn_swim *s, uint32_t accused_inc, uint64_t now) {
 static void apply_self_claim(gn_swim *s, const sw_msg *m, uint64_t now) {
   uint32_t slot = tab_find(s, m->from);
   if (slot != SW_NONE && s->nodes[slot].ghost) {
-    if (!room_for(s, true))
+    if (!room_for(s, SRC_SELF))
       return;
     ghost_remove(s, slot);
     slot = SW_NONE;
   }
   if (slot == SW_NONE) {
-    add_member(s, m->from, m->addr, m->inc, true, now);
+    add_member(s, m->from, m->addr, m->inc, SRC_SELF, now);
     return;
   }
   sw_node *n = &s->nodes[slot];
@@ -1073,10 +1078,10 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
     bool news = !g || u->inc > g->inc || (u->inc == g->inc && precedence(u->st) > precedence(g->state));
     if (!news)
       return;
-    if (u->st == GN_SWIM_ALIVE && room_for(s, false)) {
+    if (u->st == GN_SWIM_ALIVE && room_for(s, SRC_HEARSAY)) {
       if (g)
         ghost_remove(s, slot);
-      add_member(s, u->id, u->addr, u->inc, false, now);
+      add_member(s, u->id, u->addr, u->inc, SRC_HEARSAY, now);
       return;
     }
     /* What is passed on is news of trouble and its end: suspicions,
@@ -1533,11 +1538,11 @@ int gn_swim_add(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint6
     return GN_EINVAL;
   if (slot != SW_NONE && !s->nodes[slot].ghost)
     return 0;
-  if (!room_for(s, true))
+  if (!room_for(s, SRC_CALLER))
     return GN_ETOOBIG;
   if (slot != SW_NONE)
     ghost_remove(s, slot);
-  return add_member(s, id, addr, 0, true, now_ms) == SW_NONE ? GN_ETOOBIG : 0;
+  return add_member(s, id, addr, 0, SRC_CALLER, now_ms) == SW_NONE ? GN_ETOOBIG : 0;
 }
 
 void gn_swim_leave(gn_swim *s, uint64_t now_ms) {
