@@ -74,8 +74,9 @@ typedef struct sw_msg {
   uint8_t to[GN_PK_LEN];
   uint8_t target[GN_PK_LEN];
   char taddr[GN_SWIM_ADDR_MAX];
-  gn_wire_doc doc;               /* held while the body is applied */
-  const msgpack_object_array *g; /* its update records, all valid; NULL if none */
+  gn_wire_doc doc;                /* held while the body is applied */
+  const msgpack_object_array *g;  /* its update records, all valid; NULL if none */
+  const msgpack_object_array *ml; /* ACK: live members offered ("m"), all valid; NULL if none */
 } sw_msg;
 
 typedef struct sw_sent {
@@ -132,7 +133,7 @@ struct gn_swim {
   uint64_t next_susp_ms, next_reap_ms;
   gn_swim_stats stats;
   gn_wire_writer w;
-  gn_buf one, ub, out;
+  gn_buf one, ub, mb, out;
 };
 
 /* --- small helpers ----------------------------------------------------------*/
@@ -653,7 +654,7 @@ static void ghost_put(gn_swim *s, uint32_t slot, const sw_upd *u, const uint8_t 
 /* Adds an alive member learnt from src. Hearsay may fill at most three
  * quarters of the table and never evicts; see eviction_victim for the rest. */
 static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint32_t inc, int src,
-                           uint64_t now) {
+                           bool gossip, uint64_t now) {
   bool direct = src != SRC_HEARSAY;
   if (!room_for(s, src))
     return SW_NONE;
@@ -685,7 +686,8 @@ static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *
    * burst of joins is not probed in the order it came. */
   list_add(s, L_ORDER, slot);
   list_swap(s, L_ORDER, n->order_pos, sw_below(s, s->order.n));
-  enqueue(s, slot);
+  if (gossip)
+    enqueue(s, slot);
   emit(s, GN_SWIM_EV_JOIN, n, false);
   return slot;
 }
@@ -752,7 +754,7 @@ static bool pack_add(gn_swim *s, sw_pack *p, uint32_t slot) {
 
 /* Fills the update records of a body to dest (SW_NONE when not a member):
  * the buddy record, recent deaths, then the dissemination queue. */
-static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack, bool give) {
+static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
   /* Buddy system: a member we believe suspect (or dead) hears it first. */
   if (dest != SW_NONE && s->nodes[dest].state != GN_SWIM_ALIVE)
     pack_add(s, p, dest);
@@ -773,17 +775,6 @@ static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack, bool g
         s->dead_cursor = 0;
       pack_add(s, p, s->dead.a[s->dead_cursor++]);
     }
-  }
-  /* A node whose table has room asked for members: offer a few live ones,
-   * round robin. A joiner that nobody holds yet would otherwise know only
-   * its seeds once the gossip of the others' joins has run out (with
-   * tables smaller than the network, no one else ever probes it). */
-  for (uint32_t i = 0, given = 0; give && i < s->order.n && given < SW_GIVE; i++) {
-    if (s->give_cursor >= s->order.n)
-      s->give_cursor = 0;
-    uint32_t slot = s->order.a[s->give_cursor++];
-    if (slot != dest && s->nodes[slot].state == GN_SWIM_ALIVE && pack_add(s, p, slot))
-      given++;
   }
   /* The queue: least sent first, newest first among equals. */
   uint32_t pick[SW_PICK_MAX], np = 0;
@@ -876,10 +867,37 @@ static void send_body(gn_swim *s, const char *addr, const uint8_t *dest_id, cons
   uint32_t dest = dest_id ? member_find(s, dest_id) : SW_NONE;
   if (dest == 0)
     dest = SW_NONE;
-  pack_updates(s, &p, dest, o->type == GN_MSG_SWIM_ACK, o->give);
-  if (p.n) {
-    if (encode_head(s, o, 1) < 0)
+  /* A node whose table has room asked for members: offer a few live ones,
+   * round robin, under their own key "m". A joiner that nobody holds yet
+   * would otherwise know only its seeds once the gossip of the others'
+   * joins has run out (with tables smaller than the network, no one else
+   * probes it). They are not news, so the receiver keeps them without
+   * gossiping them on. */
+  uint32_t ngive = 0;
+  s->mb.len = 0;
+  for (uint32_t i = 0; o->give && i < s->order.n && ngive < SW_GIVE; i++) {
+    if (s->give_cursor >= s->order.n)
+      s->give_cursor = 0;
+    uint32_t slot = s->order.a[s->give_cursor++];
+    if (slot == dest || s->nodes[slot].state != GN_SWIM_ALIVE || encode_update(s, &s->nodes[slot]) < 0 ||
+        s->one.len + 3 > p.budget || gn_buf_append(&s->mb, s->one.data, s->one.len) < 0)
+      continue;
+    p.budget -= s->one.len + (ngive == 0 ? 3 : 0);
+    ngive++;
+  }
+  pack_updates(s, &p, dest, o->type == GN_MSG_SWIM_ACK);
+  if (p.n || ngive) {
+    if (encode_head(s, o, (p.n > 0) + (ngive > 0)) < 0)
       return;
+    gn_wire_writer *w = &s->w;
+    if (ngive) {
+      put_key(w, "m");
+      gn_wire_put_array(w, ngive);
+      if (gn_wire_writer_take(w, &s->out) < 0 || gn_buf_append(&s->out, s->mb.data, s->mb.len) < 0)
+        return;
+    }
+  }
+  if (p.n) {
     gn_wire_writer *w = &s->w;
     put_key(w, "g");
     gn_wire_put_array(w, p.n);
@@ -969,7 +987,7 @@ static int decode_msg(uint32_t type, const uint8_t *body, size_t len, sw_msg *m)
   const msgpack_object *root = doc.root;
   uint32_t want = 4;
   const msgpack_object_array *g = NULL;
-  if (root->type != MSGPACK_OBJECT_MAP || root->via.map.size > 8) {
+  if (root->type != MSGPACK_OBJECT_MAP || root->via.map.size > 9) {
     r = GN_EINVAL;
     goto out;
   }
@@ -1011,6 +1029,21 @@ static int decode_msg(uint32_t type, const uint8_t *body, size_t len, sw_msg *m)
     }
     want++;
   }
+  const msgpack_object_array *ml = NULL;
+  if (type == GN_MSG_SWIM_ACK && gn_wire_get(root, "m")) {
+    if ((r = gn_wire_get_array(root, "m", SW_GIVE, &ml)) < 0)
+      goto out;
+    for (uint32_t i = 0; i < ml->size; i++) {
+      sw_upd u;
+      if ((r = decode_update(&ml->ptr[i], &u)) < 0)
+        goto out;
+      if (u.st != GN_SWIM_ALIVE) {
+        r = GN_EINVAL;
+        goto out;
+      }
+    }
+    want++;
+  }
   /* Unknown keys are refused: a body means one thing. */
   r = root->via.map.size == want ? 0 : GN_EINVAL;
 out:
@@ -1020,6 +1053,7 @@ out:
   }
   m->doc = doc;
   m->g = g;
+  m->ml = ml;
   return 0;
 }
 
@@ -1046,7 +1080,7 @@ static void apply_self_claim(gn_swim *s, const sw_msg *m, uint64_t now) {
     slot = SW_NONE;
   }
   if (slot == SW_NONE) {
-    add_member(s, m->from, m->addr, m->inc, SRC_SELF, now);
+    add_member(s, m->from, m->addr, m->inc, SRC_SELF, true, now);
     return;
   }
   sw_node *n = &s->nodes[slot];
@@ -1081,7 +1115,7 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
     if (u->st == GN_SWIM_ALIVE && room_for(s, SRC_HEARSAY)) {
       if (g)
         ghost_remove(s, slot);
-      add_member(s, u->id, u->addr, u->inc, SRC_HEARSAY, now);
+      add_member(s, u->id, u->addr, u->inc, SRC_HEARSAY, true, now);
       return;
     }
     /* What is passed on is news of trouble and its end: suspicions,
@@ -1217,6 +1251,11 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
 
   /* Valid: apply it. */
   apply_self_claim(s, m, now_ms);
+  for (uint32_t i = 0; m->ml && i < m->ml->size; i++) {
+    sw_upd u;
+    if (decode_update(&m->ml->ptr[i], &u) == 0 && tab_find(s, u.id) == SW_NONE && room_for(s, SRC_HEARSAY))
+      add_member(s, u.id, u.addr, u.inc, SRC_HEARSAY, false, now_ms);
+  }
   for (uint32_t i = 0; m->g && i < m->g->size; i++) {
     sw_upd u;
     if (decode_update(&m->g->ptr[i], &u) == 0) {
@@ -1518,6 +1557,7 @@ gn_swim *gn_swim_free(gn_swim *s) {
   gn_wire_writer_done(&s->w);
   gn_buf_done(&s->one);
   gn_buf_done(&s->ub);
+  gn_buf_done(&s->mb);
   gn_buf_done(&s->out);
   free(s->nodes);
   free(s->free_slots);
@@ -1542,7 +1582,7 @@ int gn_swim_add(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint6
     return GN_ETOOBIG;
   if (slot != SW_NONE)
     ghost_remove(s, slot);
-  return add_member(s, id, addr, 0, SRC_CALLER, now_ms) == SW_NONE ? GN_ETOOBIG : 0;
+  return add_member(s, id, addr, 0, SRC_CALLER, true, now_ms) == SW_NONE ? GN_ETOOBIG : 0;
 }
 
 void gn_swim_leave(gn_swim *s, uint64_t now_ms) {
