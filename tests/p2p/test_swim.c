@@ -1181,6 +1181,97 @@ static void test_addresses_validated(void **state) {
   assert_false(gn_swim_addr_valid(NULL));
 }
 
+static void test_news_about_non_members_passed_on_once(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 18);
+  solo_add_peers(a, 1, 1);
+  uint8_t x[GN_PK_LEN], y[GN_PK_LEN], z[GN_PK_LEN], by[GN_PK_LEN];
+  mkid(x, 500);
+  mkid(y, 501);
+  mkid(z, 502);
+  mkid(by, 503);
+  /* a does not keep x (suspect and dead news never adds a member), yet
+   * passes the suspicion on. */
+  tupd u = {.id = x, .addr = "10.66.0.1:7946", .inc = 3, .st = GN_SWIM_SUSPECT, .by = by};
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 0), 0);
+  gn_swim_member m;
+  assert_int_equal(gn_swim_get(a->s, x, &m), GN_ENOTFOUND);
+  assert_int_equal(a->nout, 1);
+  assert_true(body_has(a->out[0].body, a->out[0].len, x, GN_SWIM_SUSPECT));
+  /* Sent its share of times, it is not taken up again when it comes back. */
+  for (int i = 0; i < 20; i++)
+    assert_int_equal(solo_ping_from(a, 2, 0, NULL, 0, 10 + i), 0);
+  a->nout = 0;
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 100), 0);
+  assert_false(body_has(a->out[0].body, a->out[0].len, x, GN_SWIM_SUSPECT));
+  /* News about it (its death) is. */
+  u.st = GN_SWIM_DEAD;
+  a->nout = 0;
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 110), 0);
+  assert_true(body_has(a->out[0].body, a->out[0].len, x, GN_SWIM_DEAD));
+  /* A record that has come 8 relays is not passed on. */
+  gn_buf buf = {0};
+  gn_wire_writer w;
+  char ba[GN_SWIM_ADDR_MAX];
+  uint8_t b[GN_PK_LEN];
+  mkid(b, 2);
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 6);
+  gn_wire_put_str(&w, "from");
+  gn_wire_put_bin(&w, b, GN_PK_LEN);
+  gn_wire_put_str(&w, "inc");
+  gn_wire_put_u64(&w, 0);
+  gn_wire_put_str(&w, "addr");
+  gn_wire_put_str(&w, peer_addr(2, ba));
+  gn_wire_put_str(&w, "seq");
+  gn_wire_put_u64(&w, 9);
+  gn_wire_put_str(&w, "to");
+  gn_wire_put_bin(&w, a->id, GN_PK_LEN);
+  gn_wire_put_str(&w, "g");
+  gn_wire_put_array(&w, 1);
+  gn_wire_put_map(&w, 5);
+  gn_wire_put_str(&w, "id");
+  gn_wire_put_bin(&w, y, GN_PK_LEN);
+  gn_wire_put_str(&w, "addr");
+  gn_wire_put_str(&w, "10.66.0.2:7946");
+  gn_wire_put_str(&w, "inc");
+  gn_wire_put_u64(&w, 0);
+  gn_wire_put_str(&w, "st");
+  gn_wire_put_u64(&w, GN_SWIM_DEAD);
+  gn_wire_put_str(&w, "hop");
+  gn_wire_put_u64(&w, 8);
+  assert_int_equal(gn_wire_writer_take(&w, &buf), 0);
+  gn_wire_writer_done(&w);
+  a->nout = 0;
+  assert_int_equal(gn_swim_on_datagram(a->s, ba, b, GN_MSG_SWIM_PING, buf.data, buf.len, 120), 0);
+  assert_false(body_has(a->out[0].body, a->out[0].len, y, GN_SWIM_DEAD));
+  gn_buf_done(&buf);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+static void test_small_tables_fill_through_offered_members(void **state) {
+  (void)state;
+  tnet *net = calloc(1, sizeof *net);
+  gn_swim_config cfg;
+  gn_swim_config_default(&cfg);
+  cfg.max_members = 8;
+  net_init(net, 30, &cfg, 19);
+  /* Each joins through node 0 alone, 2 s apart: the last ones come long
+   * after the gossip of the first joins has run out. */
+  for (uint32_t i = 1; i < net->n; i++) {
+    assert_int_equal(gn_swim_add(net->nodes[i].s, net->nodes[0].id, net->nodes[0].addr, net->now), 0);
+    net_run(net, net->now + 2000);
+  }
+  net_run(net, net->now + 60000);
+  for (uint32_t i = 0; i < net->n; i++)
+    assert_true(gn_swim_count(net->nodes[i].s, GN_SWIM_ALIVE) >= 6);
+  assert_int_equal(count_events(net, GN_SWIM_EV_DEAD, MAXN), 0);
+  net_done(net);
+  free(net);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_join_converges),
@@ -1199,6 +1290,8 @@ int main(void) {
       cmocka_unit_test(test_ping_req_relays_bounded),
       cmocka_unit_test(test_bad_bodies_refused_without_change),
       cmocka_unit_test(test_addresses_validated),
+      cmocka_unit_test(test_news_about_non_members_passed_on_once),
+      cmocka_unit_test(test_small_tables_fill_through_offered_members),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
