@@ -1059,7 +1059,7 @@ void gn_transport_limits_default(gn_transport_limits *ret_l) {
       .max_conns = 512,
       .dial_reserve = 64,
       .max_inbound_per_host = 8,
-      .max_inbound_per_net = 32,
+      .max_inbound_per_net = 64,
       .max_unauth = 128,
       .handshake_timeout_ms = 10000,
       .idle_timeout_ms = 180000,

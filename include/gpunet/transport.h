@@ -37,7 +37,7 @@ typedef struct gn_transport_limits {
   size_t max_conns;              /* connections in all, dialled and accepted: 512 */
   size_t dial_reserve;           /* of those, never taken by accepted ones: 64 */
   size_t max_inbound_per_host;   /* accepted connections from one IP address: 8 */
-  size_t max_inbound_per_net;    /* ... from one IPv4 /24 or IPv6 /64: 32 */
+  size_t max_inbound_per_net;    /* ... from one IPv4 /24 or IPv6 /64: 64 */
   size_t max_unauth;             /* accepted connections still in their handshake: 128 */
   uint64_t handshake_timeout_ms; /* to finish the handshake: 10 s */
   uint64_t idle_timeout_ms;      /* without a message or keepalive from the peer: 180 s */

@@ -585,6 +585,7 @@ typedef struct attack {
   /* Source address of connection i: 127.0.0.1 for all, or its own host in
    * its own /24 (127.1.i.1, 127.2.i.1...). */
   bool spread;
+  bool one_net;    /* or each from its own host in one /24: 127.5.0.(i+1) */
   const char *src; /* one fixed source instead (spread false); NULL: 127.0.0.1 */
   bool handshake;
   size_t msg_size;     /* a message of this size is started after the handshake */
@@ -662,6 +663,8 @@ static void child_run(const attack *a, int progress) {
     char host[32];
     if (a->spread)
       snprintf(host, sizeof(host), "127.%d.%d.1", 1 + i / 250, i % 250);
+    else if (a->one_net)
+      snprintf(host, sizeof(host), "127.5.0.%d", 1 + i % 250);
     else
       snprintf(host, sizeof(host), "%s", a->src ? a->src : "127.0.0.1");
     inet_pton(AF_INET, host, &src.sin_addr);
@@ -1100,6 +1103,54 @@ static void test_transport_idle_flood_from_many_addresses_locks_out_nobody(void 
   idle_flood_locks_out_nobody(true);
 }
 
+static bool all_accepted(void *arg) {
+  mem_case *m = arg;
+  gn_transport_stats st = stats_of(m->a->t);
+  return st.inbound + st.refused_limit >= (size_t)m->want;
+}
+
+/* 40 idle connections from 40 hosts of one /24, against a limit of 16 per
+ * network: 16 are held, the rest refused, and a newcomer from another /24
+ * still comes in. */
+static void test_transport_inbound_per_network_is_capped(void **state) {
+  (void)state;
+  node a;
+  node_init(&a);
+  gn_transport_limits lim;
+  gn_transport_limits_default(&lim);
+  lim.max_inbound_per_net = 16;
+  lim.handshake_timeout_ms = 120000;
+  assert_int_equal(gn_transport_set_limits(a.t, &lim), 0);
+  assert_int_equal(gn_transport_listen(a.t, "127.0.0.1:0"), 0);
+  attack at = {.port = port_of(a.t), .n = 40, .one_net = true, .hold_ms = 120000};
+  child c;
+  child_start(&at, &c);
+  watch w = {.c = &c};
+  count_case k = {&c, 40, NULL, 0};
+  bool flooded = run_watch(&w, child_connected, &k, 60000);
+  /* every one of them accepted: held or refused */
+  mem_case m = {&a, &c, 40};
+  bool seen = run_watch(&w, all_accepted, &m, 20000);
+  gn_transport_stats st = stats_of(a.t);
+  attack at2 = {.port = port_of(a.t), .n = 1, .src = "127.0.0.2", .handshake = true, .hold_ms = 120000};
+  child c2;
+  child_start(&at2, &c2);
+  watch w2 = {.c = &c2};
+  count_case k2 = {&c2, 1, &a.ups, 1};
+  bool newcomer = run_watch(&w2, child_connected, &k2, 20000);
+  child_end(&c);
+  child_end(&c2);
+  assert_true(flooded);
+  assert_true(seen);
+  assert_int_equal(st.inbound, 16);
+  assert_int_equal(st.refused_limit, 24);
+  assert_true(newcomer);
+  gn_transport_close(a.t, on_closed, &a);
+  assert_true(run_until(one_closed, &a));
+  gn_identity_free(a.id);
+  gn_buf_done(&a.last_body);
+}
+
 /* Connections that never start their handshake are closed after
  * handshake_timeout_ms (300 ms here). */
 static void test_transport_unauthenticated_connections_time_out(void **state) {
@@ -1324,6 +1375,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_peers_that_never_read_stay_within_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_idle_flood_from_one_address_locks_out_nobody, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_idle_flood_from_many_addresses_locks_out_nobody, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_inbound_per_network_is_capped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_unauthenticated_connections_time_out, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_flooder_is_closed_and_backed_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_traffic_within_rates_is_not_cut, setup, teardown),
