@@ -89,7 +89,8 @@ typedef struct sw_sent {
 
 typedef struct sw_relay {
   bool used;
-  uint64_t seq_out, seq_in, nack_ms;
+  uint64_t seq_out, seq_in, nack_ms, expire_ms;
+  bool nacked;
   uint8_t requester[GN_PK_LEN];
   char req_addr[GN_SWIM_ADDR_MAX];
   uint8_t target[GN_PK_LEN];
@@ -1186,7 +1187,7 @@ static int relays_of(const gn_swim *s, const uint8_t requester[GN_PK_LEN]) {
 
 static void on_ping_req(gn_swim *s, const sw_msg *m, const char *from_addr, uint64_t now) {
   /* One requester cannot make us ping the world: a few relays each, a few
-   * in all, each forgotten once its nack is due. */
+   * in all, each forgotten after probe_timeout. */
   if (relays_of(s, m->from) >= SW_RELAYS_PER_PEER)
     return;
   sw_relay *r = NULL;
@@ -1198,7 +1199,13 @@ static void on_ping_req(gn_swim *s, const sw_msg *m, const char *from_addr, uint
   r->used = true;
   r->seq_in = m->seq;
   r->seq_out = new_seq(s);
-  r->nack_ms = now + (uint64_t)s->cfg.probe_timeout_ms * 8 / 10;
+  /* Lifeguard's nack must reach the requester before its probe ends (it
+   * asked at probe_timeout into a probe_interval): at half our timeout it
+   * does for one-way delays up to a quarter of it. A later ack is still
+   * passed on until the full timeout. */
+  r->nacked = false;
+  r->nack_ms = now + s->cfg.probe_timeout_ms / 2;
+  r->expire_ms = now + s->cfg.probe_timeout_ms;
   memcpy(r->requester, m->from, GN_PK_LEN);
   snprintf(r->req_addr, sizeof r->req_addr, "%s", from_addr);
   memcpy(r->target, m->target, GN_PK_LEN);
@@ -1293,7 +1300,7 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
     break;
   }
   default:
-    e->used = false;
+    /* A nack leaves the entry: the helper's ack may still follow. */
     if (s->probe.active && s->probe.seq == m->seq && memcmp(s->probe.id, m->target, GN_PK_LEN) == 0) {
       for (uint32_t i = 0; i < s->probe.nhelpers; i++)
         if (!s->probe.nacked[i] && memcmp(s->probe.helpers[i], m->from, GN_PK_LEN) == 0) {
@@ -1438,11 +1445,13 @@ void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
     return;
   for (uint32_t i = 0; i < SW_RELAYS_MAX; i++) {
     sw_relay *r = &s->relays[i];
-    if (r->used && r->nack_ms <= now_ms) {
-      r->used = false;
+    if (r->used && !r->nacked && r->nack_ms <= now_ms) {
+      r->nacked = true;
       sw_out o = {.type = GN_MSG_SWIM_NACK, .seq = r->seq_in, .target = r->target};
       send_body(s, r->req_addr, r->requester, &o);
     }
+    if (r->used && r->expire_ms <= now_ms)
+      r->used = false;
   }
   if (s->probe.active && !s->probe.indirect && now_ms >= s->probe.req_ms)
     send_ping_reqs(s);
@@ -1472,8 +1481,11 @@ uint64_t gn_swim_next_deadline_ms(const gn_swim *s) {
       d = p;
   }
   for (uint32_t i = 0; i < SW_RELAYS_MAX; i++)
-    if (s->relays[i].used && s->relays[i].nack_ms < d)
-      d = s->relays[i].nack_ms;
+    if (s->relays[i].used) {
+      uint64_t at = s->relays[i].nacked ? s->relays[i].expire_ms : s->relays[i].nack_ms;
+      if (at < d)
+        d = at;
+    }
   if (s->next_susp_ms < d)
     d = s->next_susp_ms;
   if (s->next_reap_ms < d)
