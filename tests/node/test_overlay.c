@@ -5,10 +5,11 @@
  * nothing and the daemon keeps answering; a killed daemon is declared dead
  * and a stopped one is seen leaving; the partial views hold the sessions;
  * overlay = off runs without a UDP socket.
- * Timing: SWIM probes one member a second (500 ms direct wait); at n = 3 a
- * suspicion lasts between 5 x log10(3) x 1 s = 2.4 s and 6 times that, 14.3 s,
- * so a killed member is dead everywhere within about 17 s; every wait below
- * polls for its condition up to DEADLINE_MS (45 s) so that a slow run (ASan,
+ * Timing: SWIM probes one member a second (500 ms direct wait); a suspicion
+ * lasts between alpha x max(1, log10 n) x 1 s and beta times that: at n = 3,
+ * 5 s to 30 s, 17.5 s with the other survivor's confirmation, so a killed
+ * member is dead everywhere within about 32 s; every wait below polls for
+ * its condition up to DEADLINE_MS (60 s) so that a slow run (ASan,
  * two busy cores) passes as a fast one does. */
 #include <gpunet/identity.h>
 #include <gpunet/node.h>
@@ -34,7 +35,7 @@
 #include "node/helpers.h"
 #include "overlay.h"
 
-#define DEADLINE_MS 45000
+#define DEADLINE_MS 60000
 #define NODES 3
 
 typedef struct daemon_t {
@@ -436,14 +437,15 @@ static void test_flood_from_one_source_is_rate_limited(void **state) {
   long long bound = GN_OVERLAY_SRC_BURST + GN_OVERLAY_SRC_RATE_PER_S * (long long)(flood_ms / 1000 + 1) + 100;
   print_message("flood: %lld read in %llu ms, %lld verified, %lld refused by the source's bucket (bound %lld)\n", in,
                 (unsigned long long)flood_ms, verified, limited, bound);
-  assert_true(in >= 5000); /* the flood arrived: the test measures the limiter, not the kernel */
+  assert_true(in >= 2000); /* enough of the flood arrived: the test measures the limiter, not the kernel */
   assert_true(verified <= bound);
   assert_true(limited >= in - bound);
   wait_members(a, NODES, 0, 0, 0);
 }
 
-/* One datagram from each of 1,100 source addresses (127.1.x.y): the table
- * of sources holds at most GN_OVERLAY_SRC_MAX of them. */
+/* One datagram from each of 1,100 source addresses (127.1.x.y), in
+ * batches of 100 that the daemon has read before the next is sent: the
+ * table of sources holds at most GN_OVERLAY_SRC_MAX of them. */
 static void test_many_sources_table_is_bounded(void **state) {
   (void)state;
   daemon_t *a = &W.d[0];
@@ -455,26 +457,27 @@ static void test_many_sources_table_is_bounded(void **state) {
     int fd = udp_from(ip);
     send_to(fd, a, "x", 1);
     close(fd);
-    if (i % 50 == 49)
-      sleep_ms(5);
+    if (i % 100 == 99) {
+      uint64_t end = gn_mono_ms() + DEADLINE_MS;
+      do {
+        view_get(a, &after);
+        if (after.malformed - before.malformed >= i + 1)
+          break;
+        sleep_ms(50);
+      } while (gn_mono_ms() < end);
+    }
   }
-  uint64_t end = gn_mono_ms() + DEADLINE_MS;
-  do {
-    view_get(a, &after);
-    if (after.malformed - before.malformed >= 1000)
-      break;
-    sleep_ms(200);
-  } while (gn_mono_ms() < end);
-  print_message("sources: %lld remembered after 1100 (%lld read)\n", after.sources, after.in - before.in);
-  assert_true(after.malformed - before.malformed >= 1000);
+  view_get(a, &after);
+  print_message("sources: %lld remembered after 1100 (%lld read)\n", after.sources, after.malformed - before.malformed);
+  assert_true(after.malformed - before.malformed >= 1050); /* more sources than the table holds */
   assert_true(after.sources <= GN_OVERLAY_SRC_MAX);
   wait_members(a, NODES, 0, 0, 0);
 }
 
 /* --- failures ------------------------------------------------------------------*/
 
-/* SIGKILL of c: a and b declare it dead (suspicion at n = 3: at most
- * 14.3 s, after a probe of 1 s; polled up to 45 s). */
+/* SIGKILL of c: a and b declare it dead (suspicion at n = 3: 5 to 30 s,
+ * after a probe of 1 s; polled up to 60 s). */
 static void test_killed_daemon_is_declared_dead(void **state) {
   (void)state;
   daemon_t *c = &W.d[2];
