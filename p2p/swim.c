@@ -127,6 +127,7 @@ struct gn_swim {
     bool nacked[SW_HELPERS_MAX];
   } probe;
   uint64_t next_probe_ms;
+  uint64_t refute_ping_ms; /* no ping to an accuser before this */
   uint32_t probe_ticks;
   sw_sent sent[SW_SENT_RING];
   uint32_t sent_next;
@@ -1060,7 +1061,7 @@ out:
 
 /* --- applying what a body says ----------------------------------------------*/
 
-static void refute(gn_swim *s, uint32_t accused_inc, uint64_t now) {
+static void refute(gn_swim *s, uint32_t accused_inc, const uint8_t accuser[GN_PK_LEN], uint64_t now) {
   sw_node *self = &s->nodes[0];
   uint32_t inc = accused_inc > self->inc ? accused_inc : self->inc;
   self->inc = inc < SW_INC_MAX ? inc + 1 : SW_INC_MAX;
@@ -1069,6 +1070,16 @@ static void refute(gn_swim *s, uint32_t accused_inc, uint64_t now) {
   s->stats.refutations++;
   /* Lifeguard: having to refute means we were slow to answer. */
   health_add(s, 1);
+  /* Tell the accuser first, with a ping carrying the refutation: its own
+   * timer is the one that runs, and with tables smaller than the network
+   * the gossip may take long to reach it. Only a member we keep, at most
+   * once a probe interval, so accusations cannot aim our pings. */
+  uint32_t slot = member_find(s, accuser);
+  if (slot != SW_NONE && slot != 0 && s->nodes[slot].state != GN_SWIM_DEAD && s->nodes[slot].state != GN_SWIM_LEFT &&
+      now >= s->refute_ping_ms) {
+    s->refute_ping_ms = now + s->cfg.probe_interval_ms;
+    send_ping(s, s->nodes[slot].addr, s->nodes[slot].id, new_seq(s));
+  }
 }
 
 /* The sender speaks for itself: it is alive at inc, at addr. */
@@ -1103,7 +1114,7 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
   uint32_t slot = tab_find(s, u->id);
   if (slot == 0) {
     if (u->st != GN_SWIM_ALIVE && !s->left && u->inc >= s->nodes[0].inc)
-      refute(s, u->inc, now);
+      refute(s, u->inc, by, now);
     return;
   }
   if (slot == SW_NONE || s->nodes[slot].ghost) {

@@ -1272,6 +1272,38 @@ static void test_small_tables_fill_through_offered_members(void **state) {
   free(net);
 }
 
+static void test_refutation_sent_to_the_accuser(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, NULL, 20);
+  solo_add_peers(a, 1, 3);
+  uint8_t c[GN_PK_LEN];
+  mkid(c, 3);
+  /* Member 2 passes on member 3's suspicion of a. */
+  tupd u = {.id = a->id, .addr = SOLO_ADDR, .inc = 0, .st = GN_SWIM_SUSPECT, .by = c};
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 0), 0);
+  assert_int_equal(gn_swim_incarnation(a->s), 1);
+  /* The ack to 2, and a ping to the accuser 3 with the refutation first. */
+  assert_int_equal(a->nout, 2);
+  const seen *ping = a->out[0].type == GN_MSG_SWIM_PING ? &a->out[0] : &a->out[1];
+  assert_int_equal(ping->type, GN_MSG_SWIM_PING);
+  assert_string_equal(ping->to, "10.8.0.3:7946");
+  uint8_t id[GN_PK_LEN];
+  uint32_t st, inc;
+  assert_true(upd_at(ping->body, ping->len, 0, id, &st, &inc));
+  assert_memory_equal(id, a->id, GN_PK_LEN);
+  assert_int_equal(st, GN_SWIM_ALIVE);
+  assert_int_equal(inc, 1);
+  /* Another accusation within the probe interval sends no second ping. */
+  u.inc = 1;
+  a->nout = 0;
+  assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 10), 0);
+  assert_int_equal(gn_swim_incarnation(a->s), 2);
+  assert_int_equal(a->nout, 1);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_join_converges),
@@ -1292,6 +1324,7 @@ int main(void) {
       cmocka_unit_test(test_addresses_validated),
       cmocka_unit_test(test_news_about_non_members_passed_on_once),
       cmocka_unit_test(test_small_tables_fill_through_offered_members),
+      cmocka_unit_test(test_refutation_sent_to_the_accuser),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
