@@ -469,7 +469,7 @@ void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *
 
 void gn__overlay_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   struct gn__overlay *o = n->overlay;
-  if (!o || !o->views || o->closing)
+  if (!o || !o->views || o->leaving || o->closing)
     return;
   gn_views_peer_down(o->views, peer, gn_mono_ms());
   arm(o);

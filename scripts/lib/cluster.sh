@@ -8,8 +8,9 @@
 # kernel's netem, each host's eth0 delays its packets out by DELAY and loses
 # LOSS percent of them; without netem (CONFIG_NET_SCH_NETEM off), the delay
 # is hosts.sh's user-space relay (hosts_delay_user, through hosts_add's
-# shaping) and the loss an iptables rule dropping LOSS percent of what comes
-# into each host (the statistic match); with neither, no loss (said).
+# shaping; needs python3 and /dev/net/tun) and the loss an iptables rule
+# dropping LOSS percent of what comes into each host (the statistic match);
+# what is missing is left out and said (cluster_netem names what is used).
 #
 # Source it after e2e.sh and hosts.sh (it uses gn_cli, gn_die, hosts_*);
 # call hosts_need and hosts_init first. Needs $work (a folder for the data
@@ -17,7 +18,8 @@
 #   cluster_start N NPROV [DELAY] [LOSS]   the hosts and daemons (DELAY like
 #                      20ms, default 20ms; LOSS a percentage, default 2);
 #                      sets cluster_names (c1..cN), cluster_providers,
-#                      cluster_netem (netem, relay+iptables, relay), and the
+#                      cluster_netem (netem, relay+iptables, relay, iptables,
+#                      none), and the
 #                      maps cluster_dirs[NAME], cluster_ids[NAME]
 #   cluster_pid NAME   the gpunetd pid of NAME
 #   cluster_kill NAME...   SIGKILL to those daemons (their hosts stay)
@@ -50,10 +52,14 @@ cluster_start() {
   if hosts_exec c1 tc qdisc add dev lo root netem delay 1ms 2>/dev/null; then
     hosts_exec c1 tc qdisc del dev lo root
     cluster_netem=netem
-  elif command -v iptables >/dev/null && hosts_exec c1 iptables -L INPUT -n >/dev/null 2>&1; then
-    cluster_netem=relay+iptables
   else
-    cluster_netem=relay
+    # The relay needs python3 and a tun device; the loss rule iptables.
+    cluster_netem=""
+    if command -v python3 >/dev/null && [ -c /dev/net/tun ]; then cluster_netem=relay; fi
+    if command -v iptables >/dev/null && hosts_exec c1 iptables -L INPUT -n >/dev/null 2>&1; then
+      cluster_netem=${cluster_netem:+$cluster_netem+}iptables
+    fi
+    cluster_netem=${cluster_netem:-none}
   fi
   for ((i = 1; i <= n; i++)); do
     name=c$i
@@ -63,20 +69,26 @@ cluster_start() {
       hosts_exec "$name" tc qdisc add dev eth0 root netem delay "$delay" loss "$loss%" limit 100000 ||
         gn_die "cannot add netem to host $name"
     else
-      if [ "$i" = 1 ]; then
+      if [ "$i" != 1 ] && [[ $cluster_netem != relay* ]]; then
+        hosts_add "$name"
+      elif [ "$i" = 1 ] && [[ $cluster_netem == relay* ]]; then
         # c1 exists already: its delay relay as hosts_add would have made it.
         hosts_delay_user c1 "$delay"
-      else
+      elif [ "$i" != 1 ]; then
         hosts_add "$name" "10gbit:$delay"
       fi
-      if [ "$cluster_netem" = relay+iptables ] && [ "$loss" -gt 0 ]; then
+      if [[ $cluster_netem == *iptables ]] && [ "$loss" -gt 0 ]; then
         hosts_exec "$name" iptables -A INPUT -i eth0 -m statistic --mode random \
           --probability "$(awk -v l="$loss" 'BEGIN { printf "%.4f", l / 100 }')" -j DROP ||
           gn_die "cannot add the loss rule to host $name"
       fi
     fi
   done
-  [ "$cluster_netem" != relay ] || gn_note "cluster: no netem and no iptables here: links are delayed but lose nothing"
+  case $cluster_netem in
+  relay) gn_note "cluster: no netem and no iptables here: links are delayed but lose nothing" ;;
+  iptables) gn_note "cluster: no netem, python3 or /dev/net/tun here: links lose packets but are not delayed" ;;
+  none) gn_note "cluster: no netem, delay relay or iptables here: links neither delay nor lose" ;;
+  esac
   for ((i = 1; i <= n; i++)); do
     name=c$i
     cluster_dirs[$name]=$work/nodes/$name
