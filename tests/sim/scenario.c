@@ -182,6 +182,11 @@ static bool holds_alive(const gn_sim *sim, uint32_t obs, uint32_t tgt) {
   return m.state == GN_SWIM_ALIVE || m.state == GN_SWIM_SUSPECT;
 }
 
+static bool holds_suspect(const gn_sim *sim, uint32_t obs, uint32_t tgt) {
+  gn_swim_member m;
+  return gn_swim_get(gn_sim_swim(sim, obs), gn_sim_id(sim, tgt), &m) == 0 && m.state == GN_SWIM_SUSPECT;
+}
+
 /* Every node up holds as many ALIVE members as gossip alone can give it
  * and suspects nobody. Gossip (hearsay) may fill at most three quarters of a
  * table (docs/overlay/membership.md); the rest is taken by members heard from
@@ -343,16 +348,32 @@ static int kill_phase(gn_sim *sim, const gn_sim_params *p, scen *sc) {
   track_start(&sc->kill, n_pairs, gn_sim_now(sim), &r->kill_first_ms, &r->kill_9999_ms, &r->kill_100_ms);
   r->kill_bound_ms = gn_sim_detection_bound_ms(&p->swim, up - k);
   uint64_t t0 = gn_sim_now(sim);
-  while (!track_complete(&sc->kill) && gn_sim_now(sim) < t0 + (uint64_t)(p->wait_factor * r->kill_bound_ms))
+  for (uint32_t step = 1;
+       !track_complete(&sc->kill) && gn_sim_now(sim) < t0 + (uint64_t)(p->wait_factor * r->kill_bound_ms); step++) {
     gn_sim_run_until(sim, gn_sim_now(sim) + STEP_MS);
+    /* Pairs whose holder dropped the victim without a DEAD, looked at every
+     * 10 s (a million pairs at 10,000 nodes). */
+    if (step % 10)
+      continue;
+    for (uint32_t o = 0; o < cap; o++)
+      for (uint64_t i = sc->kill_off[o]; i < sc->kill_off[o + 1]; i++)
+        if (!sc->kill_done[i] && !holds_alive(sim, o, sc->kill_tgt[i])) {
+          sc->kill_done[i] = 1;
+          r->kill_dropped++;
+          r->kill_detected++;
+          track_hit(&sc->kill, gn_sim_now(sim));
+        }
+  }
   /* Until the suspicions the kill started are settled, for late false
    * detections; then what is still believed alive (a holder may also have
    * dropped a victim silently). */
   run_until_quiet(sim, max_suspicion_ms(&p->swim, up - k));
   for (uint32_t o = 0; o < cap; o++)
     for (uint64_t i = sc->kill_off[o]; gn_sim_up(sim, o) && i < sc->kill_off[o + 1]; i++)
-      if (!sc->kill_done[i] && holds_alive(sim, o, sc->kill_tgt[i]))
+      if (!sc->kill_done[i] && holds_alive(sim, o, sc->kill_tgt[i])) {
         r->kill_alive_end++;
+        r->kill_suspect_end += holds_suspect(sim, o, sc->kill_tgt[i]);
+      }
   return 0;
 }
 
@@ -447,9 +468,18 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
   track_start(&sc.crash, r->crash_knowers, gn_sim_now(sim), &r->crash_first_ms, &r->crash_9999_ms, &r->crash_100_ms);
   r->crash_bound_ms = gn_sim_detection_bound_ms(&p->swim, p->nodes);
   uint64_t tc = gn_sim_now(sim);
-  while (!track_complete(&sc.crash) && gn_sim_now(sim) < tc + (uint64_t)(p->wait_factor * r->crash_bound_ms))
+  while (!track_complete(&sc.crash) && gn_sim_now(sim) < tc + (uint64_t)(p->wait_factor * r->crash_bound_ms)) {
     gn_sim_run_until(sim, gn_sim_now(sim) + STEP_MS);
-  r->crash_detected = sc.crash.done;
+    /* A holder may also drop it without a DEAD (a bounded table evicts
+     * hearsay): it no longer believes it alive, which is what counts. */
+    for (uint32_t o = 0; o < cap; o++)
+      if (sc.crash_knower[o] == 1 && !holds_alive(sim, o, sc.crash_node)) {
+        sc.crash_knower[o] = 2;
+        r->crash_dropped++;
+        track_hit(&sc.crash, gn_sim_now(sim));
+      }
+  }
+  r->crash_detected = sc.crash.done - r->crash_dropped;
   for (uint32_t o = 0; o < cap; o++)
     if (sc.crash_knower[o] == 1 && gn_sim_up(sim, o) && holds_alive(sim, o, sc.crash_node))
       r->crash_alive_end++;
@@ -549,8 +579,9 @@ bool gn_sim_report_same(const gn_sim_report *a, const gn_sim_report *b) {
       a->crash_100_ms == b->crash_100_ms && a->join_reached == b->join_reached && a->join_9999_ms == b->join_9999_ms &&
       a->join_100_ms == b->join_100_ms && a->join_heard == b->join_heard && a->heard_9999_ms == b->heard_9999_ms &&
       a->heard_100_ms == b->heard_100_ms && a->resurrections == b->resurrections && a->killed == b->killed &&
-      a->kill_pairs == b->kill_pairs && a->kill_detected == b->kill_detected &&
-      a->kill_alive_end == b->kill_alive_end && a->kill_9999_ms == b->kill_9999_ms &&
+      a->kill_pairs == b->kill_pairs && a->kill_dropped == b->kill_dropped && a->crash_dropped == b->crash_dropped &&
+      a->kill_detected == b->kill_detected && a->kill_alive_end == b->kill_alive_end &&
+      a->kill_suspect_end == b->kill_suspect_end && a->kill_9999_ms == b->kill_9999_ms &&
       a->kill_100_ms == b->kill_100_ms && a->unknown_events == b->unknown_events && a->totals.sent == b->totals.sent &&
       a->totals.delivered == b->totals.delivered && a->totals.lost == b->totals.lost &&
       a->totals.cut == b->totals.cut && a->totals.rejected == b->totals.rejected &&

@@ -64,6 +64,7 @@ typedef struct gn_sim_report {
   /* (a) one crash; times from the crash, GN_SIM_NEVER if not reached */
   uint32_t crash_node, crash_knowers;
   uint32_t crash_detected;  /* holders that declared it DEAD */
+  uint32_t crash_dropped;   /* holders that dropped it from their table without a DEAD */
   uint32_t crash_alive_end; /* holders still holding it ALIVE or SUSPECT when the phase ended */
   int64_t crash_first_ms, crash_9999_ms, crash_100_ms;
   int64_t crash_bound_ms;
@@ -81,9 +82,11 @@ typedef struct gn_sim_report {
   uint64_t resurrections; /* a crashed node seen ALIVE again after it was declared DEAD */
   /* (e) kill_fraction at once; times from the kill */
   uint32_t killed;
-  uint64_t kill_pairs;     /* (live observer, killed node it held alive) */
-  uint64_t kill_detected;  /* of those, declared DEAD by the observer */
-  uint64_t kill_alive_end; /* still held ALIVE or SUSPECT when the phase ended */
+  uint64_t kill_pairs;       /* (live observer, killed node it held alive) */
+  uint64_t kill_detected;    /* of those, declared DEAD or dropped by the holder */
+  uint64_t kill_dropped;     /* of those, dropped by the holder without a DEAD */
+  uint64_t kill_alive_end;   /* still held ALIVE or SUSPECT when the phase ended */
+  uint64_t kill_suspect_end; /* of those, SUSPECT */
   int64_t kill_first_ms, kill_9999_ms, kill_100_ms, kill_bound_ms;
   uint64_t unknown_events; /* about ids that are no node: a bug if not 0 */
   gn_sim_totals totals;
