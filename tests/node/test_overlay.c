@@ -13,6 +13,7 @@
  * two busy cores) passes as a fast one does. */
 #include <gpunet/identity.h>
 #include <gpunet/node.h>
+#include <gpunet/offer.h>
 #include <gpunet/swim.h>
 #include <gpunet/wire.h>
 
@@ -476,6 +477,130 @@ static void test_many_sources_table_is_bounded(void **state) {
 
 /* --- failures ------------------------------------------------------------------*/
 
+/* d's state for member id in GET /v1/members ("" when not a member). */
+static void member_state(const daemon_t *d, const uint8_t id[GN_PK_LEN], char *out, size_t cap) {
+  char want[GN_NODE_ID_STRLEN];
+  gn_node_id_format(id, want);
+  json_t *j = tn_api_get(d->dir, "/v1/members");
+  const json_t *m;
+  size_t i;
+  snprintf(out, cap, "%s", "");
+  json_array_foreach(json_object_get(j, "members"), i, m) {
+    if (strcmp(json_string_value(json_object_get(m, "node_id")) ?: "", want) == 0)
+      snprintf(out, cap, "%s", json_string_value(json_object_get(m, "state")) ?: "");
+  }
+  json_decref(j);
+}
+
+/* Polls until d holds member id in state, up to DEADLINE_MS; the played
+ * peers' loop runs meanwhile (loop may be NULL). */
+static void wait_member_state(uv_loop_t *loop, const daemon_t *d, const uint8_t id[GN_PK_LEN], const char *state) {
+  uint64_t end = gn_mono_ms() + DEADLINE_MS;
+  char st[16] = "";
+  for (;;) {
+    member_state(d, id, st, sizeof st);
+    if (strcmp(st, state) == 0)
+      return;
+    if (gn_mono_ms() > end)
+      break;
+    if (loop) {
+      static int never;
+      tn_run_until_flag(loop, &never, 200);
+    } else {
+      sleep_ms(200);
+    }
+  }
+  tn_print_log(d->dir, 30);
+  fail_msg("%s: member is '%s' after %d s, wanted %s", d->addr, st, DEADLINE_MS / 1000, state);
+}
+
+/* Whether d's offer table holds an offer of provider pk. */
+static bool has_offer_of(const daemon_t *d, const uint8_t pk[GN_PK_LEN]) {
+  char want[GN_NODE_ID_STRLEN];
+  gn_node_id_format(pk, want);
+  json_t *j = tn_api_get(d->dir, "/v1/offers");
+  const json_t *o;
+  size_t i;
+  bool found = false;
+  json_array_foreach(json_object_get(j, "offers"), i, o) found =
+      found || strcmp(json_string_value(json_object_get(o, "provider")) ?: "", want) == 0;
+  json_decref(j);
+  return found;
+}
+
+typedef struct offer_wait {
+  const daemon_t *d;
+  const uint8_t *pk;
+  bool present;
+  uint64_t next_ms;
+} offer_wait;
+
+static bool offer_is(void *ud) {
+  offer_wait *w = ud;
+  if (gn_mono_ms() < w->next_ms)
+    return false;
+  w->next_ms = gn_mono_ms() + 200;
+  return has_offer_of(w->d, w->pk) == w->present;
+}
+
+/* Two played peers that never answer over UDP, so that the daemons
+ * declare them dead (their probes fail: at n = 5, within 30 s): p, whose
+ * session to a stays up, and q, whose session was closed and whose offer
+ * p relays afterwards. a keeps p's offer (a session vouches for p: its
+ * death is only the membership's word) and drops q's (nothing vouches for
+ * q any more). */
+static void test_dead_member_loses_offers_only_without_session(void **state) {
+  (void)state;
+  daemon_t *a = &W.d[0];
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  int p_up = 0, q_up = 0;
+  tn_inbox in = {0};
+  tn_link pl = {&p_up, &in, a->id->pk}, ql = {&q_up, &in, a->id->pk};
+  gn_identity *p_id = NULL, *q_id = NULL;
+  gn_transport *p_tp, *q_tp;
+  tn_peer_new(&loop, &pl, &p_id, &p_tp);
+  tn_peer_new(&loop, &ql, &q_id, &q_tp);
+  /* Listening addresses that no UDP socket answers on. */
+  assert_int_equal(gn_transport_listen(p_tp, "127.0.0.11:0"), 0);
+  assert_int_equal(gn_transport_listen(q_tp, "127.0.0.12:0"), 0);
+  tn_dial(&loop, q_tp, a->addr, &q_up, a->dir);
+  wait_member_state(&loop, a, q_id->pk, "alive");
+  gn_transport_close(q_tp, NULL, NULL);
+  q_tp = NULL;
+  tn_run_until(&loop, tn__flag_set, &(int){0}, 300);
+  tn_dial(&loop, p_tp, a->addr, &p_up, a->dir);
+  gn_offer o;
+  gn_buf env = {0};
+  tn_offer(&o, p_id->pk, gn_transport_listen_addr(p_tp), 1, 600, true);
+  assert_int_equal(gn_offer_seal(p_id, &o, &env), 0);
+  assert_int_equal(gn_transport_send(p_tp, a->id->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+  tn_offer(&o, q_id->pk, "127.0.0.12:9", 1, 600, true);
+  assert_int_equal(gn_offer_seal(q_id, &o, &env), 0);
+  assert_int_equal(gn_transport_send(p_tp, a->id->pk, env.data, env.len), 0); /* relayed by p */
+  gn_buf_done(&env);
+  offer_wait w = {a, q_id->pk, true, 0};
+  assert_true(tn_run_until(&loop, offer_is, &w, DEADLINE_MS));
+  w = (offer_wait){a, p_id->pk, true, 0};
+  assert_true(tn_run_until(&loop, offer_is, &w, DEADLINE_MS));
+
+  wait_member_state(&loop, a, q_id->pk, "dead");
+  wait_member_state(&loop, a, p_id->pk, "dead");
+  assert_true(p_up);
+  w = (offer_wait){a, q_id->pk, false, 0};
+  assert_true(tn_run_until(&loop, offer_is, &w, DEADLINE_MS));
+  assert_true(has_offer_of(a, p_id->pk));
+  assert_true(tn_log_has(a->dir, "its session is up: its offers stay"));
+
+  gn_transport_close(p_tp, NULL, NULL);
+  tn_run_until(&loop, tn__flag_set, &(int){0}, 300);
+  tn_inbox_done(&in);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  p_id = gn_identity_free(p_id);
+  q_id = gn_identity_free(q_id);
+}
+
 /* SIGKILL of c: a and b declare it dead (suspicion at n = 3: 5 to 30 s,
  * after a probe of 1 s; polled up to 60 s). */
 static void test_killed_daemon_is_declared_dead(void **state) {
@@ -484,8 +609,8 @@ static void test_killed_daemon_is_declared_dead(void **state) {
   kill(c->pid, SIGKILL);
   waitpid(c->pid, NULL, 0);
   c->pid = 0;
-  wait_members(&W.d[0], NODES - 1, 0, 1, 0);
-  wait_members(&W.d[1], NODES - 1, 0, 1, 0);
+  wait_member_state(NULL, &W.d[0], c->id->pk, "dead");
+  wait_member_state(NULL, &W.d[1], c->id->pk, "dead");
   char cid[GN_NODE_ID_STRLEN], line[128];
   gn_node_id_format(c->id->pk, cid);
   snprintf(line, sizeof line, "overlay: %s is dead", cid);
@@ -498,7 +623,7 @@ static void test_stopped_daemon_is_seen_leaving(void **state) {
   daemon_t *b = &W.d[1];
   tn_daemon_stop(b->pid);
   b->pid = 0;
-  wait_members(&W.d[0], 1, 0, 1, 1);
+  wait_member_state(NULL, &W.d[0], b->id->pk, "left");
 }
 
 /* --- overlay = off -------------------------------------------------------------*/
@@ -569,6 +694,7 @@ int main(void) {
       cmocka_unit_test(test_forged_sender_changes_nothing),
       cmocka_unit_test(test_flood_from_one_source_is_rate_limited),
       cmocka_unit_test(test_many_sources_table_is_bounded),
+      cmocka_unit_test(test_dead_member_loses_offers_only_without_session),
       cmocka_unit_test(test_killed_daemon_is_declared_dead),
       cmocka_unit_test(test_stopped_daemon_is_seen_leaving),
   };
