@@ -292,7 +292,7 @@ static const gn__rate_class classes[GN__RC_COUNT] = {
     [GN__RC_PEERS] = {"peers", GN_RATE(1, 16)},         [GN__RC_GOSSIP] = {"gossip", GN_RATE(1000, 16384)},
     [GN__RC_VIEW] = {"view", GN_RATE(20, 128)},         [GN__RC_CONTROL] = {"control", GN_RATE(50, 512)},
     [GN__RC_BULK] = {"bulk", GN_RATE(2000, 20000)},     [GN__RC_ATTEST] = {"attest", GN_RATE(5, 128)},
-    [GN__RC_RTT] = {"rtt", GN_RATE(20, 128)},           [GN__RC_OTHER] = {"other", GN_RATE(1, 16)},
+    [GN__RC_RTT] = {"rtt", GN_RATE(20, 256)},           [GN__RC_OTHER] = {"other", GN_RATE(1, 16)},
     [GN__RC_KEEPALIVE] = {"keepalive", GN_RATE(1, 16)},
 };
 
