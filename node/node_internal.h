@@ -87,7 +87,7 @@ struct gn_node {
   uint64_t stop_deadline_ms;
   uv_timer_t watchdog;
   struct gn__settle_glue *settle; /* settle.c: vouchers, the outbox and its driver */
-  struct gn__overlay *overlay;     /* overlay.c: membership over UDP */
+  struct gn__overlay *overlay;    /* overlay.c: membership over UDP */
 };
 
 #endif
