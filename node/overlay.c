@@ -26,11 +26,9 @@
 /* The timer never sleeps longer than this, whatever the machine says. */
 #define TICK_MAX_MS 1000
 /* After the leave, the socket stays open (past the sessions' close if
- * need be) until this many datagrams went out (answers to others' probes,
- * the leave riding on them: the machine stops probing once it left; the
- * one who hears it spreads it) or this long after the leave: about one
- * probe a second reaches a node whatever the size of the network. */
-#define LEAVE_TOLD 1
+ * need be) until a member answered one of the pings that carry the leave
+ * (the machine sends them, and again until one is answered; the one who
+ * holds it spreads it), or this long after the leave. */
 #define LEAVE_LINGER_MS 3000
 
 typedef struct ov_stats {
@@ -47,7 +45,7 @@ struct gn__overlay {
   bool leaving;   /* gn__overlay_stop: the leave is said, the socket still open */
   bool lingering; /* gn__overlay_close came while leaving: closes once the leave is told */
   bool closing;
-  uint64_t out_at_leave, linger_end_ms;
+  uint64_t linger_end_ms;
   char error[200]; /* why there is no membership, "" when there is */
   uint8_t rbuf[GN_OVERLAY_DGRAM_MAX];
   gn_ratelimit *per_src; /* by source host, any port */
@@ -292,7 +290,7 @@ static void close_now(struct gn__overlay *o);
 static void linger_check(struct gn__overlay *o) {
   if (!o->lingering || o->closing)
     return;
-  if (o->st.out - o->out_at_leave >= LEAVE_TOLD || gn_mono_ms() >= o->linger_end_ms ||
+  if (gn_swim_leave_acks(o->swim) > 0 || gn_mono_ms() >= o->linger_end_ms ||
       gn_swim_count(o->swim, GN_SWIM_ALIVE) + gn_swim_count(o->swim, GN_SWIM_SUSPECT) == 0)
     close_now(o);
 }
@@ -494,7 +492,6 @@ void gn__overlay_stop(gn_node *n) {
      * what it sends at once goes out now (uv_udp_try_send). */
     uint64_t now = gn_mono_ms();
     gn_swim_leave(o->swim, now);
-    o->out_at_leave = o->st.out;
     o->linger_end_ms = now + LEAVE_LINGER_MS;
     gn_swim_tick(o->swim, now);
     arm(o);

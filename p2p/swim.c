@@ -20,6 +20,8 @@
 #define SW_INC_MAX UINT32_MAX
 #define SW_GIVE 4       /* live members an ACK offers a node that asked for more */
 #define SW_GHOST_HOPS 8 /* a record about a node we do not keep is passed on only this far */
+#define SW_LEAVE_TELL 3   /* a leaving node pings this many members with its leave, until one answers */
+#define SW_LEAVE_ROUNDS 5 /* ... in at most this many rounds, a probe timeout apart */
 
 typedef struct sw_node {
   uint8_t id[GN_PK_LEN];
@@ -118,6 +120,8 @@ struct gn_swim {
   uint32_t unverified;
   uint32_t health;
   bool left;
+  uint32_t leave_acks;   /* answers to the pings that carried our leave */
+  uint32_t leave_rounds; /* rounds of such pings sent (at most SW_LEAVE_ROUNDS) */
   struct {
     bool active, indirect;
     uint8_t id[GN_PK_LEN];
@@ -1294,6 +1298,8 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
     break;
   case GN_MSG_SWIM_ACK: {
     e->used = false;
+    if (s->left && !m->has_target)
+      s->leave_acks++;
     if (!m->has_target)
       mark_verified(s, member_find(s, m->from));
     /* The answer to a ping we sent for a requester: pass it on. */
@@ -1451,6 +1457,25 @@ static void reap(gn_swim *s, uint64_t now) {
   }
 }
 
+/* A leaving node does not wait to be probed: it pings up to SW_LEAVE_TELL
+ * live or suspect members, picked at random, with its leave riding first
+ * (tier 0); their answers count in leave_acks. Returns how many it pinged. */
+static uint32_t leave_tell(gn_swim *s) {
+  uint32_t told = 0, n = s->order.n;
+  if (s->leave_rounds >= SW_LEAVE_ROUNDS)
+    return 0;
+  s->leave_rounds++;
+  uint32_t start = n ? sw_below(s, n) : 0;
+  for (uint32_t i = 0; i < n && told < SW_LEAVE_TELL; i++) {
+    sw_node *m = &s->nodes[s->order.a[(start + i) % n]];
+    if (m->state != GN_SWIM_ALIVE && m->state != GN_SWIM_SUSPECT)
+      continue;
+    send_ping(s, m->addr, m->id, new_seq(s));
+    told++;
+  }
+  return told;
+}
+
 void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
   if (!s)
     return;
@@ -1475,6 +1500,8 @@ void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
   if (now_ms >= s->next_probe_ms) {
     if (s->left) {
       s->next_probe_ms = UINT64_MAX;
+      if (s->leave_acks == 0 && leave_tell(s) > 0)
+        s->next_probe_ms = now_ms + scaled(s, s->cfg.probe_timeout_ms);
     } else {
       s->next_probe_ms = now_ms + scaled(s, s->cfg.probe_interval_ms);
       probe_start(s, now_ms);
@@ -1619,6 +1646,14 @@ void gn_swim_leave(gn_swim *s, uint64_t now_ms) {
   s->left = true;
   s->probe.active = false;
   enqueue(s, 0);
+  s->leave_acks = 0;
+  s->leave_rounds = 0;
+  if (leave_tell(s) > 0)
+    s->next_probe_ms = now_ms + scaled(s, s->cfg.probe_timeout_ms);
+}
+
+uint32_t gn_swim_leave_acks(const gn_swim *s) {
+  return s ? s->leave_acks : 0;
 }
 
 size_t gn_swim_count(const gn_swim *s, gn_swim_state st) {

@@ -102,8 +102,13 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
 void gn_swim_tick(gn_swim *s, uint64_t now_ms);
 uint64_t gn_swim_next_deadline_ms(const gn_swim *s);
 
-/* Announces this node's leave (gossiped as LEFT with a higher incarnation). */
+/* Announces this node's leave (gossiped as LEFT with a higher incarnation):
+ * pings a few live members with it at once, and again each probe timeout
+ * (from gn_swim_tick) until one of them answers. */
 void gn_swim_leave(gn_swim *s, uint64_t now_ms);
+/* How many answers the pings that carried the leave got: once one did, a
+ * member holds the leave and spreads it. */
+uint32_t gn_swim_leave_acks(const gn_swim *s);
 
 size_t gn_swim_count(const gn_swim *s, gn_swim_state st);
 /* GN_ENOTFOUND if id is not a member. */

@@ -59,6 +59,12 @@ enum gn_msg_type {
   GN_MSG_VIEW_DISCONNECT = 80,
   GN_MSG_VIEW_SHUFFLE = 81,
   GN_MSG_VIEW_SHUFFLE_REPLY = 82,
+  GN_MSG_NAT_OBSERVED = 84, /* home networks (docs/nat.md): the address a peer sees us at */
+  GN_MSG_NAT_PUNCH_REQ = 85,
+  GN_MSG_NAT_PUNCH = 86,
+  GN_MSG_RELAY_RESERVE = 87,
+  GN_MSG_RELAY_STATUS = 88,
+  GN_MSG_RELAY_CALL = 89,
 };
 
 /* Returns a short lowercase name ("offer", "lease_request"...), or NULL for a

@@ -709,6 +709,33 @@ static void test_leave_is_gossiped(void **state) {
   free(net);
 }
 
+/* A leaver that goes away as soon as one member answered the pings that
+ * carry its leave (as gpunetd does on SIGTERM), before anyone probed it:
+ * every other member still counts it left, none dead. Before, the leave
+ * only rode on answers to others' probes, so it was lost and the node
+ * declared dead. */
+static void test_leave_told_before_going_away(void **state) {
+  (void)state;
+  tnet *net = calloc(1, sizeof *net);
+  net_init(net, 8, NULL, 9);
+  net_join_all(net);
+  net_run(net, 15000);
+  uint64_t t0 = net->now;
+  gn_swim_leave(net->nodes[2].s, net->now);
+  while (gn_swim_leave_acks(net->nodes[2].s) == 0 && net->now < t0 + 3000)
+    net_run(net, net->now + 5);
+  assert_true(gn_swim_leave_acks(net->nodes[2].s) > 0);
+  assert_true(net->now - t0 <= 100); /* answered within a round trip, not a probe round */
+  net->nodes[2].up = false;
+  net_run(net, net->now + 30000);
+  for (uint32_t i = 0; i < net->n; i++)
+    if (i != 2)
+      assert_int_equal(state_at(net, i, 2), GN_SWIM_LEFT);
+  assert_int_equal(count_events(net, GN_SWIM_EV_DEAD, 2), 0);
+  net_done(net);
+  free(net);
+}
+
 /* --- hostile peers ----------------------------------------------------------*/
 
 typedef struct snap {
@@ -1314,6 +1341,7 @@ int main(void) {
       cmocka_unit_test(test_buddy_suspect_hears_in_first_ping),
       cmocka_unit_test(test_missed_deaths_repaired_after_partition),
       cmocka_unit_test(test_leave_is_gossiped),
+      cmocka_unit_test(test_leave_told_before_going_away),
       cmocka_unit_test(test_forged_sender_refused),
       cmocka_unit_test(test_ack_with_unknown_seq_or_signer_ignored),
       cmocka_unit_test(test_gossip_flood_keeps_table_bounded_and_verified),
