@@ -18,8 +18,8 @@
 #define SW_PICK_MAX 32       /* pending updates considered for one body */
 #define SW_DEAD_PING_EVERY 4 /* every 4th probe also pings one recently dead member */
 #define SW_INC_MAX UINT32_MAX
-#define SW_GIVE 4       /* live members an ACK offers a node that asked for more */
-#define SW_GHOST_HOPS 8 /* a record about a node we do not keep is passed on only this far */
+#define SW_GIVE 4         /* live members an ACK offers a node that asked for more */
+#define SW_GHOST_HOPS 8   /* a record about a node we do not keep is passed on only this far */
 #define SW_LEAVE_TELL 3   /* a leaving node pings this many members with its leave, until one answers */
 #define SW_LEAVE_ROUNDS 5 /* ... in at most this many rounds, a probe timeout apart */
 
