@@ -162,9 +162,10 @@ int cmd_stop(cli *c, int argc, char **argv);
 int cmd_invoices(cli *c, int argc, char **argv);
 int cmd_invoice(cli *c, int argc, char **argv);
 int cmd_balance(cli *c, int argc, char **argv);
+int cmd_members(cli *c, int argc, char **argv);
 /* The options of the commands that take more than --help. */
 extern const cli_opts cli_init_opts, cli_offers_opts, cli_rent_opts, cli_run_opts, cli_train_opts, cli_output_opts,
-    cli_logs_opts, cli_invoice_opts, cli_balance_opts;
+    cli_logs_opts, cli_invoice_opts, cli_balance_opts, cli_members_opts;
 
 /* cli/conf.c: mkdir -p (0700 for what it creates), and the default config
  * file of `gpunet init`, written atomically with mode 0600. -errno on error. */

@@ -35,6 +35,23 @@ static const cli_cmd commands[] = {
      "Usage: gpunet peers\n"
      "Lists the peers in the overlay membership.\n",
      NULL},
+    {"members", cmd_members, "list the overlay's members",
+     "Usage: gpunet members [--state alive|suspect|dead|left] [--json]\n"
+     "Lists the members of the overlay's membership (SWIM) that this node\n"
+     "knows, itself not included: each member's node id, its address (host:port,\n"
+     "UDP and TCP), its state (alive; suspect: a probe failed and it has not\n"
+     "refuted yet; dead: declared failed; left: said goodbye), its incarnation\n"
+     "(raised by the member each time it refutes a suspicion) and how long it\n"
+     "has been in that state here. Ends with the counts by state and this\n"
+     "node's local health (Lifeguard: 0 is healthy, up to 8 when its own probes\n"
+     "go unanswered, which makes it slower to suspect others).\n"
+     "  --state S   only the members in state S (the summary still counts all)\n"
+     "  --json      {\"members\": [{node_id, addr, state, incarnation, for_ms}],\n"
+     "              \"health\", \"counts\": {alive, suspect, dead, left},\n"
+     "              \"total\"} (and \"state\" with --state)\n"
+     "Exits 1 when gpunetd is not running or runs with overlay = off, 2 for a\n"
+     "usage error.\n",
+     &cli_members_opts},
     {"offers", cmd_offers, "search GPU offers",
      "Usage: gpunet offers [FILTER...] [--sort price|vram|count]\n"
      "Lists offers from the local offer table. FILTER terms (all must hold):\n"
