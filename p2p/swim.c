@@ -15,7 +15,6 @@
 #define SW_RELAYS_MAX 16     /* ping-req relays in flight, in total */
 #define SW_RELAYS_PER_PEER 2 /* ... and per requester */
 #define SW_SENT_RING 64      /* pings and ping-reqs whose answers we still accept */
-#define SW_PICK_MAX 32       /* pending updates considered for one body */
 #define SW_DEAD_PING_EVERY 4 /* every 4th probe also pings one recently dead member */
 #define SW_INC_MAX UINT32_MAX
 #define SW_GIVE 4         /* live members an ACK offers a node that asked for more */
@@ -35,12 +34,13 @@ typedef struct sw_node {
   bool want_deaths; /* first heard of, or with a new incarnation: tell it the recent deaths */
   bool direct;      /* it spoke for itself (its own signed body), or our caller added it */
   bool ghost;       /* not a member: a record about another node, kept only to pass it on */
-  uint32_t order_pos, pend_pos, dead_pos, ghost_pos;
-  uint32_t tx_count;     /* times its current record rode a body */
-  uint64_t tx_stamp;     /* when that record was queued: newer first */
-  uint8_t tx_tier;       /* 0: a refutation or revival, sent before anything else; 1: the rest */
-  uint8_t hop;           /* relays the queued record has been through (0: ours) */
-  uint8_t by[GN_PK_LEN]; /* who suspected or declared it (gossiped with the record) */
+  uint32_t order_pos, dead_pos, ghost_pos;
+  uint32_t q_bucket, q_prev, q_next; /* its place in the dissemination queue (q_bucket SW_NONE: not queued) */
+  uint32_t tx_count;                 /* times its current record rode a body */
+  uint64_t tx_stamp;                 /* when that record was queued: newer first */
+  uint8_t tx_tier;                   /* 0: a refutation or revival, sent before anything else; 1: the rest */
+  uint8_t hop;                       /* relays the queued record has been through (0: ours) */
+  uint8_t by[GN_PK_LEN];             /* who suspected or declared it (gossiped with the record) */
   bool has_by;
   /* Its suspicion, while SUSPECT. */
   uint64_t susp_start_ms;
@@ -54,7 +54,7 @@ typedef struct sw_list {
   uint32_t n;
 } sw_list;
 
-enum { L_ORDER, L_PEND, L_DEAD, L_GHOST };
+enum { L_ORDER, L_DEAD, L_GHOST };
 
 typedef struct sw_upd {
   uint8_t id[GN_PK_LEN];
@@ -110,7 +110,12 @@ struct gn_swim {
   uint32_t nfree;
   uint32_t *tab; /* open addressing, linear probing: slot numbers */
   uint32_t tab_mask;
-  sw_list order, pend, dead, ghosts;
+  sw_list order, dead, ghosts;
+  /* The dissemination queue: one list per (tier, times sent), newest at
+   * the head, so a body takes the least sent records without scanning. */
+  uint32_t *q_head, *q_tail;
+  uint32_t q_count_max; /* a record's sends are counted up to this (buckets per tier: one more) */
+  uint32_t q_len;
   uint32_t nghost, ghost_max; /* records about non-members passed on (max_members / 2) */
   uint8_t rx_hop;             /* the hop records queued now get: one past the record being applied */
   uint32_t probe_idx;
@@ -257,14 +262,11 @@ static void health_add(gn_swim *s, int delta) {
 /* --- lists of slots with a back index ---------------------------------------*/
 
 static uint32_t *lpos(sw_node *n, int which) {
-  return which == L_ORDER  ? &n->order_pos
-         : which == L_PEND ? &n->pend_pos
-         : which == L_DEAD ? &n->dead_pos
-                           : &n->ghost_pos;
+  return which == L_ORDER ? &n->order_pos : which == L_DEAD ? &n->dead_pos : &n->ghost_pos;
 }
 
 static sw_list *lget(gn_swim *s, int which) {
-  return which == L_ORDER ? &s->order : which == L_PEND ? &s->pend : which == L_DEAD ? &s->dead : &s->ghosts;
+  return which == L_ORDER ? &s->order : which == L_DEAD ? &s->dead : &s->ghosts;
 }
 
 static void list_add(gn_swim *s, int which, uint32_t slot) {
@@ -294,6 +296,59 @@ static void list_swap(gn_swim *s, int which, uint32_t i, uint32_t j) {
   L->a[j] = a;
   *lpos(&s->nodes[a], which) = j;
   *lpos(&s->nodes[b], which) = i;
+}
+
+/* --- the dissemination queue ----------------------------------------------
+ *
+ * Records wait in one list per (tier, times sent); a body takes them bucket
+ * by bucket, tier 0 first, least sent first, so building a body costs what
+ * it takes, not a scan of the whole queue. */
+
+static uint32_t q_index(const gn_swim *s, uint8_t tier, uint32_t count) {
+  return tier * (s->q_count_max + 1) + (count < s->q_count_max ? count : s->q_count_max);
+}
+
+static void q_unlink(gn_swim *s, uint32_t slot) {
+  sw_node *n = &s->nodes[slot];
+  if (n->q_bucket == SW_NONE)
+    return;
+  if (n->q_prev != SW_NONE)
+    s->nodes[n->q_prev].q_next = n->q_next;
+  else
+    s->q_head[n->q_bucket] = n->q_next;
+  if (n->q_next != SW_NONE)
+    s->nodes[n->q_next].q_prev = n->q_prev;
+  else
+    s->q_tail[n->q_bucket] = n->q_prev;
+  n->q_bucket = n->q_prev = n->q_next = SW_NONE;
+  s->q_len--;
+}
+
+/* Links slot into the bucket of its tier and count: at the head when its
+ * record is new (newest first), at the tail when it moves there after a send
+ * (so records keep the order they were sent in among equals). */
+static void q_link(gn_swim *s, uint32_t slot, bool head) {
+  sw_node *n = &s->nodes[slot];
+  uint32_t b = q_index(s, n->tx_tier, n->tx_count);
+  n->q_bucket = b;
+  if (head) {
+    n->q_prev = SW_NONE;
+    n->q_next = s->q_head[b];
+    if (n->q_next != SW_NONE)
+      s->nodes[n->q_next].q_prev = slot;
+    else
+      s->q_tail[b] = slot;
+    s->q_head[b] = slot;
+  } else {
+    n->q_next = SW_NONE;
+    n->q_prev = s->q_tail[b];
+    if (n->q_prev != SW_NONE)
+      s->nodes[n->q_prev].q_next = slot;
+    else
+      s->q_head[b] = slot;
+    s->q_tail[b] = slot;
+  }
+  s->q_len++;
 }
 
 /* --- the id table -----------------------------------------------------------*/
@@ -352,8 +407,8 @@ static int grow(gn_swim *s, uint32_t ncap) {
   if (!nodes)
     return GN_ENOMEM;
   s->nodes = nodes;
-  uint32_t **arrs[5] = {&s->free_slots, &s->order.a, &s->pend.a, &s->dead.a, &s->ghosts.a};
-  for (int i = 0; i < 5; i++) {
+  uint32_t **arrs[4] = {&s->free_slots, &s->order.a, &s->dead.a, &s->ghosts.a};
+  for (int i = 0; i < 4; i++) {
     uint32_t *p = realloc(*arrs[i], (size_t)ncap * sizeof *p);
     if (!p)
       return GN_ENOMEM;
@@ -395,11 +450,12 @@ static void emit(gn_swim *s, gn_swim_event_kind kind, const sw_node *n, bool loc
 /* Puts the slot's current record at the head of the dissemination queue,
  * in tier 0 (before anything else) or 1. */
 static void enqueue_tier(gn_swim *s, uint32_t slot, uint8_t tier) {
+  q_unlink(s, slot);
   s->nodes[slot].tx_count = 0;
   s->nodes[slot].tx_tier = tier;
   s->nodes[slot].hop = slot == 0 ? 0 : s->rx_hop;
   s->nodes[slot].tx_stamp = ++s->stamp;
-  list_add(s, L_PEND, slot);
+  q_link(s, slot, true);
 }
 
 static void enqueue(gn_swim *s, uint32_t slot) {
@@ -518,10 +574,12 @@ static bool confirm(gn_swim *s, uint32_t slot, const uint8_t by[GN_PK_LEN], bool
  * under loss, when there are many suspicions. */
 static void requeue_confirmed(gn_swim *s, uint32_t slot) {
   sw_node *n = &s->nodes[slot];
-  if (n->pend_pos != SW_NONE)
+  if (n->q_bucket != SW_NONE)
     return;
   enqueue_tier(s, slot, 1);
+  q_unlink(s, slot);
   n->tx_count = tx_limit(s) / 2;
+  q_link(s, slot, true);
 }
 
 /* --- members ----------------------------------------------------------------*/
@@ -529,7 +587,7 @@ static void requeue_confirmed(gn_swim *s, uint32_t slot) {
 static void remove_member(gn_swim *s, uint32_t slot) {
   sw_node *n = &s->nodes[slot];
   list_del(s, L_ORDER, slot);
-  list_del(s, L_PEND, slot);
+  q_unlink(s, slot);
   list_del(s, L_DEAD, slot);
   tab_remove(s, slot);
   s->count[n->state]--;
@@ -600,7 +658,7 @@ static uint32_t alloc_slot(gn_swim *s) {
  * ghosts; the one queued longest ago gives way. */
 
 static void ghost_remove(gn_swim *s, uint32_t slot) {
-  list_del(s, L_PEND, slot);
+  q_unlink(s, slot);
   list_del(s, L_GHOST, slot);
   tab_remove(s, slot);
   memset(&s->nodes[slot], 0, sizeof s->nodes[slot]);
@@ -642,7 +700,8 @@ static void ghost_put(gn_swim *s, uint32_t slot, const sw_upd *u, const uint8_t 
     g->hkey = sw_hash(s, u->id);
     g->used = true;
     g->ghost = true;
-    g->order_pos = g->pend_pos = g->dead_pos = g->ghost_pos = SW_NONE;
+    g->order_pos = g->dead_pos = g->ghost_pos = SW_NONE;
+    g->q_bucket = g->q_prev = g->q_next = SW_NONE;
     tab_insert(s, slot);
     list_add(s, L_GHOST, slot);
     s->nghost++;
@@ -684,7 +743,8 @@ static uint32_t add_member(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *
   n->used = true;
   n->want_deaths = true;
   n->direct = direct;
-  n->order_pos = n->pend_pos = n->dead_pos = n->ghost_pos = SW_NONE;
+  n->order_pos = n->dead_pos = n->ghost_pos = SW_NONE;
+  n->q_bucket = n->q_prev = n->q_next = SW_NONE;
   tab_insert(s, slot);
   s->count[GN_SWIM_ALIVE]++;
   s->unverified++;
@@ -782,37 +842,17 @@ static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
       pack_add(s, p, s->dead.a[s->dead_cursor++]);
     }
   }
-  /* The queue: least sent first, newest first among equals. */
-  uint32_t pick[SW_PICK_MAX], np = 0;
-  for (uint32_t i = 0; i < s->pend.n; i++) {
-    uint32_t slot = s->pend.a[i];
-    const sw_node *n = &s->nodes[slot];
-    uint32_t j = np;
-    while (j > 0) {
-      const sw_node *o = &s->nodes[pick[j - 1]];
-      if (o->tx_tier < n->tx_tier ||
-          (o->tx_tier == n->tx_tier &&
-           (o->tx_count < n->tx_count || (o->tx_count == n->tx_count && o->tx_stamp > n->tx_stamp))))
-        break;
-      j--;
-    }
-    if (j >= SW_PICK_MAX)
-      continue;
-    uint32_t end = np < SW_PICK_MAX ? np : SW_PICK_MAX - 1;
-    memmove(&pick[j + 1], &pick[j], (end - j) * sizeof pick[0]);
-    pick[j] = slot;
-    if (np < SW_PICK_MAX)
-      np++;
-  }
-  uint32_t lim = tx_limit(s), misses = 0;
-  for (uint32_t i = 0; i < np && misses < 3; i++) {
-    uint32_t slot = pick[i];
-    if (!pack_add(s, p, slot)) {
-      misses++;
-      continue;
-    }
-    if (++s->nodes[slot].tx_count >= lim)
-      list_del(s, L_PEND, slot);
+  /* The queue: tier 0 first, least sent first, newest first among equals. */
+  uint32_t lim = tx_limit(s), misses = 0, nb = 2 * (s->q_count_max + 1), first = p->n;
+  for (uint32_t b = 0; b < nb && misses < 3 && p->n < GN_SWIM_UPDATES_MAX; b++)
+    for (uint32_t slot = s->q_head[b]; slot != SW_NONE && misses < 3; slot = s->nodes[slot].q_next)
+      if (!pack_add(s, p, slot))
+        misses++;
+  for (uint32_t i = first; i < p->n; i++) {
+    uint32_t slot = p->slots[i];
+    q_unlink(s, slot);
+    if (++s->nodes[slot].tx_count < lim)
+      q_link(s, slot, false);
   }
 }
 
@@ -1577,6 +1617,17 @@ int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const g
   }
   gn_wire_writer_init(&s->w);
   s->ghost_max = cfg->max_members / 2;
+  /* tx_limit is at most retransmit_mult * 10 (n below 2^32). */
+  s->q_count_max = cfg->retransmit_mult * 10;
+  size_t nb = 2 * ((size_t)s->q_count_max + 1);
+  s->q_head = malloc(nb * sizeof *s->q_head);
+  s->q_tail = malloc(nb * sizeof *s->q_tail);
+  if (!s->q_head || !s->q_tail) {
+    gn_swim_free(s);
+    return GN_ENOMEM;
+  }
+  memset(s->q_head, 0xff, nb * sizeof *s->q_head);
+  memset(s->q_tail, 0xff, nb * sizeof *s->q_tail);
   uint32_t cap0 = cfg->max_members + 1 < 16 ? cfg->max_members + 1 : 16;
   if (grow(s, cap0) < 0) {
     gn_swim_free(s);
@@ -1590,7 +1641,8 @@ int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const g
   self->since_ms = now_ms;
   self->used = true;
   self->verified = true;
-  self->order_pos = self->pend_pos = self->dead_pos = self->ghost_pos = SW_NONE;
+  self->order_pos = self->dead_pos = self->ghost_pos = SW_NONE;
+  self->q_bucket = self->q_prev = self->q_next = SW_NONE;
   self->direct = true;
   s->hi = 1;
   tab_insert(s, 0);
@@ -1612,7 +1664,8 @@ gn_swim *gn_swim_free(gn_swim *s) {
   free(s->nodes);
   free(s->free_slots);
   free(s->order.a);
-  free(s->pend.a);
+  free(s->q_head);
+  free(s->q_tail);
   free(s->dead.a);
   free(s->ghosts.a);
   free(s->tab);
