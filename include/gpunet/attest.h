@@ -60,12 +60,14 @@ typedef void (*gn_attest_rng_fn)(void *ctx, uint8_t *buf, size_t len);
 /* --- GPU classes ------------------------------------------------------------*/
 
 typedef struct gn_attest_class {
-  const char *name;     /* "RTX 4090" */
-  const char *match;    /* substring of the NVML/CUDA device name */
-  uint32_t memory_mib;  /* nominal memory */
-  double bandwidth_gbs; /* memory bandwidth, GB/s (10^9 bytes) */
-  double int8_tops;     /* dense int8 tensor throughput, 10^12 ops/s */
-  double min_fraction;  /* measured/peak needed to verify the class */
+  const char *name;        /* "RTX 4090" */
+  const char *match;       /* substring of the NVML/CUDA device name */
+  uint32_t memory_mib;     /* nominal memory */
+  double bandwidth_gbs;    /* memory bandwidth, GB/s (10^9 bytes) */
+  double int8_tops;        /* dense int8 tensor throughput, 10^12 ops/s */
+  double min_fraction;     /* measured/peak needed to verify the class */
+  double mem_min_fraction; /* the memory walk: measured/nominal bandwidth needed */
+  bool measured;           /* the fractions were set from a run on such a card */
 } gn_attest_class;
 
 /* By exact name ("RTX 4090") or, failing that, by device name substring

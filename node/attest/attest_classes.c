@@ -11,37 +11,51 @@
  *
  * min_fraction is what a straightforward WMMA kernel (node/attest/cuda) should
  * reach, measured end to end by a remote verifier (hashing, ChaCha and the
- * network round trip included). 35% is a first setting that has NOT been
- * calibrated on real hardware (no GPU was at hand when this was written):
- * scripts/bench/attest_gpu_check prints the fraction a card reaches, and this
- * table should be revised from it. Hopper parts get less, because their int8
- * peak needs wgmma, which the portable WMMA kernel does not use. */
+ * network round trip included); mem_min_fraction the same for the memory
+ * walk (attest_mem.c), against nominal bandwidth. Each is set at about half
+ * of what an honest card of the class reached in scripts/bench/gpu_check,
+ * where one was measured (measured = true):
+ *
+ * - H200 (2026-12-04, driver 580.159.04, the WMMA kernel): the chain reached
+ *   125-153 TOPS (6.3-7.7% of the dense peak: Hopper's int8 peak needs wgmma,
+ *   which WMMA does not use) and the walk over a 123 GiB table 182 GB/s
+ *   (3.8% of 4.8 TB/s; 163 GB/s, 3.4%, on a shorter walk: dependent random
+ *   64-byte reads over that much memory are bound by address translation,
+ *   not bandwidth). The fill's ChaCha ran at 2.5e10 blocks/s, so a prover
+ *   regenerating entries at cost 32 gets 50 GB/s (1.0%), and an 80 GB card
+ *   holding 57% of the table ~85 GB/s (1.8%): 2.2% sits between those and
+ *   the honest 3.4-3.8%. H100 SXM is the same chip with less memory and is
+ *   given the H200's fractions unmeasured.
+ * - The others were never run: 35% / 30% are first settings from the
+ *   datasheets. An honest card of those classes may well fall short of the
+ *   memory rule (the H200 reached an eighth of it); run gpu_check on one and
+ *   revise its row. */
 static const gn_attest_class classes[] = {
     /* NVIDIA Ampere GA102 whitepaper (v2.1), table "GeForce RTX 3090": 24 GB
      * GDDR6X, 936 GB/s, peak INT8 Tensor TOPS 284/568 (dense/sparse). */
-    {"RTX 3090", "RTX 3090", 24576, 936.0, 284.0, 0.35},
+    {"RTX 3090", "RTX 3090", 24576, 936.0, 284.0, 0.35, 0.30, false},
     /* NVIDIA Ada Lovelace whitepaper (v1.1), "GeForce RTX 4080": 16 GB GDDR6X,
      * 716.8 GB/s, INT8 Tensor TOPS 389.9/779.8 (the 4080 figure is the one
      * of this table I am least sure of; 16 GB variant, not the 4080 SUPER). */
-    {"RTX 4080", "RTX 4080", 16384, 716.8, 389.9, 0.35},
+    {"RTX 4080", "RTX 4080", 16384, 716.8, 389.9, 0.35, 0.30, false},
     /* Ada whitepaper, "GeForce RTX 4090": 24 GB GDDR6X, 1008 GB/s, INT8 Tensor
      * TOPS 660.6/1321.2. */
-    {"RTX 4090", "RTX 4090", 24576, 1008.0, 660.6, 0.35},
+    {"RTX 4090", "RTX 4090", 24576, 1008.0, 660.6, 0.35, 0.30, false},
     /* NVIDIA RTX Blackwell GPU architecture whitepaper, "GeForce RTX 5090":
      * 32 GB GDDR7, 1792 GB/s, INT8 Tensor TOPS 838/1676. (NVIDIA's marketing
      * "3352 AI TOPS" is FP4 with sparsity.) */
-    {"RTX 5090", "RTX 5090", 32768, 1792.0, 838.0, 0.35},
+    {"RTX 5090", "RTX 5090", 32768, 1792.0, 838.0, 0.35, 0.30, false},
     /* NVIDIA A100 datasheet: 80 GB HBM2e SXM, 2039 GB/s, INT8 624/1248 TOPS. */
-    {"A100 80GB", "A100", 81920, 2039.0, 624.0, 0.35},
+    {"A100 80GB", "A100", 81920, 2039.0, 624.0, 0.35, 0.30, false},
     /* NVIDIA H100 datasheet, SXM5: 80 GB HBM3, 3.35 TB/s, INT8 3958 TOPS
      * "with sparsity", so 1979 dense. */
-    {"H100 SXM", "H100", 81920, 3350.0, 1979.0, 0.20},
+    {"H100 SXM", "H100", 81920, 3350.0, 1979.0, 0.04, 0.022, false},
     /* NVIDIA H200 datasheet, SXM: 141 GB HBM3e, 4.8 TB/s, INT8 3958 TOPS with
      * sparsity (1979 dense): the same compute as H100 SXM with more, faster
      * memory. (H200 NVL is 3341 sparse; it reports the same device name, so
      * an NVL card is held to the SXM figure here.) The "141 GB" are in fact
      * ~141 GiB: NVML reports 143,771 MiB usable; nominal 144,384 MiB. */
-    {"H200", "H200", 144384, 4800.0, 1979.0, 0.20},
+    {"H200", "H200", 144384, 4800.0, 1979.0, 0.04, 0.022, true},
 };
 
 size_t gn_attest_class_count(void) {

@@ -288,6 +288,23 @@ static void test_grade_verifies_fast_enough_class(void **state) {
   assert_string_equal(res.verdict, "too slow for RTX 5090 (measured 274.9 TOPS, expected at least 293.3 TOPS)");
 }
 
+/* A real H200's chain in scripts/bench/gpu_check (2026-12-04): n = 8192,
+ * depth 2, 131 rounds in 1.883 s (153 TOPS) verifies; before calibration
+ * the rule asked 395.8 TOPS (20% of peak) and refused the honest card. An
+ * A100-speed chain (35% of 624 TOPS) also reaches the H200's compute figure:
+ * the memory challenge, not the chain, tells the two apart. */
+static void test_grade_h200_measured(void **state) {
+  (void)state;
+  gn_attest_params p = {.n = 8192, .depth = 2, .rounds = 131, .open_rounds = 8, .open_rows = 4};
+  gn_attest_result res;
+  assert_int_equal(gn_attest_grade(&p, "NVIDIA H200", 1883, false, &res), 0);
+  assert_int_equal(res.outcome, GN_ATTEST_VERIFIED);
+  assert_string_equal(res.verdict, "verified H200");
+  /* Twice as slow as the honest card: below 4% of 1979. */
+  assert_int_equal(gn_attest_grade(&p, "NVIDIA H200", 2 * 1883 + 200, false, &res), 0);
+  assert_int_equal(res.outcome, GN_ATTEST_TOO_SLOW);
+}
+
 static void test_grade_simulated_regardless_of_time(void **state) {
   (void)state;
   gn_attest_result res;
@@ -779,6 +796,7 @@ int main(void) {
       cmocka_unit_test(test_honest_hardware_prover_too_slow_verdict),
       cmocka_unit_test(test_grade_verifies_fast_enough_class),
       cmocka_unit_test(test_grade_simulated_regardless_of_time),
+      cmocka_unit_test(test_grade_h200_measured),
       cmocka_unit_test(test_wrong_row_fails),
       cmocka_unit_test(test_row_not_under_root_fails),
       cmocka_unit_test(test_stale_roots_fail),

@@ -182,6 +182,28 @@ static void test_memory_grade_rule(void **state) {
   assert_int_equal(res.outcome, GN_ATTEST_SIMULATED);
 }
 
+/* The figures a real H200 gave in scripts/bench/gpu_check (2026-12-04): the
+ * honest walk over its class-sized table at 182.2 GB/s verifies; a prover
+ * regenerating every entry at the fill's measured ChaCha rate (~50 GB/s)
+ * and an 80 GB card holding 57% of the table (~85 GB/s) do not. Before
+ * calibration the rule asked 1440 GB/s and refused the honest card. */
+static void test_memory_grade_h200_measured(void **state) {
+  (void)state;
+  gn_attest_mem_params p;
+  gn_attest_result res;
+  assert_int_equal(gn_attest_mem_params_for_class(gn_attest_class_find("NVIDIA H200"), 2000, &p), 0);
+  assert_int_equal(p.table_mib, 126336);
+  double bytes = (double)p.walkers * p.steps * 64;
+  assert_int_equal(gn_attest_mem_grade(&p, "H200", (uint64_t)(bytes / 182.2e9 * 1000), false, &res), 0);
+  assert_int_equal(res.outcome, GN_ATTEST_VERIFIED);
+  assert_int_equal(gn_attest_mem_grade(&p, "H200", (uint64_t)(bytes / 49.6e9 * 1000), false, &res), 0);
+  assert_int_equal(res.outcome, GN_ATTEST_TOO_SLOW);
+  assert_int_equal(gn_attest_mem_grade(&p, "H200", (uint64_t)(bytes / 84.7e9 * 1000), false, &res), 0);
+  assert_int_equal(res.outcome, GN_ATTEST_TOO_SLOW);
+  assert_true(gn_attest_class_find("H200")->measured);
+  assert_false(gn_attest_class_find("RTX 4090")->measured);
+}
+
 static void test_memory_params_bounds(void **state) {
   (void)state;
   static const gn_attest_mem_params bad[] = {
@@ -205,6 +227,7 @@ int main(void) {
       cmocka_unit_test(test_prover_short_of_table_fails),
       cmocka_unit_test(test_memory_exchange_refuses_other_nonce_and_order),
       cmocka_unit_test(test_memory_grade_rule),
+      cmocka_unit_test(test_memory_grade_h200_measured),
       cmocka_unit_test(test_memory_params_bounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
