@@ -1,0 +1,80 @@
+/* libFuzzer target: the decoders of the NAT messages (p2p/nat.c,
+ * docs/protocol.md §2.16) on arbitrary bytes, and the state machine fed
+ * them as datagrams and session messages. The first byte picks the message:
+ * NAT_OBSERVED, NAT_PUNCH_REQ or NAT_PUNCH. What decodes encodes and decodes
+ * again to the same; the machine's tables stay within their bounds. */
+#include <gpunet/nat.h>
+#include <gpunet/wire.h>
+
+static size_t sent;
+
+static void dgram(void *ud, const char *addr, uint32_t type, const uint8_t *body, size_t len) {
+  (void)ud;
+  (void)type;
+  (void)body;
+  if (!gn_nat_addr_valid(addr) || len > 512)
+    __builtin_trap();
+  sent++;
+}
+
+static int msg(void *ud, const uint8_t peer[GN_PK_LEN], uint32_t type, const uint8_t *body, size_t len) {
+  (void)ud;
+  (void)peer;
+  (void)type;
+  (void)body;
+  if (len > 512)
+    __builtin_trap();
+  sent++;
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return 0;
+  uint8_t which = data[0] % 3;
+  data++;
+  size--;
+  gn_buf b = {0};
+  if (which == 0) {
+    gn_nat_observed m, m2;
+    if (gn_nat_observed_decode(data, size, &m) == 0) {
+      if (gn_nat_observed_encode(&m, &b) != 0 || gn_nat_observed_decode(b.data, b.len, &m2) != 0 ||
+          m2.answer != m.answer || memcmp(m2.nonce, m.nonce, sizeof m.nonce) != 0 || strcmp(m2.addr, m.addr) != 0)
+        __builtin_trap();
+    }
+  } else if (which == 1) {
+    gn_nat_punch_req m, m2;
+    if (gn_nat_punch_req_decode(data, size, &m) == 0) {
+      if (gn_nat_punch_req_encode(&m, &b) != 0 || gn_nat_punch_req_decode(b.data, b.len, &m2) != 0 ||
+          m2.intro != m.intro || memcmp(m2.peer, m.peer, GN_PK_LEN) != 0 || strcmp(m2.addr, m.addr) != 0)
+        __builtin_trap();
+    }
+  } else {
+    gn_nat_punch m, m2;
+    if (gn_nat_punch_decode(data, size, &m) == 0) {
+      if (gn_nat_punch_encode(&m, &b) != 0 || gn_nat_punch_decode(b.data, b.len, &m2) != 0 || m2.ack != m.ack)
+        __builtin_trap();
+    }
+  }
+  gn_buf_done(&b);
+  /* The machine: the same bytes as each kind of input, from two peers. */
+  uint8_t self[GN_PK_LEN], a[GN_PK_LEN], seed[32] = {1};
+  memset(self, 1, sizeof self);
+  memset(a, 2, sizeof a);
+  gn_nat_io io = {dgram, msg, NULL, NULL};
+  gn_nat *nat = NULL;
+  if (gn_nat_new(self, "10.0.0.1:7946", &io, seed, 0, &nat) != 0)
+    __builtin_trap();
+  gn_nat_ask(nat, a, "192.0.2.1:7946", 0);
+  sent = 0;
+  gn_nat_on_datagram(nat, "192.0.2.1:7946", a, GN_MSG_NAT_OBSERVED, data, size, 1);
+  gn_nat_on_datagram(nat, "192.0.2.1:7946", a, GN_MSG_NAT_PUNCH, data, size, 2);
+  gn_nat_on_message(nat, a, GN_MSG_NAT_PUNCH_REQ, data, size, 3);
+  gn_nat_tick(nat, 10000);
+  if (sent > 3 || gn_nat_punch_count(nat) > 1 || gn_nat_observation_count(nat, 10) > 1)
+    __builtin_trap();
+  char buf[GN_NAT_ADDR_MAX];
+  gn_nat_advertised(nat, 10, buf, sizeof buf);
+  gn_nat_free(nat);
+  return 0;
+}

@@ -1,0 +1,597 @@
+/* Tests for p2p/nat.c: the bodies' codecs, the NAT classification from
+ * observed addresses (and the liars it must resist), and hole punching
+ * between in-memory nodes through a rendezvous, all with injected time. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <gpunet/nat.h>
+#include <gpunet/wire.h>
+
+#include <stdio.h>
+
+/* --- an in-memory network -------------------------------------------------------*/
+
+#define NODES 4
+#define QMAX 4096
+
+typedef struct msg {
+  bool dgram;
+  int from;
+  char to_addr[GN_NAT_ADDR_MAX];
+  uint8_t to_key[GN_PK_LEN];
+  uint32_t type;
+  uint8_t body[512];
+  size_t len;
+} msg;
+
+typedef struct node {
+  int idx;
+  uint8_t key[GN_PK_LEN];
+  char ext[GN_NAT_ADDR_MAX]; /* where others see its datagrams come from */
+  bool drop_in;              /* datagrams to it are lost (a NAT that filters) */
+  gn_nat *nat;
+  int punched_ok, punched_fail;
+  char punched_addr[GN_NAT_ADDR_MAX];
+} node;
+
+typedef struct world {
+  node nodes[NODES];
+  msg q[QMAX];
+  size_t qn;
+  uint64_t now;
+  size_t dgrams_sent[NODES];
+} world;
+
+static void send_dgram(void *ud, const char *addr, uint32_t type, const uint8_t *body, size_t len) {
+  node *n = ud;
+  world *w = (world *)((char *)(n - n->idx) - offsetof(world, nodes));
+  assert_true(w->qn < QMAX);
+  assert_true(len <= sizeof w->q[0].body);
+  msg *m = &w->q[w->qn++];
+  *m = (msg){.dgram = true, .from = n->idx, .type = type, .len = len};
+  snprintf(m->to_addr, sizeof m->to_addr, "%s", addr);
+  memcpy(m->body, body, len);
+  w->dgrams_sent[n->idx]++;
+}
+
+static int send_msg(void *ud, const uint8_t peer[GN_PK_LEN], uint32_t type, const uint8_t *body, size_t len) {
+  node *n = ud;
+  world *w = (world *)((char *)(n - n->idx) - offsetof(world, nodes));
+  assert_true(w->qn < QMAX);
+  msg *m = &w->q[w->qn++];
+  *m = (msg){.dgram = false, .from = n->idx, .type = type, .len = len};
+  memcpy(m->to_key, peer, GN_PK_LEN);
+  memcpy(m->body, body, len);
+  return 0;
+}
+
+static void punched(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr, bool ok) {
+  (void)peer;
+  node *n = ud;
+  if (ok) {
+    n->punched_ok++;
+    snprintf(n->punched_addr, sizeof n->punched_addr, "%s", addr);
+  } else {
+    n->punched_fail++;
+  }
+}
+
+static void world_init(world *w) {
+  memset(w, 0, sizeof *w);
+  w->now = 1000000;
+  for (int i = 0; i < NODES; i++) {
+    node *n = &w->nodes[i];
+    n->idx = i;
+    memset(n->key, 0x10 + i, GN_PK_LEN);
+    snprintf(n->ext, sizeof n->ext, "198.51.%d.7:4%d00", 10 + i, i);
+    uint8_t seed[32];
+    memset(seed, 0x70 + i, sizeof seed);
+    gn_nat_io io = {send_dgram, send_msg, punched, n};
+    assert_int_equal(gn_nat_new(n->key, n->ext, &io, seed, w->now, &n->nat), 0);
+  }
+}
+
+static void world_done(world *w) {
+  for (int i = 0; i < NODES; i++)
+    w->nodes[i].nat = gn_nat_free(w->nodes[i].nat);
+}
+
+/* Delivers everything queued (and what that makes), in order. */
+static void world_run(world *w) {
+  for (size_t i = 0; i < w->qn; i++) {
+    msg m = w->q[i];
+    for (int j = 0; j < NODES; j++) {
+      node *to = &w->nodes[j];
+      if (m.dgram && strcmp(to->ext, m.to_addr) == 0 && !to->drop_in)
+        gn_nat_on_datagram(to->nat, w->nodes[m.from].ext, w->nodes[m.from].key, m.type, m.body, m.len, w->now);
+      if (!m.dgram && memcmp(to->key, m.to_key, GN_PK_LEN) == 0)
+        gn_nat_on_message(to->nat, w->nodes[m.from].key, m.type, m.body, m.len, w->now);
+    }
+  }
+  w->qn = 0;
+}
+
+static void world_advance(world *w, uint64_t ms) {
+  uint64_t end = w->now + ms;
+  while (w->now < end) {
+    w->now += 50;
+    for (int i = 0; i < NODES; i++)
+      gn_nat_tick(w->nodes[i].nat, w->now);
+    world_run(w);
+  }
+}
+
+/* --- observations without a network -----------------------------------------------*/
+
+static uint8_t key_of(int i) {
+  return (uint8_t)(0x80 + i);
+}
+
+static gn_buf g_last_body;
+static char g_last_to[GN_NAT_ADDR_MAX];
+
+/* Reporter i (key byte 0x80+i, speaking from from) says it sees us at seen:
+ * the question goes out, its answer comes back. Returns the answer's code. */
+static int report(gn_nat *nat, int i, const char *from, const char *seen, uint64_t now) {
+  uint8_t key[GN_PK_LEN];
+  memset(key, key_of(i), sizeof key);
+  int r = gn_nat_ask(nat, key, from, now);
+  if (r < 0)
+    return r;
+  /* The question's nonce, from the datagram the machine sent. */
+  gn_nat_observed q;
+  assert_int_equal(gn_nat_observed_decode(g_last_body.data, g_last_body.len, &q), 0);
+  gn_nat_observed a = {.answer = true};
+  memcpy(a.nonce, q.nonce, sizeof a.nonce);
+  snprintf(a.addr, sizeof a.addr, "%s", seen);
+  gn_buf b = {0};
+  assert_int_equal(gn_nat_observed_encode(&a, &b), 0);
+  r = gn_nat_on_datagram(nat, from, key, GN_MSG_NAT_OBSERVED, b.data, b.len, now);
+  gn_buf_done(&b);
+  return r;
+}
+
+static void keep_dgram(void *ud, const char *addr, uint32_t type, const uint8_t *body, size_t len) {
+  (void)ud;
+  (void)type;
+  g_last_body.len = 0;
+  gn_buf_append(&g_last_body, body, len);
+  snprintf(g_last_to, sizeof g_last_to, "%s", addr);
+}
+
+static int no_msg(void *ud, const uint8_t peer[GN_PK_LEN], uint32_t type, const uint8_t *body, size_t len) {
+  (void)ud;
+  (void)peer;
+  (void)type;
+  (void)body;
+  (void)len;
+  return GN_ENOTFOUND;
+}
+
+static gn_nat *lone(const char *local) {
+  uint8_t self[GN_PK_LEN], seed[32];
+  memset(self, 1, sizeof self);
+  memset(seed, 2, sizeof seed);
+  gn_nat_io io = {keep_dgram, no_msg, NULL, NULL};
+  gn_nat *nat = NULL;
+  assert_int_equal(gn_nat_new(self, local, &io, seed, 0, &nat), 0);
+  return nat;
+}
+
+static void test_codecs_round_trip(void **state) {
+  (void)state;
+  gn_buf b = {0};
+  gn_nat_observed o = {.answer = true, .addr = "203.0.113.9:7946"}, o2;
+  memset(o.nonce, 7, sizeof o.nonce);
+  assert_int_equal(gn_nat_observed_encode(&o, &b), 0);
+  assert_int_equal(gn_nat_observed_decode(b.data, b.len, &o2), 0);
+  assert_true(o2.answer);
+  assert_string_equal(o2.addr, o.addr);
+  assert_memory_equal(o2.nonce, o.nonce, sizeof o.nonce);
+  b.len = 0;
+  gn_nat_punch_req p = {.intro = true, .addr = "[2001:db8::1]:9"}, p2;
+  memset(p.peer, 3, sizeof p.peer);
+  assert_int_equal(gn_nat_punch_req_encode(&p, &b), 0);
+  assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &p2), 0);
+  assert_true(p2.intro);
+  assert_string_equal(p2.addr, p.addr);
+  assert_memory_equal(p2.peer, p.peer, GN_PK_LEN);
+  b.len = 0;
+  gn_nat_punch k = {.ack = true}, k2;
+  assert_int_equal(gn_nat_punch_encode(&k, &b), 0);
+  assert_int_equal(gn_nat_punch_decode(b.data, b.len, &k2), 0);
+  assert_true(k2.ack);
+  gn_buf_done(&b);
+}
+
+static void test_codecs_refuse_malformed(void **state) {
+  (void)state;
+  gn_wire_writer w;
+  gn_buf b = {0};
+  gn_nat_observed o;
+  gn_nat_punch_req p;
+  gn_nat_punch k;
+  /* An answer whose address is a name, not numeric. */
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "r");
+  gn_wire_put_bin(&w, "0123456789abcdef", 16);
+  gn_wire_put_str(&w, "a");
+  gn_wire_put_str(&w, "evil.example:80");
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  assert_int_equal(gn_nat_observed_decode(b.data, b.len, &o), GN_EINVAL);
+  /* A short nonce. */
+  b.len = 0;
+  gn_wire_put_map(&w, 1);
+  gn_wire_put_str(&w, "q");
+  gn_wire_put_bin(&w, "0123", 4);
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  assert_int_equal(gn_nat_observed_decode(b.data, b.len, &o), GN_EINVAL);
+  /* A probe with k = 2. */
+  b.len = 0;
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "n");
+  gn_wire_put_bin(&w, "0123456789abcdef", 16);
+  gn_wire_put_str(&w, "k");
+  gn_wire_put_u64(&w, 2);
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  assert_int_equal(gn_nat_punch_decode(b.data, b.len, &k), GN_EINVAL);
+  /* A request with an extra key. */
+  b.len = 0;
+  gn_wire_put_map(&w, 3);
+  gn_wire_put_str(&w, "t");
+  gn_wire_put_bin(&w, b.data, 0);
+  gn_wire_put_str(&w, "n");
+  gn_wire_put_bin(&w, "0123456789abcdef", 16);
+  gn_wire_put_str(&w, "x");
+  gn_wire_put_u64(&w, 1);
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &p), GN_EINVAL);
+  assert_int_equal(gn_nat_punch_req_decode((const uint8_t *)"\xc1", 1, &p), GN_EINVAL);
+  gn_wire_writer_done(&w);
+  gn_buf_done(&b);
+}
+
+static void test_unknown_until_two_networks_agree(void **state) {
+  (void)state;
+  gn_nat *nat = lone("10.0.0.2:7946");
+  assert_int_equal(gn_nat_type_get(nat, 0), GN_NAT_UNKNOWN);
+  assert_int_equal(report(nat, 1, "198.51.100.1:7946", "203.0.113.5:7946", 10), 0);
+  assert_int_equal(gn_nat_type_get(nat, 10), GN_NAT_UNKNOWN);
+  /* A second reporter from the same /24 is no second opinion. */
+  assert_int_equal(report(nat, 2, "198.51.100.2:7946", "203.0.113.5:7946", 20), 0);
+  assert_int_equal(gn_nat_type_get(nat, 20), GN_NAT_UNKNOWN);
+  char adv[GN_NAT_ADDR_MAX] = "";
+  assert_false(gn_nat_advertised(nat, 20, adv, sizeof adv));
+  assert_int_equal(report(nat, 3, "192.0.2.1:7946", "203.0.113.5:7946", 30), 0);
+  assert_int_equal(gn_nat_type_get(nat, 30), GN_NAT_CONE);
+  assert_true(gn_nat_advertised(nat, 30, adv, sizeof adv));
+  assert_string_equal(adv, "203.0.113.5:7946");
+  gn_nat_free(nat);
+}
+
+static void test_public_when_seen_at_the_listen_address(void **state) {
+  (void)state;
+  gn_nat *nat = lone("203.0.113.5:7946");
+  assert_int_equal(report(nat, 1, "198.51.100.1:7946", "203.0.113.5:7946", 10), 0);
+  assert_int_equal(report(nat, 2, "192.0.2.1:7946", "203.0.113.5:7946", 20), 0);
+  assert_int_equal(gn_nat_type_get(nat, 20), GN_NAT_PUBLIC);
+  gn_nat_free(nat);
+}
+
+static void test_symmetric_when_each_network_sees_another_port(void **state) {
+  (void)state;
+  gn_nat *nat = lone("10.0.0.2:7946");
+  assert_int_equal(report(nat, 1, "198.51.100.1:7946", "203.0.113.5:40001", 10), 0);
+  assert_int_equal(report(nat, 2, "192.0.2.1:7946", "203.0.113.5:52113", 20), 0);
+  assert_int_equal(report(nat, 3, "192.0.3.1:7946", "203.0.113.5:61002", 30), 0);
+  assert_int_equal(gn_nat_type_get(nat, 30), GN_NAT_SYMMETRIC);
+  char adv[GN_NAT_ADDR_MAX] = "", host[GN_NAT_ADDR_MAX] = "";
+  assert_false(gn_nat_advertised(nat, 30, adv, sizeof adv));
+  assert_true(gn_nat_outside_host(nat, 30, host, sizeof host));
+  assert_string_equal(host, "203.0.113.5");
+  gn_nat_free(nat);
+}
+
+/* Attack: one peer lies about where it sees us; our address does not move. */
+static void test_a_liar_cannot_move_the_advertised_address(void **state) {
+  (void)state;
+  gn_nat *nat = lone("10.0.0.2:7946");
+  char adv[GN_NAT_ADDR_MAX] = "";
+  /* Alone, it makes us nothing. */
+  assert_int_equal(report(nat, 9, "192.0.9.1:7946", "6.6.6.6:666", 5), 0);
+  assert_int_equal(gn_nat_type_get(nat, 5), GN_NAT_UNKNOWN);
+  assert_int_equal(report(nat, 1, "198.51.100.1:7946", "203.0.113.5:7946", 10), 0);
+  assert_int_equal(report(nat, 2, "192.0.2.1:7946", "203.0.113.5:7946", 20), 0);
+  /* Against two honest networks: the right host with a wrong port, or
+   * another host, changes neither the type nor the address. */
+  assert_int_equal(report(nat, 8, "192.0.8.1:7946", "203.0.113.5:1234", 30), 0);
+  assert_int_equal(gn_nat_type_get(nat, 30), GN_NAT_CONE);
+  assert_true(gn_nat_advertised(nat, 30, adv, sizeof adv));
+  assert_string_equal(adv, "203.0.113.5:7946");
+  /* Thirty more identities, all in the liar's one /24 (more than the
+   * table holds): still one network, and the honest reports stay. */
+  for (int i = 10; i < 40; i++)
+    report(nat, i, "192.0.9.1:7946", "6.6.6.6:666", 40 + (uint64_t)i);
+  assert_int_equal(gn_nat_type_get(nat, 100), GN_NAT_CONE);
+  assert_true(gn_nat_advertised(nat, 100, adv, sizeof adv));
+  assert_string_equal(adv, "203.0.113.5:7946");
+  /* And they hold at most GN_NAT_OBS_PER_NET places of the table. */
+  assert_true(gn_nat_observation_count(nat, 100) <= 4 + GN_NAT_OBS_PER_NET);
+  gn_nat_free(nat);
+}
+
+/* Attack: an answer nobody asked for, from another address than asked, or
+ * signed by another key, changes nothing. */
+static void test_unasked_answers_are_ignored(void **state) {
+  (void)state;
+  gn_nat *nat = lone("10.0.0.2:7946");
+  uint8_t key[GN_PK_LEN], other[GN_PK_LEN];
+  memset(key, key_of(1), sizeof key);
+  memset(other, 0x55, sizeof other);
+  gn_nat_observed a = {.answer = true, .addr = "6.6.6.6:666"};
+  memset(a.nonce, 9, sizeof a.nonce);
+  gn_buf b = {0};
+  assert_int_equal(gn_nat_observed_encode(&a, &b), 0);
+  assert_int_equal(gn_nat_on_datagram(nat, "198.51.100.1:7946", key, GN_MSG_NAT_OBSERVED, b.data, b.len, 0),
+                   GN_ENOTFOUND);
+  /* Now a real question; the answer carries its nonce but comes from
+   * elsewhere, or is signed by someone else, or too late. */
+  assert_int_equal(gn_nat_ask(nat, key, "198.51.100.1:7946", 0), 0);
+  gn_nat_observed q;
+  assert_int_equal(gn_nat_observed_decode(g_last_body.data, g_last_body.len, &q), 0);
+  memcpy(a.nonce, q.nonce, sizeof a.nonce);
+  b.len = 0;
+  assert_int_equal(gn_nat_observed_encode(&a, &b), 0);
+  assert_int_equal(gn_nat_on_datagram(nat, "198.51.100.9:7946", key, GN_MSG_NAT_OBSERVED, b.data, b.len, 1),
+                   GN_ENOTFOUND);
+  assert_int_equal(gn_nat_on_datagram(nat, "198.51.100.1:7946", other, GN_MSG_NAT_OBSERVED, b.data, b.len, 1),
+                   GN_ENOTFOUND);
+  assert_int_equal(
+      gn_nat_on_datagram(nat, "198.51.100.1:7946", key, GN_MSG_NAT_OBSERVED, b.data, b.len, GN_NAT_ASK_TIMEOUT_MS),
+      GN_ENOTFOUND);
+  assert_int_equal(gn_nat_observation_count(nat, 1), 0);
+  gn_nat_stats st;
+  gn_nat_stats_get(nat, &st);
+  assert_int_equal(st.answers_ignored, 4);
+  gn_buf_done(&b);
+  gn_nat_free(nat);
+}
+
+static void test_questions_are_bounded_and_not_repeated(void **state) {
+  (void)state;
+  gn_nat *nat = lone("10.0.0.2:7946");
+  uint8_t key[GN_PK_LEN];
+  memset(key, 4, sizeof key);
+  assert_int_equal(gn_nat_ask(nat, key, "198.51.100.1:7946", 0), 0);
+  assert_int_equal(gn_nat_ask(nat, key, "198.51.100.1:7946", 10), GN_EBUSY);
+  assert_int_equal(gn_nat_ask(nat, key, "evil.example:80", 10), GN_EINVAL);
+  int sent = 1;
+  for (int i = 2; i < 100; i++) {
+    char addr[32];
+    snprintf(addr, sizeof addr, "198.51.100.%d:7946", i);
+    sent += gn_nat_ask(nat, key, addr, 10) == 0;
+  }
+  assert_int_equal(sent, GN_NAT_ASKS_MAX);
+  /* Past the interval the table has room again. */
+  assert_int_equal(gn_nat_ask(nat, key, "198.51.100.1:7946", GN_NAT_ASK_AGAIN_MS), 0);
+  gn_nat_free(nat);
+}
+
+static void test_observations_expire(void **state) {
+  (void)state;
+  gn_nat *nat = lone("10.0.0.2:7946");
+  assert_int_equal(report(nat, 1, "198.51.100.1:7946", "203.0.113.5:7946", 10), 0);
+  assert_int_equal(report(nat, 2, "192.0.2.1:7946", "203.0.113.5:7946", 20), 0);
+  assert_int_equal(gn_nat_type_get(nat, 20), GN_NAT_CONE);
+  assert_int_equal(gn_nat_type_get(nat, 10 + GN_NAT_OBS_TTL_MS), GN_NAT_UNKNOWN);
+  assert_int_equal(gn_nat_observation_count(nat, 20 + GN_NAT_OBS_TTL_MS), 0);
+  gn_nat_free(nat);
+}
+
+/* Attack: identities from many networks fill the table; it stays bounded. */
+static void test_observation_table_is_bounded(void **state) {
+  (void)state;
+  gn_nat *nat = lone("10.0.0.2:7946");
+  for (int i = 0; i < 200; i++) {
+    char from[32];
+    snprintf(from, sizeof from, "10.%d.%d.1:7946", i / 250, i % 250);
+    uint8_t key[GN_PK_LEN];
+    memset(key, 0, sizeof key);
+    key[0] = (uint8_t)i;
+    key[1] = (uint8_t)(i >> 8);
+    gn_nat_ask(nat, key, from, (uint64_t)i * GN_NAT_ASK_AGAIN_MS);
+  }
+  assert_true(gn_nat_observation_count(nat, 0) <= GN_NAT_OBS_MAX);
+  for (int i = 1; i < 40; i++) {
+    char from[32];
+    snprintf(from, sizeof from, "10.9.%d.1:7946", i);
+    report(nat, i, from, "203.0.113.5:7946", 1000 + (uint64_t)i * GN_NAT_ASK_AGAIN_MS);
+  }
+  assert_int_equal(gn_nat_observation_count(nat, 1000 + 40ull * GN_NAT_ASK_AGAIN_MS), GN_NAT_OBS_MAX);
+  gn_nat_free(nat);
+}
+
+/* --- punching ---------------------------------------------------------------------*/
+
+/* Node i asks rendezvous r where it sees it (so r knows its endpoint). */
+static void observe_via(world *w, int i, int r) {
+  assert_int_equal(gn_nat_ask(w->nodes[i].nat, w->nodes[r].key, w->nodes[r].ext, w->now), 0);
+  world_run(w);
+}
+
+static void test_punch_through_a_rendezvous_connects_both_sides(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  assert_int_equal(gn_nat_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  world_run(&w);
+  world_advance(&w, 1000);
+  assert_int_equal(w.nodes[0].punched_ok, 1);
+  assert_int_equal(w.nodes[1].punched_ok, 1);
+  assert_string_equal(w.nodes[0].punched_addr, w.nodes[1].ext);
+  assert_string_equal(w.nodes[1].punched_addr, w.nodes[0].ext);
+  char ep[GN_NAT_ADDR_MAX];
+  assert_true(gn_nat_punched_addr(w.nodes[0].nat, w.nodes[1].key, w.now, ep, sizeof ep));
+  assert_string_equal(ep, w.nodes[1].ext);
+  assert_int_equal(gn_nat_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), GN_EEXIST);
+  /* Established, probing stops. */
+  size_t sent = w.dgrams_sent[0];
+  world_advance(&w, 5000);
+  assert_int_equal(w.dgrams_sent[0], sent);
+  /* The hole is forgotten after its time. */
+  world_advance(&w, GN_NAT_PUNCHED_TTL_MS);
+  assert_false(gn_nat_punched_addr(w.nodes[0].nat, w.nodes[1].key, w.now, ep, sizeof ep));
+  assert_int_equal(gn_nat_punch_count(w.nodes[0].nat), 0);
+  world_done(&w);
+}
+
+static void test_punch_fails_when_nothing_gets_through(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  w.nodes[0].drop_in = w.nodes[1].drop_in = true; /* two filtering NATs whose mappings were wrong */
+  assert_int_equal(gn_nat_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  world_run(&w);
+  world_advance(&w, (GN_NAT_PUNCH_TRIES + 2) * GN_NAT_PUNCH_EVERY_MS);
+  assert_int_equal(w.nodes[0].punched_fail, 1);
+  assert_int_equal(w.nodes[1].punched_fail, 1);
+  assert_int_equal(w.nodes[0].punched_ok, 0);
+  assert_int_equal(w.dgrams_sent[0], GN_NAT_PUNCH_TRIES + 1); /* the question, then the probes */
+  assert_int_equal(gn_nat_punch_count(w.nodes[0].nat), 0);
+  world_done(&w);
+}
+
+static void test_punch_to_an_unknown_peer_fails_at_once(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  observe_via(&w, 0, 2); /* node 1 never spoke to the rendezvous */
+  assert_int_equal(gn_nat_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  world_run(&w);
+  assert_int_equal(w.nodes[0].punched_fail, 1);
+  assert_int_equal(w.dgrams_sent[1], 0);
+  world_done(&w);
+}
+
+/* Attack: a peer floods the rendezvous with PUNCH_REQs: at most the burst
+ * is forwarded, then one per GN_NAT_REQ_EVERY_S. */
+static void test_punch_request_flood_is_rate_limited(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  int forwarded = 0;
+  for (int i = 0; i < 200; i++) {
+    gn_nat_punch_req m = {.intro = false};
+    memcpy(m.peer, w.nodes[1].key, GN_PK_LEN);
+    memset(m.nonce, i, sizeof m.nonce);
+    gn_buf b = {0};
+    assert_int_equal(gn_nat_punch_req_encode(&m, &b), 0);
+    forwarded += gn_nat_on_message(w.nodes[2].nat, w.nodes[0].key, GN_MSG_NAT_PUNCH_REQ, b.data, b.len, w.now) == 0;
+    gn_buf_done(&b);
+  }
+  assert_int_equal(forwarded, GN_NAT_REQ_BURST);
+  gn_nat_stats st;
+  gn_nat_stats_get(w.nodes[2].nat, &st);
+  assert_int_equal(st.punch_reqs_refused, 200 - GN_NAT_REQ_BURST);
+  w.qn = 0;
+  world_done(&w);
+}
+
+/* Attack: a rendezvous floods a node with introductions (each would make
+ * it send probes): the rate and the table bound what it takes. */
+static void test_introduction_flood_is_bounded(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  int taken = 0;
+  for (int i = 0; i < 500; i++) {
+    gn_nat_punch_req m = {.intro = true, .addr = "192.0.2.99:9"};
+    memset(m.peer, 0, sizeof m.peer);
+    m.peer[0] = (uint8_t)i;
+    m.peer[1] = (uint8_t)(i >> 8);
+    m.peer[2] = 0xee;
+    memset(m.nonce, i, sizeof m.nonce);
+    gn_buf b = {0};
+    assert_int_equal(gn_nat_punch_req_encode(&m, &b), 0);
+    taken += gn_nat_on_message(w.nodes[0].nat, w.nodes[2].key, GN_MSG_NAT_PUNCH_REQ, b.data, b.len,
+                               w.now + (uint64_t)i * 100) == 0;
+    gn_buf_done(&b);
+  }
+  /* 50 s at one every 2 s after a burst of 4, and never over the table. */
+  assert_true(taken <= GN_NAT_REQ_BURST + 50 / GN_NAT_REQ_EVERY_S + 1);
+  assert_true(gn_nat_punch_count(w.nodes[0].nat) <= GN_NAT_PUNCH_MAX);
+  w.qn = 0;
+  world_done(&w);
+}
+
+/* Attack: a stranger's probe (no punch with it) gets no answer. */
+static void test_stranger_probe_is_not_answered(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  gn_nat_punch m = {.ack = false};
+  memset(m.nonce, 1, sizeof m.nonce);
+  gn_buf b = {0};
+  assert_int_equal(gn_nat_punch_encode(&m, &b), 0);
+  assert_int_equal(
+      gn_nat_on_datagram(w.nodes[0].nat, w.nodes[3].ext, w.nodes[3].key, GN_MSG_NAT_PUNCH, b.data, b.len, w.now),
+      GN_ENOTFOUND);
+  assert_int_equal(w.qn, 0);
+  gn_buf_done(&b);
+  world_done(&w);
+}
+
+/* A rendezvous cannot redirect a punch in progress to another address. */
+static void test_introduction_cannot_redirect_a_punch_in_progress(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  assert_int_equal(gn_nat_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  w.qn = 0; /* the request is lost: node 0 waits for its introduction */
+  gn_nat_punch_req m = {.intro = true, .addr = "192.0.2.66:66"};
+  memcpy(m.peer, w.nodes[1].key, GN_PK_LEN);
+  memset(m.nonce, 0x42, sizeof m.nonce); /* not the nonce node 0 chose */
+  gn_buf b = {0};
+  assert_int_equal(gn_nat_punch_req_encode(&m, &b), 0);
+  assert_int_equal(gn_nat_on_message(w.nodes[0].nat, w.nodes[3].key, GN_MSG_NAT_PUNCH_REQ, b.data, b.len, w.now),
+                   GN_EBUSY);
+  assert_int_equal(w.qn, 0);
+  gn_buf_done(&b);
+  world_done(&w);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_codecs_round_trip),
+      cmocka_unit_test(test_codecs_refuse_malformed),
+      cmocka_unit_test(test_unknown_until_two_networks_agree),
+      cmocka_unit_test(test_public_when_seen_at_the_listen_address),
+      cmocka_unit_test(test_symmetric_when_each_network_sees_another_port),
+      cmocka_unit_test(test_a_liar_cannot_move_the_advertised_address),
+      cmocka_unit_test(test_unasked_answers_are_ignored),
+      cmocka_unit_test(test_questions_are_bounded_and_not_repeated),
+      cmocka_unit_test(test_observations_expire),
+      cmocka_unit_test(test_observation_table_is_bounded),
+      cmocka_unit_test(test_punch_through_a_rendezvous_connects_both_sides),
+      cmocka_unit_test(test_punch_fails_when_nothing_gets_through),
+      cmocka_unit_test(test_punch_to_an_unknown_peer_fails_at_once),
+      cmocka_unit_test(test_punch_request_flood_is_rate_limited),
+      cmocka_unit_test(test_introduction_flood_is_bounded),
+      cmocka_unit_test(test_stranger_probe_is_not_answered),
+      cmocka_unit_test(test_introduction_cannot_redirect_a_punch_in_progress),
+  };
+  int r = cmocka_run_group_tests(tests, NULL, NULL);
+  gn_buf_done(&g_last_body);
+  return r;
+}
