@@ -58,6 +58,7 @@ struct conn {
   uint64_t sent_total;       /* bytes ever handed to uv_write */
   uint64_t written_seen;     /* of those, written to the kernel at the last check */
   uint64_t send_progress_ms; /* the last time that number grew, or the queue was empty */
+  uint64_t last_use_ms;      /* the last message of a use class either way (is_use_class), or creation */
 };
 
 struct gn_transport {
@@ -233,7 +234,7 @@ static int conn_new(gn_transport *t, bool initiator, uv_tcp_t *accepted, conn **
   c->tcp->data = c;
   for (int i = 0; i < GN__RC_COUNT; i++)
     gn_token_bucket_init(&c->buckets[i], gn__rate_class_get(i)->rate, now);
-  c->created_ms = c->last_tx_ms = c->send_progress_ms = now;
+  c->created_ms = c->last_tx_ms = c->send_progress_ms = c->last_use_ms = now;
   c->next = t->conns;
   if (t->conns)
     t->conns->prev = c;
@@ -587,6 +588,14 @@ static int peek_type(const uint8_t *p, size_t n, uint32_t *ret_type) {
   return 0;
 }
 
+/* Whether a message of class cls is the session's own business (a lease,
+ * a job, billing, attestation, round trips) rather than the overlay's
+ * upkeep (PEERS, gossip, views) or a keepalive: what makes a session in use
+ * for gn_transport_get_peer_info's use_idle_ms. */
+static bool is_use_class(int cls) {
+  return cls == GN__RC_CONTROL || cls == GN__RC_BULK || cls == GN__RC_ATTEST || cls == GN__RC_RTT;
+}
+
 /* Charges one message of len bytes to its class; a peer over its rate is
  * closed and backed off (false). */
 static bool conn_charge(conn *c, int cls, size_t len) {
@@ -643,6 +652,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       int cls = peek_type(ev.msg, ev.msg_len, &type) == 0 ? gn__rate_class_of(type) : GN__RC_OTHER;
       if (!conn_charge(c, cls, ev.msg_len))
         return;
+      if (is_use_class(cls))
+        c->last_use_ms = uv_now(c->t->loop);
       gn_envelope env;
       int er = gn_envelope_open(ev.msg, ev.msg_len, &env);
       if (er == GN_EVERSION) {
@@ -1051,7 +1062,68 @@ int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint
       conn_close(c, r);
     return r;
   }
+  uint32_t type;
+  if (peek_type(env, len, &type) == 0 && is_use_class(gn__rate_class_of(type)))
+    c->last_use_ms = uv_now(t->loop);
   return conn_flush(c);
+}
+
+int gn_transport_close_peer(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *what) {
+  if (!t || !peer)
+    return GN_EINVAL;
+  if (t->closing)
+    return GN_ECLOSED;
+  int r = GN_ENOTFOUND;
+  conn *next;
+  /* Dials in flight to that key first: they were never up, so closing them
+   * reports nothing, and a dial of ours cannot bring the session back. */
+  for (conn *c = t->conns; c; c = next) {
+    next = c->next;
+    if (!c->active && c->has_expect && memcmp(c->expect, peer, GN_PK_LEN) == 0) {
+      conn_close(c, GN_ECLOSED);
+      r = 0;
+    }
+  }
+  conn *c = find_active(t, peer);
+  if (c) {
+    char remote[ADDR_MAX];
+    snprintf(remote, sizeof(remote), "%s", c->r.addr);
+    t->st.closed_by_us++;
+    /* What we queued (a last DISCONNECT, a withdrawal) goes out before the
+     * socket is shut; on_peer_down runs once, from inside this call. */
+    conn_close_after_flush(c, GN_ECLOSED);
+    report(t, remote, peer, what ? what : "closed: no longer needed", 0);
+    r = 0;
+  }
+  return r;
+}
+
+int gn_transport_get_peer_info(const gn_transport *t, const uint8_t peer[GN_PK_LEN], gn_transport_peer_info *ret_info) {
+  if (!t || !peer || !ret_info)
+    return GN_EINVAL;
+  const conn *c = find_active(t, peer);
+  if (!c)
+    return GN_ENOTFOUND;
+  uint64_t now = uv_now(t->loop);
+  gn_transport_peer_info i = {0};
+  i.inbound = c->inbound;
+  i.age_ms = now - c->created_ms;
+  i.use_idle_ms = now > c->last_use_ms ? now - c->last_use_ms : 0;
+  i.queued = c->queued + gn__session_output_len(c->s);
+  snprintf(i.remote, sizeof(i.remote), "%s", c->r.addr);
+  *ret_info = i;
+  return 0;
+}
+
+size_t gn_transport_peers(const gn_transport *t, uint8_t (*ret_ids)[GN_PK_LEN], size_t cap) {
+  size_t n = 0;
+  for (const conn *c = t->conns; c; c = c->next)
+    if (c->active && !c->closing) {
+      if (n < cap)
+        memcpy(ret_ids[n], gn__session_peer(c->s), GN_PK_LEN);
+      n++;
+    }
+  return n;
 }
 
 void gn_transport_limits_default(gn_transport_limits *ret_l) {

@@ -71,6 +71,7 @@ typedef struct gn_transport_stats {
   uint64_t closed_budget; /* closed holding the most when over mem_budget */
   uint64_t closed_timeout;
   uint64_t closed_rate;
+  uint64_t closed_by_us; /* sessions closed with gn_transport_close_peer */
   size_t backoff_keys;
 } gn_transport_stats;
 
@@ -109,6 +110,33 @@ void gn_transport_set_refused_cb(gn_transport *t, gn_transport_refused_cb cb);
  * or its bytes would pass mem_budget while it holds the most. */
 int gn_transport_send(gn_transport *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len);
 bool gn_transport_is_up(const gn_transport *t, const uint8_t peer[GN_PK_LEN]);
+/* Closes the session to peer because this node no longer needs it (not
+ * for misbehaving: nothing is backed off), and any dial in flight to that
+ * key. What was queued to the peer is handed to the kernel first: the
+ * socket is shut for writing once it is written, and cut DRAIN_MS (2 s)
+ * later at the most, so a last message (a VIEW_DISCONNECT) is not lost to
+ * the close. on_peer_down runs once, for a session that was up, before
+ * this returns; the session reads nothing more. The limit callback is told
+ * with what (NULL: "closed: no longer needed"). Safe from inside any
+ * transport callback, including on_message from that peer. 0, or
+ * GN_ENOTFOUND when no session or dial to peer exists, GN_ECLOSED while the
+ * transport closes. */
+int gn_transport_close_peer(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *what);
+/* What the daemon needs to decide whether a session is still in use. */
+typedef struct gn_transport_peer_info {
+  bool inbound;         /* the peer dialled us */
+  uint64_t age_ms;      /* since the connection was made */
+  uint64_t use_idle_ms; /* since the last message either way that was not the
+                         * overlay's upkeep (PEERS, gossip, views) nor a keepalive:
+                         * a lease, job, billing, attestation or round-trip message */
+  size_t queued;        /* bytes queued to the peer and not yet written */
+  char remote[80];      /* the connection's remote "host:port" */
+} gn_transport_peer_info;
+/* GN_ENOTFOUND when no session to peer is up. */
+int gn_transport_get_peer_info(const gn_transport *t, const uint8_t peer[GN_PK_LEN], gn_transport_peer_info *ret_info);
+/* Copies the keys of up to cap peers whose session is up; returns how many
+ * there are (which may be more than cap). */
+size_t gn_transport_peers(const gn_transport *t, uint8_t (*ret_ids)[GN_PK_LEN], size_t cap);
 size_t gn_transport_peer_count(const gn_transport *t);
 /* Closes every session and handle; cb (may be NULL) runs once all are closed,
  * after which the transport is freed. */

@@ -31,6 +31,8 @@ typedef struct node {
   uint32_t last_type;
   gn_buf last_body;
   bool closed;
+  bool close_on_msg; /* on_msg closes the session to the sender */
+  int close_rc;      /* what that close returned */
 } node;
 
 static uv_loop_t loop;
@@ -61,6 +63,8 @@ static void on_msg(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_enve
   n->last_type = env->type;
   n->last_body.len = 0;
   gn_buf_append(&n->last_body, env->body, env->body_len);
+  if (n->close_on_msg)
+    n->close_rc = gn_transport_close_peer(t, peer, "closed by the test");
 }
 
 static void on_refused(gn_transport *t, const char *addr, const uint8_t expected[GN_PK_LEN],
@@ -1357,6 +1361,162 @@ static void test_transport_idle_sessions_kept_alive_silent_ones_closed(void **st
   node_pair_done(&a, &b);
 }
 
+/* --- closing one peer's session ----------------------------------------- */
+
+static void run_for(uint64_t ms) {
+  uint64_t end = gn_mono_ms() + ms;
+  while (gn_mono_ms() < end)
+    uv_run(&loop, UV_RUN_ONCE);
+}
+
+static bool msg_and_down(void *arg) {
+  node *n = arg;
+  return n->msgs >= 1 && n->downs >= 1;
+}
+
+/* What was queued just before the close reaches the peer; each side sees
+ * the session go down exactly once; nothing is backed off, so the peer may
+ * come back. */
+static void test_transport_close_peer_flushes_then_reports_down_once(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  connect_pair(&a, &b);
+  gn_buf e = {0};
+  assert_int_equal(gn_envelope_seal(a.id, GN_MSG_VIEW_DISCONNECT, (const uint8_t *)"\x80", 1, &e), 0);
+  assert_int_equal(gn_transport_send(a.t, b.id->pk, e.data, e.len), 0);
+  assert_int_equal(gn_transport_close_peer(a.t, b.id->pk, NULL), 0);
+  assert_int_equal(a.downs, 1); /* reported from inside the call */
+  assert_false(gn_transport_is_up(a.t, b.id->pk));
+  assert_int_equal(gn_transport_close_peer(a.t, b.id->pk, NULL), GN_ENOTFOUND);
+  assert_int_equal(gn_transport_send(a.t, b.id->pk, e.data, e.len), GN_ENOTFOUND);
+  assert_true(run_until(msg_and_down, &b));
+  assert_int_equal(b.last_type, GN_MSG_VIEW_DISCONNECT);
+  run_for(100);
+  assert_int_equal(a.downs, 1);
+  assert_int_equal(b.downs, 1);
+  gn_transport_stats st = stats_of(a.t);
+  assert_int_equal(st.closed_by_us, 1);
+  assert_int_equal(st.conns, 0);
+  assert_int_equal(st.backoff_keys, 0);
+  /* Not a punishment: b's next dial comes up. */
+  assert_int_equal(gn_transport_connect(b.t, gn_transport_listen_addr(a.t)), 0);
+  node *ns[2] = {&a, &b};
+  a.ups = b.ups = 0;
+  assert_true(run_until(both_up, ns));
+  gn_buf_done(&e);
+  node_pair_done(&a, &b);
+}
+
+/* Closing the sender from inside on_message: the messages behind it in the
+ * same read are not delivered, the session goes down once, and nothing of
+ * the closed connection is touched afterwards (ASan would say). */
+static void test_transport_close_peer_inside_on_message(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  connect_pair(&a, &b);
+  a.close_on_msg = true;
+  a.close_rc = 1;
+  send_n(&b, &a, GN_MSG_LEASE_REQUEST, 20);
+  assert_true(run_until(one_down, &b));
+  run_for(100);
+  assert_int_equal(a.close_rc, 0);
+  assert_int_equal(a.msgs, 1);
+  assert_int_equal(a.downs, 1);
+  assert_int_equal(b.downs, 1);
+  assert_int_equal(stats_of(a.t).conns, 0);
+  node_pair_done(&a, &b);
+}
+
+/* A dial in flight to a key is abandoned by closing that key: it never
+ * comes up, and nothing goes down since nothing was up. */
+static void test_transport_close_peer_cancels_dial_in_flight(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  assert_int_equal(gn_transport_listen(a.t, "127.0.0.1:0"), 0);
+  assert_int_equal(gn_transport_connect_peer(b.t, gn_transport_listen_addr(a.t), a.id->pk), 0);
+  assert_int_equal(gn_transport_close_peer(b.t, a.id->pk, NULL), 0);
+  run_for(300);
+  assert_int_equal(b.ups, 0);
+  assert_int_equal(b.downs, 0);
+  assert_int_equal(a.ups, 0);
+  assert_int_equal(stats_of(b.t).conns, 0);
+  node_pair_done(&a, &b);
+}
+
+/* A peer that dials again each time it is dropped: each of its sessions
+ * goes down exactly once, and the node never holds more than one session
+ * and one connection for it at a time. */
+static void test_transport_peer_redialling_after_close_holds_one_session(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  connect_pair(&a, &b);
+  for (int round = 1; round <= 20; round++) {
+    assert_int_equal(gn_transport_close_peer(a.t, b.id->pk, NULL), 0);
+    assert_int_equal(a.downs, round);
+    assert_true(run_until(one_down, &b));
+    b.downs = 0;
+    a.ups = b.ups = 0;
+    assert_int_equal(gn_transport_connect(b.t, gn_transport_listen_addr(a.t)), 0);
+    node *ns[2] = {&a, &b};
+    assert_true(run_until(both_up, ns));
+    assert_int_equal(gn_transport_peer_count(a.t), 1);
+    assert_true(stats_of(a.t).conns <= 2); /* the new one, and the old one draining at most */
+  }
+  assert_int_equal(stats_of(a.t).closed_by_us, 20);
+  assert_int_equal(stats_of(a.t).backoff_keys, 0);
+  node_pair_done(&a, &b);
+}
+
+/* use_idle_ms counts from the last lease, job, billing, attestation or
+ * round-trip message either way: gossip, view messages and PEERS do not
+ * make a session in use. */
+static void test_transport_peer_info_tracks_use_not_upkeep(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  connect_pair(&a, &b);
+  gn_transport_peer_info in;
+  assert_int_equal(gn_transport_get_peer_info(a.t, a.id->pk, &in), GN_ENOTFOUND);
+  run_for(300);
+  send_n(&b, &a, GN_MSG_VIEW_SHUFFLE, 3);
+  send_n(&b, &a, GN_MSG_OFFER_DIGEST, 3);
+  send_n(&a, &b, GN_MSG_PEERS, 1);
+  msgs_case m = {&a, 6};
+  assert_true(run_until(got_n_msgs, &m));
+  assert_int_equal(gn_transport_get_peer_info(a.t, b.id->pk, &in), 0);
+  assert_true(in.use_idle_ms >= 250);
+  assert_true(in.age_ms >= in.use_idle_ms);
+  /* b dialled a: inbound at a, not at b. */
+  assert_true(in.inbound);
+  send_n(&b, &a, GN_MSG_LEASE_REQUEST, 1);
+  m.want = 7;
+  assert_true(run_until(got_n_msgs, &m));
+  assert_int_equal(gn_transport_get_peer_info(a.t, b.id->pk, &in), 0);
+  assert_true(in.use_idle_ms < 250);
+  /* A use sent by us counts as well. */
+  run_for(300);
+  send_n(&b, &a, GN_MSG_VIEW_SHUFFLE, 1);
+  send_n(&a, &b, GN_MSG_DEBIT_NOTE, 1);
+  assert_int_equal(gn_transport_get_peer_info(a.t, b.id->pk, &in), 0);
+  assert_true(in.use_idle_ms < 250);
+  assert_int_equal(gn_transport_get_peer_info(b.t, a.id->pk, &in), 0);
+  assert_false(in.inbound);
+  uint8_t ids[2][GN_PK_LEN];
+  assert_int_equal(gn_transport_peers(a.t, ids, 2), 1);
+  assert_memory_equal(ids[0], b.id->pk, GN_PK_LEN);
+  assert_int_equal(gn_transport_peers(a.t, NULL, 0), 1);
+  node_pair_done(&a, &b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_transport_connects_and_exchanges_envelopes, setup, teardown),
@@ -1381,6 +1541,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_traffic_within_rates_is_not_cut, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_backoff_table_is_bounded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_idle_sessions_kept_alive_silent_ones_closed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_close_peer_flushes_then_reports_down_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_close_peer_inside_on_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_close_peer_cancels_dial_in_flight, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_peer_redialling_after_close_holds_one_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_peer_info_tracks_use_not_upkeep, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
