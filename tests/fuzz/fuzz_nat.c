@@ -1,9 +1,11 @@
 /* libFuzzer target: the decoders of the NAT messages (p2p/nat.c,
  * docs/protocol.md §2.16) on arbitrary bytes, and the state machine fed
  * them as datagrams and session messages. The first byte picks the message:
- * NAT_OBSERVED, NAT_PUNCH_REQ or NAT_PUNCH. What decodes encodes and decodes
+ * NAT_OBSERVED, NAT_PUNCH_REQ, NAT_PUNCH, RELAY_RESERVE, RELAY_STATUS or
+ * RELAY_CALL (p2p/relay.c). What decodes encodes and decodes
  * again to the same; the machine's tables stay within their bounds. */
 #include <gpunet/nat.h>
+#include <gpunet/relay.h>
 #include <gpunet/wire.h>
 
 static size_t sent;
@@ -31,7 +33,7 @@ static int msg(void *ud, const uint8_t peer[GN_PK_LEN], uint32_t type, const uin
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  uint8_t which = data[0] % 3;
+  uint8_t which = data[0] % 6;
   data++;
   size--;
   gn_buf b = {0};
@@ -47,6 +49,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gn_nat_punch_req_decode(data, size, &m) == 0) {
       if (gn_nat_punch_req_encode(&m, &b) != 0 || gn_nat_punch_req_decode(b.data, b.len, &m2) != 0 ||
           m2.intro != m.intro || memcmp(m2.peer, m.peer, GN_PK_LEN) != 0 || strcmp(m2.addr, m.addr) != 0)
+        __builtin_trap();
+    }
+  } else if (which == 3) {
+    gn_relay_reserve_msg m, m2;
+    if (gn_relay_reserve_decode(data, size, &m) == 0) {
+      if (gn_relay_reserve_encode(&m, &b) != 0 || gn_relay_reserve_decode(b.data, b.len, &m2) != 0 ||
+          m2.reserve != m.reserve)
+        __builtin_trap();
+    }
+  } else if (which == 4) {
+    gn_relay_status_msg m, m2;
+    if (gn_relay_status_decode(data, size, &m) == 0) {
+      if (gn_relay_status_encode(&m, &b) != 0 || gn_relay_status_decode(b.data, b.len, &m2) != 0 || m2.ok != m.ok ||
+          m2.has_call != m.has_call || strcmp(m2.addr, m.addr) != 0 || strcmp(m2.why, m.why) != 0)
+        __builtin_trap();
+    }
+  } else if (which == 5) {
+    gn_relay_call_msg m, m2;
+    if (gn_relay_call_decode(data, size, &m) == 0) {
+      if (gn_relay_call_encode(&m, &b) != 0 || gn_relay_call_decode(b.data, b.len, &m2) != 0 ||
+          m2.from_relay != m.from_relay || memcmp(m2.peer, m.peer, GN_PK_LEN) != 0 || strcmp(m2.addr, m.addr) != 0)
         __builtin_trap();
     }
   } else {

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <gpunet/nat.h>
+#include <gpunet/relay.h>
 #include <gpunet/wire.h>
 
 #include <stdio.h>
@@ -571,6 +572,221 @@ static void test_introduction_cannot_redirect_a_punch_in_progress(void **state) 
   world_done(&w);
 }
 
+/* --- the relay's book-keeping -------------------------------------------------------*/
+
+static gn_relay *relay_new(size_t reservations, size_t sessions) {
+  gn_relay_limits l;
+  gn_relay_limits_default(&l);
+  l.max_reservations = reservations;
+  l.max_sessions = sessions;
+  uint8_t seed[32] = {9};
+  gn_relay *r = NULL;
+  assert_int_equal(gn_relay_new(&l, seed, 0, &r), 0);
+  return r;
+}
+
+static void key_n(uint8_t key[GN_PK_LEN], int i) {
+  memset(key, 0, GN_PK_LEN);
+  key[0] = (uint8_t)i;
+  key[1] = (uint8_t)(i >> 8);
+  key[31] = 0x5a;
+}
+
+static void test_relay_call_pairs_two_one_time_tokens(void **state) {
+  (void)state;
+  gn_relay *r = relay_new(8, 4);
+  uint8_t a[GN_PK_LEN], b[GN_PK_LEN], ta[GN_RELAY_TOKEN_LEN], tb[GN_RELAY_TOKEN_LEN];
+  key_n(a, 1);
+  key_n(b, 2);
+  uint64_t pair = 0, p2 = 0, exp = 0;
+  int side = -1;
+  /* Nobody to call before the target reserves. */
+  assert_int_equal(gn_relay_call(r, a, b, 0, &pair, ta, tb), GN_ENOTFOUND);
+  assert_int_equal(gn_relay_reserve(r, b, "192.0.2.7:40000", 0, &exp), 0);
+  assert_int_equal(exp, GN_RELAY_RESERVE_TTL_MS);
+  assert_int_equal(gn_relay_call(r, a, b, 10, &pair, ta, tb), 0);
+  assert_memory_not_equal(ta, tb, GN_RELAY_TOKEN_LEN);
+  assert_int_equal(gn_relay_claim(r, tb, 20, &p2, &side), 0);
+  assert_int_equal(side, 1);
+  assert_false(gn_relay_pair_ready(r, pair));
+  assert_int_equal(gn_relay_claim(r, ta, 30, &p2, &side), 0);
+  assert_int_equal(side, 0);
+  assert_true(p2 == pair);
+  assert_true(gn_relay_pair_ready(r, pair));
+  /* Each token works once. */
+  assert_int_equal(gn_relay_claim(r, ta, 40, &p2, &side), GN_ENOTFOUND);
+  assert_int_equal(gn_relay_sessions(r, 40), 1);
+  gn_relay_pair_end(r, pair);
+  assert_int_equal(gn_relay_sessions(r, 40), 0);
+  assert_false(gn_relay_pair_live(r, pair, 40));
+  gn_relay_free(r);
+}
+
+static void test_relay_unclaimed_call_expires(void **state) {
+  (void)state;
+  gn_relay *r = relay_new(8, 1);
+  uint8_t a[GN_PK_LEN], b[GN_PK_LEN], ta[GN_RELAY_TOKEN_LEN], tb[GN_RELAY_TOKEN_LEN];
+  key_n(a, 1);
+  key_n(b, 2);
+  uint64_t pair = 0, p2 = 0;
+  int side;
+  assert_int_equal(gn_relay_reserve(r, b, "192.0.2.7:40000", 0, NULL), 0);
+  assert_int_equal(gn_relay_call(r, a, b, 0, &pair, ta, tb), 0);
+  assert_int_equal(gn_relay_claim(r, ta, 5, &p2, &side), 0);
+  assert_true(gn_relay_pair_live(r, pair, GN_RELAY_CALL_WAIT_MS - 1));
+  assert_false(gn_relay_pair_live(r, pair, GN_RELAY_CALL_WAIT_MS));
+  assert_int_equal(gn_relay_claim(r, tb, GN_RELAY_CALL_WAIT_MS, &p2, &side), GN_ENOTFOUND);
+  /* Its place is free again. */
+  assert_int_equal(gn_relay_call(r, a, b, GN_RELAY_CALL_WAIT_MS, &pair, ta, tb), 0);
+  gn_relay_free(r);
+}
+
+/* Attack: one network reserves slot after slot under fresh keys; then many
+ * networks fill the table. Bounded both ways, and renewing takes no room. */
+static void test_relay_slot_hog_is_bounded(void **state) {
+  (void)state;
+  gn_relay *r = relay_new(8, 4);
+  int got = 0;
+  for (int i = 0; i < 100; i++) {
+    uint8_t k[GN_PK_LEN];
+    key_n(k, i);
+    got += gn_relay_reserve(r, k, "198.51.100.9:1000", 0, NULL) == 0;
+  }
+  assert_int_equal(got, GN_RELAY_PER_NET);
+  uint8_t k0[GN_PK_LEN];
+  key_n(k0, 0);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(gn_relay_reserve(r, k0, "198.51.100.9:1000", (uint64_t)i, NULL), 0);
+  assert_int_equal(gn_relay_reservations(r, 10), GN_RELAY_PER_NET);
+  got = 0;
+  for (int i = 100; i < 200; i++) {
+    uint8_t k[GN_PK_LEN];
+    char addr[32];
+    key_n(k, i);
+    snprintf(addr, sizeof addr, "10.%d.%d.1:1", i / 200, i % 200);
+    got += gn_relay_reserve(r, k, addr, 10, NULL) == 0;
+  }
+  assert_int_equal(got, 8 - GN_RELAY_PER_NET);
+  assert_int_equal(gn_relay_reservations(r, 10), 8);
+  gn_relay_stats st;
+  gn_relay_stats_get(r, &st);
+  assert_true(st.reserve_refused >= 98 + 94);
+  /* Slots lapse unless renewed. */
+  assert_int_equal(gn_relay_reservations(r, 10 + GN_RELAY_RESERVE_TTL_MS), 0);
+  gn_relay_free(r);
+}
+
+/* Attack: a caller floods the relay with calls: its rate, then the session
+ * table, stop it; another caller still gets through once room is back. */
+static void test_relay_call_flood_is_bounded(void **state) {
+  (void)state;
+  gn_relay *r = relay_new(8, 16);
+  uint8_t a[GN_PK_LEN], b[GN_PK_LEN], c[GN_PK_LEN], ta[GN_RELAY_TOKEN_LEN], tb[GN_RELAY_TOKEN_LEN];
+  key_n(a, 1);
+  key_n(b, 2);
+  key_n(c, 3);
+  uint64_t pair;
+  assert_int_equal(gn_relay_reserve(r, b, "192.0.2.7:40000", 0, NULL), 0);
+  int ok = 0;
+  for (int i = 0; i < 1000; i++)
+    ok += gn_relay_call(r, a, b, 0, &pair, ta, tb) == 0;
+  assert_int_equal(ok, GN_RELAY_CALL_BURST);
+  assert_int_equal(gn_relay_call(r, c, b, 0, &pair, ta, tb), 0);
+  /* Spread over time, the session table is the bound. */
+  ok = 0;
+  for (int i = 0; i < 1000; i++) {
+    uint8_t k[GN_PK_LEN];
+    key_n(k, 1000 + i);
+    ok += gn_relay_call(r, k, b, 1, &pair, ta, tb) == 0;
+  }
+  assert_int_equal(ok, 16 - GN_RELAY_CALL_BURST - 1);
+  assert_int_equal(gn_relay_sessions(r, 1), 16);
+  gn_relay_free(r);
+}
+
+/* Attack: a relayed pair pushes more than its bytes per second: the relay
+ * pauses it so that over 10 s it passes at most 10 s of its rate plus one
+ * second's burst, and the total rate holds across pairs. */
+static void test_relay_bytes_over_the_limit_pause_the_pair(void **state) {
+  (void)state;
+  gn_relay_limits l;
+  gn_relay_limits_default(&l);
+  l.pair_bytes_per_s = 100000;
+  l.total_bytes_per_s = 150000;
+  uint8_t seed[32] = {1};
+  gn_relay *r = NULL;
+  assert_int_equal(gn_relay_new(&l, seed, 0, &r), 0);
+  uint8_t a[GN_PK_LEN], b[GN_PK_LEN], c[GN_PK_LEN], ta[GN_RELAY_TOKEN_LEN], tb[GN_RELAY_TOKEN_LEN];
+  key_n(a, 1);
+  key_n(b, 2);
+  key_n(c, 3);
+  uint64_t p1, p2, x;
+  int side;
+  assert_int_equal(gn_relay_reserve(r, b, "192.0.2.7:40000", 0, NULL), 0);
+  assert_int_equal(gn_relay_call(r, a, b, 0, &p1, ta, tb), 0);
+  gn_relay_claim(r, ta, 0, &x, &side);
+  gn_relay_claim(r, tb, 0, &x, &side);
+  assert_int_equal(gn_relay_pair_charge(r, p1, 50000, 0), 0);
+  assert_int_equal(gn_relay_pair_charge(r, p1, 50000, 0), 0);
+  /* 100 kB over: a second's pause at 100 kB/s. */
+  assert_int_equal(gn_relay_pair_charge(r, p1, 100000, 0), 1000);
+  /* A reader that obeys the pauses passes at most rate x time + burst. */
+  uint64_t now = 1000, passed = 0;
+  while (now < 11000) {
+    uint64_t wait = gn_relay_pair_charge(r, p1, 16384, now);
+    passed += 16384;
+    now += wait ? wait : 1;
+  }
+  assert_true(passed <= 10 * 100000 + 100000 + 16384);
+  assert_true(passed >= 9 * 100000);
+  /* A second pair shares the total: together they are held to 150 kB/s. */
+  assert_int_equal(gn_relay_call(r, c, b, now, &p2, ta, tb), 0);
+  gn_relay_claim(r, ta, now, &x, &side);
+  gn_relay_claim(r, tb, now, &x, &side);
+  uint64_t start = now, both = 0, t1 = now, t2 = now;
+  while (now < start + 10000) {
+    now = t1 < t2 ? t1 : t2;
+    uint64_t w = gn_relay_pair_charge(r, t1 <= t2 ? p1 : p2, 16384, now);
+    both += 16384;
+    *(t1 <= t2 ? &t1 : &t2) = now + (w ? w : 1);
+  }
+  assert_true(both <= 10 * 150000 + 150000 + 2 * 16384 + 100000);
+  gn_relay_stats st;
+  gn_relay_stats_get(r, &st);
+  assert_true(st.paused > 0);
+  gn_relay_free(r);
+}
+
+static void test_relay_codecs_round_trip(void **state) {
+  (void)state;
+  gn_buf b = {0};
+  gn_relay_status_msg s = {.ok = true, .addr = "198.51.100.1:40404", .has_call = true}, s2;
+  memset(s.peer, 4, sizeof s.peer);
+  memset(s.token, 5, sizeof s.token);
+  assert_int_equal(gn_relay_status_encode(&s, &b), 0);
+  assert_int_equal(gn_relay_status_decode(b.data, b.len, &s2), 0);
+  assert_true(s2.ok && s2.has_call);
+  assert_string_equal(s2.addr, s.addr);
+  assert_memory_equal(s2.token, s.token, GN_RELAY_TOKEN_LEN);
+  b.len = 0;
+  gn_relay_call_msg c = {.from_relay = true, .addr = "198.51.100.1:40404"}, c2;
+  memset(c.peer, 6, sizeof c.peer);
+  assert_int_equal(gn_relay_call_encode(&c, &b), 0);
+  assert_int_equal(gn_relay_call_decode(b.data, b.len, &c2), 0);
+  assert_true(c2.from_relay);
+  assert_string_equal(c2.addr, c.addr);
+  b.len = 0;
+  gn_relay_reserve_msg rv = {.reserve = true}, rv2;
+  assert_int_equal(gn_relay_reserve_encode(&rv, &b), 0);
+  assert_int_equal(gn_relay_reserve_decode(b.data, b.len, &rv2), 0);
+  assert_true(rv2.reserve);
+  /* A status whose address is a name is refused. */
+  gn_relay_status_msg bad = {.ok = true, .addr = "relay.example:1"};
+  b.len = 0;
+  assert_int_equal(gn_relay_status_encode(&bad, &b), GN_EINVAL);
+  gn_buf_done(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codecs_round_trip),
@@ -590,6 +806,12 @@ int main(void) {
       cmocka_unit_test(test_introduction_flood_is_bounded),
       cmocka_unit_test(test_stranger_probe_is_not_answered),
       cmocka_unit_test(test_introduction_cannot_redirect_a_punch_in_progress),
+      cmocka_unit_test(test_relay_call_pairs_two_one_time_tokens),
+      cmocka_unit_test(test_relay_unclaimed_call_expires),
+      cmocka_unit_test(test_relay_slot_hog_is_bounded),
+      cmocka_unit_test(test_relay_call_flood_is_bounded),
+      cmocka_unit_test(test_relay_bytes_over_the_limit_pause_the_pair),
+      cmocka_unit_test(test_relay_codecs_round_trip),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   gn_buf_done(&g_last_body);
