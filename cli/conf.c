@@ -86,7 +86,27 @@ static const char default_conf[] = "# gpunet configuration. One `key = value` pe
                                    "# all) unless allowed here; its offers (ISOLATION in `gpunet offers`) and\n"
                                    "# `gpunet status` then say so.\n"
                                    "#allow_unenforced_limits = false\n"
-                                   "#allow_no_userns = false\n";
+                                   "#allow_no_userns = false\n"
+                                   "\n"
+                                   "# What peers may make this node hold, and how long it waits for them\n"
+                                   "# (docs/overlay/limits.md). Out of range, gpunetd refuses to start.\n"
+                                   "#max_connections = 512\n"
+                                   "#dial_reserve = 64\n"
+                                   "#max_inbound_per_ip = 8\n"
+                                   "#max_inbound_per_net = 64\n"
+                                   "#max_handshaking = 128\n"
+                                   "#transport_memory = 256M\n"
+                                   "#handshake_timeout_s = 10\n"
+                                   "#idle_timeout_s = 180\n"
+                                   "#progress_timeout_s = 60\n"
+                                   "#send_stall_s = 30\n"
+                                   "#overlay_source_rate = 100\n"
+                                   "#overlay_rate = 2000\n"
+                                   "#offer_table_size = 4096\n"
+                                   "#offers_per_provider = 16\n"
+                                   "#gossip_peer_digests = 12\n"
+                                   "#gossip_peer_wants = 12\n"
+                                   "#gossip_peer_bytes = 2M\n";
 
 /* mkdir -p, 0700 for what it creates. */
 int cli_mkdirs(const char *dir) {

@@ -42,6 +42,7 @@ static void api_status(gn_ctl_req *req, void *ud) {
     json_object_set_new(o, "training", gn__train_status_json(n));
   /* Membership: counts by state, local health, the UDP socket's figures. */
   gn__overlay_status_json(n, o);
+  json_object_set_new(o, "limits", gn_config_limits_json(&n->cfg));
   gn_ctl_reply_json(req, 200, o);
 }
 

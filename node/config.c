@@ -46,6 +46,24 @@ typedef enum {
   KEY_NO_TRAINING,
   KEY_JOBNET_PORTS,
   KEY_OVERLAY,
+  /* The hostile-peer limits (gn_config_limits), one table below. */
+  KEY_MAX_CONNECTIONS,
+  KEY_DIAL_RESERVE,
+  KEY_MAX_INBOUND_PER_IP,
+  KEY_MAX_INBOUND_PER_NET,
+  KEY_MAX_HANDSHAKING,
+  KEY_TRANSPORT_MEMORY,
+  KEY_HANDSHAKE_TIMEOUT,
+  KEY_IDLE_TIMEOUT,
+  KEY_PROGRESS_TIMEOUT,
+  KEY_SEND_STALL,
+  KEY_OVERLAY_SOURCE_RATE,
+  KEY_OVERLAY_RATE,
+  KEY_OFFER_TABLE_SIZE,
+  KEY_OFFERS_PER_PROVIDER,
+  KEY_GOSSIP_PEER_DIGESTS,
+  KEY_GOSSIP_PEER_WANTS,
+  KEY_GOSSIP_PEER_BYTES,
   KEY_COUNT
 } cfg_key;
 
@@ -81,7 +99,67 @@ static const struct {
     [KEY_NO_TRAINING] = {"no_training", "no-training", true},
     [KEY_JOBNET_PORTS] = {"jobnet_ports", "jobnet-ports", false},
     [KEY_OVERLAY] = {"overlay", "overlay", false},
+    [KEY_MAX_CONNECTIONS] = {"max_connections", "max-connections", false},
+    [KEY_DIAL_RESERVE] = {"dial_reserve", "dial-reserve", false},
+    [KEY_MAX_INBOUND_PER_IP] = {"max_inbound_per_ip", "max-inbound-per-ip", false},
+    [KEY_MAX_INBOUND_PER_NET] = {"max_inbound_per_net", "max-inbound-per-net", false},
+    [KEY_MAX_HANDSHAKING] = {"max_handshaking", "max-handshaking", false},
+    [KEY_TRANSPORT_MEMORY] = {"transport_memory", "transport-memory", false},
+    [KEY_HANDSHAKE_TIMEOUT] = {"handshake_timeout_s", "handshake-timeout-s", false},
+    [KEY_IDLE_TIMEOUT] = {"idle_timeout_s", "idle-timeout-s", false},
+    [KEY_PROGRESS_TIMEOUT] = {"progress_timeout_s", "progress-timeout-s", false},
+    [KEY_SEND_STALL] = {"send_stall_s", "send-stall-s", false},
+    [KEY_OVERLAY_SOURCE_RATE] = {"overlay_source_rate", "overlay-source-rate", false},
+    [KEY_OVERLAY_RATE] = {"overlay_rate", "overlay-rate", false},
+    [KEY_OFFER_TABLE_SIZE] = {"offer_table_size", "offer-table-size", false},
+    [KEY_OFFERS_PER_PROVIDER] = {"offers_per_provider", "offers-per-provider", false},
+    [KEY_GOSSIP_PEER_DIGESTS] = {"gossip_peer_digests", "gossip-peer-digests", false},
+    [KEY_GOSSIP_PEER_WANTS] = {"gossip_peer_wants", "gossip-peer-wants", false},
+    [KEY_GOSSIP_PEER_BYTES] = {"gossip_peer_bytes", "gossip-peer-bytes", false},
 };
+
+/* The limit keys: where each lives in gn_config_limits, its default (what
+ * was compiled in before it was a key), its range, and what it counts (said
+ * in the error for a value out of range). */
+#define LIM(key, field, dflt, lo, hi, size, what) [key] = {offsetof(gn_config_limits, field), dflt, lo, hi, size, what}
+static const struct {
+  size_t off;
+  uint64_t dflt, min, max;
+  bool size; /* bytes, with an optional K, M, G or T */
+  const char *what;
+} cfg_limits[KEY_COUNT] = {
+    LIM(KEY_MAX_CONNECTIONS, max_connections, 512, 16, 65536, false, "sessions in all"),
+    LIM(KEY_DIAL_RESERVE, dial_reserve, 64, 0, 65535, false, "places kept for this node's own dials"),
+    LIM(KEY_MAX_INBOUND_PER_IP, max_inbound_per_ip, 8, 1, 65536, false, "connections accepted from one IP address"),
+    LIM(KEY_MAX_INBOUND_PER_NET, max_inbound_per_net, 64, 1, 65536, false,
+        "connections accepted from one /24 (IPv6: /64)"),
+    LIM(KEY_MAX_HANDSHAKING, max_handshaking, 128, 1, 65536, false, "accepted connections still in their handshake"),
+    LIM(KEY_TRANSPORT_MEMORY, transport_memory, 256ull << 20, 16ull << 20, 64ull << 30, true,
+        "bytes of all peers' receive buffers and send queues"),
+    LIM(KEY_HANDSHAKE_TIMEOUT, handshake_timeout_s, 10, 1, 600, false, "seconds to finish a handshake"),
+    LIM(KEY_IDLE_TIMEOUT, idle_timeout_s, 180, 90, 86400, false,
+        "seconds a session may bring nothing; peers send a keepalive after 60 s of quiet"),
+    LIM(KEY_PROGRESS_TIMEOUT, progress_timeout_s, 60, 5, 3600, false, "seconds for a started message to arrive"),
+    LIM(KEY_SEND_STALL, send_stall_s, 30, 5, 3600, false, "seconds a peer may take none of our queued bytes"),
+    LIM(KEY_OVERLAY_SOURCE_RATE, overlay_source_rate, 100, 1, 100000, false,
+        "membership datagrams a second from one host"),
+    LIM(KEY_OVERLAY_RATE, overlay_rate, 2000, 1, 1000000, false, "membership datagrams a second from all hosts"),
+    LIM(KEY_OFFER_TABLE_SIZE, offer_table_size, 4096, 64, 1048576, false, "offers held"),
+    LIM(KEY_OFFERS_PER_PROVIDER, offers_per_provider, 16, 1, 1024, false, "offers of one provider held"),
+    LIM(KEY_GOSSIP_PEER_DIGESTS, gossip_peer_digests, 12, 1, 1000, false, "digests taken from one peer per 5 s"),
+    LIM(KEY_GOSSIP_PEER_WANTS, gossip_peer_wants, 12, 1, 1000, false, "wants answered for one peer per 5 s"),
+    LIM(KEY_GOSSIP_PEER_BYTES, gossip_peer_bytes, 2ull << 20, 64ull << 10, 1ull << 30, true,
+        "bytes sent to one peer per 5 s in answer to its wants"),
+};
+#undef LIM
+
+static bool is_limit_key(cfg_key key) {
+  return cfg_limits[key].what != NULL;
+}
+
+static uint64_t *limit_field(gn_config *cfg, cfg_key key) {
+  return (uint64_t *)((char *)&cfg->limits + cfg_limits[key].off);
+}
 
 static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "Runs the gpunet node: joins the overlay, serves the control API for the\n"
@@ -110,6 +188,25 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "  --log-level LEVEL       debug, info, warn or error (default info)\n"
                                  "  --overlay on|off        membership (SWIM) over UDP on the listen address and\n"
                                  "                          port (default on; off for a node alone)\n"
+                                 "\n"
+                                 "What peers may make this node hold (docs/overlay/limits.md; the defaults):\n"
+                                 "  --max-connections N     sessions in all, dialled and accepted (512)\n"
+                                 "  --dial-reserve N        of those, kept for this node's own dials (64)\n"
+                                 "  --max-inbound-per-ip N  connections accepted from one IP address (8)\n"
+                                 "  --max-inbound-per-net N ... from one IPv4 /24 or IPv6 /64 (64)\n"
+                                 "  --max-handshaking N     accepted connections still in their handshake (128)\n"
+                                 "  --transport-memory SIZE receive buffers and send queues of all peers (256M)\n"
+                                 "  --handshake-timeout-s N seconds to finish a handshake (10)\n"
+                                 "  --idle-timeout-s N      seconds a session may bring nothing (180)\n"
+                                 "  --progress-timeout-s N  seconds for a started message to arrive (60)\n"
+                                 "  --send-stall-s N        seconds a peer may take none of our bytes (30)\n"
+                                 "  --overlay-source-rate N membership datagrams a second from one host (100)\n"
+                                 "  --overlay-rate N        ... from all hosts together (2000)\n"
+                                 "  --offer-table-size N    offers held (4096)\n"
+                                 "  --offers-per-provider N offers of one provider held (16)\n"
+                                 "  --gossip-peer-digests N digests taken from one peer per 5 s (12)\n"
+                                 "  --gossip-peer-wants N   wants answered for one peer per 5 s (12)\n"
+                                 "  --gossip-peer-bytes SIZE  bytes answered to one peer per 5 s (2M)\n"
                                  "\n"
                                  "A provider's budgets, shared by all jobs of all leases (a job that does not\n"
                                  "fit in what is left is refused, saying why):\n"
@@ -183,6 +280,9 @@ void gn_config_defaults(gn_config *cfg) {
   cfg->overlay = true;
   cfg->jobnet_port_lo = 51820;
   cfg->jobnet_port_hi = 51899;
+  for (int k = 0; k < KEY_COUNT; k++)
+    if (is_limit_key((cfg_key)k))
+      *limit_field(cfg, (cfg_key)k) = cfg_limits[k].dflt;
 }
 
 void gn_config_done(gn_config *cfg) {
@@ -365,6 +465,65 @@ static int add_registry_allow(gn_config *cfg, const char *v, char *err, size_t c
     p += strspn(p, ", \t");
   }
   return 0;
+}
+
+/* "256M" for a size that is a whole number of KiB, MiB..., else the bytes. */
+static void fmt_size(uint64_t v, char *buf, size_t cap) {
+  static const char suffix[] = "TGMK";
+  for (int i = 0; i < 4; i++) {
+    unsigned shift = 10u * (unsigned)(4 - i);
+    if (v && (v & ((1ull << shift) - 1)) == 0) {
+      snprintf(buf, cap, "%llu%c", (unsigned long long)(v >> shift), suffix[i]);
+      return;
+    }
+  }
+  snprintf(buf, cap, "%llu", (unsigned long long)v);
+}
+
+/* A limit key's value: a whole number (a size for size keys) in its range. */
+static int set_limit(gn_config *cfg, cfg_key key, const char *v, char *err, size_t cap) {
+  uint64_t n = 0;
+  bool ok;
+  if (cfg_limits[key].size) {
+    ok = parse_size(v, &n);
+  } else {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    ok = !errno && end != v && !*end && isdigit((unsigned char)v[0]);
+    n = x;
+  }
+  if (!ok || n < cfg_limits[key].min || n > cfg_limits[key].max) {
+    char lo[32], hi[32];
+    if (cfg_limits[key].size) {
+      fmt_size(cfg_limits[key].min, lo, sizeof(lo));
+      fmt_size(cfg_limits[key].max, hi, sizeof(hi));
+    } else {
+      snprintf(lo, sizeof(lo), "%llu", (unsigned long long)cfg_limits[key].min);
+      snprintf(hi, sizeof(hi), "%llu", (unsigned long long)cfg_limits[key].max);
+    }
+    snprintf(err, cap, "%s %s '%.60s': want %s from %s to %s (%s)", ok ? "out of range" : "bad", cfg_keys[key].name, v,
+             cfg_limits[key].size ? "a size (K, M, G or T)" : "a whole number", lo, hi, cfg_limits[key].what);
+    return GN_EINVAL;
+  }
+  *limit_field(cfg, key) = n;
+  return 0;
+}
+
+json_t *gn_config_limits_json(const gn_config *cfg) {
+  json_t *o = json_object(), *ranges = json_object();
+  for (int k = 0; o && ranges && k < KEY_COUNT; k++) {
+    if (!is_limit_key((cfg_key)k))
+      continue;
+    uint64_t v = *limit_field((gn_config *)cfg, (cfg_key)k);
+    json_object_set_new(o, cfg_keys[k].name, json_integer((json_int_t)v));
+    json_object_set_new(ranges, cfg_keys[k].name,
+                        json_pack("[I, I]", (json_int_t)cfg_limits[k].min, (json_int_t)cfg_limits[k].max));
+  }
+  if (o && ranges)
+    json_object_set(o, "ranges", ranges);
+  json_decref(ranges);
+  return o;
 }
 
 /* Sets one key from its text value; err says what is wrong with the value. */
@@ -551,6 +710,24 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     }
     copy_str(cfg->log_level, sizeof(cfg->log_level), v);
     return 0;
+  case KEY_MAX_CONNECTIONS:
+  case KEY_DIAL_RESERVE:
+  case KEY_MAX_INBOUND_PER_IP:
+  case KEY_MAX_INBOUND_PER_NET:
+  case KEY_MAX_HANDSHAKING:
+  case KEY_TRANSPORT_MEMORY:
+  case KEY_HANDSHAKE_TIMEOUT:
+  case KEY_IDLE_TIMEOUT:
+  case KEY_PROGRESS_TIMEOUT:
+  case KEY_SEND_STALL:
+  case KEY_OVERLAY_SOURCE_RATE:
+  case KEY_OVERLAY_RATE:
+  case KEY_OFFER_TABLE_SIZE:
+  case KEY_OFFERS_PER_PROVIDER:
+  case KEY_GOSSIP_PEER_DIGESTS:
+  case KEY_GOSSIP_PEER_WANTS:
+  case KEY_GOSSIP_PEER_BYTES:
+    return set_limit(cfg, key, v, err, cap);
   case KEY_COUNT:
     break;
   }
@@ -761,6 +938,22 @@ int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_
   r = gn_config_parse_args(cfg, argc, argv, err, cap);
   if (r == 0 && cfg->interval_min_s > cfg->interval_max_s) {
     snprintf(err, cap, "interval_min_s (%u) is above interval_max_s (%u)", cfg->interval_min_s, cfg->interval_max_s);
+    return GN_EINVAL;
+  }
+  const gn_config_limits *l = &cfg->limits;
+  if (r == 0 && l->dial_reserve >= l->max_connections) {
+    snprintf(err, cap, "dial_reserve (%llu) must be below max_connections (%llu): accepted peers need room too",
+             (unsigned long long)l->dial_reserve, (unsigned long long)l->max_connections);
+    return GN_EINVAL;
+  }
+  if (r == 0 && l->max_inbound_per_net < l->max_inbound_per_ip) {
+    snprintf(err, cap, "max_inbound_per_net (%llu) is below max_inbound_per_ip (%llu): a network holds its hosts",
+             (unsigned long long)l->max_inbound_per_net, (unsigned long long)l->max_inbound_per_ip);
+    return GN_EINVAL;
+  }
+  if (r == 0 && l->offer_table_size < l->offers_per_provider) {
+    snprintf(err, cap, "offer_table_size (%llu) is below offers_per_provider (%llu)",
+             (unsigned long long)l->offer_table_size, (unsigned long long)l->offers_per_provider);
     return GN_EINVAL;
   }
   if (r == 0 && strcmp(cfg->settle_driver, "webhook") == 0 && !cfg->settle_url[0]) {

@@ -638,11 +638,33 @@ int gn__node_main(int argc, char **argv) {
   }
 
   n->loop = uv_default_loop();
-  n->offers = gn_offer_table_new(4096);
+  const gn_config_limits *lim = &n->cfg.limits;
+  n->offers = gn_offer_table_new(lim->offer_table_size);
+  if (!n->offers) {
+    fprintf(stderr, "gpunetd: cannot make an offer table of %llu entries: out of memory\n",
+            (unsigned long long)lim->offer_table_size);
+    return 1;
+  }
+  gn_offer_table_set_max_per_provider(n->offers, lim->offers_per_provider);
   gn_offer_table_set_standing(n->offers, offer_standing, n);
   gn_offer_table_load(n->offers, n->db, gn_unix_s());
   gn_transport_cbs cbs = {.on_peer_up = on_peer_up, .on_peer_down = on_peer_down, .on_message = on_message};
-  if ((r = gn_transport_new(n->loop, n->id, &cbs, n, &n->tp)) < 0 ||
+  /* The configured limits (docs/overlay/limits.md); the rest stay as
+   * gn_transport_limits_default has them. */
+  gn_transport_limits tl;
+  gn_transport_limits_default(&tl);
+  tl.max_conns = lim->max_connections;
+  tl.dial_reserve = lim->dial_reserve;
+  tl.max_inbound_per_host = lim->max_inbound_per_ip;
+  tl.max_inbound_per_net = lim->max_inbound_per_net;
+  tl.max_unauth = lim->max_handshaking;
+  tl.mem_budget = lim->transport_memory;
+  tl.sendq_max = tl.sendq_max < tl.mem_budget ? tl.sendq_max : tl.mem_budget;
+  tl.handshake_timeout_ms = lim->handshake_timeout_s * 1000;
+  tl.idle_timeout_ms = lim->idle_timeout_s * 1000;
+  tl.msg_timeout_ms = lim->progress_timeout_s * 1000;
+  tl.send_stall_ms = lim->send_stall_s * 1000;
+  if ((r = gn_transport_new(n->loop, n->id, &cbs, n, &n->tp)) < 0 || (r = gn_transport_set_limits(n->tp, &tl)) < 0 ||
       (r = gn_transport_listen(n->tp, n->cfg.listen)) < 0) {
     fprintf(stderr, "gpunetd: cannot listen on %s: %s\n", n->cfg.listen, gn_strerror(r));
     return 1;
@@ -652,6 +674,18 @@ int gn__node_main(int argc, char **argv) {
   gn_discovery_io io = {disc_send, disc_connect, n};
   if ((r = gn_discovery_new(n->id, &io, n->offers, &n->disc)) < 0) {
     fprintf(stderr, "gpunetd: cannot start discovery: %s\n", gn_strerror(r));
+    return 1;
+  }
+  gn_discovery_config dc;
+  gn_discovery_config_default(&dc);
+  dc.peer_digests = (uint32_t)lim->gossip_peer_digests;
+  dc.peer_wants = (uint32_t)lim->gossip_peer_wants;
+  dc.peer_sync_bytes = lim->gossip_peer_bytes;
+  /* The totals stay as they are unless one peer may now take more. */
+  dc.digests_per_period = dc.digests_per_period > dc.peer_digests ? dc.digests_per_period : dc.peer_digests;
+  dc.sync_bytes = dc.sync_bytes > dc.peer_sync_bytes ? dc.sync_bytes : dc.peer_sync_bytes;
+  if ((r = gn_discovery_set_config(n->disc, &dc)) < 0) {
+    fprintf(stderr, "gpunetd: cannot set discovery's limits: %s\n", gn_strerror(r));
     return 1;
   }
   gn_discovery_set_connect_peer(n->disc, disc_connect_peer);

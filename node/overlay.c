@@ -50,13 +50,12 @@ struct gn__overlay {
   uint8_t rbuf[GN_OVERLAY_DGRAM_MAX];
   gn_ratelimit *per_src; /* by source host, any port */
   gn_token_bucket all;
+  gn_rate src_rate, all_rate; /* the config's overlay_source_rate and overlay_rate, bursts of twice */
   gn_token_bucket logb;
   uint64_t logs_held;
   ov_stats st;
 };
 
-static const gn_rate src_rate = GN_RATE(GN_OVERLAY_SRC_RATE_PER_S, GN_OVERLAY_SRC_BURST);
-static const gn_rate all_rate = GN_RATE(GN_OVERLAY_ALL_RATE_PER_S, GN_OVERLAY_ALL_BURST);
 static const gn_rate log_rate = GN_RATE(LOG_RATE_PER_S, LOG_BURST);
 
 /* The rate limits, in order: the source host's bucket, then everyone's (a
@@ -66,7 +65,7 @@ static bool admit(struct gn__overlay *o, const struct sockaddr *sa, uint64_t now
   size_t klen = gn_ratelimit_addr_key(sa, false, key);
   if (!klen || !gn_ratelimit_allow(o->per_src, key, klen, 1, now_ms))
     return false;
-  return gn_token_bucket_take(&o->all, all_rate, 1, now_ms);
+  return gn_token_bucket_take(&o->all, o->all_rate, 1, now_ms);
 }
 
 /* --- addresses ----------------------------------------------------------------*/
@@ -378,7 +377,14 @@ int gn__overlay_start(gn_node *n, char *err, size_t cap) {
   o->n = n;
   n->overlay = o;
   uint64_t now = gn_mono_ms();
-  gn_token_bucket_init(&o->all, all_rate, now);
+  /* The config's rates (defaults GN_OVERLAY_SRC_RATE_PER_S and
+   * GN_OVERLAY_ALL_RATE_PER_S), with bursts of twice the rate. */
+  uint32_t src_per_s = (uint32_t)n->cfg.limits.overlay_source_rate, all_per_s = (uint32_t)n->cfg.limits.overlay_rate;
+  o->src_rate =
+      GN_RATE(src_per_s ? src_per_s : GN_OVERLAY_SRC_RATE_PER_S, src_per_s ? 2 * src_per_s : GN_OVERLAY_SRC_BURST);
+  o->all_rate =
+      GN_RATE(all_per_s ? all_per_s : GN_OVERLAY_ALL_RATE_PER_S, all_per_s ? 2 * all_per_s : GN_OVERLAY_ALL_BURST);
+  gn_token_bucket_init(&o->all, o->all_rate, now);
   gn_token_bucket_init(&o->logb, log_rate, now);
   if (!n->cfg.overlay) {
     snprintf(o->error, sizeof o->error, "off");
@@ -388,7 +394,7 @@ int gn__overlay_start(gn_node *n, char *err, size_t cap) {
     snprintf(o->error, sizeof o->error, "failed: the listen address %s is not numeric", laddr);
     goto degraded;
   }
-  if (gn_ratelimit_new(GN_OVERLAY_SRC_MAX, src_rate, &o->per_src) < 0) {
+  if (gn_ratelimit_new(GN_OVERLAY_SRC_MAX, o->src_rate, &o->per_src) < 0) {
     snprintf(err, cap, "cannot start the overlay: out of memory");
     return GN_ENOMEM;
   }

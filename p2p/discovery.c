@@ -79,6 +79,7 @@ struct gn_discovery {
   gn_discovery_io io;
   gn_discovery_connect_peer_fn connect_peer;
   gn_offer_table *table;
+  gn_discovery_config cfg;
   char self_addr[ADDR_LEN];
   up_peer up[GN_DISCOVERY_MAX_UP];
   size_t nup;
@@ -134,6 +135,7 @@ int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offe
   d->io = *io;
   d->table = table;
   d->fanout = GN_DISCOVERY_FANOUT;
+  gn_discovery_config_default(&d->cfg);
   uint64_t seed;
   randombytes_buf(&seed, sizeof(seed));
   gn_discovery_seed(d, seed);
@@ -145,6 +147,24 @@ int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offe
 gn_discovery *gn_discovery_free(gn_discovery *d) {
   free(d);
   return NULL;
+}
+
+void gn_discovery_config_default(gn_discovery_config *ret_c) {
+  *ret_c = (gn_discovery_config){
+      .peer_digests = GN_DISCOVERY_PEER_DIGESTS,
+      .peer_wants = GN_DISCOVERY_PEER_WANTS,
+      .digests_per_period = GN_DISCOVERY_DIGESTS_PER_PERIOD,
+      .peer_sync_bytes = GN_DISCOVERY_PEER_SYNC_BYTES,
+      .sync_bytes = GN_DISCOVERY_SYNC_BYTES,
+  };
+}
+
+int gn_discovery_set_config(gn_discovery *d, const gn_discovery_config *c) {
+  if (!d || !c || !c->peer_digests || !c->peer_wants || !c->digests_per_period || !c->peer_sync_bytes ||
+      !c->sync_bytes || c->peer_digests > c->digests_per_period || c->peer_sync_bytes > c->sync_bytes)
+    return GN_EINVAL;
+  d->cfg = *c;
+  return 0;
 }
 
 void gn_discovery_set_fanout(gn_discovery *d, size_t fanout) {
@@ -274,7 +294,7 @@ static void budget_window(gn_discovery *d, up_peer *p, int64_t now_s) {
 
 /* Sends env to p if both p's and the total budget allow: 0, or GN_EBUSY. */
 static int send_budgeted(gn_discovery *d, up_peer *p, const uint8_t *env, size_t len) {
-  if (p->bytes_out + len > GN_DISCOVERY_PEER_SYNC_BYTES || d->bytes_out + len > GN_DISCOVERY_SYNC_BYTES)
+  if (p->bytes_out + len > d->cfg.peer_sync_bytes || d->bytes_out + len > d->cfg.sync_bytes)
     return GN_EBUSY;
   p->bytes_out += len;
   d->bytes_out += len;
@@ -836,9 +856,9 @@ static int on_sync(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_enve
   }
   budget_window(d, p, now_s);
   bool digest = env->type == GN_MSG_OFFER_DIGEST;
-  if (digest && (p->digests_in >= GN_DISCOVERY_PEER_DIGESTS || d->digests_in >= GN_DISCOVERY_DIGESTS_PER_PERIOD))
+  if (digest && (p->digests_in >= d->cfg.peer_digests || d->digests_in >= d->cfg.digests_per_period))
     return GN_EBUSY;
-  if (!digest && p->wants_in >= GN_DISCOVERY_PEER_WANTS)
+  if (!digest && p->wants_in >= d->cfg.peer_wants)
     return GN_EBUSY;
   gn_wire_doc doc;
   int r = gn_wire_decode(env->body, env->body_len, &doc);

@@ -223,6 +223,7 @@ struct gn_offer_table {
   uint8_t hkey[crypto_shorthash_KEYBYTES];
   gn_offer_standing_fn standing;
   void *standing_ud;
+  size_t per_provider_max; /* PER_PROVIDER_MAX unless set */
 };
 
 gn_offer_table *gn_offer_table_new(size_t max_entries) {
@@ -240,6 +241,7 @@ gn_offer_table *gn_offer_table_new(size_t max_entries) {
     return gn_offer_table_free(t);
   randombytes_buf(t->hkey, sizeof(t->hkey));
   t->max = max_entries;
+  t->per_provider_max = PER_PROVIDER_MAX;
   return t;
 }
 
@@ -253,6 +255,11 @@ gn_offer_table *gn_offer_table_free(gn_offer_table *t) {
   free(t->slots);
   free(t);
   return NULL;
+}
+
+void gn_offer_table_set_max_per_provider(gn_offer_table *t, size_t max) {
+  if (t)
+    t->per_provider_max = max ? max : PER_PROVIDER_MAX;
 }
 
 void gn_offer_table_set_self(gn_offer_table *t, const uint8_t self[GN_PK_LEN]) {
@@ -435,7 +442,7 @@ int gn_offer_table_put_from(gn_offer_table *t, const uint8_t *env, size_t len, i
     return 0;
   int standing = standing_of(t, &o);
   if (at == t->n) {
-    if (mine >= PER_PROVIDER_MAX)
+    if (mine >= t->per_provider_max)
       return GN_ETOOBIG;
     if (t->n == t->max) {
       size_t victim = pick_victim(t, &o, standing, relayer);

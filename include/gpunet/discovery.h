@@ -57,6 +57,20 @@ typedef int (*gn_discovery_connect_peer_fn)(void *ud, const char *addr, const ui
  * makes it deterministic. */
 int gn_discovery_new(const gn_identity *self, const gn_discovery_io *io, gn_offer_table *table, gn_discovery **ret_d);
 gn_discovery *gn_discovery_free(gn_discovery *d);
+/* What one peer (and all peers together) may make a node do for
+ * anti-entropy in each GN_DISCOVERY_DIGEST_S period (docs/overlay/gossip.md).
+ * gn_discovery_config_default fills in the GN_DISCOVERY_* values above;
+ * gn_discovery_set_config replaces them (GN_EINVAL, nothing changed, when
+ * one is 0 or a per-peer value is above its total). */
+typedef struct gn_discovery_config {
+  uint32_t peer_digests;       /* digests taken from one peer: GN_DISCOVERY_PEER_DIGESTS */
+  uint32_t peer_wants;         /* wants answered for one peer: GN_DISCOVERY_PEER_WANTS */
+  uint32_t digests_per_period; /* digests taken from all peers: GN_DISCOVERY_DIGESTS_PER_PERIOD */
+  size_t peer_sync_bytes;      /* bytes sent to one peer in answer: GN_DISCOVERY_PEER_SYNC_BYTES */
+  size_t sync_bytes;           /* the same, all peers: GN_DISCOVERY_SYNC_BYTES */
+} gn_discovery_config;
+void gn_discovery_config_default(gn_discovery_config *ret_c);
+int gn_discovery_set_config(gn_discovery *d, const gn_discovery_config *c);
 /* Reseeds the generator, so that a simulator replays exactly. */
 void gn_discovery_seed(gn_discovery *d, uint64_t seed);
 /* How many neighbours a new offer is pushed to (default GN_DISCOVERY_FANOUT;

@@ -87,6 +87,30 @@ void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type,
 #define GN_CONFIG_INTERVAL_MAX_S 3600    /* default interval_max_s */
 #define GN_CONFIG_INTERVAL_LIMIT_S 86400 /* either may be at most a day */
 
+/* The hostile-peer limits among the config keys: each a whole number
+ * (sizes in bytes; with a K, M, G or T suffix in the file and flags). The
+ * comment gives the default; gn_config_limits_json lists them with their
+ * ranges. */
+typedef struct gn_config_limits {
+  uint64_t max_connections;     /* sessions in all, dialled and accepted: 512 */
+  uint64_t dial_reserve;        /* of those, never taken by accepted ones (our own dials): 64 */
+  uint64_t max_inbound_per_ip;  /* accepted connections from one IP address: 8 */
+  uint64_t max_inbound_per_net; /* ... from one IPv4 /24 or IPv6 /64: 64 */
+  uint64_t max_handshaking;     /* accepted connections still in their handshake: 128 */
+  uint64_t transport_memory;    /* bytes of receive buffers and send queues, all peers: 256 MiB */
+  uint64_t handshake_timeout_s; /* to finish the handshake: 10 */
+  uint64_t idle_timeout_s;      /* without a message or keepalive: 180 */
+  uint64_t progress_timeout_s;  /* for a started message to arrive whole (or its size at 64 KiB/s): 60 */
+  uint64_t send_stall_s;        /* queued bytes and none taken by the peer: 30 */
+  uint64_t overlay_source_rate; /* membership datagrams a second from one host (bursts of twice): 100 */
+  uint64_t overlay_rate;        /* ... from all hosts together (bursts of twice): 2000 */
+  uint64_t offer_table_size;    /* offers held: 4096 */
+  uint64_t offers_per_provider; /* offers of one provider held: 16 */
+  uint64_t gossip_peer_digests; /* digests taken from one peer per 5 s: 12 */
+  uint64_t gossip_peer_wants;   /* wants answered for one peer per 5 s: 12 */
+  uint64_t gossip_peer_bytes;   /* bytes sent to one peer per 5 s in answer to wants: 2 MiB */
+} gn_config_limits;
+
 typedef struct gn_config {
   char data_dir[PATH_MAX];
   char config_path[PATH_MAX]; /* the file that was read, "" if none */
@@ -130,6 +154,10 @@ typedef struct gn_config {
   /* Membership over UDP on the listen address (node/overlay.c): default
    * on; off for a node alone or where UDP cannot pass (`overlay = off`). */
   bool overlay;
+  /* What peers may make this node hold, and how long it waits for them
+   * (docs/overlay/limits.md): one key each (the field's name; flags with
+   * dashes), defaults as gn_config_defaults sets them. */
+  gn_config_limits limits;
 } gn_config;
 
 /* Positive results of gn_config_parse_args / gn_config_load: the caller
@@ -153,6 +181,9 @@ int gn_config_parse_args(gn_config *cfg, int argc, char *const *argv, char *err,
  * config file, then every flag. cfg must be fresh (not yet holding strings). */
 int gn_config_load(gn_config *cfg, int argc, char *const *argv, char *err, size_t cap);
 const char *gn_config_usage(void);
+/* {key: value} of every limit in cfg->limits, and under "ranges" {key:
+ * [min, max]}, for GET /v1/status. */
+json_t *gn_config_limits_json(const gn_config *cfg);
 /* Frees what cfg holds; cfg may be reused after gn_config_defaults. */
 void gn_config_done(gn_config *cfg);
 

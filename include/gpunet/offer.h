@@ -76,6 +76,10 @@ typedef struct gn_offer_table gn_offer_table;
 
 gn_offer_table *gn_offer_table_new(size_t max_entries);
 gn_offer_table *gn_offer_table_free(gn_offer_table *t);
+/* The most offers of one provider the table holds (default 16, the
+ * PER_PROVIDER_MAX of p2p/offer.c; 0 restores it). Offers held beyond a
+ * lowered cap stay until they expire or are replaced. */
+void gn_offer_table_set_max_per_provider(gn_offer_table *t, size_t max);
 /* The node's own key: its offers are never evicted and always find room. */
 void gn_offer_table_set_self(gn_offer_table *t, const uint8_t self[GN_PK_LEN]);
 /* The standing of an offer's provider with this node, a small score: by

@@ -1,6 +1,8 @@
 /* Tests of gpunetd's configuration: defaults, the config file, flags, their
  * precedence and the error messages, with real files in a temporary dir. */
+#include <gpunet/discovery.h>
 #include <gpunet/node.h>
+#include <gpunet/transport.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -451,6 +453,171 @@ static void test_config_parse_does_not_reorder_argv(void **state) {
   gn_config_done(&c);
 }
 
+/* Every limit key defaults to the value compiled in before it was a key:
+ * the transport's, discovery's and the offer table's own defaults. */
+static void test_config_limits_default_to_compiled_values(void **state) {
+  (void)state;
+  gn_config c;
+  gn_config_defaults(&c);
+  gn_transport_limits tl;
+  gn_transport_limits_default(&tl);
+  gn_discovery_config dc;
+  gn_discovery_config_default(&dc);
+  const gn_config_limits *l = &c.limits;
+  assert_int_equal(l->max_connections, tl.max_conns);
+  assert_int_equal(l->dial_reserve, tl.dial_reserve);
+  assert_int_equal(l->max_inbound_per_ip, tl.max_inbound_per_host);
+  assert_int_equal(l->max_inbound_per_net, tl.max_inbound_per_net);
+  assert_int_equal(l->max_handshaking, tl.max_unauth);
+  assert_int_equal(l->transport_memory, tl.mem_budget);
+  assert_int_equal(l->handshake_timeout_s * 1000, tl.handshake_timeout_ms);
+  assert_int_equal(l->idle_timeout_s * 1000, tl.idle_timeout_ms);
+  assert_int_equal(l->progress_timeout_s * 1000, tl.msg_timeout_ms);
+  assert_int_equal(l->send_stall_s * 1000, tl.send_stall_ms);
+  assert_int_equal(l->overlay_source_rate, 100); /* node/overlay.h GN_OVERLAY_SRC_RATE_PER_S */
+  assert_int_equal(l->overlay_rate, 2000);       /* GN_OVERLAY_ALL_RATE_PER_S */
+  assert_int_equal(l->offer_table_size, 4096);
+  assert_int_equal(l->offers_per_provider, 16);
+  assert_int_equal(l->gossip_peer_digests, dc.peer_digests);
+  assert_int_equal(l->gossip_peer_wants, dc.peer_wants);
+  assert_int_equal(l->gossip_peer_bytes, dc.peer_sync_bytes);
+  gn_config_done(&c);
+}
+
+/* The file sets them (sizes with suffixes), the flags override the file. */
+static void test_config_limits_from_file_and_flags(void **state) {
+  fixture *f = *state;
+  char path[256];
+  snprintf(path, sizeof(path), "%s/limits.conf", f->dir);
+  write_file(path, "max_inbound_per_ip = 2\nmax_inbound_per_net = 4\ntransport_memory = 32M\n"
+                   "idle_timeout_s = 600\noverlay_source_rate = 50\noffer_table_size = 100000\n"
+                   "gossip_peer_bytes = 512K\nmax_connections = 1000\ndial_reserve = 100\n");
+  char *argv[] = {"gpunetd", "--config", path, "--max-inbound-per-ip", "3", "--send-stall-s", "5", NULL};
+  gn_config c;
+  char err[256] = "";
+  int r = gn_config_load(&c, GN_ARRAY_SIZE(argv) - 1, argv, err, sizeof(err));
+  if (r != 0)
+    fail_msg("load: %s", err);
+  assert_int_equal(c.limits.max_inbound_per_ip, 3); /* the flag */
+  assert_int_equal(c.limits.max_inbound_per_net, 4);
+  assert_int_equal(c.limits.transport_memory, 32u << 20);
+  assert_int_equal(c.limits.idle_timeout_s, 600);
+  assert_int_equal(c.limits.overlay_source_rate, 50);
+  assert_int_equal(c.limits.offer_table_size, 100000);
+  assert_int_equal(c.limits.gossip_peer_bytes, 512u << 10);
+  assert_int_equal(c.limits.max_connections, 1000);
+  assert_int_equal(c.limits.dial_reserve, 100);
+  assert_int_equal(c.limits.send_stall_s, 5);
+  assert_int_equal(c.limits.handshake_timeout_s, 10); /* untouched: the default */
+  gn_config_done(&c);
+}
+
+/* A value out of range or not a number is refused, naming the key, the
+ * range and the line; the load changes nothing. */
+static void test_config_limits_out_of_range_table(void **state) {
+  fixture *f = *state;
+  static const struct {
+    const char *line;
+    const char *msg;
+  } cases[] = {
+      {"max_inbound_per_ip = 0", "out of range max_inbound_per_ip '0': want a whole number from 1 to 65536"},
+      {"max_inbound_per_ip = 65537", "out of range max_inbound_per_ip '65537'"},
+      {"max_inbound_per_ip = -1", "bad max_inbound_per_ip '-1': want a whole number from 1 to 65536"},
+      {"max_inbound_per_ip = 2x", "bad max_inbound_per_ip '2x'"},
+      {"max_inbound_per_ip =", "bad max_inbound_per_ip ''"},
+      {"max_inbound_per_net = 0", "out of range max_inbound_per_net '0'"},
+      {"max_connections = 15", "out of range max_connections '15': want a whole number from 16 to 65536"},
+      {"dial_reserve = 65536", "out of range dial_reserve '65536'"},
+      {"max_handshaking = 0", "out of range max_handshaking '0'"},
+      {"transport_memory = 1M", "out of range transport_memory '1M': want a size (K, M, G or T) from 16M to 64G"},
+      {"transport_memory = 65G", "out of range transport_memory '65G'"},
+      {"transport_memory = lots", "bad transport_memory 'lots'"},
+      {"handshake_timeout_s = 0", "out of range handshake_timeout_s '0': want a whole number from 1 to 600"},
+      {"idle_timeout_s = 60", "out of range idle_timeout_s '60': want a whole number from 90 to 86400"},
+      {"progress_timeout_s = 3601", "out of range progress_timeout_s '3601'"},
+      {"send_stall_s = 4", "out of range send_stall_s '4'"},
+      {"overlay_source_rate = 0", "out of range overlay_source_rate '0'"},
+      {"overlay_rate = 1000001", "out of range overlay_rate '1000001'"},
+      {"offer_table_size = 63", "out of range offer_table_size '63': want a whole number from 64 to 1048576"},
+      {"offers_per_provider = 1025", "out of range offers_per_provider '1025'"},
+      {"gossip_peer_digests = 0", "out of range gossip_peer_digests '0'"},
+      {"gossip_peer_wants = 1001", "out of range gossip_peer_wants '1001'"},
+      {"gossip_peer_bytes = 1K", "out of range gossip_peer_bytes '1K': want a size (K, M, G or T) from 64K to 1G"},
+      {"gossip_peer_bytes = 99999999999999999999", "bad gossip_peer_bytes"},
+      {"max_inbound_per_host = 3", "unknown key 'max_inbound_per_host'"},
+  };
+  char path[256];
+  snprintf(path, sizeof(path), "%s/badlim.conf", f->dir);
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    char text[256];
+    snprintf(text, sizeof(text), "max_handshaking = 7\n%s\n", cases[i].line);
+    write_file(path, text);
+    gn_config c;
+    gn_config_defaults(&c);
+    char err[512] = "";
+    if (gn_config_load_file(&c, path, false, err, sizeof(err)) >= 0)
+      fail_msg("'%s' was accepted", cases[i].line);
+    if (!strstr(err, cases[i].msg) || !strstr(err, ":2: "))
+      fail_msg("'%s': error '%s' lacks '%s' or the line number", cases[i].line, err, cases[i].msg);
+    assert_int_equal(c.limits.max_handshaking, 128); /* the first line was not applied either */
+    gn_config_done(&c);
+  }
+}
+
+/* Limits that contradict each other are refused as a whole, and a flag
+ * out of range names its flag. */
+static void test_config_limits_cross_checks(void **state) {
+  (void)state;
+  static const struct {
+    const char *args[4];
+    const char *msg;
+  } cases[] = {
+      {{"--dial-reserve", "512"}, "dial_reserve (512) must be below max_connections (512)"},
+      {{"--max-connections", "64", "--dial-reserve", "64"}, "dial_reserve (64) must be below max_connections (64)"},
+      {{"--max-inbound-per-ip", "100"}, "max_inbound_per_net (64) is below max_inbound_per_ip (100)"},
+      {{"--offer-table-size", "100", "--offers-per-provider", "200"},
+       "offer_table_size (100) is below offers_per_provider (200)"},
+      {{"--idle-timeout-s", "30"}, "--idle-timeout-s: out of range idle_timeout_s '30'"},
+      {{"--overlay-rate"}, "option '--overlay-rate' needs a value"},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    char *argv[6] = {"gpunetd"};
+    int argc = 1;
+    for (int k = 0; k < 4 && cases[i].args[k]; k++)
+      argv[argc++] = (char *)cases[i].args[k];
+    gn_config c;
+    char err[256] = "";
+    if (gn_config_load(&c, argc, argv, err, sizeof(err)) != GN_EINVAL)
+      fail_msg("case %zu (%s) was accepted", i, cases[i].args[0]);
+    if (!strstr(err, cases[i].msg))
+      fail_msg("case %zu: error '%s' lacks '%s'", i, err, cases[i].msg);
+    gn_config_done(&c);
+  }
+}
+
+/* GET /v1/status's "limits": every key with its value, and its range. */
+static void test_config_limits_json_lists_every_key(void **state) {
+  (void)state;
+  gn_config c;
+  gn_config_defaults(&c);
+  c.limits.max_inbound_per_ip = 2;
+  json_t *j = gn_config_limits_json(&c);
+  assert_non_null(j);
+  assert_int_equal(json_integer_value(json_object_get(j, "max_inbound_per_ip")), 2);
+  assert_int_equal(json_integer_value(json_object_get(j, "transport_memory")), 256 << 20);
+  assert_int_equal(json_integer_value(json_object_get(j, "gossip_peer_wants")), 12);
+  const json_t *ranges = json_object_get(j, "ranges");
+  assert_int_equal(json_object_size(ranges), 17);
+  assert_int_equal(json_object_size(j), 18);
+  const json_t *r = json_object_get(ranges, "idle_timeout_s");
+  assert_int_equal(json_integer_value(json_array_get(r, 0)), 90);
+  assert_int_equal(json_integer_value(json_array_get(r, 1)), 86400);
+  json_decref(j);
+  assert_non_null(strstr(gn_config_usage(), "--max-inbound-per-ip"));
+  assert_non_null(strstr(gn_config_usage(), "--gossip-peer-bytes"));
+  gn_config_done(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_config_defaults, setup, teardown),
@@ -467,6 +634,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_config_parse_does_not_reorder_argv, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_budget_flags, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_registry_allow_is_bounded, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_limits_default_to_compiled_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_limits_from_file_and_flags, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_limits_out_of_range_table, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_limits_cross_checks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_limits_json_lists_every_key, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1211,6 +1211,52 @@ static void test_discovery_digests_and_wants_are_rate_limited(void **state) {
   hand_stop(&h);
 }
 
+/* gn_discovery_set_config: a peer's digests and wants are rationed at the
+ * configured numbers, not the compiled ones; a contradictory config is
+ * refused and changes nothing. */
+static void test_discovery_configured_budgets_take_effect(void **state) {
+  (void)state;
+  hand h;
+  hand_start(&h, 2);
+  gn_discovery_config c;
+  gn_discovery_config_default(&c);
+  assert_int_equal(c.peer_digests, GN_DISCOVERY_PEER_DIGESTS);
+  gn_discovery_config bad = c;
+  bad.peer_digests = 0;
+  assert_int_equal(gn_discovery_set_config(h.d, &bad), GN_EINVAL);
+  bad = c;
+  bad.peer_sync_bytes = bad.sync_bytes + 1;
+  assert_int_equal(gn_discovery_set_config(h.d, &bad), GN_EINVAL);
+  c.peer_digests = 3;
+  c.peer_wants = 2;
+  assert_int_equal(gn_discovery_set_config(h.d, &c), 0);
+  gn_buf env = {0}, body = {0};
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  summary_b(&w, 4, 32, 16);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(h.peer[0], GN_MSG_OFFER_DIGEST, body.data, body.len, &env), 0);
+  int taken = 0;
+  for (int i = 0; i < 20; i++)
+    taken += hand_deliver(&h, 0, &env, NOW) == 0;
+  assert_int_equal(taken, 3);
+  gn_wire_writer_init(&w);
+  want_offers(&w, 1, 6);
+  body.len = 0;
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  env.len = 0;
+  assert_int_equal(gn_envelope_seal(h.peer[1], GN_MSG_OFFER_WANT, body.data, body.len, &env), 0);
+  taken = 0;
+  for (int i = 0; i < 20; i++)
+    taken += hand_deliver(&h, 1, &env, NOW) == 0;
+  assert_int_equal(taken, 2);
+  gn_buf_done(&env);
+  gn_buf_done(&body);
+  hand_stop(&h);
+}
+
 /* A hub tracks 64 peers; the 65th, untracked, still gets the offers it asks
  * for, within the budget all untracked peers share. */
 static void test_discovery_untracked_peer_is_served_within_shared_budget(void **state) {
@@ -1288,6 +1334,7 @@ int main(void) {
       cmocka_unit_test(test_discovery_refuses_hostile_digest_and_want_bodies),
       cmocka_unit_test(test_discovery_digests_and_wants_are_rate_limited),
       cmocka_unit_test(test_discovery_untracked_peer_is_served_within_shared_budget),
+      cmocka_unit_test(test_discovery_configured_budgets_take_effect),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
