@@ -19,6 +19,12 @@
 #define SALT_LEN crypto_shorthash_KEYBYTES
 #define TOKEN 1000 /* milli-tokens per dial */
 #define DIAL_BURST (GN_DISCOVERY_DIALS_PER_MIN * TOKEN)
+/* Signed withdrawals kept to repair peers that missed them (anti-entropy:
+ * a detail digest listing an offer one of them covers is answered with it):
+ * at most this many, each for as long as an offer it covers may live. */
+#define WITHDRAWALS 256
+#define WITHDRAWAL_MAX 256 /* bytes of one envelope (a real one is about 150) */
+#define WITHDRAWAL_KEEP_S GN_OFFER_LIFETIME_MAX_S
 /* How far ahead an offer's expiry may lie for the table to take it (its
  * issue at most an hour ahead, plus its lifetime): entries beyond are junk. */
 #define EXPIRY_AHEAD_MAX_S (3600 + GN_OFFER_LIFETIME_MAX_S)
@@ -66,6 +72,18 @@ typedef struct wanted {
   int64_t at_s;
 } wanted;
 
+/* A provider's signed withdrawal of its offers up to seq, kept until
+ * until_s. One per provider: the highest seq seen. */
+typedef struct withdrawal {
+  uint8_t provider[GN_PK_LEN];
+  uint64_t seq;
+  int64_t until_s;
+  bool dropped;  /* it dropped an offer here (or it is our own): kept before the others */
+  uint32_t mark; /* the detail digest that last sent it, so one sends it once */
+  uint16_t len;
+  uint8_t raw[WITHDRAWAL_MAX];
+} withdrawal;
+
 /* One of our entries, for lookups by (provider, id) in a sorted copy. */
 typedef struct own_key {
   uint8_t provider[GN_PK_LEN];
@@ -97,6 +115,9 @@ struct gn_discovery {
   size_t rumor_next;
   wanted want[WANTED];
   size_t want_next;
+  withdrawal wd[WITHDRAWALS];
+  size_t nwd;
+  uint32_t wd_mark;
   int64_t next_digest_s;
   bool digest_started;
   /* The budget that peers beyond GN_DISCOVERY_MAX_UP share (its pk is set
@@ -404,18 +425,87 @@ static int on_offer(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_env
   return 0;
 }
 
+/* The {provider, seq} of a withdrawal's body. */
+static int withdraw_parse(const gn_envelope *env, uint8_t provider[GN_PK_LEN], uint64_t *ret_seq) {
+  gn_wire_doc doc;
+  int r = gn_wire_decode(env->body, env->body_len, &doc);
+  if (r < 0)
+    return r;
+  r = gn_wire_get_bin_exact(doc.root, "provider", provider, GN_PK_LEN);
+  if (r == 0)
+    r = gn_wire_get_u64(doc.root, "seq", ret_seq);
+  gn_wire_doc_done(&doc);
+  return r;
+}
+
 /* {provider, seq} of a withdrawal the table took, as its rumor key. */
 static uint64_t withdraw_key(gn_discovery *d, const gn_envelope *env) {
-  gn_wire_doc doc;
   uint8_t provider[GN_PK_LEN];
   uint64_t seq = 0;
-  if (gn_wire_decode(env->body, env->body_len, &doc) < 0)
+  if (withdraw_parse(env, provider, &seq) < 0)
     return 0;
-  int r = gn_wire_get_bin_exact(doc.root, "provider", provider, GN_PK_LEN);
-  if (r == 0)
-    r = gn_wire_get_u64(doc.root, "seq", &seq);
-  gn_wire_doc_done(&doc);
-  return r < 0 ? 0 : item_hash(d->hkey, GN_MSG_OFFER_WITHDRAW, provider, NULL, seq);
+  return item_hash(d->hkey, GN_MSG_OFFER_WITHDRAW, provider, NULL, seq);
+}
+
+/* Where a new withdrawal goes when all places are taken: an expired one,
+ * else the one expiring first among those that dropped nothing here, else
+ * (only for one that dropped something itself) the one expiring first. */
+static withdrawal *withdrawal_victim(gn_discovery *d, bool dropped, int64_t now_s) {
+  withdrawal *v = NULL;
+  for (size_t i = 0; i < d->nwd; i++) {
+    withdrawal *w = &d->wd[i];
+    if (w->until_s <= now_s)
+      return w;
+    if ((!w->dropped || dropped) &&
+        (!v || (v->dropped && !w->dropped) || (v->dropped == w->dropped && w->until_s < v->until_s)))
+      v = w;
+  }
+  return v;
+}
+
+/* Keeps a withdrawal the table took (so it verified: signed by its
+ * provider), to hand to peers that missed it. One per provider, the highest
+ * seq; an older one changes nothing. When all places are taken, an expired
+ * one makes room, else the one expiring first among those that dropped
+ * nothing here; one that dropped nothing itself never pushes out one that
+ * did (a flood of withdrawals from fresh identities, which cost nothing,
+ * cannot push out those that repair real offers). */
+static void withdrawal_keep(gn_discovery *d, const gn_envelope *env, const uint8_t *raw, size_t len, bool dropped,
+                            int64_t now_s) {
+  uint8_t provider[GN_PK_LEN];
+  uint64_t seq;
+  if (len > WITHDRAWAL_MAX || withdraw_parse(env, provider, &seq) < 0)
+    return;
+  withdrawal *w = NULL;
+  for (size_t i = 0; i < d->nwd && !w; i++)
+    if (memcmp(d->wd[i].provider, provider, GN_PK_LEN) == 0)
+      w = &d->wd[i];
+  if (w && seq <= w->seq) {
+    w->dropped = w->dropped || (dropped && seq == w->seq);
+    return;
+  }
+  if (!w && d->nwd < WITHDRAWALS)
+    w = &d->wd[d->nwd++];
+  if (!w)
+    w = withdrawal_victim(d, dropped, now_s);
+  if (!w)
+    return;
+  memcpy(w->provider, provider, GN_PK_LEN);
+  w->seq = seq;
+  w->until_s = now_s + WITHDRAWAL_KEEP_S;
+  w->dropped = dropped;
+  w->mark = 0;
+  w->len = (uint16_t)len;
+  memcpy(w->raw, raw, len);
+}
+
+/* The withdrawal we keep that covers provider's offer seq, or NULL. */
+static withdrawal *withdrawal_covering(gn_discovery *d, const uint8_t provider[GN_PK_LEN], uint64_t seq,
+                                       int64_t now_s) {
+  for (size_t i = 0; i < d->nwd; i++)
+    if (memcmp(d->wd[i].provider, provider, GN_PK_LEN) == 0)
+      return seq <= d->wd[i].seq && d->wd[i].until_s > now_s ? &d->wd[i] : NULL;
+  return NULL;
 }
 
 /* A withdrawal cannot be repaired by digests (they list live offers only),
@@ -679,14 +769,27 @@ static int on_detail(gn_discovery *d, up_peer *p, const msgpack_object *m, int64
   uint32_t *want = arr->size ? malloc(arr->size * sizeof(*want)) : NULL;
   size_t *push = arr->size ? malloc(arr->size * sizeof(*push)) : NULL;
   uint32_t npush = 0;
-  if (arr->size && (!want || !push)) {
+  /* Withdrawals p missed: those we keep that cover an offer it lists. */
+  withdrawal **repair = arr->size ? malloc(arr->size * sizeof(*repair)) : NULL;
+  uint32_t nrepair = 0;
+  if (arr->size && (!want || !push || !repair)) {
     r = GN_ENOMEM;
     goto out;
   }
+  if (++d->wd_mark == 0)
+    d->wd_mark = 1;
   for (uint32_t i = 0; i < arr->size; i++) {
     const detail_entry *x = &ents[i];
-    if (memcmp(x->provider, d->self->pk, GN_PK_LEN) == 0 || x->expires_s <= now_s + 1 ||
-        x->expires_s > now_s + EXPIRY_AHEAD_MAX_S)
+    if (x->expires_s <= now_s + 1 || x->expires_s > now_s + EXPIRY_AHEAD_MAX_S)
+      continue;
+    withdrawal *wd = withdrawal_covering(d, x->provider, x->seq, now_s);
+    if (wd) {
+      if (wd->mark != d->wd_mark)
+        repair[nrepair++] = wd;
+      wd->mark = d->wd_mark;
+      continue;
+    }
+    if (memcmp(x->provider, d->self->pk, GN_PK_LEN) == 0)
       continue;
     const own_key *o = own_find(k, nk, x->provider, x->id);
     if (o && o->seq > x->seq) {
@@ -734,7 +837,17 @@ static int on_detail(gn_discovery *d, up_peer *p, const msgpack_object *m, int64
       npush = 0;
     gn_buf_done(&copy);
   }
+  /* p lists offers a withdrawal we keep covers: it missed the withdrawal,
+   * which it gets now (it verifies the provider's signature as for any). */
+  for (uint32_t i = 0; i < nrepair && r == 0; i++) {
+    uint8_t copy[WITHDRAWAL_MAX];
+    size_t len = repair[i]->len;
+    memcpy(copy, repair[i]->raw, len);
+    if (send_budgeted(d, p, copy, len) < 0)
+      break;
+  }
 out:
+  free(repair);
   free(k);
   free(want);
   free(push);
@@ -1044,6 +1157,7 @@ int gn_discovery_on_message(gn_discovery *d, const uint8_t peer[GN_PK_LEN], cons
   case GN_MSG_OFFER_WITHDRAW:
     if ((r = gn_offer_table_withdraw(d->table, raw, raw_len)) < 0)
       return r;
+    withdrawal_keep(d, env, raw, raw_len, r > 0, now_s);
     gossip_withdraw(d, peer, env, raw, raw_len, r > 0);
     return 0;
   case GN_MSG_OFFER_DIGEST:
@@ -1082,6 +1196,7 @@ int gn_discovery_publish(gn_discovery *d, const uint8_t *raw_env, size_t len, in
     return GN_EINVAL;
   if ((r = gn_offer_table_withdraw(d->table, raw_env, len)) < 0)
     return r;
+  withdrawal_keep(d, &env, raw_env, len, true, now_s);
   /* A withdrawal goes out even if we held nothing: peers may still. */
   gossip_withdraw(d, NULL, &env, raw_env, len, true);
   return 0;

@@ -43,6 +43,8 @@ static simev *queue;
 static size_t qlen;
 static uint64_t rng_state;
 static size_t delivered;
+static int drop_withdraw_to = -1; /* withdrawals to this node are lost on the way */
+static bool dials_off;            /* PEERS entries are not dialled: the test's links only */
 
 static uint64_t rnd(void) {
   rng_state ^= rng_state << 13;
@@ -89,6 +91,8 @@ static int sim_connect(void *ud, const char *addr) {
   int from = (int)(intptr_t)ud, to = index_of_addr(addr);
   if (to < 0)
     return GN_EINVAL;
+  if (dials_off)
+    return 0;
   push((simev){EV_CONNECT, from, to, NULL, 0});
   return 0;
 }
@@ -112,7 +116,8 @@ static void run(void) {
       link_up(e.from, e.to);
       continue;
     }
-    if (nodes[e.to].alive && nodes[e.to].up_with[e.from]) {
+    bool lost = e.to == drop_withdraw_to && e.len > 2 && e.data[2] == GN_MSG_OFFER_WITHDRAW;
+    if (!lost && nodes[e.to].alive && nodes[e.to].up_with[e.from]) {
       gn_envelope env;
       /* The transport only hands over envelopes that verify. */
       if (gn_envelope_open(e.data, e.len, &env) == 0) {
@@ -133,6 +138,8 @@ static void sim_start_n(int n_nodes, uint64_t seed, bool bootstrap) {
   rng_state = seed;
   queue = calloc(QMAX, sizeof(*queue));
   qlen = delivered = 0;
+  drop_withdraw_to = -1;
+  dials_off = false;
   for (int i = 0; i < N; i++) {
     simnode *n = &nodes[i];
     memset(n, 0, sizeof(*n));
@@ -708,6 +715,157 @@ static void test_discovery_50_nodes_converge_with_fewer_bytes_than_flood(void **
     assert_true(worst <= 4);
     assert_true(gossip < flood);
   }
+}
+
+/* --- withdrawals repaired by anti-entropy ----------------------------------*/
+
+/* Three nodes in a chain 0 - 1 - 2 (no other links), node 0 providing offer seq (held by
+ * all), digests started at every node. */
+static void chain_with_offer(uint64_t seed, uint64_t seq) {
+  sim_start_n(3, seed, false);
+  dials_off = true; /* 2 reaches 0 only through 1 */
+  link_up(0, 1);
+  link_up(1, 2);
+  run();
+  gn_buf env = {0};
+  gn_offer o = offer_of(0, seq);
+  assert_int_equal(gn_offer_seal(nodes[0].id, &o, &env), 0);
+  assert_int_equal(gn_discovery_publish(nodes[0].d, env.data, env.len, now_s), 0);
+  gn_buf_done(&env);
+  run();
+  sim_round(); /* the first tick of each node only schedules its digests */
+  sim_round();
+  assert_int_equal(nodes_with_offer_from(0, seq), 3);
+}
+
+/* Node 0 withdraws its offers up to seq; node 2 loses the withdrawal. */
+static void withdraw_missed_by_2(uint64_t seq) {
+  gn_buf env = {0};
+  drop_withdraw_to = 2;
+  assert_int_equal(gn_offer_withdraw_seal(nodes[0].id, seq, &env), 0);
+  assert_int_equal(gn_discovery_publish(nodes[0].d, env.data, env.len, now_s), 0);
+  run();
+  drop_withdraw_to = -1;
+  gn_buf_done(&env);
+}
+
+/* A node that missed a withdrawal (every copy pushed to it was lost) holds
+ * the offer no longer after one anti-entropy period: its neighbour, which
+ * keeps the signed withdrawal, sees the offer in its detail digest and hands
+ * it the withdrawal. Before, it held the offer until it expired (600 s
+ * here). */
+static void test_discovery_missed_withdrawal_repaired_by_one_digest_exchange(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 8; seed++) {
+    chain_with_offer(seed * 31337, 4);
+    withdraw_missed_by_2(4);
+    assert_int_equal(nodes_with_offer_from(0, 4), 1); /* node 2 only */
+    counters_reset();
+    sim_round();
+    assert_int_equal(nodes_with_offer_from(0, 4), 0);
+    /* node 1 sent it, once */
+    assert_int_equal(nodes[1].msgs_by_type[GN_MSG_OFFER_WITHDRAW], 1);
+    for (int i = 0; i < N; i++)
+      assert_int_equal(nodes[i].bad_msgs, 0);
+    /* the repaired node keeps it too: a copy of the offer arriving late
+     * is refused there as well */
+    assert_true(gn_offer_table_withdrawn(nodes[2].table, nodes[0].id->pk, 4));
+    sim_stop();
+  }
+}
+
+/* A withdrawal signed by anyone but the provider is refused where it
+ * arrives, is kept nowhere, and later digests change nothing. */
+static void test_discovery_forged_withdrawal_changes_nothing(void **state) {
+  (void)state;
+  chain_with_offer(4242, 2);
+  gn_identity *x;
+  assert_int_equal(gn_identity_generate(&x), 0);
+  gn_wire_writer w;
+  gn_buf body = {0}, env = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 2);
+  gn_wire_put_str(&w, "provider");
+  gn_wire_put_bin(&w, nodes[0].id->pk, GN_PK_LEN);
+  gn_wire_put_str(&w, "seq");
+  gn_wire_put_u64(&w, 99);
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(x, GN_MSG_OFFER_WITHDRAW, body.data, body.len, &env), 0);
+  gn_envelope parsed;
+  assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
+  for (int at = 1; at <= 2; at++)
+    assert_int_equal(
+        gn_discovery_on_message(nodes[at].d, nodes[at == 1 ? 0 : 1].id->pk, &parsed, env.data, env.len, now_s),
+        GN_EPERM);
+  run();
+  for (int r = 0; r < 3; r++)
+    sim_round();
+  assert_int_equal(nodes_with_offer_from(0, 2), 3);
+  assert_false(gn_offer_table_withdrawn(nodes[1].table, nodes[0].id->pk, 2));
+  gn_identity_free(x);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+  sim_stop();
+}
+
+/* The provider's own withdrawal of an older seq drops nothing newer, here
+ * or by anti-entropy; and after a withdrawal a newer offer spreads and
+ * stays: a withdrawal never suppresses an offer above its seq. */
+static void test_discovery_old_withdrawal_never_suppresses_a_newer_offer(void **state) {
+  (void)state;
+  chain_with_offer(777, 5);
+  gn_buf env = {0};
+  assert_int_equal(gn_offer_withdraw_seal(nodes[0].id, 3, &env), 0);
+  gn_envelope parsed;
+  assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
+  assert_int_equal(gn_discovery_on_message(nodes[1].d, nodes[0].id->pk, &parsed, env.data, env.len, now_s), 0);
+  run();
+  for (int r = 0; r < 3; r++)
+    sim_round();
+  assert_int_equal(nodes_with_offer_from(0, 5), 3);
+  /* withdrawn at 5 (node 2 misses it and is repaired), then offered at 6 */
+  withdraw_missed_by_2(5);
+  sim_round();
+  assert_int_equal(nodes_with_offer_from(0, 5), 0);
+  env.len = 0;
+  gn_offer o = offer_of(0, 6);
+  assert_int_equal(gn_offer_seal(nodes[0].id, &o, &env), 0);
+  assert_int_equal(gn_discovery_publish(nodes[0].d, env.data, env.len, now_s), 0);
+  run();
+  converge(0, 6, 4);
+  for (int r = 0; r < 3; r++)
+    sim_round();
+  assert_int_equal(nodes_with_offer_from(0, 6), 3);
+  for (int i = 0; i < N; i++)
+    assert_int_equal(nodes[i].bad_msgs, 0);
+  gn_buf_done(&env);
+  sim_stop();
+}
+
+/* Withdrawals are kept in a bounded store (256); 600 valid withdrawals from
+ * fresh identities that dropped nothing (identities cost nothing) do not
+ * push out the one that dropped a real offer, so the repair still works. */
+static void test_discovery_withdrawal_flood_does_not_evict_a_repair(void **state) {
+  (void)state;
+  chain_with_offer(99991, 7);
+  withdraw_missed_by_2(7);
+  for (int i = 0; i < 600; i++) {
+    gn_identity *x;
+    gn_buf env = {0};
+    assert_int_equal(gn_identity_generate(&x), 0);
+    assert_int_equal(gn_offer_withdraw_seal(x, 1000 + (uint64_t)i, &env), 0);
+    gn_envelope parsed;
+    assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
+    assert_int_equal(gn_discovery_on_message(nodes[1].d, nodes[0].id->pk, &parsed, env.data, env.len, now_s), 0);
+    gn_identity_free(x);
+    gn_buf_done(&env);
+  }
+  run();
+  assert_int_equal(nodes_with_offer_from(0, 7), 1);
+  sim_round();
+  assert_int_equal(nodes_with_offer_from(0, 7), 0);
+  sim_stop();
 }
 
 /* --- limits, on one node driven by hand -------------------------------------*/
@@ -1335,6 +1493,10 @@ int main(void) {
       cmocka_unit_test(test_discovery_digests_and_wants_are_rate_limited),
       cmocka_unit_test(test_discovery_untracked_peer_is_served_within_shared_budget),
       cmocka_unit_test(test_discovery_configured_budgets_take_effect),
+      cmocka_unit_test(test_discovery_missed_withdrawal_repaired_by_one_digest_exchange),
+      cmocka_unit_test(test_discovery_forged_withdrawal_changes_nothing),
+      cmocka_unit_test(test_discovery_old_withdrawal_never_suppresses_a_newer_offer),
+      cmocka_unit_test(test_discovery_withdrawal_flood_does_not_evict_a_repair),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
