@@ -42,6 +42,10 @@ typedef enum {
   KEY_INTERVAL_MAX,
   KEY_SETTLE_DRIVER,
   KEY_SETTLE_URL,
+  KEY_RELAY,
+  KEY_RELAY_SESSIONS,
+  KEY_RELAY_PAIR_RATE,
+  KEY_RELAY_TOTAL_RATE,
   KEY_TRAINING,
   KEY_NO_TRAINING,
   KEY_JOBNET_PORTS,
@@ -95,6 +99,10 @@ static const struct {
     [KEY_INTERVAL_MAX] = {"interval_max_s", "interval-max-s", false},
     [KEY_SETTLE_DRIVER] = {"settle_driver", "settle-driver", false},
     [KEY_SETTLE_URL] = {"settle_url", "settle-url", false},
+    [KEY_RELAY] = {"relay", "relay", false},
+    [KEY_RELAY_SESSIONS] = {"relay_sessions", "relay-sessions", false},
+    [KEY_RELAY_PAIR_RATE] = {"relay_pair_rate", "relay-pair-rate", false},
+    [KEY_RELAY_TOTAL_RATE] = {"relay_total_rate", "relay-total-rate", false},
     [KEY_TRAINING] = {"training", "training", true},
     [KEY_NO_TRAINING] = {"no_training", "no-training", true},
     [KEY_JOBNET_PORTS] = {"jobnet_ports", "jobnet-ports", false},
@@ -185,6 +193,11 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "  --settle-url URL        http(s) endpoint the webhook driver POSTs each\n"
                                  "                          final voucher and invoice to\n"
                                  "  --allow-simulated       as a requester, accept simulated GPUs\n"
+                                 "  --relay on|off          relay sessions for peers behind NAT (docs/nat.md;\n"
+                                 "                          default off)\n"
+                                 "  --relay-sessions N      relayed pairs at once (16)\n"
+                                 "  --relay-pair-rate SIZE  bytes a second through one relayed pair (1M)\n"
+                                 "  --relay-total-rate SIZE bytes a second through all of them (8M)\n"
                                  "  --log-level LEVEL       debug, info, warn or error (default info)\n"
                                  "  --overlay on|off        membership (SWIM) over UDP on the listen address and\n"
                                  "                          port (default on; off for a node alone)\n"
@@ -267,6 +280,9 @@ void gn_config_defaults(gn_config *cfg) {
   cfg->price_uper_hour = 400000;
   snprintf(cfg->currency, sizeof(cfg->currency), "EUR");
   cfg->max_hours = 24;
+  cfg->relay_sessions = 16;
+  cfg->relay_pair_rate = 1u << 20;
+  cfg->relay_total_rate = 8u << 20;
   cfg->interval_min_s = GN_CONFIG_INTERVAL_MIN_S;
   cfg->interval_max_s = GN_CONFIG_INTERVAL_MAX_S;
   snprintf(cfg->settle_driver, sizeof(cfg->settle_driver), "ledger");
@@ -674,6 +690,34 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
       return GN_EINVAL;
     }
     return 0;
+  case KEY_RELAY:
+    if (!parse_bool(v, &b)) {
+      snprintf(err, cap, "relay must be on or off, not '%.60s'", v);
+      return GN_EINVAL;
+    }
+    cfg->relay = b;
+    return 0;
+  case KEY_RELAY_SESSIONS: {
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || end == v || *end || !isdigit((unsigned char)v[0]) || n < 1 || n > 4096) {
+      snprintf(err, cap, "relay_sessions must be a number from 1 to 4096, not '%.60s'", v);
+      return GN_EINVAL;
+    }
+    cfg->relay_sessions = (uint32_t)n;
+    return 0;
+  }
+  case KEY_RELAY_PAIR_RATE:
+  case KEY_RELAY_TOTAL_RATE: {
+    uint64_t n = 0;
+    if (!parse_size(v, &n) || n < 1024 || n > (1ull << 40)) {
+      snprintf(err, cap, "%s must be a size in bytes a second from 1K to 1T, not '%.60s'", name, v);
+      return GN_EINVAL;
+    }
+    *(key == KEY_RELAY_PAIR_RATE ? &cfg->relay_pair_rate : &cfg->relay_total_rate) = n;
+    return 0;
+  }
   case KEY_TRAINING:
   case KEY_NO_TRAINING:
     if (!parse_bool(v, &b)) {

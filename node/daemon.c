@@ -314,6 +314,7 @@ static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const cha
   }
   gn_discovery_peer_up(n->disc, peer, addr, gn_unix_s());
   gn__overlay_peer_up(n, peer, addr);
+  gn__nat_peer_up(n, peer, addr);
   gn__requester_peer_up(n, peer);
   gn__provider_peer_up(n, peer);
   gn__attest_peer_up(n, peer);
@@ -410,6 +411,12 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
       gn_log_ratelimited("view-dropped", GN_LOG_DEBUG, "dropped %s: %s", gn_msg_type_name(env->type), gn_strerror(vr));
     break;
   }
+  case GN_MSG_NAT_PUNCH_REQ:
+  case GN_MSG_RELAY_RESERVE:
+  case GN_MSG_RELAY_STATUS:
+  case GN_MSG_RELAY_CALL:
+    gn__nat_on_message(n, peer, env);
+    break;
   default:
     gn_log_ratelimited("ignored-type", GN_LOG_DEBUG, "ignored message type %u", env->type);
   }
@@ -476,6 +483,7 @@ static void on_stop_timer(uv_timer_t *t) {
            GN_STOP_WAIT_MS / 1000);
   uv_close((uv_handle_t *)t, NULL);
   gn__overlay_close(n);
+  gn__nat_close(n);
   gn_transport_close(n->tp, on_closed, n);
 }
 
@@ -696,6 +704,10 @@ int gn__node_main(int argc, char **argv) {
     fprintf(stderr, "gpunetd: %s\n", err);
     return 1;
   }
+  if ((r = gn__nat_start(n)) < 0) {
+    fprintf(stderr, "gpunetd: cannot start NAT traversal: %s\n", gn_strerror(r));
+    return 1;
+  }
 
   gn__pathf(path, sizeof path, "%s/gpunetd.sock", n->cfg.data_dir);
   if ((r = gn_ctl_new(n->loop, path, &n->ctl)) < 0) {
@@ -710,6 +722,7 @@ int gn__node_main(int argc, char **argv) {
   gn__attest_register(n);
   gn__settle_register(n);
   gn__overlay_register(n);
+  gn__nat_register(n);
   n->job_changed = gn__api_logs_wake;
   n->stop_provided_job = gn__provider_stop_job;
   if ((r = gn__settle_start(n, err, sizeof err)) < 0) {
@@ -747,6 +760,7 @@ int gn__node_main(int argc, char **argv) {
 
   gn_log(GN_LOG_INFO, "stopped");
   gn__overlay_free(n);
+  gn__nat_free(n);
   n->disc = gn_discovery_free(n->disc);
   n->offers = gn_offer_table_free(n->offers);
   gn__settle_free(n);

@@ -88,6 +88,26 @@ struct gn_node {
   uv_timer_t watchdog;
   struct gn__settle_glue *settle; /* settle.c: vouchers, the outbox and its driver */
   struct gn__overlay *overlay;    /* overlay.c: membership over UDP */
+  struct gn__nat *nat;            /* nat.c: observed addresses, hole punching, relays */
 };
+
+/* nat.c, home networks (docs/nat.md). Started after the overlay (it sends
+ * on the overlay's UDP socket): GN_ENOMEM only. */
+int gn__nat_start(gn_node *n);
+/* GET /v1/nat, POST /v1/nat/punch, /v1/nat/relay and /v1/nat/reserve. */
+void gn__nat_register(gn_node *n);
+/* A session came up: the peer is asked where it sees us. */
+void gn__nat_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *addr);
+/* A NAT_OBSERVED or NAT_PUNCH datagram on the overlay socket, verified. */
+void gn__nat_on_datagram(gn_node *n, const char *from, const gn_envelope *env, uint64_t now_ms);
+/* NAT_PUNCH_REQ and RELAY_* over the session to peer (signer checked). */
+void gn__nat_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
+/* The endpoint of a punched UDP hole to peer (the job network's path). */
+bool gn__nat_punched_addr(gn_node *n, const uint8_t peer[GN_PK_LEN], char *buf, size_t cap);
+void gn__nat_close(gn_node *n);
+void gn__nat_free(gn_node *n);
+/* overlay.c: one datagram, sealed, on the overlay's UDP socket
+ * (GN_ECLOSED without one). */
+int gn__overlay_send(gn_node *n, const char *addr, uint32_t type, const uint8_t *body, size_t len);
 
 #endif

@@ -349,6 +349,12 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
     *(r == GN_ESIG ? &o->st.bad_sig : r == GN_EVERSION ? &o->st.bad_version : &o->st.malformed) += 1;
     return;
   }
+  if (env.type == GN_MSG_NAT_OBSERVED || env.type == GN_MSG_NAT_PUNCH) {
+    char nfrom[GN_SWIM_ADDR_MAX];
+    format_addr(sa, nfrom, sizeof nfrom);
+    gn__nat_on_datagram(o->n, nfrom, &env, now); /* node/nat.c */
+    return;
+  }
   /* Our own key never speaks to us: a datagram of ours sent back is a
    * replay. */
   if (env.type < GN_MSG_SWIM_PING || env.type > GN_MSG_SWIM_NACK || memcmp(env.signer, o->n->id->pk, GN_PK_LEN) == 0) {
@@ -447,6 +453,14 @@ int gn__overlay_start(gn_node *n, char *err, size_t cap) {
   return 0;
 degraded:
   gn_log(GN_LOG_ERROR, "overlay: %s; this node runs without membership (peers and offers still work)", o->error);
+  return 0;
+}
+
+int gn__overlay_send(gn_node *n, const char *addr, uint32_t type, const uint8_t *body, size_t len) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || !o->udp || o->closing)
+    return GN_ECLOSED;
+  io_send(o, addr, type, body, len);
   return 0;
 }
 

@@ -881,3 +881,11 @@ size_t gn_nat_punch_count(const gn_nat *nat) {
     n += nat->punches[i].state != P_FREE;
   return n;
 }
+
+bool gn_nat_seen_addr(const gn_nat *nat, const uint8_t peer[GN_PK_LEN], uint64_t now_ms, char *buf, size_t cap) {
+  const seen *s = seen_get(nat, peer, now_ms);
+  if (!s || !buf)
+    return false;
+  naddr_format(&s->at, buf, cap);
+  return true;
+}

@@ -7,6 +7,7 @@
 #include <gpunet/ratelimit.h>
 
 #include <stdio.h>
+#include <unistd.h>
 
 #include "rateclass.h"
 #include "session.h"
@@ -1213,4 +1214,38 @@ void gn_transport_close(gn_transport *t, void (*cb)(void *ud), void *ud) {
   if (t->listener)
     gn_uv_close_free((uv_handle_t *)t->listener, handle_freed, t);
   gn_uv_close_free((uv_handle_t *)t->timer, handle_freed, t);
+}
+
+/* A relay's splice (docs/nat.md) is a TCP connection this node made, to
+ * the relay, that another node's bytes come through: after the token
+ * exchange it carries an ordinary session, so it is taken up like a dial
+ * (counted as ours, never as accepted), with the key it must prove. */
+int gn_transport_adopt(gn_transport *t, uv_os_sock_t fd, bool initiator, const uint8_t expect[GN_PK_LEN]) {
+  conn *c = NULL;
+  int r;
+  if (t->closing || !expect) {
+    close(fd);
+    return t->closing ? GN_ECLOSED : GN_EINVAL;
+  }
+  if ((r = conn_new(t, initiator, NULL, &c)) < 0) {
+    close(fd);
+    return r;
+  }
+  c->has_expect = true;
+  memcpy(c->expect, expect, GN_PK_LEN);
+  if ((r = uv_tcp_open(c->tcp, fd)) < 0) {
+    close(fd);
+    conn_close(c, r);
+    return r;
+  }
+  remote_learn(c->tcp, &c->r);
+  r = conn_start_reading(c);
+  if (r == 0 && initiator)
+    r = gn__session_start(c->s);
+  if (r < 0) {
+    conn_close(c, r);
+    return r;
+  }
+  conn_flush(c);
+  return 0;
 }

@@ -162,6 +162,10 @@ bool gn_nat_outside_host(const gn_nat *nat, uint64_t now_ms, char *buf, size_t c
 size_t gn_nat_observation_count(const gn_nat *nat, uint64_t now_ms);
 /* The endpoint of an established hole to peer (true), else false. */
 bool gn_nat_punched_addr(const gn_nat *nat, const uint8_t peer[GN_PK_LEN], uint64_t now_ms, char *buf, size_t cap);
+/* Where peer's datagrams came from when it last asked us where we see it
+ * (within GN_NAT_SEEN_TTL_MS): a relay counts its reservation against that
+ * address's network. */
+bool gn_nat_seen_addr(const gn_nat *nat, const uint8_t peer[GN_PK_LEN], uint64_t now_ms, char *buf, size_t cap);
 /* Punches in the table (in progress and established). */
 size_t gn_nat_punch_count(const gn_nat *nat);
 void gn_nat_stats_get(const gn_nat *nat, gn_nat_stats *ret);

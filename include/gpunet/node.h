@@ -154,6 +154,12 @@ typedef struct gn_config {
   /* Membership over UDP on the listen address (node/overlay.c): default
    * on; off for a node alone or where UDP cannot pass (`overlay = off`). */
   bool overlay;
+  /* A volunteer relay for peers behind NAT (node/nat.c, docs/nat.md):
+   * `relay = on` (default off); pairs relayed at once, and bytes a second
+   * through one pair and through all of them. */
+  bool relay;
+  uint32_t relay_sessions;
+  uint64_t relay_pair_rate, relay_total_rate;
   /* What peers may make this node hold, and how long it waits for them
    * (docs/overlay/limits.md): one key each (the field's name; flags with
    * dashes), defaults as gn_config_defaults sets them. */

@@ -142,4 +142,11 @@ size_t gn_transport_peer_count(const gn_transport *t);
  * after which the transport is freed. */
 void gn_transport_close(gn_transport *t, void (*cb)(void *ud), void *ud);
 
+/* Takes up fd, a connected TCP socket this node made (a relay's splice,
+ * docs/nat.md), as a session: initiator true runs the handshake as the
+ * dialler. The peer must prove expect's key (else it is refused as for
+ * gn_transport_connect_peer); on_peer_up follows on success. The fd is the
+ * transport's from the call on, closed on failure too. */
+int gn_transport_adopt(gn_transport *t, uv_os_sock_t fd, bool initiator, const uint8_t expect[GN_PK_LEN]);
+
 #endif
