@@ -9,9 +9,9 @@
 #include <stddef.h>
 
 #define SW_NONE UINT32_MAX
-#define SW_K_EXPECTED 3      /* confirmations a suspicion expects (Lifeguard's k) */
-#define SW_CONF_MAX 4        /* the suspicion's origin and up to k confirmers */
+#define SW_CONF_MAX 4        /* the suspicion's origin and up to k confirmers (k at most 3) */
 #define SW_HELPERS_MAX 8     /* indirect_k is capped at this */
+#define SW_GOSSIP_MAX 16     /* gossip_nodes is at most this */
 #define SW_RELAYS_MAX 16     /* ping-req relays in flight, in total */
 #define SW_RELAYS_PER_PEER 2 /* ... and per requester */
 #define SW_SENT_RING 64      /* pings and ping-reqs whose answers we still accept */
@@ -46,6 +46,7 @@ typedef struct sw_node {
   uint64_t susp_start_ms;
   uint32_t susp_min_ms, susp_max_ms;
   uint8_t susp_k, susp_n;
+  uint64_t notice_ms; /* our own suspicion: when to ping the suspect again with it (0: never) */
   uint64_t susp_conf[SW_CONF_MAX];
 } sw_node;
 
@@ -136,6 +137,7 @@ struct gn_swim {
     bool nacked[SW_HELPERS_MAX];
   } probe;
   uint64_t next_probe_ms;
+  uint64_t next_gossip_ms; /* the next gossip round, when there is news to send */
   uint64_t refute_ping_ms; /* no ping to an accuser before this */
   uint32_t probe_ticks;
   sw_sent sent[SW_SENT_RING];
@@ -511,6 +513,8 @@ static uint64_t susp_deadline(const sw_node *n) {
 
 static void susp_arm(gn_swim *s, const sw_node *n) {
   uint64_t d = susp_deadline(n);
+  if (n->notice_ms && n->notice_ms < d)
+    d = n->notice_ms;
   if (d < s->next_susp_ms)
     s->next_susp_ms = d;
 }
@@ -520,7 +524,10 @@ static void suspect(gn_swim *s, uint32_t slot, uint32_t inc, const uint8_t origi
                     bool local) {
   sw_node *n = &s->nodes[slot];
   uint32_t nn = est_n(s);
-  uint32_t k = SW_K_EXPECTED;
+  /* memberlist's k: the suspicion multiplier less 2 (2 with the defaults). */
+  uint32_t k = s->cfg.suspicion_alpha > 2 ? s->cfg.suspicion_alpha - 2 : 0;
+  if (k > SW_CONF_MAX - 1)
+    k = SW_CONF_MAX - 1;
   /* Without enough other members to confirm it, expect no confirmation:
    * the timeout is then the minimum (memberlist's rule; n counts this node
    * and the suspect). */
@@ -540,6 +547,7 @@ static void suspect(gn_swim *s, uint32_t slot, uint32_t inc, const uint8_t origi
   n->susp_k = (uint8_t)k;
   n->susp_n = 0;
   n->susp_start_ms = now;
+  n->notice_ms = 0;
   memset(n->susp_conf, 0, sizeof n->susp_conf);
   n->susp_conf[0] = sw_hash(s, origin);
   memcpy(n->by, origin, GN_PK_LEN);
@@ -601,22 +609,31 @@ static void remove_member(gn_swim *s, uint32_t slot) {
 enum { SRC_HEARSAY, SRC_SELF, SRC_CALLER };
 
 /* When the table is full, a newcomer heard from directly may take the place
- * of a member that never answered our ping and is left, dead or suspect;
- * one our caller adds may also take that of a live one only known by
- * hearsay. A node speaking for itself does not displace a live member:
- * with tables smaller than the network every node is pinged by many that
- * it does not keep, and each would push out another, announced as joining
- * again and again. */
+ * of a member that never answered our ping and is left or dead, once its
+ * record has been passed on (until then we are one of the few that spread
+ * it: an evicted death stops travelling); one our caller adds may also take
+ * that of a live one only known by hearsay. A suspect is not evicted: its
+ * holders are the ones that confirm, time out and spread the death. A node
+ * speaking for itself does not displace a live member: with tables smaller
+ * than the network every node is pinged by many that it does not keep, and
+ * each would push out another, announced as joining again and again. */
 static uint32_t eviction_victim(const gn_swim *s, int src) {
-  static const uint8_t pref[4] = {GN_SWIM_LEFT, GN_SWIM_DEAD, GN_SWIM_SUSPECT, GN_SWIM_ALIVE};
+  static const uint8_t pref[2] = {GN_SWIM_LEFT, GN_SWIM_DEAD};
   if (!s->unverified || src == SRC_HEARSAY)
     return SW_NONE;
-  for (int p = 0; p < (src == SRC_CALLER ? 4 : 3); p++)
-    for (uint32_t i = 1; i < s->hi; i++) {
-      const sw_node *n = &s->nodes[i];
-      if (n->used && !n->ghost && !n->verified && n->state == pref[p] && !(n->state == GN_SWIM_ALIVE && n->direct))
-        return i;
+  for (int p = 0; p < 2; p++)
+    for (uint32_t i = 0; i < s->dead.n; i++) {
+      const sw_node *n = &s->nodes[s->dead.a[i]];
+      if (!n->verified && n->state == pref[p] && n->q_bucket == SW_NONE)
+        return s->dead.a[i];
     }
+  if (src != SRC_CALLER)
+    return SW_NONE;
+  for (uint32_t i = 1; i < s->hi; i++) {
+    const sw_node *n = &s->nodes[i];
+    if (n->used && !n->ghost && !n->verified && n->state == GN_SWIM_ALIVE && !n->direct)
+      return i;
+  }
   return SW_NONE;
 }
 
@@ -1385,6 +1402,13 @@ static void send_ping_reqs(gn_swim *s) {
   if (target == SW_NONE || s->order.n == 0)
     return;
   const char *taddr = s->nodes[target].addr;
+  /* A second direct ping with the probe's seq (memberlist sends a TCP ping
+   * beside the indirect ones): under loss, one lost datagram of the first
+   * exchange no longer makes the probe depend on the helpers alone. */
+  sent_record(s, s->probe.seq, s->probe.id, s->probe.id, false);
+  sw_out retry = {.type = GN_MSG_SWIM_PING, .seq = s->probe.seq, .to = s->probe.id};
+  retry.more = !s->left && room_for(s, SRC_HEARSAY);
+  send_body(s, taddr, s->probe.id, &retry);
   /* Walk the shuffled order from a random place: k random live helpers. */
   uint32_t start = sw_below(s, s->order.n);
   for (uint32_t i = 0; i < s->order.n && s->probe.nhelpers < k; i++) {
@@ -1424,6 +1448,15 @@ static void probe_failed(gn_swim *s, uint64_t now) {
     return;
   s->stats.suspicions_local++;
   suspect(s, slot, s->nodes[slot].inc, s->nodes[0].id, now, true);
+  /* Tell the suspect at once (its record rides first, buddy system), and
+   * again every other probe interval while we suspect it: if it is alive
+   * after all, its answer carries the refutation straight back to a node
+   * whose timer surely runs, instead of waiting for gossip to reach it (it
+   * may have been cut off when the suspicion was gossiped) and for its
+   * refutation to come back. */
+  send_ping(s, s->nodes[slot].addr, s->nodes[slot].id, new_seq(s));
+  s->nodes[slot].notice_ms = now + 2 * (uint64_t)s->cfg.probe_interval_ms;
+  susp_arm(s, &s->nodes[slot]);
 }
 
 static void probe_start(gn_swim *s, uint64_t now) {
@@ -1478,10 +1511,18 @@ static void check_suspicions(gn_swim *s, uint64_t now) {
       s->stats.deaths_local++;
       memcpy(n->by, s->nodes[0].id, GN_PK_LEN);
       n->has_by = true;
+      n->notice_ms = 0;
       set_state(s, i, GN_SWIM_DEAD, n->inc, now, true);
-    } else if (d < s->next_susp_ms) {
-      s->next_susp_ms = d;
+      continue;
     }
+    if (n->notice_ms && n->notice_ms <= now) {
+      n->notice_ms = now + 2 * (uint64_t)s->cfg.probe_interval_ms;
+      send_ping(s, n->addr, n->id, new_seq(s));
+    }
+    if (n->notice_ms && n->notice_ms < d)
+      d = n->notice_ms;
+    if (d < s->next_susp_ms)
+      s->next_susp_ms = d;
   }
 }
 
@@ -1516,6 +1557,32 @@ static uint32_t leave_tell(gn_swim *s) {
   return told;
 }
 
+/* memberlist's gossip: every gossip interval, while there are records to
+ * send, ping gossip_nodes random live members with them. Probes alone carry
+ * about two bodies a second per node, too few to spread news in a few
+ * seconds; the answers carry the receivers' own news back. Nothing is sent
+ * when the queue is empty, so a quiet network costs only its probes. */
+static void gossip_round(gn_swim *s) {
+  /* With nothing to send, one member is pinged all the same: its answer
+   * brings its news (pull). With tables smaller than the network some
+   * nodes are held by few others and so pushed to rarely; pulling, they
+   * still hear what is spreading. */
+  uint32_t k = s->q_len > 0 ? s->cfg.gossip_nodes : 1, n = s->order.n, sent = 0;
+  uint32_t picked[SW_GOSSIP_MAX];
+  for (uint32_t tries = 0; tries < 4 * k && sent < k && n > 0; tries++) {
+    uint32_t slot = s->order.a[sw_below(s, n)];
+    bool dup = false;
+    for (uint32_t i = 0; i < sent; i++)
+      dup |= picked[i] == slot;
+    if (dup || s->nodes[slot].state != GN_SWIM_ALIVE)
+      continue;
+    picked[sent++] = slot;
+    send_ping(s, s->nodes[slot].addr, s->nodes[slot].id, new_seq(s));
+    if (s->q_len == 0)
+      break;
+  }
+}
+
 void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
   if (!s)
     return;
@@ -1547,12 +1614,18 @@ void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
       probe_start(s, now_ms);
     }
   }
+  if (s->cfg.gossip_interval_ms && !s->left && now_ms >= s->next_gossip_ms) {
+    s->next_gossip_ms = now_ms + s->cfg.gossip_interval_ms;
+    gossip_round(s);
+  }
 }
 
 uint64_t gn_swim_next_deadline_ms(const gn_swim *s) {
   if (!s)
     return UINT64_MAX;
   uint64_t d = s->next_probe_ms;
+  if (s->cfg.gossip_interval_ms && !s->left && s->next_gossip_ms < d)
+    d = s->next_gossip_ms;
   if (s->probe.active) {
     uint64_t p = s->probe.indirect ? s->probe.end_ms : s->probe.req_ms;
     if (p < d)
@@ -1578,13 +1651,15 @@ void gn_swim_config_default(gn_swim_config *cfg) {
       .probe_interval_ms = 1000,
       .probe_timeout_ms = 500,
       .indirect_k = 3,
-      .suspicion_alpha = 5,
+      .suspicion_alpha = 4,
       .suspicion_beta = 6,
       .retransmit_mult = 4,
       .awareness_max = 8,
       .max_members = 4096,
       .max_datagram = 1200,
       .dead_keep_ms = 90000,
+      .gossip_interval_ms = 200,
+      .gossip_nodes = 3,
   };
 }
 
@@ -1593,7 +1668,8 @@ static bool config_valid(const gn_swim_config *c) {
          c->probe_timeout_ms <= c->probe_interval_ms && c->indirect_k <= 64 && c->suspicion_alpha >= 1 &&
          c->suspicion_alpha <= 1000 && c->suspicion_beta >= 1 && c->suspicion_beta <= 1000 && c->retransmit_mult >= 1 &&
          c->retransmit_mult <= 100 && c->awareness_max <= 64 && c->max_members >= 1 && c->max_members <= (1u << 24) &&
-         c->max_datagram >= 256 && c->max_datagram <= GN_SWIM_BODY_MAX && c->dead_keep_ms <= 86400000u;
+         c->max_datagram >= 256 && c->max_datagram <= GN_SWIM_BODY_MAX && c->dead_keep_ms <= 86400000u &&
+         c->gossip_interval_ms <= 3600000 && c->gossip_nodes <= SW_GOSSIP_MAX;
 }
 
 int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const gn_swim_config *cfg,

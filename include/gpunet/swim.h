@@ -22,16 +22,18 @@
 typedef struct gn_swim gn_swim;
 
 typedef struct gn_swim_config {
-  uint32_t probe_interval_ms; /* one probe per interval (1000) */
-  uint32_t probe_timeout_ms;  /* direct ack wait before ping-req (500) */
-  uint32_t indirect_k;        /* helpers asked by ping-req (3) */
-  uint32_t suspicion_alpha;   /* min suspicion = alpha * log10(n) * interval (5) */
-  uint32_t suspicion_beta;    /* max suspicion = beta * min (6) */
-  uint32_t retransmit_mult;   /* an update rides lambda * log10(n+1) messages (4) */
-  uint32_t awareness_max;     /* Lifeguard local health saturation (8) */
-  uint32_t max_members;       /* members kept (4096); more are not remembered */
-  uint32_t max_datagram;      /* body bytes per datagram, piggyback included (1200) */
-  uint32_t dead_keep_ms;      /* dead records kept to answer stale gossip (90000) */
+  uint32_t probe_interval_ms;  /* one probe per interval (1000) */
+  uint32_t probe_timeout_ms;   /* direct ack wait before ping-req (500) */
+  uint32_t indirect_k;         /* helpers asked by ping-req (3) */
+  uint32_t suspicion_alpha;    /* min suspicion = alpha * log10(n) * interval (4); expects alpha - 2 confirmations */
+  uint32_t suspicion_beta;     /* max suspicion = beta * min (6) */
+  uint32_t retransmit_mult;    /* an update rides lambda * log10(n+1) messages (4) */
+  uint32_t awareness_max;      /* Lifeguard local health saturation (8) */
+  uint32_t max_members;        /* members kept (4096); more are not remembered */
+  uint32_t max_datagram;       /* body bytes per datagram, piggyback included (1200) */
+  uint32_t dead_keep_ms;       /* dead records kept to answer stale gossip (90000) */
+  uint32_t gossip_interval_ms; /* while there is news, a gossip round this often (200; 0: none) */
+  uint32_t gossip_nodes;       /* members pinged by a gossip round (3, at most 16) */
 } gn_swim_config;
 
 /* Fills cfg with the defaults above. */

@@ -556,7 +556,7 @@ static void test_confirmations_shorten_suspicion(void **state) {
   peer_addr(1, xa);
   for (uint32_t i = 0; i < 4; i++)
     mkid(by[i], 2 + i);
-  /* n = 9 (8 members and itself): min 5 s, max 30 s, k = 3. */
+  /* n = 9 (8 members and itself): min 4 s, max 24 s, k = 2. */
   solo_new(a, NULL, 7);
   solo_new(b, NULL, 7);
   solo_add_peers(a, 1, 8);
@@ -564,18 +564,18 @@ static void test_confirmations_shorten_suspicion(void **state) {
   tupd u = {.id = x, .addr = xa, .inc = 0, .st = GN_SWIM_SUSPECT, .by = by[0]};
   assert_int_equal(solo_ping_from(a, 2, 0, &u, 1, 0), 0);
   assert_int_equal(solo_ping_from(b, 2, 0, &u, 1, 0), 0);
-  /* b hears three more, independent accusers at the same incarnation; a
-   * repeated accuser does not count twice. */
+  /* b hears three more, independent accusers at the same incarnation (two
+   * count: k = 2); a repeated accuser does not count twice. */
   assert_int_equal(solo_ping_from(b, 2, 0, &u, 1, 0), 0);
   for (uint32_t i = 1; i < 4; i++) {
     u.by = by[i];
     assert_int_equal(solo_ping_from(b, 2 + i, 0, &u, 1, 0), 0);
   }
   uint64_t ta = solo_time_to_dead(a, 0, 60000), tb = solo_time_to_dead(b, 0, 60000);
-  assert_true(tb >= 5000 && tb <= 5010);
+  assert_true(tb >= 4000 && tb <= 4010);
   /* a's only possible confirmation is its own failed probe of x: at least
-   * max - (max - min) / 2 = 17.5 s. */
-  assert_true(ta >= 17500 && ta <= 30010);
+   * max - (max - min) ln 2 / ln 3 = 11.4 s. */
+  assert_true(ta >= 11300 && ta <= 24010);
   a->s = gn_swim_free(a->s);
   b->s = gn_swim_free(b->s);
   free(a);
@@ -799,7 +799,8 @@ static void test_ack_with_unknown_seq_or_signer_ignored(void **state) {
   solo_new(a, NULL, 12);
   solo_add_peers(a, 1, 2);
   gn_swim_tick(a->s, 0);
-  assert_int_equal(a->nout, 1);
+  /* The probe's ping first, then a gossip round's (our own join is news). */
+  assert_true(a->nout >= 1);
   assert_int_equal(a->out[0].type, GN_MSG_SWIM_PING);
   uint32_t target = strcmp(a->out[0].to, "10.8.0.1:7946") == 0 ? 1 : 2, other = 3 - target;
   uint64_t seq = body_seq(a->out[0].body, a->out[0].len);
