@@ -547,7 +547,12 @@ static void suspect(gn_swim *s, uint32_t slot, uint32_t inc, const uint8_t origi
   n->susp_k = (uint8_t)k;
   n->susp_n = 0;
   n->susp_start_ms = now;
-  n->notice_ms = 0;
+  /* A suspicion heard from others: we ping the suspect ourselves once,
+   * between a quarter and half of the shortest timeout (spread, so that its
+   * holders do not all ping it at once), and then as the accuser does: a
+   * holder the refutation's gossip missed still hears it before its own
+   * timer runs out. (The accuser's own schedule is set by probe_failed.) */
+  n->notice_ms = now + n->susp_min_ms / 4 + sw_below(s, n->susp_min_ms / 4 + 1);
   memset(n->susp_conf, 0, sizeof n->susp_conf);
   n->susp_conf[0] = sw_hash(s, origin);
   memcpy(n->by, origin, GN_PK_LEN);
