@@ -257,8 +257,16 @@ static void splice_join(sconn *a, sconn *b) {
     return splice_close(a);
   if (b->held.len && splice_send(a, (const char *)b->held.data, b->held.len) < 0)
     return splice_close(a);
+  /* What was held counts against the pair's budget like any byte. */
+  uint64_t now = gn_mono_ms();
+  uint64_t wait = gn_relay_pair_charge(a->g->relay, a->pair, a->held.len + b->held.len, now);
   gn_buf_done(&a->held);
   gn_buf_done(&b->held);
+  if (wait) {
+    a->resume_ms = b->resume_ms = now + wait;
+    arm(a->g);
+    return;
+  }
   splice_read_start(a);
   splice_read_start(b);
 }
@@ -311,8 +319,12 @@ static void splice_on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) 
     splice_close(s);
     return;
   }
-  if (!gn_relay_pair_ready(g->relay, s->pair))
+  if (!gn_relay_pair_ready(g->relay, s->pair)) {
+    /* Nothing more is read before the other side is here: what the peer
+     * sends meanwhile waits in the kernel's buffers, not in ours. */
+    splice_read_stop(s);
     return;
+  }
   for (sconn *o = g->splices; o; o = o->next)
     if (o != s && o->claimed && !o->other && !o->closing && o->pair == s->pair) {
       splice_join(s, o);
