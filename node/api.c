@@ -141,14 +141,17 @@ static void api_offers(gn_ctl_req *req, void *ud) {
 static void api_peers(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   json_t *arr = json_array();
-  for (size_t i = 0; i < n->peer_count; i++) {
+  for (size_t i = 0; i < gn_peertab_count(n->peertab); i++) {
+    const gn_peertab_entry *e = gn_peertab_at(n->peertab, i);
+    if (!e->up)
+      continue; /* sessions up only: the table also keeps peers heard of */
     char id[GN_NODE_ID_STRLEN];
-    gn_node_id_format(n->peers[i].id, id);
-    json_t *p = json_pack("{s:s, s:s}", "node_id", id, "addr", n->peers[i].addr);
-    const char *membership = gn__overlay_member_state(n, n->peers[i].id);
+    gn_node_id_format(e->id, id);
+    json_t *p = json_pack("{s:s, s:s, s:b}", "node_id", id, "addr", e->addr, "inbound", e->inbound);
+    const char *membership = gn__overlay_member_state(n, e->id);
     if (p && membership)
       json_object_set_new(p, "membership", json_string(membership));
-    const char *view = gn__overlay_view_of(n, n->peers[i].id);
+    const char *view = gn__overlay_view_of(n, e->id);
     if (p && view)
       json_object_set_new(p, "view", json_string(view));
     json_array_append_new(arr, p);

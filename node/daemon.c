@@ -307,11 +307,10 @@ static void on_peer_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const cha
   char id[GN_NODE_ID_STRLEN];
   gn_node_id_format(peer, id);
   gn_log_ratelimited("peer-up", GN_LOG_INFO, "peer up %s at %s", id, addr && addr[0] ? addr : "(no listen address)");
-  if (n->peer_count < GN_ARRAY_SIZE(n->peers)) {
-    memcpy(n->peers[n->peer_count].id, peer, GN_PK_LEN);
-    gn__strf(n->peers[n->peer_count].addr, sizeof n->peers[0].addr, "%s", addr ? addr : "");
-    n->peer_count++;
-  }
+  gn_transport_peer_info in = {0};
+  gn_transport_get_peer_info(n->tp, peer, &in);
+  if (gn_peertab_session_up(n->peertab, peer, addr, in.inbound, gn_mono_ms()) < 0)
+    gn_log_ratelimited("peertab", GN_LOG_WARN, "the peer table has no room for %s: every entry holds a session", id);
   gn_discovery_peer_up(n->disc, peer, addr, gn_unix_s());
   gn__overlay_peer_up(n, peer, addr);
   gn__nat_peer_up(n, peer, addr);
@@ -326,12 +325,15 @@ static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *u
   char id[GN_NODE_ID_STRLEN];
   gn_node_id_format(peer, id);
   gn_log_ratelimited("peer-down", GN_LOG_INFO, "peer down %s", id);
-  for (size_t i = 0; i < n->peer_count; i++)
-    if (memcmp(n->peers[i].id, peer, GN_PK_LEN) == 0) {
-      n->peers[i] = n->peers[--n->peer_count];
-      break;
-    }
+  gn_peertab_session_down(n->peertab, peer, gn_mono_ms());
   gn_discovery_peer_down(n->disc, peer, gn_unix_s());
+  /* With partial views discovery keeps the offers of a closed session (the
+   * views close sessions of live peers); a member the membership already
+   * holds dead or gone loses them now, as its death kept them for the
+   * session's sake (node/overlay.c). */
+  const char *ms = gn__overlay_member_state(n, peer);
+  if (ms && (strcmp(ms, "dead") == 0 || strcmp(ms, "left") == 0))
+    gn_offer_table_remove_provider(n->offers, peer);
   gn__provider_peer_down(n, peer);
   gn__requester_peer_down(n, peer);
   gn__overlay_peer_down(n, peer);
@@ -422,6 +424,75 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   }
 }
 
+/* --- sessions nobody needs ------------------------------------------------*/
+
+/* A session still counts as in use this long after its last lease, job,
+ * billing, attestation or round-trip message either way: an exchange may
+ * pause while one side computes (a memory walk, an image pull). */
+#define GN_SESSION_USE_HOLD_MS 120000
+/* ... and this long after a lease with its peer ended (the final invoice,
+ * vouchers, the job's /output fetched afterwards). */
+#define GN_SESSION_LEASE_HOLD_S 600
+
+/* Whether anything of this node rides on the session to peer: a lease (any
+ * role, a training gang's ranks included) not ended long ago or whose final
+ * invoice is not answered, a control request waiting for the peer, bytes
+ * still queued to it, or a message of its own (not the overlay's upkeep)
+ * recently: a negotiation, an attestation exchange, job logs, round trips. */
+static bool session_in_use(gn_node *n, const uint8_t peer[GN_PK_LEN], int64_t now_s) {
+  for (const gn_lease *l = n->leases; l; l = l->next)
+    if (memcmp(l->peer, peer, GN_PK_LEN) == 0 &&
+        (l->state != GN_LEASE_ENDED || !l->invoice_done || l->end_s + GN_SESSION_LEASE_HOLD_S > now_s))
+      return true;
+  for (const gn_pending *p = n->pending; p; p = p->next)
+    if (p->kind != GN_PENDING_LOGS && memcmp(p->peer, peer, GN_PK_LEN) == 0)
+      return true;
+  gn_transport_peer_info in;
+  if (gn_transport_get_peer_info(n->tp, peer, &in) < 0)
+    return false;
+  return in.queued > 0 || (in.used && in.use_idle_ms < GN_SESSION_USE_HOLD_MS);
+}
+
+/* With partial views, a session is wanted while its peer is in the active
+ * view; one that is not, and carries nothing of ours, is closed once the
+ * peer table's grace (30 s) has passed, so that sessions per node stay near
+ * the active view's size whatever the size of the network. Without views
+ * every session is kept (offers go to every peer). Once a second. */
+static void sweep_sessions(gn_node *n, uint64_t now_ms, int64_t now_s) {
+  static uint8_t ids[512][GN_PK_LEN];
+  if (!n->tp || !n->peertab || n->stopping || !gn__overlay_view_of(n, n->id->pk))
+    return;
+  size_t k = gn_transport_peers(n->tp, ids, GN_ARRAY_SIZE(ids));
+  for (size_t i = 0; i < k && i < GN_ARRAY_SIZE(ids); i++) {
+    const char *view = gn__overlay_view_of(n, ids[i]);
+    gn_peertab_set_wanted(n->peertab, ids[i], view && strcmp(view, "active") == 0, now_ms);
+    if (session_in_use(n, ids[i], now_s))
+      gn_peertab_mark_busy(n->peertab, ids[i], now_ms);
+  }
+  k = gn_peertab_to_close(n->peertab, now_ms, ids, GN_ARRAY_SIZE(ids));
+  for (size_t i = 0; i < k && i < GN_ARRAY_SIZE(ids); i++) {
+    /* Looked at again: past 512 sessions the loop above saw only some. */
+    const char *view = gn__overlay_view_of(n, ids[i]);
+    if ((view && strcmp(view, "active") == 0) || session_in_use(n, ids[i], now_s)) {
+      gn_peertab_mark_busy(n->peertab, ids[i], now_ms);
+      continue;
+    }
+    char id[GN_NODE_ID_STRLEN];
+    gn_node_id_format(ids[i], id);
+    gn_log_ratelimited("session-closed", GN_LOG_DEBUG, "closing the session to %s: idle and not in the active view",
+                       id);
+    gn_transport_close_peer(n->tp, ids[i], "closed: idle and not in the active view");
+  }
+}
+
+/* A PEERS entry: into the peer table and the views' passive view, which
+ * dial it when they need a neighbour. */
+static void disc_heard(void *ud, const uint8_t id[GN_PK_LEN], const char *addr) {
+  gn_node *n = ud;
+  if (gn_peertab_heard(n->peertab, id, addr, GN_PEER_HEARSAY, gn_mono_ms()) >= 0)
+    gn__overlay_heard(n, id, addr);
+}
+
 /* --- timers, signals, shutdown --------------------------------------------*/
 
 /* The offer table's standing of a provider (gn_offer_table_set_standing):
@@ -451,6 +522,11 @@ static void on_tick(uv_timer_t *t) {
   gn__requester_tick(n, now_ms, now_s);
   pending_expire(n, now_ms);
   gn__attest_tick(n, now_ms);
+  static int64_t last_sweep;
+  if (now_s != last_sweep) {
+    last_sweep = now_s;
+    sweep_sessions(n, now_ms, now_s);
+  }
   static int64_t last_save;
   if (now_s - last_save >= 30) {
     last_save = now_s;
@@ -679,6 +755,10 @@ int gn__node_main(int argc, char **argv) {
   }
   gn_transport_set_refused_cb(n->tp, on_refused);
   gn_transport_set_limit_cb(n->tp, on_limit);
+  if ((r = gn_peertab_new(NULL, &n->peertab)) < 0) {
+    fprintf(stderr, "gpunetd: cannot make the peer table: %s\n", gn_strerror(r));
+    return 1;
+  }
   gn_discovery_io io = {disc_send, disc_connect, n};
   if ((r = gn_discovery_new(n->id, &io, n->offers, &n->disc)) < 0) {
     fprintf(stderr, "gpunetd: cannot start discovery: %s\n", gn_strerror(r));
@@ -708,6 +788,10 @@ int gn__node_main(int argc, char **argv) {
     fprintf(stderr, "gpunetd: cannot start NAT traversal: %s\n", gn_strerror(r));
     return 1;
   }
+  /* With partial views, PEERS entries feed the peer table and the passive
+   * view instead of being dialled. */
+  if (gn__overlay_view_of(n, n->id->pk))
+    gn_discovery_set_heard(n->disc, disc_heard);
 
   gn__pathf(path, sizeof path, "%s/gpunetd.sock", n->cfg.data_dir);
   if ((r = gn_ctl_new(n->loop, path, &n->ctl)) < 0) {
@@ -762,6 +846,7 @@ int gn__node_main(int argc, char **argv) {
   gn__overlay_free(n);
   gn__nat_free(n);
   n->disc = gn_discovery_free(n->disc);
+  n->peertab = gn_peertab_free(n->peertab);
   n->offers = gn_offer_table_free(n->offers);
   gn__settle_free(n);
   n->ledger = gn_ledger_free(n->ledger);

@@ -14,6 +14,7 @@
 #include <gpunet/identity.h>
 #include <gpunet/node.h>
 #include <gpunet/offer.h>
+#include <gpunet/peertab.h>
 #include <gpunet/sandbox.h>
 #include <gpunet/transport.h>
 #include <sqlite3.h>
@@ -52,11 +53,8 @@ struct gn_node {
    * routed by requester.c) is the provider's. NULL: nothing is done. */
   void (*job_changed)(gn_node *n, const gn_job *j);
   void (*stop_provided_job)(gn_node *n, gn_job *j);
-  struct gn_peer_rec {
-    uint8_t id[GN_PK_LEN];
-    char addr[64];
-  } peers[256];
-  size_t peer_count;
+  /* The one table of known peers: sessions up, dialled, heard of (p2p/peertab.c). */
+  gn_peertab *peertab;
   struct gn__attest_glue *attest; /* attest_net.c: the agent, its slots' copies, waiting verifications */
   uv_timer_t tick_timer;
   uv_signal_t sig_int, sig_term;

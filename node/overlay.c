@@ -203,6 +203,8 @@ static void io_event(void *ud, const gn_swim_event *ev) {
      * node whose contacts are gone can still refill its active view. */
     if (o->views && !o->leaving)
       gn_views_add_passive(o->views, m->id, m->addr, gn_mono_ms());
+    if (n->peertab)
+      gn_peertab_heard(n->peertab, m->id, m->addr, GN_PEER_HEARSAY, gn_mono_ms());
     return;
   case GN_SWIM_EV_SUSPECT:
     ov_log(o, GN_LOG_INFO, "overlay: %s is suspect (incarnation %u, %s)", id, inc,
@@ -251,6 +253,14 @@ static void views_connect(void *ud, const uint8_t peer[GN_PK_LEN], const char *a
   struct gn__overlay *o = ud;
   if (o->n->tp && !o->leaving)
     gn_transport_connect_peer(o->n->tp, addr, peer);
+}
+
+/* The views no longer need the session: the peer table lets it close
+ * sooner, when nothing else uses it (daemon.c's sweep closes it). */
+static void views_disconnect(void *ud, const uint8_t peer[GN_PK_LEN]) {
+  struct gn__overlay *o = ud;
+  if (o->n->peertab)
+    gn_peertab_release(o->n->peertab, peer, gn_mono_ms());
 }
 
 /* The active view is who discovery pushes offers to. */
@@ -443,7 +453,7 @@ int gn__overlay_start(gn_node *n, char *err, size_t cap) {
     o->swim = gn_swim_free(o->swim);
     goto degraded;
   }
-  gn_views_io vio = {views_send, views_connect, NULL, views_event, o};
+  gn_views_io vio = {views_send, views_connect, views_disconnect, views_event, o};
   if ((r = gn_views_new(n->id->pk, laddr, NULL, &vio, seed ^ 0x9e3779b97f4a7c15ull, now, &o->views)) < 0)
     gn_log(GN_LOG_ERROR, "overlay: no partial views (%s): offers go to every peer", gn_strerror(r));
   else
@@ -478,9 +488,14 @@ void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *
   }
   if (o->views) {
     gn_views_peer_up(o->views, peer, reachable ? addr : "", now);
-    /* A bootstrap node's session proves its key: JOIN through it. */
-    if (reachable && is_bootstrap(n, addr))
+    /* A bootstrap node's session proves its key: JOIN through it, once
+     * (the views rejoin through it themselves when they run empty; a JOIN
+     * on every reconnect would make it evict a member each time). */
+    if (reachable && is_bootstrap(n, addr) && !gn_views_is_contact(o->views, peer)) {
       gn_views_add_contact(o->views, peer, addr, now);
+      if (n->peertab)
+        gn_peertab_heard(n->peertab, peer, addr, GN_PEER_BOOTSTRAP, now);
+    }
   }
   arm(o);
 }
@@ -491,6 +506,13 @@ void gn__overlay_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
     return;
   gn_views_peer_down(o->views, peer, gn_mono_ms());
   arm(o);
+}
+
+void gn__overlay_heard(gn_node *n, const uint8_t id[GN_PK_LEN], const char *addr) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || !o->views || o->leaving || o->closing)
+    return;
+  gn_views_add_passive(o->views, id, addr, gn_mono_ms());
 }
 
 int gn__overlay_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {

@@ -36,6 +36,9 @@ void gn__overlay_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *
 /* A session went down: the partial views drop the peer from their active
  * view. Membership is not told: SWIM finds out on its own. */
 void gn__overlay_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]);
+/* A peer named by another (a PEERS entry): a candidate for the passive
+ * view, as hearsay. */
+void gn__overlay_heard(gn_node *n, const uint8_t id[GN_PK_LEN], const char *addr);
 /* A view message (GN_MSG_VIEW_*) over the session to peer, whose signer the
  * caller checked is peer: gn_views_on_message's code, GN_ESTATE without
  * views. */

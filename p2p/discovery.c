@@ -55,6 +55,7 @@ typedef struct bootstrap {
   char addr[ADDR_LEN];
   int64_t last_s;
   bool tried;
+  bool reached; /* a session to it was up once */
 } bootstrap;
 
 /* An offer (provider, id, seq) or withdrawal (provider, seq) we took, and the
@@ -96,6 +97,7 @@ struct gn_discovery {
   const gn_identity *self;
   gn_discovery_io io;
   gn_discovery_connect_peer_fn connect_peer;
+  gn_discovery_heard_fn heard; /* PEERS entries go there instead of being dialled */
   gn_offer_table *table;
   gn_discovery_config cfg;
   char self_addr[ADDR_LEN];
@@ -201,6 +203,11 @@ void gn_discovery_neighbours_only(gn_discovery *d, bool only) {
 void gn_discovery_set_connect_peer(gn_discovery *d, gn_discovery_connect_peer_fn fn) {
   if (d)
     d->connect_peer = fn;
+}
+
+void gn_discovery_set_heard(gn_discovery *d, gn_discovery_heard_fn fn) {
+  if (d)
+    d->heard = fn;
 }
 
 int gn_discovery_set_self_addr(gn_discovery *d, const char *addr) {
@@ -1030,6 +1037,9 @@ int gn_discovery_peer_up(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const c
     memcpy(p->pk, peer, GN_PK_LEN);
     snprintf(p->addr, sizeof(p->addr), "%s", addr && strlen(addr) < ADDR_LEN ? addr : "");
   }
+  for (size_t i = 0; addr && i < d->nboot; i++)
+    if (strcmp(d->boot[i].addr, addr) == 0)
+      d->boot[i].reached = true;
   gn_buf env = {0};
   int r = peers_message(d, peer, &env);
   if (r == 0)
@@ -1047,8 +1057,12 @@ void gn_discovery_peer_down(gn_discovery *d, const uint8_t peer[GN_PK_LEN], int6
     *p = d->up[d->nup - 1];
     d->nup--;
   }
-  /* Its own offers only: relayed ones stay, their issuers may still be up. */
-  gn_offer_table_remove_provider(d->table, peer);
+  /* Its own offers only: relayed ones stay, their issuers may still be up.
+   * With partial views a session closes when the views no longer want it,
+   * not only when its peer is gone: the membership drops a dead or departed
+   * member's offers then (node/overlay.c). */
+  if (!d->neighbours_only)
+    gn_offer_table_remove_provider(d->table, peer);
 }
 
 static bool recently_dialled(gn_discovery *d, const char *addr, int64_t now_s) {
@@ -1117,6 +1131,19 @@ static int on_peers(gn_discovery *d, const uint8_t peer[GN_PK_LEN], const gn_env
   }
   p->peers_seen = true;
   p->peers_at_s = now_s;
+  if (d->heard) {
+    /* Names only: the peer table and the views decide whom to dial. */
+    for (uint32_t i = 0; i < arr->size; i++) {
+      uint8_t id[GN_PK_LEN];
+      char addr[ADDR_LEN];
+      gn_wire_get_bin_exact(&arr->ptr[i], "id", id, GN_PK_LEN);
+      gn_wire_get_str(&arr->ptr[i], "addr", addr, sizeof(addr));
+      if (addr[0] && memcmp(id, d->self->pk, GN_PK_LEN) != 0 && strcmp(addr, d->self_addr) != 0 && !find_up(d, id))
+        d->heard(d->io.ud, id, addr);
+    }
+    r = 0;
+    goto out;
+  }
   size_t started = 0;
   for (uint32_t i = 0; i < arr->size && started < GN_DISCOVERY_PEERS_DIALS && d->nup < GN_DISCOVERY_MAX_UP; i++) {
     uint8_t id[GN_PK_LEN];
@@ -1208,7 +1235,9 @@ void gn_discovery_tick(gn_discovery *d, int64_t now_s) {
   gn_offer_table_expire(d->table, now_s);
   for (size_t i = 0; i < d->nboot; i++) {
     bootstrap *b = &d->boot[i];
-    if (addr_is_up(d, b->addr) || strcmp(b->addr, d->self_addr) == 0)
+    if (addr_is_up(d, b->addr))
+      b->reached = true;
+    if (addr_is_up(d, b->addr) || strcmp(b->addr, d->self_addr) == 0 || (b->reached && d->neighbours_only))
       continue;
     if (b->tried && now_s - b->last_s < GN_DISCOVERY_BOOTSTRAP_RETRY_S)
       continue;

@@ -15,7 +15,8 @@ struct gn_peertab {
 };
 
 void gn_peertab_config_default(gn_peertab_config *ret_cfg) {
-  *ret_cfg = (gn_peertab_config){.cap = 1024, .grace_ms = 30000, .backoff_ms = 2000, .backoff_max_ms = 300000};
+  *ret_cfg = (gn_peertab_config){
+      .cap = 1024, .grace_ms = 30000, .release_ms = 5000, .backoff_ms = 2000, .backoff_max_ms = 300000};
 }
 
 int gn_peertab_new(const gn_peertab_config *cfg, gn_peertab **ret_pt) {
@@ -26,7 +27,8 @@ int gn_peertab_new(const gn_peertab_config *cfg, gn_peertab **ret_pt) {
     c = *cfg;
   else
     gn_peertab_config_default(&c);
-  if (!c.cap || c.cap > GN_PEERTAB_CAP_MAX || !c.grace_ms || !c.backoff_ms || c.backoff_max_ms < c.backoff_ms)
+  if (!c.cap || c.cap > GN_PEERTAB_CAP_MAX || !c.grace_ms || !c.release_ms || c.release_ms > c.grace_ms ||
+      !c.backoff_ms || c.backoff_max_ms < c.backoff_ms)
     return GN_EINVAL;
   gn_peertab *pt = calloc(1, sizeof(*pt) + c.cap * sizeof(pt->e[0]));
   if (!pt)
@@ -117,7 +119,7 @@ int gn_peertab_session_up(gn_peertab *pt, const uint8_t id[GN_PK_LEN], const cha
   e->inbound = inbound;
   e->wanted = false;
   e->last_seen_ms = e->up_since_ms = e->unwanted_since_ms = now_ms;
-  e->busy_ms = 0;
+  e->busy_ms = e->released_ms = 0;
   e->failures = 0;
   e->backoff_until_ms = 0;
   return 0;
@@ -137,7 +139,20 @@ void gn_peertab_set_wanted(gn_peertab *pt, const uint8_t id[GN_PK_LEN], bool wan
     return;
   if (e->wanted && !wanted)
     e->unwanted_since_ms = now_ms;
+  if (wanted)
+    e->released_ms = 0;
   e->wanted = wanted;
+}
+
+void gn_peertab_release(gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64_t now_ms) {
+  gn_peertab_entry *e = pt && id ? find(pt, id) : NULL;
+  if (!e || !e->up)
+    return;
+  if (e->wanted) {
+    e->wanted = false;
+    e->unwanted_since_ms = now_ms;
+  }
+  e->released_ms = now_ms ? now_ms : 1;
 }
 
 void gn_peertab_mark_busy(gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64_t now_ms) {
@@ -174,8 +189,10 @@ size_t gn_peertab_to_close(const gn_peertab *pt, uint64_t now_ms, uint8_t (*ret_
   uint64_t g = pt->cfg.grace_ms;
   for (size_t i = 0; i < pt->n; i++) {
     const gn_peertab_entry *e = &pt->e[i];
-    if (!e->up || e->wanted || !elapsed(e->up_since_ms, now_ms, g) || !elapsed(e->unwanted_since_ms, now_ms, g) ||
-        (e->busy_ms && !elapsed(e->busy_ms, now_ms, g)))
+    if (!e->up || e->wanted || (e->busy_ms && !elapsed(e->busy_ms, now_ms, g)))
+      continue;
+    bool released = e->released_ms && elapsed(e->released_ms, now_ms, pt->cfg.release_ms);
+    if (!released && (!elapsed(e->up_since_ms, now_ms, g) || !elapsed(e->unwanted_since_ms, now_ms, g)))
       continue;
     if (n < cap)
       memcpy(ret_ids[n], e->id, GN_PK_LEN);

@@ -59,7 +59,7 @@ struct conn {
   uint64_t sent_total;       /* bytes ever handed to uv_write */
   uint64_t written_seen;     /* of those, written to the kernel at the last check */
   uint64_t send_progress_ms; /* the last time that number grew, or the queue was empty */
-  uint64_t last_use_ms;      /* the last message of a use class either way (is_use_class), or creation */
+  uint64_t last_use_ms;      /* the last message of a use class either way (is_use_class), 0: none yet */
 };
 
 struct gn_transport {
@@ -235,7 +235,7 @@ static int conn_new(gn_transport *t, bool initiator, uv_tcp_t *accepted, conn **
   c->tcp->data = c;
   for (int i = 0; i < GN__RC_COUNT; i++)
     gn_token_bucket_init(&c->buckets[i], gn__rate_class_get(i)->rate, now);
-  c->created_ms = c->last_tx_ms = c->send_progress_ms = c->last_use_ms = now;
+  c->created_ms = c->last_tx_ms = c->send_progress_ms = now;
   c->next = t->conns;
   if (t->conns)
     t->conns->prev = c;
@@ -1109,7 +1109,9 @@ int gn_transport_get_peer_info(const gn_transport *t, const uint8_t peer[GN_PK_L
   gn_transport_peer_info i = {0};
   i.inbound = c->inbound;
   i.age_ms = now - c->created_ms;
-  i.use_idle_ms = now > c->last_use_ms ? now - c->last_use_ms : 0;
+  i.used = c->last_use_ms != 0;
+  uint64_t since = i.used ? c->last_use_ms : c->created_ms;
+  i.use_idle_ms = now > since ? now - since : 0;
   i.queued = c->queued + gn__session_output_len(c->s);
   snprintf(i.remote, sizeof(i.remote), "%s", c->r.addr);
   *ret_info = i;

@@ -820,6 +820,19 @@ static int on_forward_join(gn_views *v, const uint8_t peer[GN_PK_LEN], const msg
   return 0;
 }
 
+/* A session the views hold no member or request for is of no more use to
+ * them: the caller may close it (a refused NEIGHBOR would otherwise keep a
+ * session per refusal until an idle timeout, and a node whose view stays
+ * below its size asks every second). */
+static void release_if_unused(gn_views *v, const uint8_t peer[GN_PK_LEN]) {
+  if (!v->io.disconnect || find_member(v->active, v->nactive, peer) >= 0)
+    return;
+  for (size_t i = 0; i < v->npend; i++)
+    if (id_eq(v->pend[i].id, peer))
+      return;
+  v->io.disconnect(v->io.ud, peer);
+}
+
 static int on_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack_object *m, uint64_t now_ms) {
   bool high;
   char addr[GN_VIEWS_ADDR_MAX];
@@ -836,6 +849,7 @@ static int on_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack
     if (!member)
       v->stats.neighbor_refused++;
     send_neighbor_reply(v, peer, member);
+    release_if_unused(v, peer);
     return GN_EBUSY;
   }
   r->asked = true;
@@ -851,6 +865,8 @@ static int on_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], const msgpack
   else
     v->stats.neighbor_refused++;
   send_neighbor_reply(v, peer, accept);
+  if (!accept)
+    release_if_unused(v, peer);
   return 0;
 }
 
@@ -868,6 +884,7 @@ static int on_neighbor_reply(gn_views *v, const uint8_t peer[GN_PK_LEN], const m
   pending_remove(v, (size_t)pi);
   if (!accept) {
     neighbor_failed(v, peer, p.addr, false, now_ms);
+    release_if_unused(v, peer);
     return 0;
   }
   if (find_member(v->active, v->nactive, peer) >= 0)
@@ -1364,6 +1381,13 @@ bool gn_views_is_active(const gn_views *v, const uint8_t id[GN_PK_LEN]) {
 
 bool gn_views_is_passive(const gn_views *v, const uint8_t id[GN_PK_LEN]) {
   return find_member(v->passive, v->npassive, id) >= 0;
+}
+
+bool gn_views_is_contact(const gn_views *v, const uint8_t id[GN_PK_LEN]) {
+  for (size_t i = 0; v && id && i < v->ncontacts; i++)
+    if (id_eq(v->contacts[i].id, id))
+      return true;
+  return false;
 }
 
 void gn_views_stats_get(const gn_views *v, gn_views_stats *ret) {

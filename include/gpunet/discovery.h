@@ -90,10 +90,19 @@ int gn_discovery_set_neighbour(gn_discovery *d, const uint8_t peer[GN_PK_LEN], b
  * it they are dialled with io.connect and the key is not checked. A setter,
  * so that {send, connect, ud} initialisers stay complete. */
 void gn_discovery_set_connect_peer(gn_discovery *d, gn_discovery_connect_peer_fn fn);
+/* Optional: with partial views, a PEERS entry (id, addr), checked and not
+ * ours nor up, is handed to this instead of dialled: the caller keeps it in
+ * its one peer table and the views' passive view, which dial when they need
+ * a neighbour (include/gpunet/peertab.h). Nothing is dialled then, and the
+ * dial rations do not apply. */
+typedef void (*gn_discovery_heard_fn)(void *ud, const uint8_t id[GN_PK_LEN], const char *addr);
+void gn_discovery_set_heard(gn_discovery *d, gn_discovery_heard_fn fn);
 /* Our own advertised address, so PEERS from others never make us dial it. */
 int gn_discovery_set_self_addr(gn_discovery *d, const char *addr);
 /* Up to 16 bootstrap "host:port"s, dialled by gn_discovery_tick while no up
- * peer advertises that address. */
+ * peer advertises that address; with gn_discovery_neighbours_only, only
+ * until a session to it was up once (the partial views rejoin through it
+ * when they need to, and a session they closed is not dialled again). */
 int gn_discovery_add_bootstrap(gn_discovery *d, const char *addr);
 
 /* A session came up: remembers the peer and sends it a PEERS message and a

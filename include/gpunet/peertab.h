@@ -39,6 +39,7 @@ typedef struct gn_peertab_entry {
   uint64_t last_seen_ms;      /* last heard of, or its session last up or down */
   uint64_t up_since_ms;       /* when its session came up */
   uint64_t unwanted_since_ms; /* up and not wanted since then */
+  uint64_t released_ms;       /* the views said they no longer need it (0: not since it came up) */
   uint64_t busy_ms;           /* the last time its session was found in use */
   uint64_t backoff_until_ms;  /* not dialled before this */
   uint32_t failures;          /* dials that failed in a row */
@@ -47,6 +48,7 @@ typedef struct gn_peertab_entry {
 typedef struct gn_peertab_config {
   size_t cap;              /* entries in all (1024); an up session always has one */
   uint64_t grace_ms;       /* a session up, unwanted and not in use this long may close (30000) */
+  uint64_t release_ms;     /* ... or this long after the views released it, if not in use (5000) */
   uint64_t backoff_ms;     /* first back-off after a failed dial; doubles per failure (2000) */
   uint64_t backoff_max_ms; /* (300000) */
 } gn_peertab_config;
@@ -76,6 +78,11 @@ void gn_peertab_session_down(gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64
 /* Whether the session to id is wanted (by the views). Going from wanted to
  * not starts the grace period. */
 void gn_peertab_set_wanted(gn_peertab *pt, const uint8_t id[GN_PK_LEN], bool wanted, uint64_t now_ms);
+/* The views no longer need the session to id (they sent or took a
+ * DISCONNECT, or dialled it only for a SHUFFLE_REPLY): it may close after
+ * release_ms instead of the full grace, unless it is wanted again or in use.
+ * Ignored when no session is up. */
+void gn_peertab_release(gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64_t now_ms);
 /* Something uses the session to id now (a lease, a job, an exchange): it
  * is not closed for grace_ms after. */
 void gn_peertab_mark_busy(gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64_t now_ms);
@@ -84,9 +91,10 @@ void gn_peertab_mark_busy(gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64_t 
 void gn_peertab_dial_failed(gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64_t now_ms);
 bool gn_peertab_backed_off(const gn_peertab *pt, const uint8_t id[GN_PK_LEN], uint64_t now_ms);
 
-/* The sessions nobody needs: up, not wanted for grace_ms, not in use for
- * grace_ms, and up for grace_ms (so a joining or leasing peer that dialled
- * us has time to say why). Copies up to cap ids; returns how many there
+/* The sessions nobody needs: up, not wanted, not in use for grace_ms, and
+ * either released by the views release_ms ago, or up and unwanted for
+ * grace_ms (so a joining or leasing peer that dialled us has time to say
+ * why). Copies up to cap ids; returns how many there
  * are. The caller closes them; each one's session_down follows. */
 size_t gn_peertab_to_close(const gn_peertab *pt, uint64_t now_ms, uint8_t (*ret_ids)[GN_PK_LEN], size_t cap);
 

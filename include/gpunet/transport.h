@@ -126,9 +126,11 @@ int gn_transport_close_peer(gn_transport *t, const uint8_t peer[GN_PK_LEN], cons
 typedef struct gn_transport_peer_info {
   bool inbound;         /* the peer dialled us */
   uint64_t age_ms;      /* since the connection was made */
+  bool used;            /* a message of the kind below went either way */
   uint64_t use_idle_ms; /* since the last message either way that was not the
                          * overlay's upkeep (PEERS, gossip, views) nor a keepalive:
-                         * a lease, job, billing, attestation or round-trip message */
+                         * a lease, job, billing, attestation or round-trip message
+                         * (since the connection was made when there was none) */
   size_t queued;        /* bytes queued to the peer and not yet written */
   char remote[80];      /* the connection's remote "host:port" */
 } gn_transport_peer_info;

@@ -148,6 +148,9 @@ size_t gn_views_pending_count(const gn_views *v); /* dials and NEIGHBOR requests
 size_t gn_views_rate_count(const gn_views *v);    /* peers with rate state */
 bool gn_views_is_active(const gn_views *v, const uint8_t id[GN_PK_LEN]);
 bool gn_views_is_passive(const gn_views *v, const uint8_t id[GN_PK_LEN]);
+/* Whether id was given as a contact (gn_views_add_contact): a session to it
+ * that comes up again must not JOIN again. */
+bool gn_views_is_contact(const gn_views *v, const uint8_t id[GN_PK_LEN]);
 void gn_views_stats_get(const gn_views *v, gn_views_stats *ret);
 
 /* True for a numeric "host:port" that fits GN_VIEWS_ADDR_MAX: a dotted IPv4

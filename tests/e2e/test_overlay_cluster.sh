@@ -7,7 +7,12 @@
 # node, c2..c11 providers of one simulated RTX 4090 each. Checked:
 #  - every node counts all 30 alive (within 90 s of the last start);
 #  - every provider's offer is in every node's offer table; every node has
-#    a non-empty active view (sizes and sessions per node printed);
+#    a non-empty active view; sessions the views no longer want are closed
+#    once idle for 30 s, so that within 120 s no node holds more than 12
+#    sessions (figures at convergence and after printed), and the offers
+#    stay everywhere;
+#  - c29 leases c2's GPU across the overlay; the lease's session is never
+#    closed (checked after the kill below), and the lease is released;
 #  - 9 nodes (30 %: c3, c6, ..., c27, three of them providers) are killed
 #    with SIGKILL; within 90 s every survivor counts each of the 9 dead and
 #    each of the 21 survivors alive. The bound: at n = 30 a suspicion lasts
@@ -82,12 +87,44 @@ gn_wait_until 60 "every provider's offer at every node" offers_everywhere "$all"
 ok "all $NPROV providers' offers are at every node"
 
 # The partial views: every node has an active view (1..6 with the default
-# size), and its sessions do not grow with the cluster (figures printed).
-views=$(for name in $all; do gn_cli "${cluster_dirs[$name]}" --json status | jq -r '"\(.views.active // 0) \(.views.passive // 0) \(.peers)"'; done)
-read -r amin amax pmean smean smax < <(awk '{ if (NR == 1 || $1 < amin) amin = $1; if ($1 > amax) amax = $1;
-  p += $2; s += $3; if ($3 > smax) smax = $3 } END { printf "%d %d %.1f %.1f %d\n", amin, amax, p / NR, s / NR, smax }' <<<"$views")
+# size), and its sessions do not grow with the cluster: a session the views
+# no longer want and that carries nothing else is closed after 30 s, so
+# sessions per node come down to about the active view (figures printed).
+views_figures() { # NAMES: sets views, amin, amax, pmean, smean, smax
+  views=$(for name in $1; do gn_cli "${cluster_dirs[$name]}" --json status | jq -r '"\(.views.active // 0) \(.views.passive // 0) \(.peers)"'; done)
+  read -r amin amax pmean smean smax < <(awk '{ if (NR == 1 || $1 < amin) amin = $1; if ($1 > amax) amax = $1;
+    p += $2; s += $3; if ($3 > smax) smax = $3 } END { printf "%d %d %.1f %.1f %d\n", amin, amax, p / NR, s / NR, smax }' <<<"$views")
+}
+SESSIONS_MAX=12
+sessions_bounded() { # NAMES LIMIT_S: polls until no node holds more than SESSIONS_MAX
+  local end=$(($(now_ms) + $2 * 1000))
+  while [ "$(now_ms)" -lt "$end" ]; do
+    views_figures "$1"
+    [ "$smax" -gt "$SESSIONS_MAX" ] || return 0
+    sleep 1
+  done
+  return 1
+}
+views_figures "$all"
+ok "at convergence: sessions per node $smean on average (max $smax), active views $amin..$amax"
+t_sess=$(now_ms)
+sessions_bounded "$all" 120 ||
+  fail "a node still holds more than $SESSIONS_MAX sessions 120 s after convergence: $(tr '\n' ';' <<<"$views")"
 [ "$amin" -ge 1 ] || fail "a node has an empty active view: $(tr '\n' ';' <<<"$views")"
-ok "active views $amin..$amax members, passive $pmean on average, sessions per node $smean on average (max $smax)"
+ok "active views $amin..$amax members, passive $pmean on average, sessions per node $smean on average (max $smax <= $SESSIONS_MAX, $((($(now_ms) - t_sess) / 1000)) s later)"
+offers_everywhere "$all" "$provs" || lag_fail "with sessions closed, a provider's offer is missing at $cluster_lagging"
+ok "with idle sessions closed, all $NPROV providers' offers are still at every node"
+
+# A lease across the overlay: c29 rents c2's GPU (neither is killed below);
+# the session it opens is outside both active views but carries the lease,
+# so it must outlive the 30 s grace and the kill below.
+R29=${cluster_dirs[c29]}
+offer=$(gn_cli "$R29" --json offers | jq -r --arg p "${cluster_ids[c2]}" '[.offers[] | select(.provider == $p) | .id][0] // empty')
+[ -n "$offer" ] || fail "c29 has no offer of c2"
+lease=$(gn_cli "$R29" --json rent "$offer" --hours 1 --allow-simulated --no-attest | jq -r '.lease.id // empty')
+[[ $lease == l-* ]] || fail "c29 could not rent c2's offer $offer"
+t_lease=$(now_ms)
+ok "c29 leased c2's GPU across the overlay ($lease)"
 
 killed="" survivors="" live_provs=""
 for ((i = 1; i <= N; i++)); do
@@ -111,6 +148,21 @@ for s in $survivors; do
   }
 done
 ok "every live provider's offer ($(wc -w <<<"$live_provs") providers) is at every survivor"
+
+# The lease's session stayed up all along (never closed mid-lease), and the
+# survivors' sessions stay bounded.
+# The session is unwanted by both views from its start: without the lease
+# it would be closed 30 s after it came up. Looked at 40 s after the rent.
+while [ $(($(now_ms) - t_lease)) -lt 40000 ]; do sleep 1; done
+lease_ok() {
+  gn_cli "$R29" --json leases | jq -e --arg l "$lease" '.leases[] | select(.id == $l and .state == "active")' >/dev/null &&
+    gn_cli "$R29" --json peers | jq -e --arg p "${cluster_ids[c2]}" '.peers[] | select(.node_id == $p)' >/dev/null
+}
+lease_ok || fail "c29's lease $lease or its session to c2 is gone after $((($(now_ms) - t_kill) / 1000)) s: $(gn_cli "$R29" --json leases | jq -c .)"
+grep -q "closing the session to ${cluster_ids[c2]}" "$R29/gpunetd.log" && fail "c29 closed its session to c2 during the lease"
+gn_cli "$R29" release "$lease" >/dev/null || fail "cannot release $lease"
+sessions_bounded "$survivors" 60 || fail "a survivor holds more than $SESSIONS_MAX sessions: $(tr '\n' ';' <<<"$views")"
+ok "c29's lease kept its session to c2 for $((($(now_ms) - t_lease) / 1000)) s, through the kill; released; survivors' sessions $smean on average (max $smax)"
 
 false_dead=0
 for s in $survivors; do

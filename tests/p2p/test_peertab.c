@@ -178,6 +178,36 @@ static void test_peertab_unwanted_session_closed_after_grace(void **state) {
   gn_peertab_free(pt);
 }
 
+/* A session the views released (DISCONNECT, a SHUFFLE_REPLY dial) closes
+ * after release_ms, unless it is wanted again or in use; a release with no
+ * session up is ignored. */
+static void test_peertab_released_session_closes_sooner(void **state) {
+  (void)state;
+  gn_peertab *pt = make(8);
+  uint8_t a[GN_PK_LEN], b[GN_PK_LEN], c[GN_PK_LEN];
+  id_of(1, a);
+  id_of(2, b);
+  id_of(3, c);
+  assert_int_equal(gn_peertab_session_up(pt, a, "", false, 0), 0);
+  assert_int_equal(gn_peertab_session_up(pt, b, "", false, 0), 0);
+  assert_int_equal(gn_peertab_session_up(pt, c, "", false, 0), 0);
+  gn_peertab_set_wanted(pt, a, true, 0);
+  gn_peertab_release(pt, a, 1000);
+  gn_peertab_release(pt, b, 1000);
+  gn_peertab_release(pt, c, 1000);
+  gn_peertab_mark_busy(pt, b, 1000);        /* b carries a lease */
+  gn_peertab_set_wanted(pt, c, true, 3000); /* c wanted again */
+  assert_int_equal(closable(pt, 5999), 0);
+  uint8_t ids[4][GN_PK_LEN];
+  assert_int_equal(gn_peertab_to_close(pt, 6000, ids, 4), 1);
+  assert_memory_equal(ids[0], a, GN_PK_LEN);
+  gn_peertab_session_down(pt, a, 6000);
+  gn_peertab_release(pt, a, 6000); /* no session: nothing */
+  assert_int_equal(gn_peertab_session_up(pt, a, "", true, 7000), 0);
+  assert_int_equal(closable(pt, 12000), 0); /* a new session starts with the full grace */
+  gn_peertab_free(pt);
+}
+
 /* A session that carries a lease is found busy every second by the daemon:
  * it is never closed while that lasts, and only a grace after it ends. */
 static void test_peertab_busy_session_never_closed_mid_lease(void **state) {
@@ -258,6 +288,7 @@ int main(void) {
       cmocka_unit_test(test_peertab_session_takes_place_by_policy),
       cmocka_unit_test(test_peertab_hearsay_does_not_move_known_peer),
       cmocka_unit_test(test_peertab_unwanted_session_closed_after_grace),
+      cmocka_unit_test(test_peertab_released_session_closes_sooner),
       cmocka_unit_test(test_peertab_busy_session_never_closed_mid_lease),
       cmocka_unit_test(test_peertab_inbound_stranger_kept_through_grace),
       cmocka_unit_test(test_peertab_reconnecting_peer_gets_one_grace_per_session),

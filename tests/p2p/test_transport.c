@@ -1493,6 +1493,7 @@ static void test_transport_peer_info_tracks_use_not_upkeep(void **state) {
   msgs_case m = {&a, 6};
   assert_true(run_until(got_n_msgs, &m));
   assert_int_equal(gn_transport_get_peer_info(a.t, b.id->pk, &in), 0);
+  assert_false(in.used);
   assert_true(in.use_idle_ms >= 250);
   assert_true(in.age_ms >= in.use_idle_ms);
   /* b dialled a: inbound at a, not at b. */
@@ -1501,6 +1502,7 @@ static void test_transport_peer_info_tracks_use_not_upkeep(void **state) {
   m.want = 7;
   assert_true(run_until(got_n_msgs, &m));
   assert_int_equal(gn_transport_get_peer_info(a.t, b.id->pk, &in), 0);
+  assert_true(in.used);
   assert_true(in.use_idle_ms < 250);
   /* A use sent by us counts as well. */
   run_for(300);

@@ -422,6 +422,24 @@ static void test_views_contact_gets_join_and_enters_active(void **state) {
   gn_views_free(v);
 }
 
+/* The daemon asks before calling gn_views_add_contact again for a session
+ * that came back (each JOIN makes the contact evict a member when full). */
+static void test_views_contact_is_remembered(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  uint8_t c[GN_PK_LEN], o[GN_PK_LEN];
+  char a[GN_VIEWS_ADDR_MAX];
+  mk_id(2, c);
+  mk_id(3, o);
+  mk_addr(2, a);
+  assert_false(gn_views_is_contact(v, c));
+  up(v, 2, T0);
+  assert_int_equal(gn_views_add_contact(v, c, a, T0), 0);
+  assert_true(gn_views_is_contact(v, c));
+  assert_false(gn_views_is_contact(v, o));
+  gn_views_free(v);
+}
+
 static void test_views_contact_without_session_is_dialled_first(void **state) {
   (void)state;
   gn_views *v = mk_views(NULL);
@@ -529,6 +547,9 @@ static void test_views_low_neighbor_refused_when_full(void **state) {
   assert_non_null(m);
   assert_false(sent_bool(m, "accept"));
   assert_int_equal(count_sent(GN_MSG_VIEW_DISCONNECT), 0);
+  /* The session served only this request: released. */
+  assert_int_equal(R.ndisconnects, 1);
+  assert_int_equal(R.disconnects[0], 9);
   gn_views_free(v);
 }
 
@@ -1324,6 +1345,9 @@ static void test_views_refused_member_backs_off(void **state) {
   assert_int_equal(count_sent(GN_MSG_VIEW_NEIGHBOR), 1);
   assert_int_equal(deliver(v, 800, GN_MSG_VIEW_NEIGHBOR_REPLY, reply_accept_body(false), now + 1), 0);
   assert_true(passive_has(v, 800));
+  /* Refused: the session dialled for the request is released. */
+  assert_int_equal(R.ndisconnects, 1);
+  assert_int_equal(R.disconnects[0], 800);
   clear_rec();
   for (uint64_t t = now + 1000; t < now + 2000; t += 100)
     gn_views_tick(v, t);
@@ -1916,6 +1940,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_addr_grammar, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_config_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_contact_gets_join_and_enters_active, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_contact_is_remembered, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_contact_without_session_is_dialled_first, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_join_is_accepted_and_forwarded, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_join_when_full_evicts_one_with_disconnect, setup, teardown),
