@@ -19,6 +19,8 @@
 #define SW_INC_MAX UINT32_MAX
 #define SW_GIVE 4         /* live members an ACK offers a node that asked for more */
 #define SW_GHOST_HOPS 8   /* a record about a node we do not keep is passed on only this far */
+#define SW_JOIN_BURST 4   /* joins about nodes we do not keep passed on in a burst (then one an interval) */
+#define SW_JOIN_HOPS 5    /* ... and only this close to the newcomer (a fresh join) */
 #define SW_LEAVE_TELL 3   /* a leaving node pings this many members with its leave, until one answers */
 #define SW_LEAVE_ROUNDS 5 /* ... in at most this many rounds, a probe timeout apart */
 
@@ -139,6 +141,7 @@ struct gn_swim {
   uint64_t next_probe_ms;
   uint64_t next_gossip_ms; /* the next gossip round, when there is news to send */
   uint64_t refute_ping_ms; /* no ping to an accuser before this */
+  uint64_t join_relay_ms;  /* the join relay's token bucket: empty at this time (GCRA) */
   uint32_t probe_ticks;
   sw_sent sent[SW_SENT_RING];
   uint32_t sent_next;
@@ -692,6 +695,17 @@ static uint8_t precedence(uint8_t st) {
   return st == GN_SWIM_LEFT ? GN_SWIM_DEAD : st;
 }
 
+/* Takes one of the tokens that let a plain join about a node we do not keep
+ * be passed on: one a probe interval, SW_JOIN_BURST at most. */
+static bool join_token(gn_swim *s, uint64_t now) {
+  uint64_t per = s->cfg.probe_interval_ms, floor = now > SW_JOIN_BURST * per ? now - SW_JOIN_BURST * per : 0;
+  uint64_t at = s->join_relay_ms > floor ? s->join_relay_ms : floor;
+  if (at + per > now)
+    return false;
+  s->join_relay_ms = at + per;
+  return true;
+}
+
 /* Passes on u, about a node we do not keep, if it is news: a higher
  * incarnation, or a graver state at the same one. */
 static void ghost_put(gn_swim *s, uint32_t slot, const sw_upd *u, const uint8_t by[GN_PK_LEN]) {
@@ -1158,7 +1172,12 @@ static void apply_self_claim(gn_swim *s, const sw_msg *m, uint64_t now) {
     slot = SW_NONE;
   }
   if (slot == SW_NONE) {
+    /* Gossiped among holders, but not a fresh join for the others to pass
+     * on: with tables smaller than the network, nodes long in it are met
+     * for the first time all the while. */
+    s->rx_hop = SW_JOIN_HOPS;
     add_member(s, m->from, m->addr, m->inc, SRC_SELF, true, now);
+    s->rx_hop = 0;
     return;
   }
   sw_node *n = &s->nodes[slot];
@@ -1202,7 +1221,14 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
      * the whole network's joins round. And however forgetful the relays,
      * a record goes no further than SW_GHOST_HOPS. */
     bool trouble = u->st != GN_SWIM_ALIVE || u->inc > 0 || (g && g->state != GN_SWIM_ALIVE);
-    if (trouble && u->hop < SW_GHOST_HOPS)
+    /* A plain join is passed on only while it is fresh (a few relays from
+     * the newcomer) and at most one a probe interval on average (a burst of
+     * SW_JOIN_BURST): a newcomer to a settled network is heard everywhere
+     * at once, while in a bootstrap, when every node joins, the joins do
+     * not crowd out everything else (each would cost every node
+     * retransmit_mult * log10(n) records). */
+    bool join = !trouble && u->hop < SW_JOIN_HOPS && join_token(s, now);
+    if ((trouble || join) && u->hop < SW_GHOST_HOPS)
       ghost_put(s, slot, u, by);
     return;
   }
