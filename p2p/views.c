@@ -239,48 +239,42 @@ static void put_entries(gn_wire_writer *w, const entry *e, size_t n) {
   }
 }
 
-static int send_simple(gn_views *v, const uint8_t peer[GN_PK_LEN], uint32_t type) {
+/* The small bodies, written by one function: {} (DISCONNECT), {addr}
+ * (JOIN), {high, addr} (NEIGHBOR), {accept} (NEIGHBOR_REPLY). flag_key
+ * names the one bool field (NULL: none), with_addr adds our own address
+ * after it. */
+static int send_small(gn_views *v, const uint8_t peer[GN_PK_LEN], uint32_t type, const char *flag_key, bool flag,
+                      bool with_addr) {
   gn_wire_writer w;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 0);
+  gn_wire_put_map(&w, (uint32_t)(flag_key != NULL) + (uint32_t)with_addr);
+  if (flag_key) {
+    gn_wire_put_str(&w, flag_key);
+    gn_wire_put_bool(&w, flag);
+  }
+  if (with_addr) {
+    gn_wire_put_str(&w, "addr");
+    gn_wire_put_str(&w, v->self_addr);
+  }
   int r = send_writer(v, peer, type, &w);
   gn_wire_writer_done(&w);
   return r;
 }
 
+static int send_simple(gn_views *v, const uint8_t peer[GN_PK_LEN], uint32_t type) {
+  return send_small(v, peer, type, NULL, false, false);
+}
+
 static int send_join(gn_views *v, const uint8_t peer[GN_PK_LEN]) {
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 1);
-  gn_wire_put_str(&w, "addr");
-  gn_wire_put_str(&w, v->self_addr);
-  int r = send_writer(v, peer, GN_MSG_VIEW_JOIN, &w);
-  gn_wire_writer_done(&w);
-  return r;
+  return send_small(v, peer, GN_MSG_VIEW_JOIN, NULL, false, true);
 }
 
 static int send_neighbor(gn_views *v, const uint8_t peer[GN_PK_LEN], bool high) {
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 2);
-  gn_wire_put_str(&w, "high");
-  gn_wire_put_bool(&w, high);
-  gn_wire_put_str(&w, "addr");
-  gn_wire_put_str(&w, v->self_addr);
-  int r = send_writer(v, peer, GN_MSG_VIEW_NEIGHBOR, &w);
-  gn_wire_writer_done(&w);
-  return r;
+  return send_small(v, peer, GN_MSG_VIEW_NEIGHBOR, "high", high, true);
 }
 
 static int send_neighbor_reply(gn_views *v, const uint8_t peer[GN_PK_LEN], bool accept) {
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 1);
-  gn_wire_put_str(&w, "accept");
-  gn_wire_put_bool(&w, accept);
-  int r = send_writer(v, peer, GN_MSG_VIEW_NEIGHBOR_REPLY, &w);
-  gn_wire_writer_done(&w);
-  return r;
+  return send_small(v, peer, GN_MSG_VIEW_NEIGHBOR_REPLY, "accept", accept, false);
 }
 
 static int send_forward_join(gn_views *v, const uint8_t peer[GN_PK_LEN], const uint8_t id[GN_PK_LEN], const char *addr,
