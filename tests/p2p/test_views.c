@@ -1395,6 +1395,30 @@ static void test_views_disconnect_moves_to_passive(void **state) {
   gn_views_free(v);
 }
 
+/* Hostile: a flood of DISCONNECTs. The first from an active member moves
+ * it to the passive view and releases its session once; the rest, and any
+ * from peers not in the active view, change nothing and release nothing
+ * (each release would be a session closed by the daemon). */
+static void test_views_disconnect_flood_releases_once(void **state) {
+  (void)state;
+  gn_views *v = mk_views(NULL);
+  make_active(v, 2, T0);
+  make_active(v, 3, T0);
+  up(v, 9, T0);
+  clear_rec();
+  for (int i = 0; i < 1000; i++) {
+    assert_int_equal(deliver(v, 2, GN_MSG_VIEW_DISCONNECT, join_body(SELF_ADDR), T0 + 1 + (uint64_t)i), 0);
+    assert_int_equal(deliver(v, 9, GN_MSG_VIEW_DISCONNECT, join_body(SELF_ADDR), T0 + 1 + (uint64_t)i), 0);
+  }
+  assert_int_equal(R.ndisconnects, 1);
+  assert_int_equal(R.disconnects[0], 2);
+  assert_int_equal(R.removed, 1);
+  assert_true(active_has(v, 3));
+  assert_true(passive_has(v, 2));
+  assert_false(passive_has(v, 9));
+  gn_views_free(v);
+}
+
 /* A full shuffle round: our walk goes out with ourselves, ka active and kp
  * passive entries; the reply's entries replace the ones we sent first. */
 static void test_views_shuffle_exchange(void **state) {
@@ -1979,6 +2003,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_views_refused_member_backs_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_unreachable_member_forgotten, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_disconnect_moves_to_passive, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_disconnect_flood_releases_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_shuffle_exchange, setup, teardown),
       cmocka_unit_test_setup_teardown(test_views_shuffle_walk_ends_and_replies, setup, teardown),
       cmocka_unit_test(test_views_overlay_200_connected_and_symmetric),
