@@ -282,6 +282,7 @@ static void on_refused(gn_transport *t, const char *addr, const uint8_t expected
   gn_node_id_format(got, is);
   gn_log_ratelimited("refused-key", GN_LOG_WARN,
                      "refused the session with %s: it was advertised as %s but the node there is %s", addr, want, is);
+  gn_peertab_dial_failed(n->peertab, expected, gn_mono_ms()); /* the views do not dial it again for a while */
   gn__requester_dial_refused(n, addr, expected, got);
   gn__attest_dial_refused(n, addr, expected, got);
 }

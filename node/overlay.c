@@ -251,7 +251,9 @@ static int views_send(void *ud, const uint8_t peer[GN_PK_LEN], uint32_t type, co
 
 static void views_connect(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr) {
   struct gn__overlay *o = ud;
-  if (o->n->tp && !o->leaving)
+  /* A key whose address answered with another key lately is not dialled
+   * (the peer table's back-off); the views time the request out. */
+  if (o->n->tp && !o->leaving && !gn_peertab_backed_off(o->n->peertab, peer, gn_mono_ms()))
     gn_transport_connect_peer(o->n->tp, addr, peer);
 }
 
