@@ -544,6 +544,94 @@ static void test_discovery_dials_peers_entries_with_their_key(void **state) {
   gn_identity_free(sender);
 }
 
+static int heard_n;
+static uint8_t heard_key[4][GN_PK_LEN];
+static void count_heard(void *ud, const uint8_t id[GN_PK_LEN], const char *addr) {
+  (void)ud;
+  (void)addr;
+  if (heard_n < 4)
+    memcpy(heard_key[heard_n], id, GN_PK_LEN);
+  heard_n++;
+}
+
+/* With partial views (a heard hook set), PEERS entries are names handed
+ * to the peer table, never dialled: not ours, not up already. */
+static void test_discovery_peers_entries_heard_not_dialled_with_views(void **state) {
+  (void)state;
+  gn_identity *self, *sender;
+  gn_discovery *d;
+  assert_int_equal(gn_identity_generate(&self), 0);
+  assert_int_equal(gn_identity_generate(&sender), 0);
+  gn_offer_table *t = gn_offer_table_new(8);
+  gn_discovery_io io = {no_send, plain_connect, NULL};
+  assert_int_equal(gn_discovery_new(self, &io, t, &d), 0);
+  gn_discovery_set_connect_peer(d, keyed_connect);
+  gn_discovery_set_heard(d, count_heard);
+  assert_int_equal(gn_discovery_set_self_addr(d, "10.0.0.9:7400"), 0);
+  assert_int_equal(gn_discovery_peer_up(d, sender->pk, "10.0.0.5:7400", 100), 0);
+  uint8_t k1[GN_PK_LEN];
+  memset(k1, 0x11, sizeof(k1));
+  const uint8_t *ids[3] = {k1, self->pk, sender->pk};
+  const char *addrs[3] = {"10.0.0.1:7400", "10.0.0.9:7400", "10.0.0.5:7400"};
+  gn_wire_writer w;
+  gn_buf body = {0}, env = {0};
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 1);
+  gn_wire_put_str(&w, "peers");
+  gn_wire_put_array(&w, 3);
+  for (int i = 0; i < 3; i++) {
+    gn_wire_put_map(&w, 2);
+    gn_wire_put_str(&w, "id");
+    gn_wire_put_bin(&w, ids[i], GN_PK_LEN);
+    gn_wire_put_str(&w, "addr");
+    gn_wire_put_str(&w, addrs[i]);
+  }
+  assert_int_equal(gn_wire_writer_take(&w, &body), 0);
+  gn_wire_writer_done(&w);
+  assert_int_equal(gn_envelope_seal(sender, GN_MSG_PEERS, body.data, body.len, &env), 0);
+  gn_envelope parsed;
+  assert_int_equal(gn_envelope_open(env.data, env.len, &parsed), 0);
+  plain_dials = keyed_dials = heard_n = 0;
+  assert_int_equal(gn_discovery_on_message(d, sender->pk, &parsed, env.data, env.len, 101), 0);
+  assert_int_equal(heard_n, 1); /* ourselves and the sender (up) left out */
+  assert_memory_equal(heard_key[0], k1, GN_PK_LEN);
+  assert_int_equal(plain_dials + keyed_dials, 0);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+  gn_discovery_free(d);
+  gn_offer_table_free(t);
+  gn_identity_free(self);
+  gn_identity_free(sender);
+}
+
+/* With partial views a bootstrap is dialled until its session was up once:
+ * when the views close that session, discovery does not bring it back
+ * (the views rejoin through it when they run empty). */
+static void test_discovery_bootstrap_reached_once_not_redialled_with_views(void **state) {
+  (void)state;
+  gn_identity *id;
+  gn_discovery *d;
+  assert_int_equal(gn_identity_generate(&id), 0);
+  gn_offer_table *t = gn_offer_table_new(8);
+  gn_discovery_io io = {no_send, count_connect, NULL};
+  assert_int_equal(gn_discovery_new(id, &io, t, &d), 0);
+  gn_discovery_neighbours_only(d, true);
+  assert_int_equal(gn_discovery_add_bootstrap(d, "127.0.0.1:7400"), 0);
+  connects = 0;
+  gn_discovery_tick(d, 100);
+  gn_discovery_tick(d, 105);
+  assert_int_equal(connects, 2); /* not reached yet: redialled */
+  uint8_t pk[GN_PK_LEN] = {1};
+  assert_int_equal(gn_discovery_peer_up(d, pk, "127.0.0.1:7400", 106), 0);
+  gn_discovery_peer_down(d, pk, 107);
+  for (int64_t s = 108; s < 200; s++)
+    gn_discovery_tick(d, s);
+  assert_int_equal(connects, 2);
+  gn_discovery_free(d);
+  gn_offer_table_free(t);
+  gn_identity_free(id);
+}
+
 /* --- gossip and anti-entropy in the simulator -------------------------------*/
 
 /* Puts provider i's offer for model m (seq) straight into node `at`'s table,
@@ -1485,6 +1573,8 @@ int main(void) {
       cmocka_unit_test(test_discovery_rejects_bad_peers_messages),
       cmocka_unit_test(test_discovery_tick_redials_bootstraps_every_5s),
       cmocka_unit_test(test_discovery_dials_peers_entries_with_their_key),
+      cmocka_unit_test(test_discovery_peers_entries_heard_not_dialled_with_views),
+      cmocka_unit_test(test_discovery_bootstrap_reached_once_not_redialled_with_views),
       cmocka_unit_test(test_discovery_joining_peer_syncs_by_digest),
       cmocka_unit_test(test_discovery_50_nodes_converge_with_fewer_bytes_than_flood),
       cmocka_unit_test(test_discovery_push_fanout_is_bounded),
