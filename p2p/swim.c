@@ -111,7 +111,7 @@ struct gn_swim {
   uint32_t cap, hi;
   uint32_t *free_slots;
   uint32_t nfree;
-  uint32_t *tab; /* open addressing, linear probing: slot numbers */
+  uint64_t *tab; /* open addressing, linear probing: slot | the hash's high half << 32 (all ones: empty) */
   uint32_t tab_mask;
   sw_list order, dead, ghosts;
   /* The dissemination queue: one list per (tier, times sent), newest at
@@ -120,6 +120,7 @@ struct gn_swim {
   uint32_t q_count_max; /* a record's sends are counted up to this (buckets per tier: one more) */
   uint32_t q_len;
   uint32_t nghost, ghost_max; /* records about non-members passed on (max_members / 2) */
+  uint32_t ghost_hand;        /* the eviction clock's place in the ghost list */
   uint8_t rx_hop;             /* the hop records queued now get: one past the record being applied */
   uint32_t probe_idx;
   uint64_t stamp;
@@ -358,13 +359,23 @@ static void q_link(gn_swim *s, uint32_t slot, bool head) {
 
 /* --- the id table -----------------------------------------------------------*/
 
+#define TAB_EMPTY UINT64_MAX
+
+/* Each entry carries half the hash, so a probe past other ids does not
+ * touch their records (a cache miss each, in a simulation of thousands of
+ * tables). */
+static uint64_t tab_entry(const sw_node *n, uint32_t slot) {
+  return (n->hkey & 0xffffffff00000000ull) | slot;
+}
+
 static uint32_t tab_find(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
-  uint64_t h = sw_hash(s, id);
+  uint64_t h = sw_hash(s, id), hi = h & 0xffffffff00000000ull;
   for (uint32_t i = (uint32_t)h & s->tab_mask;; i = (i + 1) & s->tab_mask) {
-    uint32_t slot = s->tab[i];
-    if (slot == SW_NONE)
+    uint64_t e = s->tab[i];
+    if (e == TAB_EMPTY)
       return SW_NONE;
-    if (s->nodes[slot].hkey == h && memcmp(s->nodes[slot].id, id, GN_PK_LEN) == 0)
+    uint32_t slot = (uint32_t)e;
+    if ((e & 0xffffffff00000000ull) == hi && s->nodes[slot].hkey == h && memcmp(s->nodes[slot].id, id, GN_PK_LEN) == 0)
       return slot;
   }
 }
@@ -377,27 +388,27 @@ static uint32_t member_find(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
 
 static void tab_insert(gn_swim *s, uint32_t slot) {
   uint32_t i = (uint32_t)s->nodes[slot].hkey & s->tab_mask;
-  while (s->tab[i] != SW_NONE)
+  while (s->tab[i] != TAB_EMPTY)
     i = (i + 1) & s->tab_mask;
-  s->tab[i] = slot;
+  s->tab[i] = tab_entry(&s->nodes[slot], slot);
 }
 
 /* Backward-shift deletion: no tombstones, so lookups stay short however
  * many members come and go. */
 static void tab_remove(gn_swim *s, uint32_t slot) {
   uint32_t i = (uint32_t)s->nodes[slot].hkey & s->tab_mask;
-  while (s->tab[i] != slot) {
-    if (s->tab[i] == SW_NONE)
+  while ((uint32_t)s->tab[i] != slot) {
+    if (s->tab[i] == TAB_EMPTY)
       return;
     i = (i + 1) & s->tab_mask;
   }
-  s->tab[i] = SW_NONE;
-  for (uint32_t j = (i + 1) & s->tab_mask; s->tab[j] != SW_NONE; j = (j + 1) & s->tab_mask) {
-    uint32_t k = (uint32_t)s->nodes[s->tab[j]].hkey & s->tab_mask;
+  s->tab[i] = TAB_EMPTY;
+  for (uint32_t j = (i + 1) & s->tab_mask; s->tab[j] != TAB_EMPTY; j = (j + 1) & s->tab_mask) {
+    uint32_t k = (uint32_t)s->nodes[(uint32_t)s->tab[j]].hkey & s->tab_mask;
     bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
     if (!stays) {
       s->tab[i] = s->tab[j];
-      s->tab[j] = SW_NONE;
+      s->tab[j] = TAB_EMPTY;
       i = j;
     }
   }
@@ -419,7 +430,7 @@ static int grow(gn_swim *s, uint32_t ncap) {
       return GN_ENOMEM;
     *arrs[i] = p;
   }
-  uint32_t *tab = malloc((size_t)tsize * sizeof *tab);
+  uint64_t *tab = malloc((size_t)tsize * sizeof *tab);
   if (!tab)
     return GN_ENOMEM;
   memset(&s->nodes[s->cap], 0, (size_t)(ncap - s->cap) * sizeof *nodes);
@@ -720,13 +731,20 @@ static void ghost_put(gn_swim *s, uint32_t slot, const sw_upd *u, const uint8_t 
     if (s->ghost_max == 0)
       return;
     if (s->nghost >= s->ghost_max) {
-      uint32_t oldest = SW_NONE;
-      for (uint32_t i = 0; i < s->ghosts.n; i++) {
-        uint32_t gs = s->ghosts.a[i];
-        if (oldest == SW_NONE || s->nodes[gs].tx_stamp < s->nodes[oldest].tx_stamp)
-          oldest = gs;
+      /* A clock over the ghosts: the first whose record has been passed on
+       * gives way (evicting one still queued would drop its news unsent);
+       * if every one is still queued, the one under the hand. */
+      uint32_t victim = SW_NONE;
+      for (uint32_t i = 0; i < s->ghosts.n && victim == SW_NONE; i++) {
+        if (s->ghost_hand >= s->ghosts.n)
+          s->ghost_hand = 0;
+        uint32_t gs = s->ghosts.a[s->ghost_hand++];
+        if (s->nodes[gs].q_bucket == SW_NONE)
+          victim = gs;
       }
-      ghost_remove(s, oldest);
+      if (victim == SW_NONE)
+        victim = s->ghosts.a[s->ghost_hand % s->ghosts.n];
+      ghost_remove(s, victim);
     }
     if ((slot = alloc_slot(s)) == SW_NONE)
       return;
