@@ -17,7 +17,8 @@ static void usage(FILE *f) {
              "  --kill F         fraction killed at once at the end (default 0.30)\n"
              "  --twice          run twice with the same seed and check the results are identical\n"
              "  --no-host        leave out the host figures (wall time, RSS), so outputs compare byte for byte\n"
-             "  --progress       a line on stderr per phase\n");
+             "  --progress       a line on stderr per phase (with GN_SIM_TRACE=1 in the environment, also\n"
+             "                   a line a second in the crash and kill phases and the first false deaths)\n");
 }
 
 static bool num(const char *s, double lo, double hi, double *ret) {

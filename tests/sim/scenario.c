@@ -123,6 +123,10 @@ static void on_event(void *ud, gn_sim *sim, uint32_t obs, uint32_t tgt, const gn
   switch (ev->kind) {
   case GN_SWIM_EV_DEAD:
     if (!sc->crashed[tgt]) {
+      if (getenv("GN_SIM_TRACE") && r->false_dead[sc->phase] < 40)
+        fprintf(stderr, "false DEAD t=%.3f phase %d obs %u tgt %u inc %u local %d (tgt inc now %u)\n", now / 1000.0,
+                sc->phase, obs, tgt, ev->member.incarnation, ev->local,
+                gn_sim_swim(sim, tgt) ? gn_swim_incarnation(gn_sim_swim(sim, tgt)) : 0);
       r->false_dead[sc->phase]++;
       r->false_dead_local[sc->phase] += ev->local;
       if (!(sc->false_seen[tgt] & (1u << sc->phase))) {
@@ -351,6 +355,14 @@ static int kill_phase(gn_sim *sim, const gn_sim_params *p, scen *sc) {
   for (uint32_t step = 1;
        !track_complete(&sc->kill) && gn_sim_now(sim) < t0 + (uint64_t)(p->wait_factor * r->kill_bound_ms); step++) {
     gn_sim_run_until(sim, gn_sim_now(sim) + STEP_MS);
+    if (p->progress && getenv("GN_SIM_TRACE")) {
+      uint64_t susp = 0;
+      for (uint32_t o = 0; o < cap; o++)
+        for (uint64_t i = sc->kill_off[o]; gn_sim_up(sim, o) && i < sc->kill_off[o + 1]; i++)
+          susp += !sc->kill_done[i] && holds_suspect(sim, o, sc->kill_tgt[i]);
+      fprintf(p->progress, "[sim t=%.1fs] kill: %llu of %llu pairs detected, %llu suspect\n", gn_sim_now(sim) / 1000.0,
+              (unsigned long long)sc->kill.done, (unsigned long long)n_pairs, (unsigned long long)susp);
+    }
     /* Pairs whose holder dropped the victim without a DEAD, looked at every
      * 10 s (a million pairs at 10,000 nodes). */
     if (step % 10)
@@ -478,6 +490,20 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
         r->crash_dropped++;
         track_hit(&sc.crash, gn_sim_now(sim));
       }
+    if (p->progress && getenv("GN_SIM_TRACE")) {
+      uint32_t susp = 0, hist[4][4] = {{0}};
+      for (uint32_t o = 0; o < cap; o++) {
+        susp += sc.crash_knower[o] == 1 && gn_sim_up(sim, o) && holds_suspect(sim, o, sc.crash_node);
+        gn_swim_member m;
+        if (sc.crash_knower[o] && gn_sim_up(sim, o) &&
+            gn_swim_get(gn_sim_swim(sim, o), gn_sim_id(sim, sc.crash_node), &m) == 0)
+          hist[m.state][m.incarnation < 3 ? m.incarnation : 3]++;
+      }
+      for (int a = 0; a < 4; a++)
+        fprintf(p->progress, "  st%d: %u %u %u %u\n", a, hist[a][0], hist[a][1], hist[a][2], hist[a][3]);
+      fprintf(p->progress, "[sim t=%.1fs] crash: %llu of %u holders detected, %u suspect\n", gn_sim_now(sim) / 1000.0,
+              (unsigned long long)sc.crash.done, r->crash_knowers, susp);
+    }
   }
   r->crash_detected = sc.crash.done - r->crash_dropped;
   for (uint32_t o = 0; o < cap; o++)
