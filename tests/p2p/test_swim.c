@@ -1300,6 +1300,83 @@ static void test_small_tables_fill_through_offered_members(void **state) {
   free(net);
 }
 
+static void test_suspect_pinged_by_its_accuser(void **state) {
+  (void)state;
+  solo *a = calloc(1, sizeof *a);
+  uint8_t x[GN_PK_LEN];
+  char xa[GN_SWIM_ADDR_MAX];
+  mkid(x, 1);
+  peer_addr(1, xa);
+  solo_new(a, NULL, 21);
+  solo_add_peers(a, 1, 60);
+  /* Nobody answers: tick until a's own probe of x fails. */
+  uint64_t t = 0, tf = 0;
+  gn_swim_member m = {0};
+  for (; t <= 120000 && !tf; t += 10) {
+    a->nout = 0;
+    gn_swim_tick(a->s, t);
+    assert_int_equal(gn_swim_get(a->s, x, &m), 0);
+    if (m.state == GN_SWIM_SUSPECT)
+      tf = t;
+  }
+  assert_true(tf > 0);
+  /* The suspect is pinged with its suspicion at once, and again two
+   * intervals later, not only when the round-robin probe (61 members)
+   * comes back to it. */
+  uint32_t at_once = 0, later = 0;
+  for (uint32_t i = 0; i < a->nout; i++)
+    at_once += a->out[i].type == GN_MSG_SWIM_PING && strcmp(a->out[i].to, xa) == 0 &&
+               body_has(a->out[i].body, a->out[i].len, x, GN_SWIM_SUSPECT);
+  a->nout = 0;
+  for (; t <= tf + 2010; t += 10)
+    gn_swim_tick(a->s, t);
+  for (uint32_t i = 0; i < a->nout; i++)
+    later += a->out[i].type == GN_MSG_SWIM_PING && strcmp(a->out[i].to, xa) == 0 &&
+             body_has(a->out[i].body, a->out[i].len, x, GN_SWIM_SUSPECT);
+  assert_int_equal(at_once, 1);
+  assert_true(later >= 1);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+static void test_plain_joins_passed_on_at_most_one_an_interval(void **state) {
+  (void)state;
+  gn_swim_config cfg;
+  gn_swim_config_default(&cfg);
+  cfg.max_members = 64;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, &cfg, 22);
+  solo_add_peers(a, 1, 64);
+  /* A full table (with room for 32 ghosts): 20 fresh joins about nodes a
+   * does not keep arrive at once. Passed on unbounded, each would cost
+   * every node lambda log n records. */
+  enum { NJ = 20 };
+  uint8_t ids[NJ][GN_PK_LEN];
+  char addrs[NJ][GN_SWIM_ADDR_MAX];
+  tupd g[NJ];
+  for (uint32_t i = 0; i < NJ; i++) {
+    mkid(ids[i], 600 + i);
+    peer_addr(600 + i, addrs[i]);
+    g[i] = (tupd){.id = ids[i], .addr = addrs[i], .inc = 0, .st = GN_SWIM_ALIVE};
+  }
+  a->nout = 0;
+  assert_int_equal(solo_ping_from(a, 1, 0, g, NJ, 10000), 0);
+  for (uint64_t t = 10000; t <= 10500; t += 10)
+    gn_swim_tick(a->s, t);
+  uint32_t passed = 0;
+  for (uint32_t i = 0; i < NJ; i++) {
+    bool seen_it = false;
+    for (uint32_t k = 0; k < a->nout && !seen_it; k++)
+      seen_it = body_has(a->out[k].body, a->out[k].len, ids[i], GN_SWIM_ALIVE);
+    passed += seen_it;
+  }
+  /* The burst (4), and no more within the same interval. */
+  assert_true(passed >= 1);
+  assert_true(passed <= 4);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
 static void test_refutation_sent_to_the_accuser(void **state) {
   (void)state;
   solo *a = calloc(1, sizeof *a);
@@ -1354,6 +1431,8 @@ int main(void) {
       cmocka_unit_test(test_news_about_non_members_passed_on_once),
       cmocka_unit_test(test_small_tables_fill_through_offered_members),
       cmocka_unit_test(test_refutation_sent_to_the_accuser),
+      cmocka_unit_test(test_suspect_pinged_by_its_accuser),
+      cmocka_unit_test(test_plain_joins_passed_on_at_most_one_an_interval),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
