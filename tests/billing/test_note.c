@@ -217,39 +217,6 @@ static void test_note_check_rejects_more_than_observed(void **state) {
   gn_buf_done(&n);
 }
 
-/* A provider that was down wrote those seconds idle (gpus 0): they cost
- * nothing, and it may meter past our observation when our release reached
- * it only once it was back. The observation bounds the seconds its GPUs
- * were billed, not every metered second (e2e_test_train_fail: a provider
- * killed mid-run, back 12 s after the release, had its fair invoice
- * rejected). Busy seconds past the observation are still refused. */
-static void test_note_check_idle_seconds_not_held_against_observation(void **state) {
-  fixture *f = *state;
-  lease l;
-  gn_buf n1 = {0}, idle = {0}, busy = {0};
-  gn_bill_head next;
-  char reason[512];
-  lease_init(&l, f);
-  note_seal(&l, 40, 2, &n1, &next);
-  assert_int_equal(check(&l, &n1, 40, 0, &next, reason), 0);
-  l.head = next;
-  note_seal(&l, 30, 0, &idle, NULL); /* 70 s metered, 40 of them billed */
-  assert_int_equal(check(&l, &idle, 45, 0, &next, reason), 0);
-  note_seal(&l, 30, 2, &busy, NULL); /* 70 s billed */
-  assert_int_equal(check(&l, &busy, 45, 0, &next, reason), GN_EAUDIT);
-  assert_non_null(strstr(reason, "bills 70 seconds but only 45 were observed (tolerance 5 s)"));
-  /* Half idle, half busy: 15 billed seconds over the observation. */
-  gn_buf half = {0};
-  note_seal(&l, 30, 1, &half, NULL); /* 40 + 15 = 55 billed of 70 metered */
-  assert_int_equal(check(&l, &half, 49, 0, &next, reason), GN_EAUDIT);
-  assert_non_null(strstr(reason, "bills 55 seconds of its GPUs (of 70 metered) but only 49 were observed"));
-  assert_int_equal(check(&l, &half, 50, 0, &next, reason), 0);
-  gn_buf_done(&n1);
-  gn_buf_done(&idle);
-  gn_buf_done(&busy);
-  gn_buf_done(&half);
-}
-
 static void test_note_check_enforces_the_spending_cap(void **state) {
   fixture *f = *state;
   lease l;
@@ -517,7 +484,6 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_note_round_trip, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_note_check_rejects_with_a_reason, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_note_check_rejects_more_than_observed, setup, fx_teardown),
-      cmocka_unit_test_setup_teardown(test_note_check_idle_seconds_not_held_against_observation, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_note_check_enforces_the_spending_cap, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_note_check_rejects_a_wrong_agreement, setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_note_stale_note_is_not_rejected, setup, fx_teardown),
