@@ -651,6 +651,12 @@ typedef struct tick_batch {
 } tick_batch;
 static tick_batch *tick_batching;
 
+/* After a restart a resumed lease bills its GPUs again this long after its
+ * requester is back: time for a release it sent while we were down to
+ * arrive (it is sent on reconnection), so that the seconds after the
+ * restart stay idle, trailing, and out of the final invoice. */
+#define RESUME_BUSY_AFTER_MS 5000
+
 static int tick_req_of(gn_node *n, gn_lease *l, const gn_lease_action *a, tick_req *ret) {
   if (a->to < a->from || a->to - a->from >= GN_LEASE_MAX_CATCHUP)
     return GN_EINVAL;
@@ -661,8 +667,9 @@ static int tick_req_of(gn_node *n, gn_lease *l, const gn_lease_action *a, tick_r
     gpus += l->gpu_index[i] >= 0;
   if (gpus > l->ag.terms.count)
     gpus = l->ag.terms.count;
-  *ret = (tick_req){l, a->from, (size_t)(a->to - a->from + 1), a->idle ? 0 : gpus,
-                    a->idle ? GN_UTIL_UNKNOWN : lease_util(n, l)};
+  bool idle = a->idle || (l->busy_from_ms && gn_mono_ms() < l->busy_from_ms);
+  *ret =
+      (tick_req){l, a->from, (size_t)(a->to - a->from + 1), idle ? 0 : gpus, idle ? GN_UTIL_UNKNOWN : lease_util(n, l)};
   return 0;
 }
 
@@ -849,8 +856,11 @@ void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
 
 void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   for (gn_lease *l = n->leases; l; l = l->next)
-    if (l->role == GN_ROLE_PROVIDER && l->prov && memcmp(l->peer, peer, GN_PK_LEN) == 0)
+    if (l->role == GN_ROLE_PROVIDER && l->prov && memcmp(l->peer, peer, GN_PK_LEN) == 0) {
+      if (l->busy_from_ms == UINT64_MAX)
+        l->busy_from_ms = gn_mono_ms() + RESUME_BUSY_AFTER_MS;
       PROV_CALL(n, l, gn_lease_prov_peer(l->prov, lease_now(), true, out));
+    }
 }
 
 void gn__provider_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
@@ -927,6 +937,7 @@ static int restore_machine(gn_node *n, gn_lease *l, const uint8_t *state, size_t
              l->ag.gpu_count - (uint32_t)got, l->ag.gpu_count);
     l->uid_slot = n->userns_ok ? uid_slot_alloc(n) : -1;
     l->state = GN_LEASE_ACTIVE;
+    l->busy_from_ms = UINT64_MAX;
   }
   l->seconds = count;
   gn_lease_out *out = calloc(1, sizeof *out);
@@ -939,8 +950,10 @@ static int restore_machine(gn_node *n, gn_lease *l, const uint8_t *state, size_t
   gn_lease_out_done(out);
   free(out);
   if (r == 0 && si.phase == GN_LEASE_PHASE_ACTIVE && l->state == GN_LEASE_ACTIVE)
-    gn_log(GN_LOG_INFO, "lease %s resumes after the restart (%llu seconds metered before it)", l->id,
-           (unsigned long long)count);
+    gn_log(GN_LOG_INFO,
+           "lease %s resumes after the restart (%llu seconds metered before it; billed idle until %d s after its "
+           "requester is back)",
+           l->id, (unsigned long long)count, RESUME_BUSY_AFTER_MS / 1000);
   n->offers_dirty = true;
   return r;
 }

@@ -50,6 +50,11 @@ typedef struct gn_lease {
   char end_reason[128];
   int gpu_index[GN_LEASE_MAX_GPUS]; /* provider: which local GPUs */
   int uid_slot;                     /* provider: user namespace slot, -1 when none is held */
+  /* provider, after a restart: its seconds are billed idle (no GPU, free)
+   * until then; UINT64_MAX until the requester's session is back. Its jobs
+   * died with the daemon, and a release sent while we were down arrives
+   * only once the requester reaches us again. 0 otherwise. */
+  uint64_t busy_from_ms;
   bool invoice_done;                /* the final invoice was answered */
   /* requester: our own UTC when the agreement arrived. The observation of
    * the lease (observed_s, against which every note is checked) is measured
