@@ -55,7 +55,7 @@ typedef struct gn_lease {
    * died with the daemon, and a release sent while we were down arrives
    * only once the requester reaches us again. 0 otherwise. */
   uint64_t busy_from_ms;
-  bool invoice_done;                /* the final invoice was answered */
+  bool invoice_done; /* the final invoice was answered */
   /* requester: our own UTC when the agreement arrived. The observation of
    * the lease (observed_s, against which every note is checked) is measured
    * from it, also after a restart; never from the provider's start_s. */
