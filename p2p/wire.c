@@ -97,6 +97,18 @@ const char *gn_msg_type_name(uint32_t type) {
     return "view_shuffle";
   case GN_MSG_VIEW_SHUFFLE_REPLY:
     return "view_shuffle_reply";
+  case GN_MSG_NAT_OBSERVED:
+    return "nat_observed";
+  case GN_MSG_NAT_PUNCH_REQ:
+    return "nat_punch_req";
+  case GN_MSG_NAT_PUNCH:
+    return "nat_punch";
+  case GN_MSG_RELAY_RESERVE:
+    return "relay_reserve";
+  case GN_MSG_RELAY_STATUS:
+    return "relay_status";
+  case GN_MSG_RELAY_CALL:
+    return "relay_call";
   default:
     return NULL;
   }

@@ -357,6 +357,15 @@ static void test_msg_type_names(void **state) {
   assert_string_equal(gn_msg_type_name(GN_MSG_DEBIT_REJECT), "debit_reject");
   assert_null(gn_msg_type_name(0));
   assert_null(gn_msg_type_name(9999));
+  /* Every type the overlay, NAT traversal and relays send has a name (log
+   * lines print it; one without printed "(null)"). */
+  for (uint32_t t = GN_MSG_SWIM_PING; t <= GN_MSG_SWIM_NACK; t++)
+    assert_non_null(gn_msg_type_name(t));
+  for (uint32_t t = GN_MSG_VIEW_JOIN; t <= GN_MSG_VIEW_SHUFFLE_REPLY; t++)
+    assert_non_null(gn_msg_type_name(t));
+  for (uint32_t t = GN_MSG_NAT_OBSERVED; t <= GN_MSG_RELAY_CALL; t++)
+    assert_non_null(gn_msg_type_name(t));
+  assert_string_equal(gn_msg_type_name(GN_MSG_RELAY_CALL), "relay_call");
 }
 
 int main(void) {
