@@ -7,6 +7,7 @@
  * calls it to, or one it asked for, up as an ordinary session
  * (gn_transport_adopt): the Noise handshake runs end to end through it. */
 #include "node_internal.h"
+#include "overlay.h"
 
 #include <gpunet/nat.h>
 #include <gpunet/relay.h>
@@ -680,6 +681,9 @@ static void classify(struct gn__nat *g, uint64_t now) {
     gn_transport_set_advertised_addr(n->tp, adv);
     if (n->disc)
       gn_discovery_set_self_addr(n->disc, adv);
+    /* The membership too: a member behind a cone NAT is probed at its
+     * outside address, not at its private one that others cannot reach. */
+    gn__overlay_set_addr(n, adv);
   }
 }
 

@@ -629,6 +629,16 @@ const char *gn__overlay_member_state(gn_node *n, const uint8_t id[GN_PK_LEN]) {
   return state_name(m.state);
 }
 
+void gn__overlay_set_addr(gn_node *n, const char *addr) {
+  struct gn__overlay *o = n->overlay;
+  if (!o || !o->swim || o->leaving || o->closing || !addr || !addr[0])
+    return;
+  int r = gn_swim_set_addr(o->swim, addr, gn_mono_ms());
+  if (r < 0)
+    gn_log(GN_LOG_WARN, "overlay: cannot advertise %s to the members: %s", addr, gn_strerror(r));
+  arm(o);
+}
+
 /* GET /v1/members: every member this node knows, with its state, address,
  * incarnation and how long it has been in that state here. */
 static void api_members(gn_ctl_req *req, void *ud) {

@@ -1881,3 +1881,21 @@ bool gn_swim_verified(const gn_swim *s, const uint8_t id[GN_PK_LEN]) {
   uint32_t slot = member_find(s, id);
   return slot != SW_NONE && s->nodes[slot].verified;
 }
+
+int gn_swim_set_addr(gn_swim *s, const char *addr, uint64_t now_ms) {
+  if (!s || !addr || strnlen(addr, GN_SWIM_ADDR_MAX) >= GN_SWIM_ADDR_MAX || !addr_valid(addr))
+    return GN_EINVAL;
+  sw_node *self = &s->nodes[0];
+  if (strcmp(self->addr, addr) == 0)
+    return 0;
+  if (s->left)
+    return GN_ESTATE;
+  /* A new incarnation, so that our own pings (signed, carrying it) move us
+   * at every member; gossip alone never moves a live member. */
+  snprintf(self->addr, sizeof self->addr, "%s", addr);
+  if (self->inc < SW_INC_MAX)
+    self->inc++;
+  self->since_ms = now_ms;
+  enqueue(s, 0);
+  return 0;
+}

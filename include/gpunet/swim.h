@@ -133,4 +133,10 @@ bool gn_swim_verified(const gn_swim *s, const uint8_t id[GN_PK_LEN]);
  * "[v6]:port", numeric, port 1-65535, shorter than GN_SWIM_ADDR_MAX. */
 bool gn_swim_addr_valid(const char *addr);
 
+/* This node is now reached at addr (a NAT's outside address it learnt):
+ * a new incarnation carries it; each member takes it from our next signed
+ * datagram. GN_EINVAL for an invalid address, GN_ESTATE after the leave;
+ * the same address changes nothing. */
+int gn_swim_set_addr(gn_swim *s, const char *addr, uint64_t now_ms);
+
 #endif

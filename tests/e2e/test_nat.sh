@@ -92,6 +92,21 @@ for h in s1 s2; do
 done
 ok "NATs classified: pub1-3 public, c1 c2 cone (advertising their routers' address, port kept), s1 s2 symmetric"
 
+# The membership follows: the public nodes hold each cone node alive at its
+# router's address (they probe it there, not at its private address).
+cone_members() {
+  local p h
+  for p in pub1 pub3; do
+    for h in c1 c2; do
+      nat_api "${dir[$p]}" GET /v1/members | jq -e --arg i "${id[$h]}" --arg a "${nat_outside[$h]}:7946" \
+        '[.members[] | select(.node_id == $i and .addr == $a and .state == "alive")] | length == 1' >/dev/null ||
+        return 1
+    done
+  done
+}
+wait_for 45 "the public nodes do not hold the cone nodes alive at their routers' addresses" cone_members
+ok "membership: pub1 and pub3 hold c1 and c2 alive at their routers' addresses"
+
 slots_held() {
   local h
   for h in c1 c2 s1 s2; do

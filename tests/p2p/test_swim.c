@@ -736,6 +736,42 @@ static void test_leave_told_before_going_away(void **state) {
   free(net);
 }
 
+/* A node learns it is reached at another address (its NAT's outside one):
+ * every member moves it there from its next signed datagram, with a new
+ * incarnation, and none declares it dead meanwhile; a bad address or the
+ * same one changes nothing. */
+static void test_set_addr_moves_the_member_everywhere(void **state) {
+  (void)state;
+  tnet *net = calloc(1, sizeof *net);
+  net_init(net, 8, NULL, 11);
+  net_join_all(net);
+  net_run(net, 15000);
+  gn_swim *s3 = net->nodes[3].s;
+  uint32_t inc = gn_swim_incarnation(s3);
+  assert_int_equal(gn_swim_set_addr(s3, "not an address", net->now), GN_EINVAL);
+  assert_int_equal(gn_swim_set_addr(s3, net->nodes[3].addr, net->now), 0);
+  assert_int_equal(gn_swim_incarnation(s3), inc);
+  /* The network now reaches node 3 only at its new address. */
+  const char *outside = "198.51.100.7:40000";
+  assert_int_equal(gn_swim_set_addr(s3, outside, net->now), 0);
+  assert_int_equal(gn_swim_incarnation(s3), inc + 1);
+  snprintf(net->nodes[3].addr, sizeof net->nodes[3].addr, "%s", outside);
+  net_run(net, net->now + 20000);
+  for (uint32_t i = 0; i < net->n; i++) {
+    if (i == 3)
+      continue;
+    gn_swim_member m;
+    assert_int_equal(gn_swim_get(net->nodes[i].s, net->nodes[3].id, &m), 0);
+    assert_string_equal(m.addr, outside);
+    assert_int_equal(m.state, GN_SWIM_ALIVE);
+  }
+  assert_int_equal(count_events(net, GN_SWIM_EV_DEAD, 3), 0);
+  gn_swim_leave(s3, net->now);
+  assert_int_equal(gn_swim_set_addr(s3, "198.51.100.8:40000", net->now), GN_ESTATE);
+  net_done(net);
+  free(net);
+}
+
 /* --- hostile peers ----------------------------------------------------------*/
 
 typedef struct snap {
@@ -1420,6 +1456,7 @@ int main(void) {
       cmocka_unit_test(test_missed_deaths_repaired_after_partition),
       cmocka_unit_test(test_leave_is_gossiped),
       cmocka_unit_test(test_leave_told_before_going_away),
+      cmocka_unit_test(test_set_addr_moves_the_member_everywhere),
       cmocka_unit_test(test_forged_sender_refused),
       cmocka_unit_test(test_ack_with_unknown_seq_or_signer_ignored),
       cmocka_unit_test(test_gossip_flood_keeps_table_bounded_and_verified),
