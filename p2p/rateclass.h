@@ -15,6 +15,7 @@ enum {
   GN__RC_RTT,       /* round-trip measurements (60-63) */
   GN__RC_OTHER,     /* types this version does not know */
   GN__RC_KEEPALIVE, /* the session's empty keepalive frames */
+  GN__RC_NAT,       /* hole punching and relays (84-89) */
   GN__RC_COUNT
 };
 

@@ -293,7 +293,7 @@ static const gn__rate_class classes[GN__RC_COUNT] = {
     [GN__RC_VIEW] = {"view", GN_RATE(20, 128)},         [GN__RC_CONTROL] = {"control", GN_RATE(50, 512)},
     [GN__RC_BULK] = {"bulk", GN_RATE(2000, 20000)},     [GN__RC_ATTEST] = {"attest", GN_RATE(5, 128)},
     [GN__RC_RTT] = {"rtt", GN_RATE(20, 256)},           [GN__RC_OTHER] = {"other", GN_RATE(1, 16)},
-    [GN__RC_KEEPALIVE] = {"keepalive", GN_RATE(1, 16)},
+    [GN__RC_KEEPALIVE] = {"keepalive", GN_RATE(1, 16)}, [GN__RC_NAT] = {"nat", GN_RATE(4, 32)},
 };
 
 int gn__rate_class_of(uint32_t type) {
@@ -340,6 +340,13 @@ int gn__rate_class_of(uint32_t type) {
   case GN_MSG_RTT_PING:
   case GN_MSG_RTT_PONG:
     return GN__RC_RTT;
+  case GN_MSG_NAT_OBSERVED:
+  case GN_MSG_NAT_PUNCH_REQ:
+  case GN_MSG_NAT_PUNCH:
+  case GN_MSG_RELAY_RESERVE:
+  case GN_MSG_RELAY_STATUS:
+  case GN_MSG_RELAY_CALL:
+    return GN__RC_NAT;
   default:
     /* Attestation owns 50..59 (gpunet/attest.h numbers 54..59 itself). */
     if (type >= GN_MSG_ATTEST_CHALLENGE && type <= 59)

@@ -171,6 +171,7 @@ static void test_rate_class_covers_every_session_type(void **state) {
   assert_int_equal(gn__rate_class_of(GN_MSG_DEBIT_NOTE), GN__RC_CONTROL);
   assert_int_equal(gn__rate_class_of(GN_MSG_OFFER_DIGEST), GN__RC_GOSSIP);
   assert_int_equal(gn__rate_class_of(GN_MSG_VIEW_SHUFFLE_REPLY), GN__RC_VIEW);
+  assert_int_equal(gn__rate_class_of(GN_MSG_RELAY_CALL), GN__RC_NAT);
   /* a bulk message costs a token per started 64 KiB (8 MiB: 129), any
    * other one token */
   assert_int_equal(gn__rate_cost(GN__RC_BULK, GN_MSG_MAX), 129);
