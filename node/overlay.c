@@ -629,6 +629,18 @@ const char *gn__overlay_member_state(gn_node *n, const uint8_t id[GN_PK_LEN]) {
   return state_name(m.state);
 }
 
+int gn__overlay_member_addr(gn_node *n, const uint8_t id[GN_PK_LEN], char *out, size_t cap) {
+  struct gn__overlay *o = n->overlay;
+  gn_swim_member m;
+  if (!o || !o->swim || gn_swim_get(o->swim, id, &m) < 0 || !m.addr[0] ||
+      (m.state != GN_SWIM_ALIVE && m.state != GN_SWIM_SUSPECT) || memcmp(id, n->id->pk, GN_PK_LEN) == 0)
+    return GN_ENOTFOUND;
+  if (strlen(m.addr) >= cap)
+    return GN_ETOOBIG;
+  memcpy(out, m.addr, strlen(m.addr) + 1);
+  return 0;
+}
+
 void gn__overlay_set_addr(gn_node *n, const char *addr) {
   struct gn__overlay *o = n->overlay;
   if (!o || !o->swim || o->leaving || o->closing || !addr || !addr[0])

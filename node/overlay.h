@@ -63,6 +63,9 @@ const char *gn__overlay_view_of(gn_node *n, const uint8_t id[GN_PK_LEN]);
 /* A member's state ("alive", "suspect", "dead", "left"), or NULL when id
  * is not a member or there is no membership. */
 const char *gn__overlay_member_state(gn_node *n, const uint8_t id[GN_PK_LEN]);
+/* A live member's advertised address (alive or suspect) into out, or
+ * GN_ENOTFOUND (not a member, dead, left, or no membership). */
+int gn__overlay_member_addr(gn_node *n, const uint8_t id[GN_PK_LEN], char *out, size_t cap);
 /* This node is reached at addr (node/nat.c's advertised address): the
  * membership advertises it from now on. Harmless without membership. */
 void gn__overlay_set_addr(gn_node *n, const char *addr);

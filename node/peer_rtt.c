@@ -13,10 +13,12 @@
 #include "peer_rtt.h"
 
 #include "node_internal.h"
+#include "overlay.h"
 #include "records.h"
 #include "util.h"
 
 #include <gpunet/gang.h>
+#include <gpunet/swim.h>
 #include <sodium.h>
 
 #define RTT_TIMER_MS 20 /* dials polled, deadlines kept */
@@ -269,13 +271,17 @@ static uint64_t now_ns(void) {
   return uv_hrtime();
 }
 
-static const char *offer_addr(gn_node *n, const uint8_t id[GN_PK_LEN]) {
+/* Where to dial a peer we have no session with: its signed offer's address,
+ * else the address the membership holds it alive at (its own signed
+ * datagrams: a provider whose offer has not reached us yet is still a
+ * member). NULL: the overlay does not know it. */
+static const char *peer_addr(gn_node *n, const uint8_t id[GN_PK_LEN], char buf[GN_SWIM_ADDR_MAX]) {
   for (size_t i = 0; n->offers && i < gn_offer_table_count(n->offers); i++) {
     const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
     if (memcmp(e->offer.provider, id, GN_PK_LEN) == 0 && e->offer.addr[0])
       return e->offer.addr;
   }
-  return NULL;
+  return gn__overlay_member_addr(n, id, buf, GN_SWIM_ADDR_MAX) == 0 ? buf : NULL;
 }
 
 static bool is_up(gn_node *n, const uint8_t id[GN_PK_LEN]) {
@@ -459,10 +465,11 @@ static void on_ask(rtt_glue *g, const uint8_t peer[GN_PK_LEN], const gn_envelope
     } else if (is_up(n, p->id)) {
       send_ping(n, p);
     } else {
-      const char *addr = offer_addr(n, p->id);
+      char buf[GN_SWIM_ADDR_MAX];
+      const char *addr = peer_addr(n, p->id, buf);
       if (!addr)
         probe_finish(p, "unknown"); /* never dialled: the overlay does not know it */
-      else if (gn_transport_connect_peer(n->tp, addr, p->id) < 0)
+      else if (gn__nat_connect_peer(n, addr, p->id) < 0)
         probe_finish(p, "unreachable");
       else
         dialled++;
@@ -682,9 +689,10 @@ int gn__rtt_matrix_begin(gn_node *n, const uint8_t (*cands)[GN_PK_LEN], size_t k
     } else if (is_up(n, c->id)) {
       send_ask(n, m, i);
     } else {
-      const char *addr = offer_addr(n, c->id);
+      char buf[GN_SWIM_ADDR_MAX];
+      const char *addr = peer_addr(n, c->id, buf);
       if (addr)
-        gn_transport_connect_peer(n->tp, addr, c->id); /* asked once up (the timer looks) */
+        gn__nat_connect_peer(n, addr, c->id); /* asked once up (the timer looks) */
     }
   }
   arm(g);
@@ -712,8 +720,8 @@ static void step(rtt_glue *g, uint64_t now) {
         continue;
       if (now >= a->deadline_ms || n->stopping)
         probe_finish(p, "unreachable");
-      else if (!p->sent_ns && is_up(n, p->id))
-        send_ping(n, p);
+      else if (is_up(n, p->id) && (!p->sent_ns || now_ns() - p->sent_ns >= GN_RTT_RESEND_MS * 1000000ull))
+        send_ping(n, p); /* the first, or again under a new nonce: the last one or its PONG was lost */
     }
     if (a->used)
       ask_maybe_done(n, a);

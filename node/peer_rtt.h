@@ -21,6 +21,7 @@ typedef struct gn_node gn_node;
 #define GN_RTT_ASK_INTERVAL_MS 2000u /* per asker: one ask started per this */
 #define GN_RTT_TARGET_MS 2000u       /* a target's measurement, dial included */
 #define GN_RTT_PINGS 3               /* per target, one after the other; the least is reported */
+#define GN_RTT_RESEND_MS 700u        /* a PING unanswered this long is sent again, under a new nonce */
 #define GN_RTT_MAX_US 10000000u      /* a reported RTT above 10 s is absurd: dropped */
 #define GN_RTT_PONG_BURST 20u        /* PINGs answered per peer: a burst of 20, */
 #define GN_RTT_PONG_PER_S 20u        /* then 20 a second; more are dropped */

@@ -364,7 +364,9 @@ static void test_silent_target_is_unreachable_in_time(void **state) {
   assert_string_equal(rep.results[0].error, "unreachable");
   assert_true(took >= GN_RTT_TARGET_MS - 100);
   assert_true(took < UNREACHABLE_WITHIN_MS);
-  assert_int_equal(W.t_pings, 1); /* the next PING waits for the PONG */
+  /* an unanswered PING is sent again every GN_RTT_RESEND_MS, no faster */
+  assert_true(W.t_pings >= 2);
+  assert_true(W.t_pings <= 1 + (int)(GN_RTT_TARGET_MS / GN_RTT_RESEND_MS));
 }
 
 /* 17 targets: refused as a whole, nobody pinged. 16: answered, one each. */
@@ -498,7 +500,7 @@ static void test_forged_pong_is_ignored(void **state) {
   assert_int_equal(rep.count, 1);
   assert_int_equal(rep.results[0].rtt_us, 0);
   assert_string_equal(rep.results[0].error, "unreachable");
-  assert_int_equal(W.t_pings, 1);
+  assert_true(W.t_pings >= 1 && W.t_pings <= 1 + (int)(GN_RTT_TARGET_MS / GN_RTT_RESEND_MS));
   assert_true(log_has("answers no ping in flight"));
 }
 
