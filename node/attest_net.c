@@ -47,7 +47,7 @@ static void io_connect(void *ctx, const char *addr) {
       g->dial_rc = GN_EINVAL;
     return;
   }
-  g->dial_rc = gn_transport_connect_peer(n->tp, addr, g->dial_key);
+  g->dial_rc = gn__nat_connect_peer(n, addr, g->dial_key);
 }
 
 typedef struct pool_task {

@@ -52,6 +52,7 @@ typedef struct dial {
   struct dial *next;
   uint8_t token[GN_RELAY_TOKEN_LEN];
   uint8_t expect[GN_PK_LEN];
+  uint8_t relay[GN_PK_LEN]; /* whose splice it is */
   bool initiator;
   bool closed; /* closed by gn__nat_close: its connect callback only frees the request */
 } dial;
@@ -59,6 +60,7 @@ typedef struct dial {
 typedef struct reservation {
   bool used, ok;
   uint8_t relay[GN_PK_LEN];
+  char relay_addr[GN_NAT_ADDR_MAX]; /* where the relay's sessions are (its handshake's address) */
   uint64_t asked_ms, expires_ms;
   char splice[64];
   char why[GN_RELAY_WHY_MAX];
@@ -87,7 +89,9 @@ typedef struct result {
 struct gn__nat {
   gn_node *n;
   gn_nat *nat;
-  gn_relay *relay; /* NULL unless relay = on */
+  gn_relay *relay;                /* NULL unless relay = on */
+  gn_reach *reach;                /* peers we reach through the relays their offers name */
+  uint8_t offer_relay[GN_PK_LEN]; /* the relay our offers name now (zero: none) */
   uv_timer_t *timer;
   uv_tcp_t *listener;
   char splice_addr[64];
@@ -461,12 +465,14 @@ static void on_dial_connect(uv_connect_t *req, int status) {
   } else {
     gn_log_ratelimited("relay-dial", GN_LOG_WARN, "nat: cannot reach a relay's splice: %s",
                        status < 0 ? uv_strerror(status) : "write failed");
+    if (d->initiator)
+      gn_reach_refused(g->reach, d->relay, d->expect, "cannot reach the relay's splice", gn_mono_ms());
   }
   gn_uv_close_free((uv_handle_t *)d->tcp, dial_freed, d);
 }
 
 static int dial_splice(struct gn__nat *g, const char *addr, const uint8_t token[GN_RELAY_TOKEN_LEN],
-                       const uint8_t expect[GN_PK_LEN], bool initiator) {
+                       const uint8_t expect[GN_PK_LEN], const uint8_t relay[GN_PK_LEN], bool initiator) {
   struct sockaddr_storage ss;
   char host[64];
   const char *colon = strrchr(addr, ':');
@@ -493,6 +499,7 @@ static int dial_splice(struct gn__nat *g, const char *addr, const uint8_t token[
   d->g = g;
   memcpy(d->token, token, GN_RELAY_TOKEN_LEN);
   memcpy(d->expect, expect, GN_PK_LEN);
+  memcpy(d->relay, relay, GN_PK_LEN);
   d->initiator = initiator;
   req->data = d;
   if ((r = uv_tcp_connect(req, d->tcp, (const struct sockaddr *)&ss, on_dial_connect)) < 0) {
@@ -592,7 +599,7 @@ static void on_call_from_relay(struct gn__nat *g, const uint8_t relay[GN_PK_LEN]
     gn_log_ratelimited("relay-call", GN_LOG_INFO, "nat: ignored a relay call from a node we hold no slot at");
     return;
   }
-  int r = dial_splice(g, m->addr, m->token, m->peer, false);
+  int r = dial_splice(g, m->addr, m->token, m->peer, relay, false);
   if (r < 0)
     gn_log_ratelimited("relay-call", GN_LOG_WARN, "nat: cannot answer a relayed call: %s", gn_strerror(r));
 }
@@ -605,12 +612,15 @@ static void on_status(struct gn__nat *g, const uint8_t relay[GN_PK_LEN], const g
     if (!m->ok) {
       snprintf(c->state, sizeof c->state, "refused");
       snprintf(c->why, sizeof c->why, "%s", m->why);
+      gn_reach_refused(g->reach, relay, m->peer, m->why, now);
       return;
     }
-    int r = m->addr[0] ? dial_splice(g, m->addr, m->token, m->peer, true) : GN_EINVAL;
+    int r = m->addr[0] ? dial_splice(g, m->addr, m->token, m->peer, relay, true) : GN_EINVAL;
     snprintf(c->state, sizeof c->state, r == 0 ? "dialling" : "failed");
-    if (r < 0)
+    if (r < 0) {
       snprintf(c->why, sizeof c->why, "%s", gn_strerror(r));
+      gn_reach_refused(g->reach, relay, m->peer, "cannot dial the relay's splice", now);
+    }
     return;
   }
   reservation *rv = res_find(g, relay);
@@ -624,6 +634,94 @@ static void on_status(struct gn__nat *g, const uint8_t relay[GN_PK_LEN], const g
     char id[GN_NODE_ID_STRLEN];
     gn_node_id_format(relay, id);
     gn_log_ratelimited("relay-slot", GN_LOG_INFO, "nat: holding a relay slot at %s (splice %s)", id, rv->splice);
+  }
+}
+
+/* Asks relay via to call peer for us (RELAY_CALL), remembered in the call
+ * table: GN_EBUSY when it is full, else what sending gave. */
+static int start_call(struct gn__nat *g, const uint8_t via[GN_PK_LEN], const uint8_t peer[GN_PK_LEN], uint64_t now) {
+  call *c = call_find(g, via, peer);
+  for (size_t i = 0; i < CALLS_MAX && !c; i++)
+    if (!g->calls[i].used || now >= g->calls[i].at_ms + 60000)
+      c = &g->calls[i];
+  if (!c)
+    return GN_EBUSY;
+  gn_relay_call_msg m = {.from_relay = false};
+  memcpy(m.peer, peer, GN_PK_LEN);
+  gn_buf b = {0};
+  int r = gn_relay_call_encode(&m, &b);
+  if (r == 0)
+    r = nat_msg(g, via, GN_MSG_RELAY_CALL, b.data, b.len);
+  gn_buf_done(&b);
+  if (r < 0)
+    return r;
+  *c = (call){.used = true, .at_ms = now};
+  memcpy(c->relay, via, GN_PK_LEN);
+  memcpy(c->target, peer, GN_PK_LEN);
+  snprintf(c->state, sizeof c->state, "calling");
+  return 0;
+}
+
+/* --- reaching NATed peers through the relays their offers name ------------------------*/
+
+static bool reach_is_up(void *ud, const uint8_t key[GN_PK_LEN]) {
+  struct gn__nat *g = ud;
+  return g->n->tp && gn_transport_is_up(g->n->tp, key);
+}
+
+static int reach_dial(void *ud, const char *addr, const uint8_t key[GN_PK_LEN]) {
+  struct gn__nat *g = ud;
+  char id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(key, id);
+  gn_log_ratelimited("nat-reach", GN_LOG_INFO, "nat: dialling relay %s at %s (an offer names it)", id, addr);
+  return g->n->tp ? gn_transport_connect_peer(g->n->tp, addr, key) : GN_ECLOSED;
+}
+
+static int reach_call(void *ud, const uint8_t relay[GN_PK_LEN], const uint8_t peer[GN_PK_LEN]) {
+  struct gn__nat *g = ud;
+  char id[GN_NODE_ID_STRLEN], rid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(peer, id);
+  gn_node_id_format(relay, rid);
+  gn_log_ratelimited("nat-reach", GN_LOG_INFO, "nat: no direct session with %s; asking relay %s to call it", id, rid);
+  return start_call(g, relay, peer, gn_mono_ms());
+}
+
+static void reach_done(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t relay[GN_PK_LEN], gn_reach_outcome o,
+                       const char *why) {
+  (void)ud;
+  char id[GN_NODE_ID_STRLEN], rid[GN_NODE_ID_STRLEN];
+  gn_node_id_format(peer, id);
+  gn_node_id_format(relay, rid);
+  if (o == GN_REACH_RELAYED)
+    gn_log_ratelimited("nat-reach", GN_LOG_INFO, "nat: reached %s through relay %s", id, rid);
+  else if (o == GN_REACH_GAVE_UP)
+    gn_log_ratelimited("nat-reach", GN_LOG_WARN, "nat: gave up reaching %s through relay %s: %s", id, rid, why);
+}
+
+/* A relay our offers can name: the first slot held whose relay's address we know. */
+static const reservation *offer_reservation(struct gn__nat *g, uint64_t now) {
+  for (size_t i = 0; i < RESERVE_MAX; i++) {
+    const reservation *r = &g->res[i];
+    if (r->used && r->ok && now < r->expires_ms && gn_nat_addr_valid(r->relay_addr))
+      return r;
+  }
+  return NULL;
+}
+
+/* Our offers say where we can be reached: republished when that changes. */
+static void offer_relay_tick(struct gn__nat *g, uint64_t now) {
+  const reservation *r = offer_reservation(g, now);
+  uint8_t want[GN_PK_LEN] = {0};
+  if (r)
+    memcpy(want, r->relay, GN_PK_LEN);
+  if (memcmp(want, g->offer_relay, GN_PK_LEN) == 0)
+    return;
+  memcpy(g->offer_relay, want, GN_PK_LEN);
+  g->n->offers_dirty = true;
+  if (r) {
+    char id[GN_NODE_ID_STRLEN];
+    gn_node_id_format(r->relay, id);
+    gn_log(GN_LOG_INFO, "nat: our offers name relay %s at %s", id, r->relay_addr);
   }
 }
 
@@ -646,6 +744,7 @@ static void reserve_tick(struct gn__nat *g, uint64_t now) {
         return;
       *rv = (reservation){.used = true};
       memcpy(rv->relay, g->peers[i].id, GN_PK_LEN);
+      snprintf(rv->relay_addr, sizeof rv->relay_addr, "%s", g->peers[i].addr);
     } else if (rv->ok ? now + RESERVE_RENEW_MS < rv->expires_ms : now < rv->asked_ms + RESERVE_RETRY_MS) {
       continue;
     }
@@ -702,7 +801,9 @@ static void on_timer(uv_timer_t *t) {
   }
   classify(g, now);
   reserve_tick(g, now);
+  offer_relay_tick(g, now);
   splices_tick(g, now);
+  gn_reach_tick(g->reach, now);
   arm(g);
 }
 
@@ -710,6 +811,9 @@ static void arm(struct gn__nat *g) {
   if (!g->timer || g->closing)
     return;
   uint64_t now = gn_mono_ms(), at = gn_nat_next_deadline_ms(g->nat);
+  uint64_t reach_at = gn_reach_next_deadline_ms(g->reach);
+  if (reach_at < at)
+    at = reach_at;
   for (sconn *s = g->splices; s; s = s->next) {
     if (s->resume_ms && s->resume_ms < at)
       at = s->resume_ms;
@@ -736,6 +840,9 @@ int gn__nat_start(gn_node *n) {
   int r = gn_nat_new(n->id->pk, gn_transport_listen_addr(n->tp), &io, seed, gn_mono_ms(), &g->nat);
   sodium_memzero(seed, sizeof seed);
   if (r < 0)
+    return r;
+  gn_reach_io rio = {reach_is_up, reach_dial, reach_call, reach_done, g};
+  if ((r = gn_reach_new(&rio, &g->reach)) < 0)
     return r;
   if (!n->cfg.overlay)
     snprintf(g->error, sizeof g->error, "off: it needs the overlay's UDP socket (overlay = on)");
@@ -770,6 +877,10 @@ int gn__nat_start(gn_node *n) {
 
 void gn__nat_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *addr) {
   struct gn__nat *g = n->nat;
+  if (g && !g->closing) {
+    gn_reach_up(g->reach, peer, gn_mono_ms());
+    arm(g);
+  }
   if (!g || g->closing || !n->cfg.overlay || !addr || !gn_nat_addr_valid(addr))
     return;
   sess_peer *slot = NULL;
@@ -869,6 +980,7 @@ void gn__nat_free(gn_node *n) {
   gn__nat_close(n);
   g->nat = gn_nat_free(g->nat);
   g->relay = gn_relay_free(g->relay);
+  g->reach = gn_reach_free(g->reach);
   free(g);
   n->nat = NULL;
 }
@@ -927,6 +1039,30 @@ static json_t *nat_json(struct gn__nat *g) {
                                            up && strcmp(c->state, "dialling") == 0 ? "up" : c->state, "why", c->why));
   }
   json_object_set_new(o, "calls", calls);
+  json_t *reach = json_array();
+  gn_reach_info ri;
+  for (size_t i = 0; gn_reach_get(g->reach, i, &ri); i++) {
+    char rid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(ri.peer, id);
+    gn_node_id_format(ri.relay, rid);
+    json_array_append_new(reach, json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "peer", id, "relay", rid, "relay_addr",
+                                           ri.relay_addr, "state", ri.state, "calls", (int)ri.calls, "why", ri.why));
+  }
+  json_object_set_new(o, "reach", reach);
+  gn_reach_stats rs_;
+  gn_reach_stats_get(g->reach, &rs_);
+  json_object_set_new(o, "reach_stats",
+                      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "wanted", (json_int_t)rs_.wanted, "direct",
+                                (json_int_t)rs_.direct, "relayed", (json_int_t)rs_.relayed, "gave_up",
+                                (json_int_t)rs_.gave_up, "dials", (json_int_t)rs_.dials, "calls", (json_int_t)rs_.calls,
+                                "refused", (json_int_t)rs_.refused));
+  const reservation *orv = offer_reservation(g, now);
+  if (orv) {
+    gn_node_id_format(orv->relay, id);
+    json_object_set_new(o, "offer_relay", json_pack("{s:s, s:s}", "relay", id, "addr", orv->relay_addr));
+  } else {
+    json_object_set_new(o, "offer_relay", json_null());
+  }
   gn_nat_stats ns;
   gn_nat_stats_get(g->nat, &ns);
   json_object_set_new(o, "stats",
@@ -998,29 +1134,12 @@ static void api_relay(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, 409, "no NAT traversal on this node");
   if (peer_and_via(req, peer, via) < 0)
     return;
-  call *c = call_find(g, via, peer);
-  uint64_t now = gn_mono_ms();
-  if (!c) {
-    for (size_t i = 0; i < CALLS_MAX && !c; i++)
-      if (!g->calls[i].used || now >= g->calls[i].at_ms + 60000)
-        c = &g->calls[i];
-    if (!c)
-      return gn_ctl_reply_error(req, 429, "too many relayed calls at once; try again in a minute");
-  }
-  gn_relay_call_msg m = {.from_relay = false};
-  memcpy(m.peer, peer, GN_PK_LEN);
-  gn_buf b = {0};
-  int r = gn_relay_call_encode(&m, &b);
-  if (r == 0)
-    r = nat_msg(g, via, GN_MSG_RELAY_CALL, b.data, b.len);
-  gn_buf_done(&b);
+  int r = start_call(g, via, peer, gn_mono_ms());
+  if (r == GN_EBUSY)
+    return gn_ctl_reply_error(req, 429, "too many relayed calls at once; try again in a minute");
   if (r < 0)
     return gn_ctl_reply_error(req, 409, "cannot call through that relay: %s%s", gn_strerror(r),
                               r == GN_ENOTFOUND ? " (no session to it)" : "");
-  *c = (call){.used = true, .at_ms = now};
-  memcpy(c->relay, via, GN_PK_LEN);
-  memcpy(c->target, peer, GN_PK_LEN);
-  snprintf(c->state, sizeof c->state, "calling");
   gn_ctl_reply_json(req, 202, json_pack("{s:s}", "state", "calling"));
 }
 
@@ -1055,6 +1174,9 @@ static void api_reserve(gn_ctl_req *req, void *ud) {
     *rv = (reservation){.used = true};
     memcpy(rv->relay, via, GN_PK_LEN);
   }
+  for (size_t i = 0; i < PEERS_MAX; i++)
+    if (g->peers[i].used && memcmp(g->peers[i].id, via, GN_PK_LEN) == 0)
+      snprintf(rv->relay_addr, sizeof rv->relay_addr, "%s", g->peers[i].addr);
   rv->asked_ms = now;
   gn_ctl_reply_json(req, 202, json_pack("{s:s}", "state", "asked"));
 }
@@ -1069,4 +1191,43 @@ void gn__nat_register(gn_node *n) {
 bool gn__nat_punched_addr(gn_node *n, const uint8_t peer[GN_PK_LEN], char *buf, size_t cap) {
   struct gn__nat *g = n->nat;
   return g && gn_nat_punched_addr(g->nat, peer, gn_mono_ms(), buf, cap);
+}
+
+int gn__nat_connect_peer(gn_node *n, const char *addr, const uint8_t peer[GN_PK_LEN]) {
+  int r = n->tp ? gn_transport_connect_peer(n->tp, addr, peer) : GN_ECLOSED;
+  struct gn__nat *g = n->nat;
+  if (!g || g->closing || !n->tp || r == GN_ECLOSED || !n->offers || gn_transport_is_up(n->tp, peer))
+    return r;
+  /* The relay an offer of peer names (every offer of one provider names the
+   * same one; the first that names any). */
+  const gn_offer *o = NULL;
+  for (size_t i = 0; i < gn_offer_table_count(n->offers) && !o; i++) {
+    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
+    if (memcmp(e->offer.provider, peer, GN_PK_LEN) == 0 && e->offer.relay_addr[0])
+      o = &e->offer;
+  }
+  if (!o || memcmp(o->relay_id, n->id->pk, GN_PK_LEN) == 0)
+    return r;
+  int w = gn_reach_want(g->reach, peer, o->relay_id, o->relay_addr, r == 0, gn_mono_ms());
+  if (w == 0) {
+    char id[GN_NODE_ID_STRLEN], rid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(peer, id);
+    gn_node_id_format(o->relay_id, rid);
+    gn_log_ratelimited("nat-reach", GN_LOG_INFO,
+                       "nat: %s names relay %s at %s; asking it unless a direct session comes up", id, rid,
+                       o->relay_addr);
+  } else if (w != GN_EEXIST) {
+    gn_log_ratelimited("nat-reach", GN_LOG_INFO, "nat: not reaching a peer through its relay: %s", gn_strerror(w));
+  }
+  arm(g);
+  return w == 0 || w == GN_EEXIST ? 0 : r;
+}
+
+void gn__nat_offer(gn_node *n, gn_offer *o) {
+  struct gn__nat *g = n->nat;
+  const reservation *r = g && !g->closing ? offer_reservation(g, gn_mono_ms()) : NULL;
+  if (!r || memcmp(r->relay, n->id->pk, GN_PK_LEN) == 0)
+    return;
+  memcpy(o->relay_id, r->relay, GN_PK_LEN);
+  snprintf(o->relay_addr, sizeof o->relay_addr, "%s", r->relay_addr);
 }

@@ -102,6 +102,13 @@ void gn__nat_on_datagram(gn_node *n, const char *from, const gn_envelope *env, u
 void gn__nat_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
 /* The endpoint of a punched UDP hole to peer (the job network's path). */
 bool gn__nat_punched_addr(gn_node *n, const uint8_t peer[GN_PK_LEN], char *buf, size_t cap);
+/* gn_transport_connect_peer(n->tp, addr, peer), and when an offer of peer
+ * names a relay, the relay is asked to call peer should no session come up
+ * within 2 s (docs/nat.md, "Reaching a NATed peer"). 0 when either is under
+ * way, else the dial's error. */
+int gn__nat_connect_peer(gn_node *n, const char *addr, const uint8_t peer[GN_PK_LEN]);
+/* Our offers name the relay we hold a slot at (relay_id, relay_addr). */
+void gn__nat_offer(gn_node *n, gn_offer *o);
 void gn__nat_close(gn_node *n);
 void gn__nat_free(gn_node *n);
 /* overlay.c: one datagram, sealed, on the overlay's UDP socket

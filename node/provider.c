@@ -365,6 +365,7 @@ void gn__provider_publish_offers(gn_node *n, int64_t now_s) {
     o.no_userns = !n->userns_ok;               /* allow_no_userns: said in the offer, signed */
     o.unenforced_limits = !n->limits_enforced; /* allow_unenforced_limits: likewise */
     gn__train_offer(n, &o);                    /* training, jobnet_ports (train_prov.c) */
+    gn__nat_offer(n, &o);                      /* relay_id, relay_addr behind NAT (nat.c) */
     const gn_attest_local *a = gn__attest_local_find(n, g->name);
     if (a && a->report_env.len && a->report_env.len <= sizeof o.attest) {
       memcpy(o.attest, a->report_env.data, a->report_env.len);

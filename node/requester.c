@@ -30,7 +30,7 @@ static int send_or_connect(gn_node *n, gn_pending *p, const uint8_t peer[GN_PK_L
     return gn_transport_send(n->tp, peer, env, len);
   int r = gn_buf_append(&p->msg, env, len);
   if (r == 0)
-    r = addr && addr[0] ? gn_transport_connect_peer(n->tp, addr, peer) : GN_ENOTFOUND;
+    r = addr && addr[0] ? gn__nat_connect_peer(n, addr, peer) : GN_ENOTFOUND;
   return r;
 }
 
@@ -609,7 +609,7 @@ static int req_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
         if (gn_transport_is_up(n->tp, l->peer))
           gn_transport_send(n->tp, l->peer, env.data, env.len);
         else if (lease_provider_addr(n, l))
-          gn_transport_connect_peer(n->tp, lease_provider_addr(n, l), l->peer);
+          gn__nat_connect_peer(n, lease_provider_addr(n, l), l->peer);
       }
       gn_buf_done(&env);
       break;
@@ -1168,7 +1168,7 @@ static void train_release(gn_node *n, const char *lease_id, const char *reason) 
    * a restart nothing else dials it). */
   const char *addr = lease_provider_addr(n, l);
   if (n->tp && !gn_transport_is_up(n->tp, l->peer) && addr)
-    gn_transport_connect_peer(n->tp, addr, l->peer);
+    gn__nat_connect_peer(n, addr, l->peer);
 }
 
 void gn__requester_register(gn_node *n) {

@@ -321,7 +321,7 @@ static int train_send_kind(train *t, const uint8_t peer[GN_PK_LEN], const uint8_
     tail = &(*tail)->next;
   *tail = m;
   const char *addr = provider_addr(n, peer);
-  return addr ? gn_transport_connect_peer(n->tp, addr, peer) : GN_ENOTFOUND;
+  return addr ? gn__nat_connect_peer(n, addr, peer) : GN_ENOTFOUND;
 }
 
 static int train_send(train *t, const uint8_t peer[GN_PK_LEN], const uint8_t *env, size_t len) {
@@ -1366,7 +1366,7 @@ void gn__trainreq_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
     mark_down(t, peer, gn_mono_ms());
     const char *addr = provider_addr(n, peer); /* a session that dropped may come back at once */
     if (addr && n->tp && !n->stopping)
-      gn_transport_connect_peer(n->tp, addr, peer);
+      gn__nat_connect_peer(n, addr, peer);
     gn_gang_info gi;
     gn_gang_info_get(t->g, &gi);
     for (uint32_t m = 0; m < gi.members; m++) {

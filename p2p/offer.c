@@ -1,5 +1,6 @@
 /* Offers: the provider's signed advertisement, its msgpack body, and the
  * bounded in-memory table of offers a node has heard, with its SQLite cache. */
+#include <gpunet/nat.h>
 #include <gpunet/offer.h>
 
 #include <sodium.h>
@@ -24,10 +25,14 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
     return GN_ETOOBIG;
   if (o->training && (o->jobnet_port_lo == 0 || o->jobnet_port_lo > o->jobnet_port_hi))
     return GN_EINVAL;
+  bool relay = o->relay_addr[0] != '\0';
+  if (relay && (strnlen(o->relay_addr, sizeof(o->relay_addr)) == sizeof(o->relay_addr) ||
+                !gn_nat_addr_valid(o->relay_addr) || memcmp(o->relay_id, o->provider, GN_PK_LEN) == 0))
+    return GN_EINVAL;
   gn_wire_writer w;
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, OFFER_KEYS + (o->attest_len ? 1 : 0) + (o->no_userns ? 1 : 0) + (o->unenforced_limits ? 1 : 0) +
-                          (o->training ? 2 : 0));
+                          (o->training ? 2 : 0) + (relay ? 2 : 0));
   gn_wire_put_str(&w, "provider");
   gn_wire_put_bin(&w, o->provider, GN_PK_LEN);
   gn_wire_put_str(&w, "seq");
@@ -75,6 +80,12 @@ int gn_offer_encode(const gn_offer *o, gn_buf *ret) {
     gn_wire_put_array(&w, 2);
     gn_wire_put_u64(&w, o->jobnet_port_lo);
     gn_wire_put_u64(&w, o->jobnet_port_hi);
+  }
+  if (relay) {
+    gn_wire_put_str(&w, "relay_id");
+    gn_wire_put_bin(&w, o->relay_id, GN_PK_LEN);
+    gn_wire_put_str(&w, "relay_addr");
+    gn_wire_put_str(&w, o->relay_addr);
   }
   int r = gn_wire_writer_take(&w, ret);
   gn_wire_writer_done(&w);
@@ -131,6 +142,16 @@ int gn_offer_decode(const uint8_t *body, size_t len, gn_offer *ret) {
     }
     o.jobnet_port_lo = (uint16_t)a->ptr[0].via.u64;
     o.jobnet_port_hi = (uint16_t)a->ptr[1].via.u64;
+  }
+  /* A relay: both keys or neither, a numeric address, not the provider. */
+  if (gn_wire_get(m, "relay_id") || gn_wire_get(m, "relay_addr")) {
+    if ((r = gn_wire_get_bin_exact(m, "relay_id", o.relay_id, GN_PK_LEN)) < 0 ||
+        (r = gn_wire_get_str(m, "relay_addr", o.relay_addr, sizeof(o.relay_addr))) < 0)
+      goto out;
+    if (!gn_nat_addr_valid(o.relay_addr) || memcmp(o.relay_id, o.provider, GN_PK_LEN) == 0) {
+      r = GN_EINVAL;
+      goto out;
+    }
   }
   /* Consistency a provider cannot get wrong honestly. */
   if (!o.gpu_model[0] || !o.currency[0] || o.gpus_free > o.gpus_total || o.expires_s <= o.issued_s || o.issued_s < 0) {

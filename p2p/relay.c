@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct slot {
@@ -437,4 +438,222 @@ int gn_relay_call_decode(const uint8_t *body, size_t len, gn_relay_call_msg *ret
   if (r == 0)
     *ret = m;
   return r;
+}
+
+/* --- reaching a peer through its relay ------------------------------------------*/
+
+typedef enum reach_state { R_DIRECT, R_RELAY_WAIT, R_CALLING, R_BACKOFF, R_GAVE_UP } reach_state;
+
+typedef struct attempt {
+  bool used;
+  reach_state state;
+  bool dialled; /* the relay's address was dialled (once) */
+  unsigned calls;
+  uint8_t peer[GN_PK_LEN], relay[GN_PK_LEN];
+  char relay_addr[64];
+  uint64_t next_ms; /* when the state's wait ends */
+  char why[GN_RELAY_WHY_MAX];
+} attempt;
+
+struct gn_reach {
+  gn_reach_io io;
+  attempt a[GN_REACH_MAX];
+  gn_reach_stats st;
+};
+
+int gn_reach_new(const gn_reach_io *io, gn_reach **ret) {
+  if (!io || !ret || !io->is_up || !io->dial || !io->call)
+    return GN_EINVAL;
+  gn_reach *r = calloc(1, sizeof *r);
+  if (!r)
+    return GN_ENOMEM;
+  r->io = *io;
+  *ret = r;
+  return 0;
+}
+
+gn_reach *gn_reach_free(gn_reach *r) {
+  free(r);
+  return NULL;
+}
+
+static attempt *attempt_of(gn_reach *r, const uint8_t peer[GN_PK_LEN]) {
+  for (size_t i = 0; i < GN_REACH_MAX; i++)
+    if (r->a[i].used && memcmp(r->a[i].peer, peer, GN_PK_LEN) == 0)
+      return &r->a[i];
+  return NULL;
+}
+
+/* The attempt ends: a failure is kept (as given up) for GN_REACH_FORGET_MS. */
+static void attempt_end(gn_reach *r, attempt *a, gn_reach_outcome o, const char *why, uint64_t now_ms) {
+  uint8_t peer[GN_PK_LEN], relay[GN_PK_LEN];
+  memcpy(peer, a->peer, GN_PK_LEN);
+  memcpy(relay, a->relay, GN_PK_LEN);
+  if (o == GN_REACH_GAVE_UP) {
+    a->state = R_GAVE_UP;
+    a->next_ms = now_ms + GN_REACH_FORGET_MS;
+    snprintf(a->why, sizeof a->why, "%s", why);
+    r->st.gave_up++;
+  } else {
+    a->used = false;
+    if (o == GN_REACH_DIRECT)
+      r->st.direct++;
+    else
+      r->st.relayed++;
+  }
+  if (r->io.done)
+    r->io.done(r->io.ud, peer, relay, o, o == GN_REACH_GAVE_UP ? why : "");
+}
+
+int gn_reach_want(gn_reach *r, const uint8_t peer[GN_PK_LEN], const uint8_t relay_id[GN_PK_LEN], const char *relay_addr,
+                  bool direct_dialling, uint64_t now_ms) {
+  if (!r || !peer || !relay_id || !relay_addr || strlen(relay_addr) >= sizeof r->a[0].relay_addr ||
+      !gn_nat_addr_valid(relay_addr) || memcmp(peer, relay_id, GN_PK_LEN) == 0)
+    return GN_EINVAL;
+  attempt *a = attempt_of(r, peer);
+  if (a && a->state == R_GAVE_UP) {
+    if (now_ms < a->next_ms)
+      return GN_ETIMEDOUT;
+    a->used = false;
+  } else if (a) {
+    return GN_EEXIST;
+  }
+  a = NULL;
+  for (size_t i = 0; i < GN_REACH_MAX && !a; i++)
+    if (!r->a[i].used || (r->a[i].state == R_GAVE_UP && now_ms >= r->a[i].next_ms))
+      a = &r->a[i];
+  if (!a) {
+    r->st.busy++;
+    return GN_EBUSY;
+  }
+  *a = (attempt){.used = true, .state = R_DIRECT, .next_ms = direct_dialling ? now_ms + GN_REACH_GRACE_MS : now_ms};
+  memcpy(a->peer, peer, GN_PK_LEN);
+  memcpy(a->relay, relay_id, GN_PK_LEN);
+  snprintf(a->relay_addr, sizeof a->relay_addr, "%s", relay_addr);
+  r->st.wanted++;
+  gn_reach_tick(r, now_ms);
+  return 0;
+}
+
+/* The next step of an attempt whose wait is over (and whose peer is not up). */
+static void attempt_step(gn_reach *r, attempt *a, uint64_t now_ms) {
+  switch (a->state) {
+  case R_DIRECT:
+  case R_BACKOFF:
+    if (r->io.is_up(r->io.ud, a->relay)) {
+      a->calls++;
+      r->st.calls++;
+      a->state = R_CALLING;
+      a->next_ms = now_ms + GN_REACH_CALL_WAIT_MS;
+      if (r->io.call(r->io.ud, a->relay, a->peer) < 0)
+        gn_reach_refused(r, a->relay, a->peer, "cannot send the call to the relay", now_ms);
+    } else if (!a->dialled) {
+      a->dialled = true;
+      r->st.dials++;
+      a->state = R_RELAY_WAIT;
+      a->next_ms = now_ms + GN_REACH_RELAY_WAIT_MS;
+      if (r->io.dial(r->io.ud, a->relay_addr, a->relay) < 0)
+        attempt_end(r, a, GN_REACH_GAVE_UP, "cannot dial the relay the offer names", now_ms);
+    } else {
+      attempt_end(r, a, GN_REACH_GAVE_UP, "the session with the relay went down", now_ms);
+    }
+    break;
+  case R_RELAY_WAIT:
+    attempt_end(r, a, GN_REACH_GAVE_UP, "the relay the offer names did not answer under its key", now_ms);
+    break;
+  case R_CALLING:
+    if (a->calls >= GN_REACH_CALLS) {
+      attempt_end(r, a, GN_REACH_GAVE_UP, "no session through the relay after its calls", now_ms);
+    } else {
+      a->state = R_BACKOFF;
+      attempt_step(r, a, now_ms);
+    }
+    break;
+  case R_GAVE_UP:
+    break;
+  }
+}
+
+void gn_reach_tick(gn_reach *r, uint64_t now_ms) {
+  if (!r)
+    return;
+  for (size_t i = 0; i < GN_REACH_MAX; i++) {
+    attempt *a = &r->a[i];
+    if (!a->used)
+      continue;
+    if (a->state == R_GAVE_UP) {
+      if (now_ms >= a->next_ms)
+        a->used = false;
+      continue;
+    }
+    if (r->io.is_up(r->io.ud, a->peer)) {
+      attempt_end(r, a, a->calls ? GN_REACH_RELAYED : GN_REACH_DIRECT, "", now_ms);
+      continue;
+    }
+    if (now_ms >= a->next_ms)
+      attempt_step(r, a, now_ms);
+  }
+}
+
+void gn_reach_refused(gn_reach *r, const uint8_t relay[GN_PK_LEN], const uint8_t peer[GN_PK_LEN], const char *why,
+                      uint64_t now_ms) {
+  attempt *a = r ? attempt_of(r, peer) : NULL;
+  if (!a || a->state != R_CALLING || memcmp(a->relay, relay, GN_PK_LEN) != 0)
+    return;
+  r->st.refused++;
+  snprintf(a->why, sizeof a->why, "%s", why ? why : "");
+  if (a->calls >= GN_REACH_CALLS) {
+    char w[GN_RELAY_WHY_MAX];
+    snprintf(w, sizeof w, "%s", a->why);
+    attempt_end(r, a, GN_REACH_GAVE_UP, w, now_ms);
+    return;
+  }
+  a->state = R_BACKOFF;
+  a->next_ms = now_ms + ((uint64_t)GN_REACH_BACKOFF_MS << (a->calls - 1));
+}
+
+void gn_reach_up(gn_reach *r, const uint8_t key[GN_PK_LEN], uint64_t now_ms) {
+  if (!r)
+    return;
+  for (size_t i = 0; i < GN_REACH_MAX; i++) {
+    attempt *a = &r->a[i];
+    if (a->used && a->state == R_RELAY_WAIT && memcmp(a->relay, key, GN_PK_LEN) == 0) {
+      a->state = R_BACKOFF;
+      a->next_ms = now_ms;
+    }
+  }
+  gn_reach_tick(r, now_ms);
+}
+
+uint64_t gn_reach_next_deadline_ms(const gn_reach *r) {
+  uint64_t at = UINT64_MAX;
+  for (size_t i = 0; r && i < GN_REACH_MAX; i++)
+    if (r->a[i].used && r->a[i].next_ms < at)
+      at = r->a[i].next_ms;
+  return at;
+}
+
+bool gn_reach_get(const gn_reach *r, size_t i, gn_reach_info *ret) {
+  static const char *const names[] = {[R_DIRECT] = "direct",
+                                      [R_RELAY_WAIT] = "dialling-relay",
+                                      [R_CALLING] = "calling",
+                                      [R_BACKOFF] = "backoff",
+                                      [R_GAVE_UP] = "gave-up"};
+  for (size_t k = 0, seen = 0; r && k < GN_REACH_MAX; k++) {
+    const attempt *a = &r->a[k];
+    if (!a->used || seen++ != i)
+      continue;
+    memcpy(ret->peer, a->peer, GN_PK_LEN);
+    memcpy(ret->relay, a->relay, GN_PK_LEN);
+    snprintf(ret->relay_addr, sizeof ret->relay_addr, "%s", a->relay_addr);
+    ret->state = names[a->state];
+    ret->calls = a->calls;
+    snprintf(ret->why, sizeof ret->why, "%s", a->why);
+    return true;
+  }
+  return false;
+}
+
+void gn_reach_stats_get(const gn_reach *r, gn_reach_stats *ret) {
+  *ret = r ? r->st : (gn_reach_stats){0};
 }

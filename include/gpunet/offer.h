@@ -42,6 +42,13 @@ typedef struct gn_offer {
    * [lo, hi], 1 <= lo <= hi <= 65535; both 0 when training is false). */
   bool training;
   uint16_t jobnet_port_lo, jobnet_port_hi;
+  /* Optional, signed, sent only when relay_addr is set: a provider behind
+   * NAT is reachable through the volunteer relay with key relay_id, whose
+   * sessions are at relay_addr (keys "relay_id", bin 32, and "relay_addr",
+   * a numeric host:port; both or neither, relay_id not the provider's).
+   * docs/nat.md, "Reaching a NATed peer". */
+  uint8_t relay_id[GN_PK_LEN];
+  char relay_addr[64];
   /* Optional: the provider's signed attestation report for this GPU model
    * (key "attest", absent when attest_len is 0). Readers verify it with
    * gn_attest_report_open and check its signer is the provider. */

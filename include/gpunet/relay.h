@@ -120,4 +120,83 @@ int gn_relay_status_decode(const uint8_t *body, size_t len, gn_relay_status_msg 
 int gn_relay_call_encode(const gn_relay_call_msg *m, gn_buf *ret);
 int gn_relay_call_decode(const uint8_t *body, size_t len, gn_relay_call_msg *ret);
 
+/* --- reaching a peer through its relay (the caller's side) ---------------*/
+
+/* A node that needs a session with a peer whose offer names a relay
+ * (gn_offer relay_id, relay_addr) dials the peer directly and hands the
+ * peer to this machine: if no session is up after a grace, it dials the
+ * relay (once: the relay's address is the offer's word, so a hostile offer
+ * costs one dial, like its own address), asks it to call the peer
+ * (RELAY_CALL), backs off after a refusal, and gives up after
+ * GN_REACH_CALLS calls or when the relay's session does not come up. A peer
+ * it gave up on is not tried again for GN_REACH_FORGET_MS. I/O-free. */
+#define GN_REACH_MAX 16              /* peers being reached (or given up on) at once */
+#define GN_REACH_GRACE_MS 2000       /* a direct dial has this long before the relay is asked */
+#define GN_REACH_RELAY_WAIT_MS 10000 /* for the session with the relay we dialled */
+#define GN_REACH_CALL_WAIT_MS 14000  /* for the peer's session after a call */
+#define GN_REACH_CALLS 3             /* calls through the relay before giving up */
+#define GN_REACH_BACKOFF_MS 2000     /* after a refusal: 2 s, then 4 s */
+#define GN_REACH_FORGET_MS 30000     /* a peer given up on is not tried again sooner */
+
+typedef enum gn_reach_outcome {
+  GN_REACH_DIRECT = 0,  /* up before any call: the direct dial (or the peer) made it */
+  GN_REACH_RELAYED = 1, /* up after a call through the relay */
+  GN_REACH_GAVE_UP = 2,
+} gn_reach_outcome;
+
+typedef struct gn_reach_io {
+  /* Whether a session with key is up. */
+  bool (*is_up)(void *ud, const uint8_t key[GN_PK_LEN]);
+  /* Dial the relay at addr, holding the session to key. 0 or an error. */
+  int (*dial)(void *ud, const char *addr, const uint8_t key[GN_PK_LEN]);
+  /* Send RELAY_CALL {p: peer} to relay over its session. 0 or an error. */
+  int (*call)(void *ud, const uint8_t relay[GN_PK_LEN], const uint8_t peer[GN_PK_LEN]);
+  /* The attempt for peer ended (why: a phrase when it gave up, else ""). */
+  void (*done)(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t relay[GN_PK_LEN], gn_reach_outcome outcome,
+               const char *why);
+  void *ud;
+} gn_reach_io;
+
+typedef struct gn_reach_stats {
+  uint64_t wanted, direct, relayed, gave_up, dials, calls, refused, busy;
+} gn_reach_stats;
+
+/* One attempt, for status. state: "direct" (the grace), "dialling-relay",
+ * "calling", "backoff", "gave-up". */
+typedef struct gn_reach_info {
+  uint8_t peer[GN_PK_LEN], relay[GN_PK_LEN];
+  char relay_addr[64];
+  const char *state;
+  unsigned calls;
+  char why[GN_RELAY_WHY_MAX];
+} gn_reach_info;
+
+typedef struct gn_reach gn_reach;
+
+/* GN_EINVAL without is_up, dial and call. */
+int gn_reach_new(const gn_reach_io *io, gn_reach **ret);
+gn_reach *gn_reach_free(gn_reach *r);
+/* A local need wants a session with peer (not up), whose offer names
+ * relay_id at relay_addr. direct_dialling: a direct dial is under way (it
+ * gets GN_REACH_GRACE_MS); false asks the relay at once. 0 when taken,
+ * GN_EEXIST when peer is being reached already, GN_ETIMEDOUT when it was
+ * given up on less than GN_REACH_FORGET_MS ago (both: nothing changes),
+ * GN_EBUSY when the table is full, GN_EINVAL for a bad address or a relay
+ * that is the peer itself. */
+int gn_reach_want(gn_reach *r, const uint8_t peer[GN_PK_LEN], const uint8_t relay_id[GN_PK_LEN], const char *relay_addr,
+                  bool direct_dialling, uint64_t now_ms);
+/* relay refused our call for peer, or its splice could not be dialled:
+ * the next call after a back-off, or the end. */
+void gn_reach_refused(gn_reach *r, const uint8_t relay[GN_PK_LEN], const uint8_t peer[GN_PK_LEN], const char *why,
+                      uint64_t now_ms);
+/* A session with key came up (a peer being reached, or a relay we
+ * dialled): acts on it now. */
+void gn_reach_up(gn_reach *r, const uint8_t key[GN_PK_LEN], uint64_t now_ms);
+void gn_reach_tick(gn_reach *r, uint64_t now_ms);
+/* When gn_reach_tick next has something to do (UINT64_MAX: nothing). */
+uint64_t gn_reach_next_deadline_ms(const gn_reach *r);
+/* The i-th attempt held (false past the end). */
+bool gn_reach_get(const gn_reach *r, size_t i, gn_reach_info *ret);
+void gn_reach_stats_get(const gn_reach *r, gn_reach_stats *ret);
+
 #endif

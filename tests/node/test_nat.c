@@ -16,6 +16,7 @@
 #include <gpunet/nat.h>
 #include <gpunet/relay.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 
@@ -359,6 +360,231 @@ static void test_unknown_token_is_closed(void **state) {
   close(fd);
 }
 
+/* --- reaching a NATed provider through the relay its offer names --------------------*/
+
+static bool never(void *ud) {
+  (void)ud;
+  return false;
+}
+
+static void spin(uint64_t ms) {
+  tn_run_until(&W.loop, never, NULL, ms);
+}
+
+/* A TCP socket on 127.0.0.1 with a port of its own, listening or not (a
+ * bound socket that does not listen refuses connections): its address to
+ * ret_addr. Non-blocking. */
+static int tcp_socket(bool listening, char *ret_addr, size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  socklen_t len = sizeof a;
+  assert_true(fd >= 0);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  if (listening)
+    assert_int_equal(listen(fd, 8), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  snprintf(ret_addr, cap, "127.0.0.1:%u", ntohs(a.sin_port));
+  return fd;
+}
+
+/* Accepts on fd within ms, running the test's loop meanwhile: the socket
+ * (blocking), or -1. */
+static int accept_within(int fd, uint64_t ms) {
+  uint64_t end = gn_mono_ms() + ms;
+  while (gn_mono_ms() < end) {
+    int c = accept(fd, NULL, NULL);
+    if (c >= 0) {
+      int fl = fcntl(c, F_GETFL);
+      fcntl(c, F_SETFL, fl & ~O_NONBLOCK);
+      return c;
+    }
+    spin(50);
+  }
+  return -1;
+}
+
+/* The offer of prov (signed by it) naming direct_addr and the relay
+ * relay_id at relay_addr, handed to the daemon by `by`; its id. */
+static void give_offer(peer *by, const gn_identity *prov, const char *direct_addr, const uint8_t relay_id[GN_PK_LEN],
+                       const char *relay_addr, char ret_id[GN_OFFER_ID_STRLEN]) {
+  gn_offer o;
+  gn_buf env = {0};
+  tn_offer(&o, prov->pk, direct_addr, 1, 60, true);
+  memcpy(o.relay_id, relay_id, GN_PK_LEN);
+  snprintf(o.relay_addr, sizeof o.relay_addr, "%s", relay_addr);
+  gn_offer_id(&o, ret_id);
+  assert_int_equal(gn_offer_seal(prov, &o, &env), 0);
+  assert_int_equal(gn_transport_send(by->tp, W.id->pk, env.data, env.len), 0);
+  gn_buf_done(&env);
+  bool seen = false;
+  for (int i = 0; i < 100 && !seen; i++) {
+    spin(50);
+    json_t *t = tn_api_get(W.dir, "/v1/offers"), *e;
+    size_t k;
+    json_array_foreach(json_object_get(t, "offers"), k, e) {
+      const char *id = json_string_value(json_object_get(e, "id"));
+      seen = seen || (id && strcmp(id, ret_id) == 0);
+    }
+    json_decref(t);
+  }
+  assert_true(seen);
+}
+
+static long long reach_figure(const char *key) {
+  json_t *j = tn_api_get(W.dir, "/v1/nat");
+  json_t *v = json_object_get(json_object_get(j, "reach_stats"), key);
+  long long x = json_is_integer(v) ? json_integer_value(v) : -1;
+  json_decref(j);
+  return x;
+}
+
+/* The daemon rents from a provider B whose offer names an address nobody
+ * answers at and a relay R it has no session with: with no call to
+ * /v1/nat/relay it dials R (the offer's relay address, R's key held), asks
+ * it to call B, dials the splice R names with R's token, and the session
+ * that comes up there, B's key proven, carries the lease request. */
+static void test_rent_reaches_a_natted_provider_through_its_relay(void **state) {
+  (void)state;
+  peer gossip, relay, prov;
+  char direct[64], splice[64], offer[GN_OFFER_ID_STRLEN], body[256];
+  peer_up(&gossip); /* hands the offer over */
+  memset(&relay, 0, sizeof relay);
+  relay.link = (tn_link){&relay.up, &relay.in, NULL};
+  tn_peer_new(&W.loop, &relay.link, &relay.id, &relay.tp);
+  assert_int_equal(gn_transport_listen(relay.tp, "127.0.0.1:0"), 0);
+  memset(&prov, 0, sizeof prov);
+  prov.link = (tn_link){&prov.up, &prov.in, NULL};
+  tn_peer_new(&W.loop, &prov.link, &prov.id, &prov.tp);
+  int closed = tcp_socket(false, direct, sizeof direct);
+  int lsn = tcp_socket(true, splice, sizeof splice);
+  long long relayed0 = reach_figure("relayed");
+  give_offer(&gossip, prov.id, direct, relay.id->pk, gn_transport_listen_addr(relay.tp), offer);
+
+  snprintf(body, sizeof body, "{\"offer\": \"%s\", \"hours\": 1, \"attest\": false, \"allow_simulated\": true}", offer);
+  char sock[PATH_MAX + 16];
+  snprintf(sock, sizeof sock, "%.*s/gpunetd.sock", PATH_MAX - 16, W.dir);
+  tn_call c;
+  tn_call_start(&c, sock, "/v1/leases", body);
+  /* R is dialled and asked to call B. */
+  tn_msg m;
+  if (!tn_wait_msg(&W.loop, &relay.in, GN_MSG_RELAY_CALL, NULL, NULL, DEADLINE_MS, &m)) {
+    tn_print_log(W.dir, 30);
+    fail_msg("the daemon did not ask the relay its provider's offer names");
+  }
+  assert_memory_equal(m.peer, W.id->pk, GN_PK_LEN);
+  gn_envelope e;
+  gn_relay_call_msg cm;
+  assert_int_equal(gn_envelope_open(m.raw.data, m.raw.len, &e), 0);
+  assert_int_equal(gn_relay_call_decode(e.body, e.body_len, &cm), 0);
+  assert_false(cm.from_relay);
+  assert_memory_equal(cm.peer, prov.id->pk, GN_PK_LEN);
+  gn_buf_done(&m.raw);
+  /* R puts it through: the caller's token and the splice address. */
+  gn_relay_status_msg st = {.ok = true, .has_call = true};
+  memcpy(st.peer, prov.id->pk, GN_PK_LEN);
+  randombytes_buf(st.token, sizeof st.token);
+  snprintf(st.addr, sizeof st.addr, "%s", splice);
+  gn_buf b = {0};
+  assert_int_equal(gn_relay_status_encode(&st, &b), 0);
+  tn_send(relay.tp, relay.id, GN_MSG_RELAY_STATUS, &b, W.id->pk);
+  gn_buf_done(&b);
+  int fd = accept_within(lsn, DEADLINE_MS);
+  assert_true(fd >= 0);
+  uint8_t tok[GN_RELAY_TOKEN_LEN];
+  size_t got = 0;
+  for (int i = 0; i < 100 && got < sizeof tok; i++) {
+    ssize_t k = recv(fd, tok + got, sizeof tok - got, MSG_DONTWAIT);
+    if (k > 0)
+      got += (size_t)k;
+    else
+      spin(50);
+  }
+  assert_int_equal(got, sizeof tok);
+  assert_memory_equal(tok, st.token, sizeof tok);
+  /* The splice's other end is B: the handshake proves B's key to the
+   * daemon, and the lease request follows over it. */
+  assert_int_equal(gn_transport_adopt(prov.tp, fd, false, W.id->pk), 0);
+  if (!tn_wait_msg(&W.loop, &prov.in, GN_MSG_LEASE_REQUEST, tn_call_done, &c, DEADLINE_MS, &m)) {
+    tn_print_log(W.dir, 30);
+    fail_msg("no lease request came through the relayed session");
+  }
+  assert_memory_equal(m.peer, W.id->pk, GN_PK_LEN);
+  gn_lease_terms t;
+  assert_int_equal(gn_lease_request_open(m.raw.data, m.raw.len, &t), 0);
+  assert_memory_equal(t.provider, prov.id->pk, GN_PK_LEN);
+  gn_buf_done(&m.raw);
+  tn_send_lease_end(prov.tp, prov.id, GN_MSG_LEASE_REJECT, t.lease_id, "B says no", W.id->pk);
+  tn_call_finish(&W.loop, &c, DEADLINE_MS);
+  tn_call_expect(&c, 409, "B says no");
+  gn_buf_done(&c.out);
+  assert_int_equal(reach_figure("relayed"), relayed0 + 1);
+  assert_true(tn_log_has(W.dir, "asking relay"));
+  close(closed);
+  close(lsn);
+  peer ps[] = {gossip, relay, prov};
+  peers_done(ps, 3);
+}
+
+/* Attack: a provider's offer names as its relay a victim's address (any
+ * key: nothing there proves it). Renting from it dials the victim once,
+ * like the offer's own address would, then gives up saying why; the rent
+ * fails in its time and the daemon goes on. */
+static void test_hostile_relay_address_is_dialled_once(void **state) {
+  (void)state;
+  peer gossip;
+  gn_identity *evil = NULL, *fake = NULL;
+  char direct[64], victim[64], offer[GN_OFFER_ID_STRLEN], body[256];
+  peer_up(&gossip);
+  assert_int_equal(gn_identity_generate(&evil), 0);
+  assert_int_equal(gn_identity_generate(&fake), 0);
+  int closed = tcp_socket(false, direct, sizeof direct);
+  int lsn = tcp_socket(true, victim, sizeof victim);
+  give_offer(&gossip, evil, direct, fake->pk, victim, offer);
+  long long gave0 = reach_figure("gave_up");
+  snprintf(body, sizeof body, "{\"offer\": \"%s\", \"hours\": 1, \"attest\": false, \"allow_simulated\": true}", offer);
+  char sock[PATH_MAX + 16];
+  snprintf(sock, sizeof sock, "%.*s/gpunetd.sock", PATH_MAX - 16, W.dir);
+  tn_call c;
+  tn_call_start(&c, sock, "/v1/leases", body);
+  int dials = 0;
+  uint64_t end = gn_mono_ms() + 40000;
+  while (!tn_call_done(&c) && gn_mono_ms() < end) {
+    int fd = accept_within(lsn, 200);
+    if (fd >= 0) {
+      dials++;
+      close(fd);
+    }
+  }
+  tn_call_finish(&W.loop, &c, DEADLINE_MS);
+  assert_true(c.status >= 500); /* in its time: nobody answered as the provider */
+  gn_buf_done(&c.out);
+  for (int i = 0; i < 20; i++) { /* nothing more comes */
+    int fd = accept_within(lsn, 100);
+    if (fd >= 0) {
+      dials++;
+      close(fd);
+    }
+  }
+  assert_int_equal(dials, 1);
+  assert_int_equal(reach_figure("gave_up"), gave0 + 1);
+  assert_true(tn_log_has(W.dir, "gave up reaching"));
+  json_t *j = tn_api_get(W.dir, "/v1/nat"), *a;
+  size_t k;
+  bool listed = false;
+  json_array_foreach(json_object_get(j, "reach"), k, a) {
+    listed = listed || (strcmp(json_string_value(json_object_get(a, "relay_addr")), victim) == 0 &&
+                        strcmp(json_string_value(json_object_get(a, "state")), "gave-up") == 0);
+  }
+  json_decref(j);
+  assert_true(listed);
+  close(closed);
+  close(lsn);
+  evil = gn_identity_free(evil);
+  fake = gn_identity_free(fake);
+  peers_done(&gossip, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_observed_address_is_the_source),
@@ -367,6 +593,8 @@ int main(void) {
       cmocka_unit_test(test_call_flood_is_bounded),
       cmocka_unit_test(test_relayed_bytes_over_the_limit_are_paced),
       cmocka_unit_test(test_unknown_token_is_closed),
+      cmocka_unit_test(test_rent_reaches_a_natted_provider_through_its_relay),
+      cmocka_unit_test(test_hostile_relay_address_is_dialled_once),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

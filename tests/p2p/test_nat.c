@@ -6,7 +6,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <gpunet/identity.h>
 #include <gpunet/nat.h>
+#include <gpunet/offer.h>
 #include <gpunet/relay.h>
 #include <gpunet/wire.h>
 
@@ -787,6 +789,275 @@ static void test_relay_codecs_round_trip(void **state) {
   gn_buf_done(&b);
 }
 
+/* --- reaching a peer through the relay its offer names ------------------------------*/
+
+typedef struct reach_world {
+  bool peer_up, relay_up;
+  bool refuse; /* the relay refuses every call at once */
+  int dials, calls, done;
+  gn_reach_outcome outcome;
+  char why[GN_RELAY_WHY_MAX];
+  char dialled[64];
+  uint8_t peer[GN_PK_LEN], relay[GN_PK_LEN];
+  uint64_t now;
+  gn_reach *r;
+} reach_world;
+
+static reach_world RW;
+
+static bool rw_is_up(void *ud, const uint8_t key[GN_PK_LEN]) {
+  reach_world *w = ud;
+  return memcmp(key, w->peer, GN_PK_LEN) == 0 ? w->peer_up : memcmp(key, w->relay, GN_PK_LEN) == 0 && w->relay_up;
+}
+
+static int rw_dial(void *ud, const char *addr, const uint8_t key[GN_PK_LEN]) {
+  reach_world *w = ud;
+  assert_memory_equal(key, w->relay, GN_PK_LEN);
+  snprintf(w->dialled, sizeof w->dialled, "%s", addr);
+  w->dials++;
+  return 0;
+}
+
+static int rw_call(void *ud, const uint8_t relay[GN_PK_LEN], const uint8_t peer[GN_PK_LEN]) {
+  reach_world *w = ud;
+  assert_memory_equal(relay, w->relay, GN_PK_LEN);
+  assert_memory_equal(peer, w->peer, GN_PK_LEN);
+  w->calls++;
+  return 0;
+}
+
+static void rw_done(void *ud, const uint8_t peer[GN_PK_LEN], const uint8_t relay[GN_PK_LEN], gn_reach_outcome o,
+                    const char *why) {
+  reach_world *w = ud;
+  assert_memory_equal(peer, w->peer, GN_PK_LEN);
+  assert_memory_equal(relay, w->relay, GN_PK_LEN);
+  w->done++;
+  w->outcome = o;
+  snprintf(w->why, sizeof w->why, "%s", why);
+}
+
+static void rw_init(void) {
+  memset(&RW, 0, sizeof RW);
+  memset(RW.peer, 0xb0, GN_PK_LEN);
+  memset(RW.relay, 0x4e, GN_PK_LEN);
+  RW.now = 1000000;
+  gn_reach_io io = {rw_is_up, rw_dial, rw_call, rw_done, &RW};
+  assert_int_equal(gn_reach_new(&io, &RW.r), 0);
+}
+
+/* Runs the machine in 100 ms steps for ms, refusing calls when asked to. */
+static void rw_run(uint64_t ms) {
+  for (uint64_t end = RW.now + ms; RW.now < end;) {
+    RW.now += 100;
+    int calls = RW.calls;
+    gn_reach_tick(RW.r, RW.now);
+    if (RW.refuse && RW.calls > calls)
+      gn_reach_refused(RW.r, RW.relay, RW.peer, "that peer holds no slot here", RW.now);
+  }
+}
+
+static void test_reach_direct_session_needs_no_relay(void **state) {
+  (void)state;
+  rw_init();
+  RW.relay_up = true;
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  rw_run(1500);
+  RW.peer_up = true;
+  rw_run(100);
+  assert_int_equal(RW.done, 1);
+  assert_int_equal(RW.outcome, GN_REACH_DIRECT);
+  assert_int_equal(RW.calls + RW.dials, 0);
+  gn_reach_stats st;
+  gn_reach_stats_get(RW.r, &st);
+  assert_int_equal(st.direct, 1);
+  RW.r = gn_reach_free(RW.r);
+}
+
+static void test_reach_calls_the_relay_after_the_grace(void **state) {
+  (void)state;
+  rw_init();
+  RW.relay_up = true;
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  rw_run(GN_REACH_GRACE_MS - 100);
+  assert_int_equal(RW.calls, 0);
+  rw_run(100);
+  assert_int_equal(RW.calls, 1);
+  assert_int_equal(RW.dials, 0); /* its session was up: no dial */
+  RW.peer_up = true;             /* the splice's session */
+  gn_reach_up(RW.r, RW.peer, RW.now);
+  assert_int_equal(RW.done, 1);
+  assert_int_equal(RW.outcome, GN_REACH_RELAYED);
+  gn_reach_stats st;
+  gn_reach_stats_get(RW.r, &st);
+  assert_int_equal(st.relayed, 1);
+  assert_false(gn_reach_get(RW.r, 0, &(gn_reach_info){0}));
+  RW.r = gn_reach_free(RW.r);
+}
+
+/* Without a direct dial (it could not start) the relay is asked at once;
+ * with no session to the relay it is dialled first, and called once up. */
+static void test_reach_dials_the_relay_then_calls(void **state) {
+  (void)state;
+  rw_init();
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", false, RW.now), 0);
+  assert_int_equal(RW.dials, 1);
+  assert_string_equal(RW.dialled, "192.0.2.7:7946");
+  assert_int_equal(RW.calls, 0);
+  rw_run(1000);
+  RW.relay_up = true;
+  gn_reach_up(RW.r, RW.relay, RW.now);
+  assert_int_equal(RW.calls, 1);
+  assert_int_equal(RW.dials, 1);
+  RW.r = gn_reach_free(RW.r);
+}
+
+/* An offer naming a victim's address (or a node that is not its relay)
+ * as relay: one dial, then the attempt is given up, and the peer is not
+ * tried again for GN_REACH_FORGET_MS whatever asks for it. */
+static void test_reach_hostile_relay_address_costs_one_dial(void **state) {
+  (void)state;
+  rw_init();
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "198.51.100.9:22", true, RW.now), 0);
+  rw_run(GN_REACH_GRACE_MS + GN_REACH_RELAY_WAIT_MS + 1000);
+  assert_int_equal(RW.dials, 1);
+  assert_int_equal(RW.calls, 0);
+  assert_int_equal(RW.done, 1);
+  assert_int_equal(RW.outcome, GN_REACH_GAVE_UP);
+  assert_non_null(strstr(RW.why, "did not answer"));
+  for (int i = 0; i < 50; i++) {
+    assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "198.51.100.9:22", true, RW.now), GN_ETIMEDOUT);
+    rw_run(100);
+  }
+  assert_int_equal(RW.dials, 1);
+  rw_run(GN_REACH_FORGET_MS);
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "198.51.100.9:22", true, RW.now), 0);
+  rw_run(GN_REACH_GRACE_MS);
+  assert_int_equal(RW.dials, 2);
+  RW.r = gn_reach_free(RW.r);
+}
+
+/* A relay that refuses: calls after 2 s, then 4 s, and no more than
+ * GN_REACH_CALLS, then given up with the relay's reason. */
+static void test_reach_refusals_back_off_and_give_up(void **state) {
+  (void)state;
+  rw_init();
+  RW.relay_up = true;
+  RW.refuse = true;
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  rw_run(GN_REACH_GRACE_MS);
+  assert_int_equal(RW.calls, 1);
+  rw_run(GN_REACH_BACKOFF_MS - 100);
+  assert_int_equal(RW.calls, 1);
+  rw_run(100);
+  assert_int_equal(RW.calls, 2);
+  rw_run(2 * GN_REACH_BACKOFF_MS - 100);
+  assert_int_equal(RW.calls, 2);
+  rw_run(100);
+  assert_int_equal(RW.calls, GN_REACH_CALLS);
+  rw_run(60000);
+  assert_int_equal(RW.calls, GN_REACH_CALLS);
+  assert_int_equal(RW.done, 1);
+  assert_int_equal(RW.outcome, GN_REACH_GAVE_UP);
+  assert_string_equal(RW.why, "that peer holds no slot here");
+  RW.r = gn_reach_free(RW.r);
+}
+
+/* Calls that bring no session are repeated GN_REACH_CALL_WAIT_MS apart. */
+static void test_reach_unanswered_calls_are_bounded(void **state) {
+  (void)state;
+  rw_init();
+  RW.relay_up = true;
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  rw_run(GN_REACH_GRACE_MS + GN_REACH_CALL_WAIT_MS - 100);
+  assert_int_equal(RW.calls, 1);
+  rw_run(100);
+  assert_int_equal(RW.calls, 2);
+  rw_run(2 * GN_REACH_CALL_WAIT_MS + 100); /* the last call unanswered too */
+  assert_int_equal(RW.calls, GN_REACH_CALLS);
+  assert_int_equal(RW.outcome, GN_REACH_GAVE_UP);
+  gn_reach_info ri;
+  assert_true(gn_reach_get(RW.r, 0, &ri));
+  assert_string_equal(ri.state, "gave-up");
+  RW.r = gn_reach_free(RW.r);
+}
+
+static void test_reach_table_is_bounded(void **state) {
+  (void)state;
+  rw_init();
+  uint8_t peer[GN_PK_LEN];
+  memset(peer, 0, sizeof peer);
+  assert_int_equal(gn_reach_want(RW.r, RW.relay, RW.relay, "192.0.2.7:7946", true, RW.now), GN_EINVAL);
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "relay.example:7946", true, RW.now), GN_EINVAL);
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:0", true, RW.now), GN_EINVAL);
+  for (int i = 0; i < GN_REACH_MAX; i++) {
+    peer[0] = (uint8_t)i;
+    assert_int_equal(gn_reach_want(RW.r, peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  }
+  peer[0] = 0;
+  assert_int_equal(gn_reach_want(RW.r, peer, RW.relay, "192.0.2.7:7946", true, RW.now), GN_EEXIST);
+  peer[0] = 0xff;
+  assert_int_equal(gn_reach_want(RW.r, peer, RW.relay, "192.0.2.7:7946", true, RW.now), GN_EBUSY);
+  RW.r = gn_reach_free(RW.r);
+}
+
+/* The offer's relay: signed with the rest, optional, checked. */
+static void test_offer_names_its_relay(void **state) {
+  (void)state;
+  gn_identity *id = NULL;
+  assert_int_equal(gn_identity_generate(&id), 0);
+  gn_offer o = {.seq = 1, .issued_s = 1000, .expires_s = 1060, .gpus_free = 1, .gpus_total = 1, .max_hours = 1};
+  memcpy(o.provider, id->pk, GN_PK_LEN);
+  snprintf(o.addr, sizeof o.addr, "10.0.3.2:7946");
+  snprintf(o.gpu_model, sizeof o.gpu_model, "RTX 4090");
+  snprintf(o.currency, sizeof o.currency, "EUR");
+  gn_buf plain = {0}, body = {0}, env = {0};
+  assert_int_equal(gn_offer_encode(&o, &plain), 0);
+  memset(o.relay_id, 0x4e, GN_PK_LEN);
+  snprintf(o.relay_addr, sizeof o.relay_addr, "192.0.2.7:7946");
+  assert_int_equal(gn_offer_encode(&o, &body), 0);
+  gn_offer d;
+  assert_int_equal(gn_offer_decode(body.data, body.len, &d), 0);
+  assert_string_equal(d.relay_addr, "192.0.2.7:7946");
+  assert_memory_equal(d.relay_id, o.relay_id, GN_PK_LEN);
+  assert_int_equal(gn_offer_decode(plain.data, plain.len, &d), 0); /* an offer without one */
+  assert_string_equal(d.relay_addr, "");
+  /* Under the signature: an envelope with the relay verifies as itself. */
+  assert_int_equal(gn_offer_seal(id, &o, &env), 0);
+  gn_envelope e;
+  assert_int_equal(gn_envelope_open(env.data, env.len, &e), 0);
+  assert_int_equal(gn_offer_decode(e.body, e.body_len, &d), 0);
+  assert_string_equal(d.relay_addr, "192.0.2.7:7946");
+  gn_buf bad = {0};
+  snprintf(o.relay_addr, sizeof o.relay_addr, "relay.example:7946");
+  assert_int_equal(gn_offer_encode(&o, &bad), GN_EINVAL);
+  snprintf(o.relay_addr, sizeof o.relay_addr, "192.0.2.7:7946");
+  memcpy(o.relay_id, o.provider, GN_PK_LEN);
+  assert_int_equal(gn_offer_encode(&o, &bad), GN_EINVAL);
+  /* relay_id without relay_addr: malformed. */
+  gn_wire_doc doc;
+  assert_int_equal(gn_wire_decode(body.data, body.len, &doc), 0);
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  const msgpack_object_map *m = &doc.root->via.map;
+  gn_wire_put_map(&w, m->size - 1);
+  for (uint32_t i = 0; i < m->size; i++) {
+    const msgpack_object_kv *kv = &m->ptr[i];
+    if (kv->key.via.str.size == 10 && memcmp(kv->key.via.str.ptr, "relay_addr", 10) == 0)
+      continue;
+    msgpack_pack_object(&w.pk, kv->key);
+    msgpack_pack_object(&w.pk, kv->val);
+  }
+  assert_int_equal(gn_wire_writer_take(&w, &bad), 0);
+  gn_wire_writer_done(&w);
+  gn_wire_doc_done(&doc);
+  assert_int_equal(gn_offer_decode(bad.data, bad.len, &d), GN_EINVAL);
+  gn_buf_done(&bad);
+  gn_buf_done(&plain);
+  gn_buf_done(&body);
+  gn_buf_done(&env);
+  gn_identity_free(id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codecs_round_trip),
@@ -812,6 +1083,14 @@ int main(void) {
       cmocka_unit_test(test_relay_call_flood_is_bounded),
       cmocka_unit_test(test_relay_bytes_over_the_limit_pause_the_pair),
       cmocka_unit_test(test_relay_codecs_round_trip),
+      cmocka_unit_test(test_reach_direct_session_needs_no_relay),
+      cmocka_unit_test(test_reach_calls_the_relay_after_the_grace),
+      cmocka_unit_test(test_reach_dials_the_relay_then_calls),
+      cmocka_unit_test(test_reach_hostile_relay_address_costs_one_dial),
+      cmocka_unit_test(test_reach_refusals_back_off_and_give_up),
+      cmocka_unit_test(test_reach_unanswered_calls_are_bounded),
+      cmocka_unit_test(test_reach_table_is_bounded),
+      cmocka_unit_test(test_offer_names_its_relay),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   gn_buf_done(&g_last_body);
