@@ -133,6 +133,11 @@ static void api_offers(gn_ctl_req *req, void *ud) {
       json_object_set_new(x, "jobnet_ports",
                           json_pack("[I, I]", (json_int_t)o->jobnet_port_lo, (json_int_t)o->jobnet_port_hi));
     json_object_set_new(x, "unenforced_limits", json_boolean(o->unenforced_limits));
+    /* Behind NAT: the relay it is reached through (docs/nat.md). */
+    char rid[GN_NODE_ID_STRLEN];
+    gn_node_id_format(o->relay_id, rid);
+    json_object_set_new(x, "relay",
+                        o->relay_addr[0] ? json_pack("{s:s, s:s}", "id", rid, "addr", o->relay_addr) : json_null());
   }
   free(v);
   gn_ctl_reply_json(req, 200, json_pack("{s:o}", "offers", arr));

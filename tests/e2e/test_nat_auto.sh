@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Automatic relay fallback (issue 9 item 5; docs/nat.md, "Reaching a NATed
+# peer") on namespace hosts (scripts/lib/nat.sh): pub1 (bootstrap, a
+# requester on the public side), pub2 (a volunteer relay), pub3 (a public
+# provider), pub4 (a public requester bootstrapped from pub2 only), c1 (a requester behind a cone NAT), c2 (a provider behind a
+# cone NAT) and s1 (a provider behind a symmetric NAT). Checked, with no
+# call to POST /v1/nat/relay anywhere:
+#  - each NATed provider holds a slot at pub2 and names it in its signed
+#    offer, which reaches the requesters with the relay in it;
+#  - c1 rents from c2 and from s1, with no session to either before: each
+#    lease is made over a session c1 got by asking pub2 to call the
+#    provider (its call shows up "up", the relay counted the calls and
+#    carried bytes);
+#  - pub1 and pub4 (public) rent from s1 and c2: through the relay, or over
+#    a session the provider dialled out to them (reported which);
+#  - c1 rents from pub3 directly (its offer names no relay: no call).
+# Prints the leases made directly and through the relay. Polls with
+# generous deadlines; about 40 s. Skipped (77) saying why without root,
+# namespaces, iptables' nat table, jq or curl.
+set -euo pipefail
+src=${GN_SOURCE_DIR:?}
+export GN_BIN=${GN_BUILD_DIR:?}
+. "$src/scripts/lib/e2e.sh"
+. "$src/scripts/lib/nat.sh"
+
+for cmd in jq curl; do
+  command -v "$cmd" >/dev/null || {
+    echo "SKIP: needs $cmd"
+    exit 77
+  }
+done
+nat_need
+"$GN_BIN/gpunetd" --help | grep -q -- --relay || {
+  echo "SKIP: this gpunetd has no relay"
+  exit 77
+}
+t0=$(now_ms)
+gn_e2e_setup natauto
+nat_init
+nat_add_public pub1 1
+nat_add_public pub2 2
+nat_add_public pub3 3
+nat_add_public pub4 4
+nat_add_private c1 1 cone
+nat_add_private c2 2 cone
+nat_add_private s1 3 symmetric
+gn_e2e_compat_flags
+compat=()
+for f in "${gn_e2e_compat[@]}"; do [ "$f" = 127.0.0.1 ] || [ "$f" = --registry-allow ] || compat+=("$f"); done
+prov=(--provide --price 0.50 --simulate-gpu "RTX 4090" ${compat[@]+"${compat[@]}"})
+boot=(--bootstrap "${nat_ip[pub1]}:7946" --bootstrap "${nat_ip[pub2]}:7946" --bootstrap "${nat_ip[pub3]}:7946")
+declare -A dir=() id=()
+start() { # NAME ARGS...
+  local name=$1
+  shift
+  dir[$name]=$nodes/$name
+  nat_node_start "$name" "${dir[$name]}" --no-training "$@"
+  id[$name]=$(gn_cli "${dir[$name]}" id)
+}
+start pub1
+start pub2 --relay on --bootstrap "${nat_ip[pub1]}:7946"
+start pub3 --bootstrap "${nat_ip[pub1]}:7946" --bootstrap "${nat_ip[pub2]}:7946" "${prov[@]}"
+start c1 "${boot[@]}"
+start c2 "${boot[@]}" "${prov[@]}"
+start s1 "${boot[@]}" "${prov[@]}"
+start pub4 --bootstrap "${nat_ip[pub2]}:7946"
+gn_e2e_nodes=(pub1 pub2 pub3 pub4 c1 c2 s1) # fail prints their logs
+ok "7 daemons on 7 hosts behind 3 NAT routers in $((($(now_ms) - t0) / 1000)) s"
+
+nat_of() { nat_api "${dir[$1]}" GET /v1/nat; }
+wait_for() { # LIMIT_S WHAT CMD...: polls CMD every 0.2 s
+  local end=$(($(now_ms) + $1 * 1000)) what=$2
+  shift 2
+  while [ "$(now_ms)" -lt "$end" ]; do
+    "$@" && return 0
+    sleep 0.2
+  done
+  "$@" || fail "$what (after $1 s)"
+}
+
+# Each NATed provider holds a slot at pub2 and its offers name it.
+names_relay() { nat_of "$1" | jq -e --arg r "${id[pub2]}" '.offer_relay.relay == $r' >/dev/null; }
+wait_for 60 "c2 does not name the relay pub2 in its offers: $(nat_of c2 | jq -c '{type, reservations, offer_relay}')" names_relay c2
+wait_for 30 "s1 does not name the relay pub2 in its offers: $(nat_of s1 | jq -c '{type, reservations, offer_relay}')" names_relay s1
+nat_of pub3 | jq -e '.offer_relay == null' >/dev/null || fail "the public pub3 names a relay"
+ok "c2 ($(nat_of c2 | jq -r .type)) and s1 ($(nat_of s1 | jq -r .type)) hold slots at pub2 and name it in their offers"
+
+offer_of() { # REQUESTER PROVIDER: the offer id, once it names the relay the provider names (or none)
+  local want
+  want=$(nat_of "$2" | jq -c '.offer_relay.relay // null')
+  gn_cli "${dir[$1]}" --json offers | jq -r --arg p "${id[$2]}" --argjson r "$want" \
+    '[.offers[] | select(.provider == $p and (.relay.id // null) == $r) | .id][0] // empty'
+}
+has_offer() { [ -n "$(offer_of "$1" "$2")" ]; }
+for pair in "pub1 s1" "pub4 c2" "c1 c2" "c1 pub3"; do
+  read -r x y <<<"$pair"
+  wait_for 60 "$x has no offer of $y (naming its relay): $(gn_cli "${dir[$x]}" --json offers | jq -c '[.offers[] | {provider, relay}]')" has_offer "$x" "$y"
+done
+ok "the offers reached the requesters, the NATed providers' naming relay pub2"
+
+calls0=$(nat_of pub2 | jq .relay.calls)
+declare -A lease=()
+free_gpu() { # REQUESTER PROVIDER: its offer there shows a free GPU
+  gn_cli "${dir[$1]}" --json offers | jq -e --arg o "$(offer_of "$1" "$2")" '[.offers[] | select(.id == $o and .gpus_free > 0)] | length > 0' >/dev/null
+}
+rent() { # REQUESTER PROVIDER
+  local out l
+  wait_for 60 "$1 sees no free GPU in $2's offer" free_gpu "$1" "$2"
+  out=$(gn_cli "${dir[$1]}" --json rent "$(offer_of "$1" "$2")" --hours 1 --allow-simulated --no-attest 2>&1) ||
+    fail "$1 cannot rent from $2: $out"
+  l=$(jq -r .lease.id <<<"$out")
+  [[ $l == l-* ]] || fail "$1 cannot rent from $2: $out"
+  lease[$1-$2]=$l
+}
+release() { # REQUESTER PROVIDER
+  gn_cli "${dir[$1]}" release "${lease[$1-$2]}" >/dev/null 2>&1 || fail "$1 cannot release ${lease[$1-$2]}"
+  unset "lease[$1-$2]"
+}
+call_state() { nat_of "$1" | jq -r --arg p "${id[$2]}" --arg r "${id[pub2]}" '[.calls[] | select(.peer == $p and .relay == $r) | .state][0] // "none"'; }
+session_up() { gn_cli "${dir[$1]}" --json peers | jq -e --arg p "${id[$2]}" '[.peers[] | select(.node_id == $p)] | length > 0' >/dev/null; }
+direct=0 relayed=0
+# Behind NAT on both sides: neither can dial the other, only the relay
+# joins them (the requester had no session with the provider before).
+for y in c2 s1; do
+  ! session_up c1 "$y" || fail "c1 had a session with $y before renting"
+  rent c1 "$y"
+  state=$(call_state c1 "$y")
+  [ "$state" = up ] || fail "c1 leased from $y but not through the relay: call $state, $(nat_of c1 | jq -c '{reach, reach_stats}')"
+  relayed=$((relayed + 1))
+  ok "c1 (cone) leased from $y ($(nat_of "$y" | jq -r .type)) through the relay pub2 with no manual call (${lease[c1-$y]})"
+done
+[ "$(nat_of c1 | jq .reach_stats.relayed)" -ge 2 ] || fail "c1 counts fewer than 2 relayed sessions: $(nat_of c1 | jq -c .reach_stats)"
+release c1 s1
+# The public side: pub1 and pub4 reach s1 and c2 through the relay, or
+# over a session the provider dialled out to them (pub1 is their
+# bootstrap; the overlay's views may join pub4 too): either way with no
+# manual call. Which one is reported.
+release c1 c2
+for pair in "pub1 s1" "pub4 c2"; do
+  read -r x y <<<"$pair"
+  had=no
+  session_up "$x" "$y" && had=yes
+  rent "$x" "$y"
+  state=$(call_state "$x" "$y")
+  if [ "$state" = up ]; then
+    relayed=$((relayed + 1))
+    ok "$x (public) leased from $y through the relay pub2 with no manual call (${lease[$x-$y]})"
+  else
+    [ "$had" = yes ] || fail "$x leased from $y with neither a session $y made nor the relay: call $state"
+    direct=$((direct + 1))
+    ok "$x (public) leased from $y over the session $y had dialled out to it (${lease[$x-$y]})"
+  fi
+done
+# A public provider: its offer names no relay, nothing is called.
+rent c1 pub3
+[ "$(call_state c1 pub3)" = none ] || fail "c1 called pub3 through the relay though its offer names none"
+direct=$((direct + 1))
+ok "c1 leased from the public pub3 directly (${lease[c1-pub3]})"
+rel=$(nat_of pub2 | jq -c .relay)
+[ "$(jq .calls <<<"$rel")" -ge $((calls0 + relayed)) ] || fail "the relay saw fewer than 2 calls: $rel"
+[ "$(jq .bytes <<<"$rel")" -gt 0 ] || fail "the relay carried no bytes: $rel"
+ok "the relay pub2 put $(($(jq .calls <<<"$rel") - calls0)) calls through and spliced $(jq .bytes <<<"$rel") bytes"
+for k in "${!lease[@]}"; do
+  release "${k%%-*}" "${k#*-}"
+done
+ok "the leases released"
+n=$((direct + relayed))
+echo "# nat_auto: $n leases with no manual relay call: $direct direct, $relayed through the relay ($((100 * relayed / n)) %); $pass checks in $((($(now_ms) - t0) / 1000)) s"
