@@ -3,6 +3,8 @@
  * introduces two peers, and the UDP hole punch between them. Every table is
  * bounded, every request from a peer rate-limited, and no single reporter
  * (nor any number of them inside one /24) can move the address we advertise. */
+#include "nat_body.h"
+
 #include <gpunet/nat.h>
 #include <gpunet/ratelimit.h>
 #include <gpunet/wire.h>
@@ -123,17 +125,16 @@ const char *gn_nat_type_name(gn_nat_type t) {
 
 /* --- bodies --------------------------------------------------------------------*/
 
-static int take(gn_wire_writer *w, gn_buf *ret) {
+int gn__nat_take(gn_wire_writer *w, gn_buf *ret) {
   int r = gn_wire_writer_take(w, ret);
   gn_wire_writer_done(w);
   return r;
 }
 
-/* A decoded body's root: a map of at most max entries. */
-static int open_map(const uint8_t *body, size_t len, size_t max, gn_wire_doc *doc) {
+int gn__nat_open_map(const uint8_t *body, size_t len, size_t max, gn_wire_doc *doc) {
   if (!body || len == 0)
     return GN_EINVAL;
-  if (len > 512)
+  if (len > GN__NAT_BODY_MAX)
     return GN_ETOOBIG;
   int r = gn_wire_decode(body, len, doc);
   if (r < 0)
@@ -145,9 +146,8 @@ static int open_map(const uint8_t *body, size_t len, size_t max, gn_wire_doc *do
   return 0;
 }
 
-/* An address field: numeric host:port, or "" where empty is allowed. */
-static int get_addr(const msgpack_object *map, const char *key, bool empty_ok, char *out) {
-  int r = gn_wire_get_str(map, key, out, GN_NAT_ADDR_MAX);
+int gn__nat_get_addr(const msgpack_object *map, const char *key, bool empty_ok, char *out, size_t cap) {
+  int r = gn_wire_get_str(map, key, out, cap);
   if (r < 0)
     return r;
   if (out[0] == '\0' ? !empty_ok : !gn_nat_addr_valid(out))
@@ -167,13 +167,13 @@ int gn_nat_observed_encode(const gn_nat_observed *m, gn_buf *ret) {
     gn_wire_put_str(&w, "a");
     gn_wire_put_str(&w, m->addr);
   }
-  return take(&w, ret);
+  return gn__nat_take(&w, ret);
 }
 
 int gn_nat_observed_decode(const uint8_t *body, size_t len, gn_nat_observed *ret) {
   gn_wire_doc doc;
   gn_nat_observed m = {0};
-  int r = open_map(body, len, 2, &doc);
+  int r = gn__nat_open_map(body, len, 2, &doc);
   if (r < 0)
     return r;
   m.answer = gn_wire_get(doc.root, "r") != NULL;
@@ -182,7 +182,7 @@ int gn_nat_observed_decode(const uint8_t *body, size_t len, gn_nat_observed *ret
   else
     r = doc.root->via.map.size == 1 ? gn_wire_get_bin_exact(doc.root, "q", m.nonce, GN_NAT_NONCE_LEN) : GN_EINVAL;
   if (r == 0 && m.answer)
-    r = get_addr(doc.root, "a", false, m.addr);
+    r = gn__nat_get_addr(doc.root, "a", false, m.addr, sizeof m.addr);
   gn_wire_doc_done(&doc);
   if (r == 0)
     *ret = m;
@@ -203,13 +203,13 @@ int gn_nat_punch_req_encode(const gn_nat_punch_req *m, gn_buf *ret) {
     gn_wire_put_str(&w, "a");
     gn_wire_put_str(&w, m->addr);
   }
-  return take(&w, ret);
+  return gn__nat_take(&w, ret);
 }
 
 int gn_nat_punch_req_decode(const uint8_t *body, size_t len, gn_nat_punch_req *ret) {
   gn_wire_doc doc;
   gn_nat_punch_req m = {0};
-  int r = open_map(body, len, 3, &doc);
+  int r = gn__nat_open_map(body, len, 3, &doc);
   if (r < 0)
     return r;
   m.intro = gn_wire_get(doc.root, "p") != NULL;
@@ -217,7 +217,7 @@ int gn_nat_punch_req_decode(const uint8_t *body, size_t len, gn_nat_punch_req *r
   if (r == 0)
     r = gn_wire_get_bin_exact(doc.root, "n", m.nonce, GN_NAT_NONCE_LEN);
   if (r == 0 && m.intro)
-    r = get_addr(doc.root, "a", true, m.addr);
+    r = gn__nat_get_addr(doc.root, "a", true, m.addr, sizeof m.addr);
   else if (r == 0 && doc.root->via.map.size != 2)
     r = GN_EINVAL;
   gn_wire_doc_done(&doc);
@@ -234,14 +234,14 @@ int gn_nat_punch_encode(const gn_nat_punch *m, gn_buf *ret) {
   gn_wire_put_bin(&w, m->nonce, GN_NAT_NONCE_LEN);
   gn_wire_put_str(&w, "k");
   gn_wire_put_u64(&w, m->ack ? 1 : 0);
-  return take(&w, ret);
+  return gn__nat_take(&w, ret);
 }
 
 int gn_nat_punch_decode(const uint8_t *body, size_t len, gn_nat_punch *ret) {
   gn_wire_doc doc;
   gn_nat_punch m = {0};
   uint64_t k = 0;
-  int r = open_map(body, len, 2, &doc);
+  int r = gn__nat_open_map(body, len, 2, &doc);
   if (r < 0)
     return r;
   r = gn_wire_get_bin_exact(doc.root, "n", m.nonce, GN_NAT_NONCE_LEN);

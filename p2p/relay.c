@@ -2,6 +2,8 @@
  * I/O: every table is bounded by the limits, a network holds at most
  * GN_RELAY_PER_NET slots, each caller is rate-limited, and each pair and all
  * pairs together are held to their bytes per second. */
+#include "nat_body.h"
+
 #include <gpunet/nat.h>
 #include <gpunet/ratelimit.h>
 #include <gpunet/relay.h>
@@ -300,49 +302,19 @@ size_t gn_relay_sessions(const gn_relay *r, uint64_t now_ms) {
 
 /* --- bodies ----------------------------------------------------------------------*/
 
-static int take(gn_wire_writer *w, gn_buf *ret) {
-  int r = gn_wire_writer_take(w, ret);
-  gn_wire_writer_done(w);
-  return r;
-}
-
-static int open_map(const uint8_t *body, size_t len, size_t max, gn_wire_doc *doc) {
-  if (!body || len == 0)
-    return GN_EINVAL;
-  if (len > 512)
-    return GN_ETOOBIG;
-  int r = gn_wire_decode(body, len, doc);
-  if (r < 0)
-    return r;
-  if (doc->root->type != MSGPACK_OBJECT_MAP || doc->root->via.map.size > max) {
-    gn_wire_doc_done(doc);
-    return GN_EINVAL;
-  }
-  return 0;
-}
-
-static int get_addr(const msgpack_object *map, const char *key, bool empty_ok, char *out, size_t cap) {
-  int r = gn_wire_get_str(map, key, out, cap);
-  if (r < 0)
-    return r;
-  if (out[0] == '\0' ? !empty_ok : !gn_nat_addr_valid(out))
-    return GN_EINVAL;
-  return 0;
-}
-
 int gn_relay_reserve_encode(const gn_relay_reserve_msg *m, gn_buf *ret) {
   gn_wire_writer w;
   gn_wire_writer_init(&w);
   gn_wire_put_map(&w, 1);
   gn_wire_put_str(&w, "r");
   gn_wire_put_bool(&w, m->reserve);
-  return take(&w, ret);
+  return gn__nat_take(&w, ret);
 }
 
 int gn_relay_reserve_decode(const uint8_t *body, size_t len, gn_relay_reserve_msg *ret) {
   gn_wire_doc doc;
   gn_relay_reserve_msg m = {0};
-  int r = open_map(body, len, 1, &doc);
+  int r = gn__nat_open_map(body, len, 1, &doc);
   if (r < 0)
     return r;
   r = gn_wire_get_bool(doc.root, "r", &m.reserve);
@@ -372,20 +344,20 @@ int gn_relay_status_encode(const gn_relay_status_msg *m, gn_buf *ret) {
     gn_wire_put_str(&w, "k");
     gn_wire_put_bin(&w, m->token, GN_RELAY_TOKEN_LEN);
   }
-  return take(&w, ret);
+  return gn__nat_take(&w, ret);
 }
 
 int gn_relay_status_decode(const uint8_t *body, size_t len, gn_relay_status_msg *ret) {
   gn_wire_doc doc;
   gn_relay_status_msg m = {0};
-  int r = open_map(body, len, 6, &doc);
+  int r = gn__nat_open_map(body, len, 6, &doc);
   if (r < 0)
     return r;
   r = gn_wire_get_bool(doc.root, "ok", &m.ok);
   if (r == 0)
     r = gn_wire_get_str(doc.root, "w", m.why, sizeof m.why);
   if (r == 0)
-    r = get_addr(doc.root, "a", true, m.addr, sizeof m.addr);
+    r = gn__nat_get_addr(doc.root, "a", true, m.addr, sizeof m.addr);
   if (r == 0)
     r = gn_wire_get_u32(doc.root, "e", &m.ttl_s);
   m.has_call = gn_wire_get(doc.root, "p") != NULL;
@@ -416,13 +388,13 @@ int gn_relay_call_encode(const gn_relay_call_msg *m, gn_buf *ret) {
     gn_wire_put_str(&w, "a");
     gn_wire_put_str(&w, m->addr);
   }
-  return take(&w, ret);
+  return gn__nat_take(&w, ret);
 }
 
 int gn_relay_call_decode(const uint8_t *body, size_t len, gn_relay_call_msg *ret) {
   gn_wire_doc doc;
   gn_relay_call_msg m = {0};
-  int r = open_map(body, len, 3, &doc);
+  int r = gn__nat_open_map(body, len, 3, &doc);
   if (r < 0)
     return r;
   r = gn_wire_get_bin_exact(doc.root, "p", m.peer, GN_PK_LEN);
@@ -430,7 +402,7 @@ int gn_relay_call_decode(const uint8_t *body, size_t len, gn_relay_call_msg *ret
   if (r == 0 && m.from_relay) {
     r = gn_wire_get_bin_exact(doc.root, "k", m.token, GN_RELAY_TOKEN_LEN);
     if (r == 0)
-      r = get_addr(doc.root, "a", false, m.addr, sizeof m.addr);
+      r = gn__nat_get_addr(doc.root, "a", false, m.addr, sizeof m.addr);
   } else if (r == 0 && doc.root->via.map.size != 1) {
     r = GN_EINVAL;
   }

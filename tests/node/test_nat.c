@@ -175,12 +175,17 @@ static bool reserve_from(peer *p, const char *ip) {
   return st.ok;
 }
 
-static long long relay_figure(const char *key) {
+/* A count in GET /v1/nat: section.key (-1 when absent). */
+static long long nat_figure(const char *section, const char *key) {
   json_t *j = tn_api_get(W.dir, "/v1/nat");
-  json_t *v = json_object_get(json_object_get(j, "relay"), key);
+  json_t *v = json_object_get(json_object_get(j, section), key);
   long long x = json_is_integer(v) ? json_integer_value(v) : -1;
   json_decref(j);
   return x;
+}
+
+static long long relay_figure(const char *key) {
+  return nat_figure("relay", key);
 }
 
 /* --- tests ---------------------------------------------------------------------*/
@@ -432,11 +437,7 @@ static void give_offer(peer *by, const gn_identity *prov, const char *direct_add
 }
 
 static long long reach_figure(const char *key) {
-  json_t *j = tn_api_get(W.dir, "/v1/nat");
-  json_t *v = json_object_get(json_object_get(j, "reach_stats"), key);
-  long long x = json_is_integer(v) ? json_integer_value(v) : -1;
-  json_decref(j);
-  return x;
+  return nat_figure("reach_stats", key);
 }
 
 /* The daemon rents from a provider B whose offer names an address nobody
