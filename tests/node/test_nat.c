@@ -586,6 +586,59 @@ static void test_hostile_relay_address_is_dialled_once(void **state) {
   peers_done(&gossip, 1);
 }
 
+/* Attack: the relay a provider's offer names proves its key but does not
+ * relay (or refuses every call): the daemon calls it GN_REACH_CALLS times,
+ * backing off between, then gives up with the relay's reason. */
+static void test_relay_that_refuses_is_called_a_bounded_number_of_times(void **state) {
+  (void)state;
+  peer gossip, relay;
+  gn_identity *prov = NULL;
+  char direct[64], offer[GN_OFFER_ID_STRLEN], body[256];
+  peer_up(&gossip);
+  memset(&relay, 0, sizeof relay);
+  relay.link = (tn_link){&relay.up, &relay.in, NULL};
+  tn_peer_new(&W.loop, &relay.link, &relay.id, &relay.tp);
+  assert_int_equal(gn_transport_listen(relay.tp, "127.0.0.1:0"), 0);
+  assert_int_equal(gn_identity_generate(&prov), 0);
+  int closed = tcp_socket(false, direct, sizeof direct);
+  give_offer(&gossip, prov, direct, relay.id->pk, gn_transport_listen_addr(relay.tp), offer);
+  long long gave0 = reach_figure("gave_up");
+  snprintf(body, sizeof body, "{\"offer\": \"%s\", \"hours\": 1, \"attest\": false, \"allow_simulated\": true}", offer);
+  char sock[PATH_MAX + 16];
+  snprintf(sock, sizeof sock, "%.*s/gpunetd.sock", PATH_MAX - 16, W.dir);
+  tn_call c;
+  tn_call_start(&c, sock, "/v1/leases", body);
+  int calls = 0;
+  tn_msg m;
+  uint64_t last = 0, gap_min = UINT64_MAX;
+  while (tn_wait_msg(&W.loop, &relay.in, GN_MSG_RELAY_CALL, NULL, NULL, calls ? 12000 : DEADLINE_MS, &m)) {
+    uint64_t now = gn_mono_ms();
+    if (calls && now - last < gap_min)
+      gap_min = now - last;
+    last = now;
+    calls++;
+    gn_buf_done(&m.raw);
+    gn_relay_status_msg st = {.ok = false, .has_call = true};
+    memcpy(st.peer, prov->pk, GN_PK_LEN);
+    snprintf(st.why, sizeof st.why, "this node does not relay");
+    gn_buf b = {0};
+    assert_int_equal(gn_relay_status_encode(&st, &b), 0);
+    tn_send(relay.tp, relay.id, GN_MSG_RELAY_STATUS, &b, W.id->pk);
+    gn_buf_done(&b);
+  }
+  assert_int_equal(calls, GN_REACH_CALLS);
+  assert_true(gap_min >= GN_REACH_BACKOFF_MS - 200); /* backed off between */
+  tn_call_finish(&W.loop, &c, DEADLINE_MS);
+  assert_true(c.status >= 500);
+  gn_buf_done(&c.out);
+  assert_int_equal(reach_figure("gave_up"), gave0 + 1);
+  assert_true(tn_log_has(W.dir, "this node does not relay"));
+  close(closed);
+  prov = gn_identity_free(prov);
+  peer ps[] = {gossip, relay};
+  peers_done(ps, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_observed_address_is_the_source),
@@ -596,6 +649,7 @@ int main(void) {
       cmocka_unit_test(test_unknown_token_is_closed),
       cmocka_unit_test(test_rent_reaches_a_natted_provider_through_its_relay),
       cmocka_unit_test(test_hostile_relay_address_is_dialled_once),
+      cmocka_unit_test(test_relay_that_refuses_is_called_a_bounded_number_of_times),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
