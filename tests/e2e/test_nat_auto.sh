@@ -11,8 +11,9 @@
 #    lease is made over a session c1 got by asking pub2 to call the
 #    provider (its call shows up "up", the relay counted the calls and
 #    carried bytes);
-#  - pub1 and pub4 (public) rent from s1 and c2: through the relay, or over
-#    a session the provider dialled out to them (reported which);
+#  - pub4 (public, taking no connection from c2's router) rents from c2
+#    through the relay; pub1 (public) rents from s1 through the relay or
+#    over the session s1 dialled out to its bootstrap (reported which);
 #  - c1 rents from pub3 directly (its offer names no relay: no call).
 # Prints the leases made directly and through the relay. Polls with
 # generous deadlines; about 40 s. Skipped (77) saying why without root,
@@ -63,6 +64,10 @@ start pub3 --bootstrap "${nat_ip[pub1]}:7946" --bootstrap "${nat_ip[pub2]}:7946"
 start c1 "${boot[@]}"
 start c2 "${boot[@]}" "${prov[@]}"
 start s1 "${boot[@]}" "${prov[@]}"
+# pub4 takes no connection from c2's router: c2 cannot dial out to it (as
+# a NATed provider that never met it would not have), so a session between
+# them can only come from pub4's side, and pub4 cannot dial c2.
+nat_exec pub4 iptables -A INPUT -p tcp --syn -s "${nat_outside[c2]}" -j DROP
 start pub4 --bootstrap "${nat_ip[pub2]}:7946"
 gn_e2e_nodes=(pub1 pub2 pub3 pub4 c1 c2 s1) # fail prints their logs
 ok "7 daemons on 7 hosts behind 3 NAT routers in $((($(now_ms) - t0) / 1000)) s"
@@ -131,12 +136,17 @@ for y in c2 s1; do
 done
 [ "$(nat_of c1 | jq .reach_stats.relayed)" -ge 2 ] || fail "c1 counts fewer than 2 relayed sessions: $(nat_of c1 | jq -c .reach_stats)"
 release c1 s1
-# The public side: pub1 and pub4 reach s1 and c2 through the relay, or
-# over a session the provider dialled out to them (pub1 is their
-# bootstrap; the overlay's views may join pub4 too): either way with no
-# manual call. Which one is reported.
+# The public side: pub4 reaches c2 through the relay (nothing else joins
+# them); pub1 reaches s1 through the relay or over the session s1 dialled
+# out to its bootstrap pub1 (reported which). No manual call either way.
 release c1 c2
-for pair in "pub1 s1" "pub4 c2"; do
+! session_up pub4 c2 || fail "pub4 had a session with c2 before renting"
+rent pub4 c2
+state=$(call_state pub4 c2)
+[ "$state" = up ] || fail "pub4 leased from c2 but not through the relay: call $state, $(nat_of pub4 | jq -c '{reach, reach_stats}')"
+relayed=$((relayed + 1))
+ok "pub4 (public) leased from c2 (cone) through the relay pub2 with no manual call (${lease[pub4-c2]})"
+for pair in "pub1 s1"; do
   read -r x y <<<"$pair"
   had=no
   session_up "$x" "$y" && had=yes
