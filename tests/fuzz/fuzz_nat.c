@@ -3,12 +3,87 @@
  * them as datagrams and session messages. The first byte picks the message:
  * NAT_OBSERVED, NAT_PUNCH_REQ, NAT_PUNCH, RELAY_RESERVE, RELAY_STATUS or
  * RELAY_CALL (p2p/relay.c). What decodes encodes and decodes
- * again to the same; the machine's tables stay within their bounds. */
+ * again to the same; the machine's tables stay within their bounds. The
+ * same bytes then drive the relay-reaching machine (gn_reach) as a list of
+ * operations: it never dials or calls more than its bounds allow. */
 #include <gpunet/nat.h>
 #include <gpunet/relay.h>
 #include <gpunet/wire.h>
 
 static size_t sent;
+
+/* The reach machine (p2p/relay.c) driven by the same bytes: which keys are
+ * up, and what it dialled and called. */
+static bool up_keys[4];
+static size_t reach_dials, reach_calls;
+
+static bool reach_is_up(void *ud, const uint8_t key[GN_PK_LEN]) {
+  (void)ud;
+  return up_keys[key[0] & 3];
+}
+
+static int reach_dial(void *ud, const char *addr, const uint8_t key[GN_PK_LEN]) {
+  (void)ud;
+  (void)key;
+  if (!gn_nat_addr_valid(addr))
+    __builtin_trap();
+  reach_dials++;
+  return 0;
+}
+
+static int reach_call(void *ud, const uint8_t relay[GN_PK_LEN], const uint8_t peer[GN_PK_LEN]) {
+  (void)ud;
+  if (!up_keys[relay[0] & 3] || memcmp(relay, peer, GN_PK_LEN) == 0)
+    __builtin_trap();
+  reach_calls++;
+  return 0;
+}
+
+/* Each byte an operation on keys 0..3 (peers and relays alike): want,
+ * refused, a session up or down, time passing. Each attempt dials its
+ * relay at most once and calls it at most GN_REACH_CALLS times. */
+static void fuzz_reach(const uint8_t *data, size_t size) {
+  gn_reach_io io = {reach_is_up, reach_dial, reach_call, NULL, NULL};
+  gn_reach *r = NULL;
+  if (gn_reach_new(&io, &r) != 0)
+    __builtin_trap();
+  memset(up_keys, 0, sizeof up_keys);
+  reach_dials = reach_calls = 0;
+  size_t wanted = 0;
+  uint64_t now = 1000;
+  uint8_t k1[GN_PK_LEN], k2[GN_PK_LEN];
+  for (size_t i = 0; i < size; i++) {
+    uint8_t op = data[i] >> 5, x = data[i] & 3, y = (data[i] >> 2) & 3;
+    memset(k1, x, sizeof k1);
+    memset(k2, y, sizeof k2);
+    switch (op) {
+    case 0:
+    case 1:
+      wanted += gn_reach_want(r, k1, k2, "192.0.2.7:7946", op == 0, now) == 0;
+      break;
+    case 2:
+      gn_reach_refused(r, k2, k1, "no", now);
+      break;
+    case 3:
+      up_keys[x] = true;
+      gn_reach_up(r, k1, now);
+      break;
+    case 4:
+      up_keys[x] = false;
+      break;
+    default:
+      now += (uint64_t)(data[i] & 31) * 500;
+      gn_reach_tick(r, now);
+      break;
+    }
+    if (gn_reach_next_deadline_ms(r) != UINT64_MAX && gn_reach_next_deadline_ms(r) > now + 60000)
+      __builtin_trap();
+  }
+  gn_reach_tick(r, now + 100000);
+  if (reach_dials > wanted || reach_calls > wanted * GN_REACH_CALLS)
+    __builtin_trap();
+  gn_reach_free(r);
+}
 
 static void dgram(void *ud, const char *addr, uint32_t type, const uint8_t *body, size_t len) {
   (void)ud;
@@ -99,5 +174,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char buf[GN_NAT_ADDR_MAX];
   gn_nat_advertised(nat, 10, buf, sizeof buf);
   gn_nat_free(nat);
+  fuzz_reach(data, size);
   return 0;
 }
