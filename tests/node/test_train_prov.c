@@ -1057,14 +1057,18 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
   /* The peer rank's job: a TCP server on its job address that answers. */
   char srv_out[PATH_MAX + 32];
   snprintf(srv_out, sizeof srv_out, "%s/peer-got", W.dir);
+  /* It writes the line it reads to srv_out and then answers "ack", so the
+   * job's PEER_OK means the greeting arrived: a job that only sent it could
+   * end, and its namespace go, before a segment lost on the busy userspace
+   * WireGuard path was sent again (CI saw PEER_OK with nothing received). */
+  char srv_sh[PATH_MAX + 96];
+  snprintf(srv_sh, sizeof srv_sh, "read l; echo \"$l\" > '%s'; echo ack", srv_out);
   pid_t srv = fork();
   if (srv == 0) {
     int fd = open(peer_path, O_RDONLY);
     if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
       _exit(99);
-    int o = open(srv_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    execlp("busybox", "busybox", "nc", "-l", "-p", "7000", (char *)NULL);
+    execlp("busybox", "busybox", "nc", "-l", "-p", "7000", "-e", "sh", "-c", srv_sh, (char *)NULL);
     _exit(127);
   }
   R.srv = srv;
@@ -1072,7 +1076,7 @@ static void test_rank_reaches_its_peer_and_nothing_else(void **state) {
    * interfaces, writes /output. */
   char script[1024];
   snprintf(script, sizeof script,
-           "echo hello-from-rank0 | nc -w 5 %s 7000 && echo PEER_OK; "
+           "echo hello-from-rank0 | nc -w 5 %s 7000 | grep -q ack && echo PEER_OK; "
            "nc -w 2 %s %d </dev/null && echo HOST_REACHED || echo HOST_BLOCKED; "
            "env | grep -E '^(MASTER_ADDR|MASTER_PORT|RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GLOO_SOCKET_IFNAME|"
            "NCCL_SOCKET_IFNAME)=' | sort; ls /sys/class/net 2>&1; cat /proc/net/dev | tail -n +3 | cut -d: -f1; "
