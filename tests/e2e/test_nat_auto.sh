@@ -146,21 +146,18 @@ state=$(call_state pub4 c2)
 [ "$state" = up ] || fail "pub4 leased from c2 but not through the relay: call $state, $(nat_of pub4 | jq -c '{reach, reach_stats}')"
 relayed=$((relayed + 1))
 ok "pub4 (public) leased from c2 (cone) through the relay pub2 with no manual call (${lease[pub4-c2]})"
-for pair in "pub1 s1"; do
-  read -r x y <<<"$pair"
-  had=no
-  session_up "$x" "$y" && had=yes
-  rent "$x" "$y"
-  state=$(call_state "$x" "$y")
-  if [ "$state" = up ]; then
-    relayed=$((relayed + 1))
-    ok "$x (public) leased from $y through the relay pub2 with no manual call (${lease[$x-$y]})"
-  else
-    [ "$had" = yes ] || fail "$x leased from $y with neither a session $y made nor the relay: call $state"
-    direct=$((direct + 1))
-    ok "$x (public) leased from $y over the session $y had dialled out to it (${lease[$x-$y]})"
-  fi
-done
+had=no
+session_up pub1 s1 && had=yes
+rent pub1 s1
+state=$(call_state pub1 s1)
+if [ "$state" = up ]; then
+  relayed=$((relayed + 1))
+  ok "pub1 (public) leased from s1 through the relay pub2 with no manual call (${lease[pub1-s1]})"
+else
+  [ "$had" = yes ] || fail "pub1 leased from s1 with neither a session s1 made nor the relay: call $state"
+  direct=$((direct + 1))
+  ok "pub1 (public) leased from s1 over the session s1 had dialled out to it (${lease[pub1-s1]})"
+fi
 # A public provider: its offer names no relay, nothing is called.
 rent c1 pub3
 [ "$(call_state c1 pub3)" = none ] || fail "c1 called pub3 through the relay though its offer names none"
