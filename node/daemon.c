@@ -283,6 +283,8 @@ static void on_refused(gn_transport *t, const char *addr, const uint8_t expected
   gn_log_ratelimited("refused-key", GN_LOG_WARN,
                      "refused the session with %s: it was advertised as %s but the node there is %s", addr, want, is);
   gn_peertab_dial_failed(n->peertab, expected, gn_mono_ms()); /* the views do not dial it again for a while */
+  if (gn__nat_reaching(n, expected))
+    return; /* a NATed provider's private address held another node: its relay may still reach it */
   gn__requester_dial_refused(n, addr, expected, got);
   gn__attest_dial_refused(n, addr, expected, got);
 }

@@ -1231,3 +1231,8 @@ void gn__nat_offer(gn_node *n, gn_offer *o) {
   memcpy(o->relay_id, r->relay, GN_PK_LEN);
   snprintf(o->relay_addr, sizeof o->relay_addr, "%s", r->relay_addr);
 }
+
+bool gn__nat_reaching(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  struct gn__nat *g = n->nat;
+  return g && !g->closing && gn_reach_active(g->reach, peer);
+}

@@ -107,6 +107,8 @@ bool gn__nat_punched_addr(gn_node *n, const uint8_t peer[GN_PK_LEN], char *buf, 
  * within 2 s (docs/nat.md, "Reaching a NATed peer"). 0 when either is under
  * way, else the dial's error. */
 int gn__nat_connect_peer(gn_node *n, const char *addr, const uint8_t peer[GN_PK_LEN]);
+/* Whether peer is being reached through its relay now (not given up). */
+bool gn__nat_reaching(gn_node *n, const uint8_t peer[GN_PK_LEN]);
 /* Our offers name the relay we hold a slot at (relay_id, relay_addr). */
 void gn__nat_offer(gn_node *n, gn_offer *o);
 void gn__nat_close(gn_node *n);

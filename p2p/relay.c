@@ -597,6 +597,13 @@ void gn_reach_up(gn_reach *r, const uint8_t key[GN_PK_LEN], uint64_t now_ms) {
   gn_reach_tick(r, now_ms);
 }
 
+bool gn_reach_active(const gn_reach *r, const uint8_t peer[GN_PK_LEN]) {
+  for (size_t i = 0; r && i < GN_REACH_MAX; i++)
+    if (r->a[i].used && r->a[i].state != R_GAVE_UP && memcmp(r->a[i].peer, peer, GN_PK_LEN) == 0)
+      return true;
+  return false;
+}
+
 uint64_t gn_reach_next_deadline_ms(const gn_reach *r) {
   uint64_t at = UINT64_MAX;
   for (size_t i = 0; r && i < GN_REACH_MAX; i++)

@@ -195,6 +195,8 @@ void gn_reach_up(gn_reach *r, const uint8_t key[GN_PK_LEN], uint64_t now_ms);
 void gn_reach_tick(gn_reach *r, uint64_t now_ms);
 /* When gn_reach_tick next has something to do (UINT64_MAX: nothing). */
 uint64_t gn_reach_next_deadline_ms(const gn_reach *r);
+/* Whether an attempt for peer is under way (held and not given up). */
+bool gn_reach_active(const gn_reach *r, const uint8_t peer[GN_PK_LEN]);
 /* The i-th attempt held (false past the end). */
 bool gn_reach_get(const gn_reach *r, size_t i, gn_reach_info *ret);
 void gn_reach_stats_get(const gn_reach *r, gn_reach_stats *ret);

@@ -440,16 +440,24 @@ static long long reach_figure(const char *key) {
   return nat_figure("reach_stats", key);
 }
 
-/* The daemon rents from a provider B whose offer names an address nobody
- * answers at and a relay R it has no session with: with no call to
- * /v1/nat/relay it dials R (the offer's relay address, R's key held), asks
- * it to call B, dials the splice R names with R's token, and the session
- * that comes up there, B's key proven, carries the lease request. */
+/* The daemon rents from a provider B whose offer names a relay R it has no
+ * session with, and as its own address a private one where, in the
+ * daemon's network, another node answers (a home LAN's address is
+ * someone else's in another LAN): that session is refused for its key,
+ * and with no call to /v1/nat/relay the daemon dials R (the offer's relay
+ * address, R's key held), asks it to call B, dials the splice R names with
+ * R's token, and the session that comes up there, B's key proven, carries
+ * the lease request. */
 static void test_rent_reaches_a_natted_provider_through_its_relay(void **state) {
   (void)state;
-  peer gossip, relay, prov;
+  peer gossip, relay, prov, other;
   char direct[64], splice[64], offer[GN_OFFER_ID_STRLEN], body[256];
   peer_up(&gossip); /* hands the offer over */
+  memset(&other, 0, sizeof other);
+  other.link = (tn_link){&other.up, &other.in, NULL};
+  tn_peer_new(&W.loop, &other.link, &other.id, &other.tp);
+  assert_int_equal(gn_transport_listen(other.tp, "127.0.0.1:0"), 0);
+  snprintf(direct, sizeof direct, "%s", gn_transport_listen_addr(other.tp));
   memset(&relay, 0, sizeof relay);
   relay.link = (tn_link){&relay.up, &relay.in, NULL};
   tn_peer_new(&W.loop, &relay.link, &relay.id, &relay.tp);
@@ -457,7 +465,6 @@ static void test_rent_reaches_a_natted_provider_through_its_relay(void **state) 
   memset(&prov, 0, sizeof prov);
   prov.link = (tn_link){&prov.up, &prov.in, NULL};
   tn_peer_new(&W.loop, &prov.link, &prov.id, &prov.tp);
-  int closed = tcp_socket(false, direct, sizeof direct);
   int lsn = tcp_socket(true, splice, sizeof splice);
   long long relayed0 = reach_figure("relayed");
   give_offer(&gossip, prov.id, direct, relay.id->pk, gn_transport_listen_addr(relay.tp), offer);
@@ -521,10 +528,11 @@ static void test_rent_reaches_a_natted_provider_through_its_relay(void **state) 
   gn_buf_done(&c.out);
   assert_int_equal(reach_figure("relayed"), relayed0 + 1);
   assert_true(tn_log_has(W.dir, "asking relay"));
-  close(closed);
+  assert_true(tn_log_has(W.dir, "refused the session with")); /* the other node's */
+  assert_false(tn_inbox_has(&other.in, GN_MSG_LEASE_REQUEST));
   close(lsn);
-  peer ps[] = {gossip, relay, prov};
-  peers_done(ps, 3);
+  peer ps[] = {gossip, relay, prov, other};
+  peers_done(ps, 4);
 }
 
 /* Attack: a provider's offer names as its relay a victim's address (any

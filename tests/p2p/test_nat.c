@@ -880,6 +880,8 @@ static void test_reach_calls_the_relay_after_the_grace(void **state) {
   assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
   rw_run(GN_REACH_GRACE_MS - 100);
   assert_int_equal(RW.calls, 0);
+  assert_true(gn_reach_active(RW.r, RW.peer));
+  assert_false(gn_reach_active(RW.r, RW.relay));
   rw_run(100);
   assert_int_equal(RW.calls, 1);
   assert_int_equal(RW.dials, 0); /* its session was up: no dial */
@@ -924,6 +926,7 @@ static void test_reach_hostile_relay_address_costs_one_dial(void **state) {
   assert_int_equal(RW.done, 1);
   assert_int_equal(RW.outcome, GN_REACH_GAVE_UP);
   assert_non_null(strstr(RW.why, "did not answer"));
+  assert_false(gn_reach_active(RW.r, RW.peer)); /* given up */
   for (int i = 0; i < 50; i++) {
     assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "198.51.100.9:22", true, RW.now), GN_ETIMEDOUT);
     rw_run(100);
