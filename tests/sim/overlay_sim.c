@@ -8,13 +8,17 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gn_overlay_sim [--nodes N] [--quick] [--seed S] [--max-members M] [--loss P]\n"
-             "                      [--loss-s S] [--kill F] [--twice] [--no-host] [--progress]\n"
+             "                      [--loss-s S] [--partition-s S] [--kill F] [--ci] [--twice] [--no-host]\n"
+             "                      [--progress]\n"
              "  --nodes N        nodes simulated (default 10000; --quick: 1000)\n"
              "  --seed S         the one seed everything is drawn from (default 1)\n"
              "  --max-members M  members each node keeps (default 512)\n"
              "  --loss P         loss in the loss phase, 0..0.9 (default 0.10)\n"
              "  --loss-s S       how long the loss phase lasts (default 120)\n"
+             "  --partition-s S  how long 10%% of the nodes are cut off (default 5; 0: no partition)\n"
              "  --kill F         fraction killed at once at the end (default 0.30)\n"
+             "  --ci             the shorter timeline of the ctests (gn_sim_params_ci: no partition,\n"
+             "                   30 s of loss, phases waiting at most their bound)\n"
              "  --twice          run twice with the same seed and check the results are identical\n"
              "  --no-host        leave out the host figures (wall time, RSS), so outputs compare byte for byte\n"
              "  --progress       a line on stderr per phase (with GN_SIM_TRACE=1 in the environment, also\n"
@@ -40,6 +44,8 @@ int main(int argc, char **argv) {
     double x;
     if (!strcmp(a, "--quick")) {
       p.nodes = 1000;
+    } else if (!strcmp(a, "--ci")) {
+      gn_sim_params_ci(&p);
     } else if (!strcmp(a, "--twice")) {
       twice = true;
     } else if (!strcmp(a, "--no-host")) {
@@ -63,6 +69,9 @@ int main(int argc, char **argv) {
       i++;
     } else if (v && !strcmp(a, "--loss-s") && num(v, 0, 3600, &x)) {
       p.loss_ms = (uint32_t)(x * 1000);
+      i++;
+    } else if (v && !strcmp(a, "--partition-s") && num(v, 0, 3600, &x)) {
+      p.partition_ms = (uint32_t)(x * 1000);
       i++;
     } else if (v && !strcmp(a, "--kill") && num(v, 0, 0.9, &x)) {
       p.kill_fraction = x;

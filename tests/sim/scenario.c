@@ -65,6 +65,15 @@ void gn_sim_params_default(gn_sim_params *p, uint32_t nodes) {
   p->kill_fraction = 0.30;
 }
 
+void gn_sim_params_ci(gn_sim_params *p) {
+  p->settle_ms = 10000;
+  p->steady_ms = 10000;
+  p->wait_factor = 1.0;
+  p->join_wait_ms = 10000;
+  p->partition_fraction = 0;
+  p->loss_ms = 30000;
+}
+
 static uint64_t need_of(uint64_t total) {
   return (total * 9999 + 9999) / 10000; /* ceil(99.99%) */
 }
@@ -528,6 +537,20 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
       gn_sim_run_until(sim, gn_sim_now(sim) + STEP_MS);
     gn_sim_on_deliver(sim, NULL, NULL);
     sc.join_open = false;
+    if (p->progress && getenv("GN_SIM_TRACE")) {
+      /* The nodes that never heard it, with how many live nodes hold each. */
+      uint32_t shown = 0;
+      for (uint32_t o = 0; o < cap && shown < 20; o++) {
+        if (!gn_sim_up(sim, o) || o == sc.join_node || sc.join_heard[o])
+          continue;
+        uint32_t indeg = 0;
+        for (uint32_t h = 0; h < cap; h++)
+          indeg += h != o && gn_sim_up(sim, h) && holds_alive(sim, h, o);
+        fprintf(p->progress, "  not heard: node %u, held by %u, holds %zu\n", o, indeg,
+                gn_swim_count(gn_sim_swim(sim, o), GN_SWIM_ALIVE));
+        shown++;
+      }
+    }
     say(p, sim, "join phase done");
   }
 

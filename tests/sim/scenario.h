@@ -45,6 +45,12 @@ typedef struct gn_sim_params {
  * 512, delay 10-100 ms uniform plus 5 ms mean jitter. */
 void gn_sim_params_default(gn_sim_params *p, uint32_t nodes);
 
+/* The ctests' shorter timeline over p (what the assertions need, and no
+ * more: CI has 2 busy cores): 10 s of settling and of bandwidth, phases
+ * waiting at most their bound, a 10 s join phase, 30 s of loss, no
+ * partition. The bench (scripts/bench/overlay) runs the whole scenario. */
+void gn_sim_params_ci(gn_sim_params *p);
+
 #define GN_SIM_NEVER (-1)
 
 typedef struct gn_sim_report {

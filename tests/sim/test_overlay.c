@@ -32,14 +32,7 @@ static int setup(void **state) {
   uint32_t n = env ? (uint32_t)strtoul(env, NULL, 10) : 10000;
   gn_sim_params_default(&params, n >= 100 ? n : 100);
   params.seed = 20261204;
-  /* What the assertions need, and no more: CI has 2 busy cores. The bench
-   * (scripts/bench/overlay) runs the whole scenario. */
-  params.settle_ms = 10000;
-  params.steady_ms = 10000;
-  params.wait_factor = 1.0;
-  params.join_wait_ms = 10000;
-  params.partition_fraction = 0;
-  params.loss_ms = 30000;
+  gn_sim_params_ci(&params);
   int r = gn_sim_scenario_run(&params, &first);
   if (r == 0)
     gn_sim_report_print(stdout, &first, &params, true);
