@@ -30,11 +30,25 @@
  * (the machine sends them, and again until one is answered; the one who
  * holds it spreads it), or this long after the leave. */
 #define LEAVE_LINGER_MS 3000
+/* Where a member's signed datagrams come from, when that is not the address
+ * it advertises (a node behind a symmetric NAT: another outside port for
+ * every peer it sends to, none of them the one it can advertise). Our
+ * datagrams to the advertised address go there instead while it is this
+ * fresh, below the 30 s a NAT keeps an unanswered UDP mapping. A bounded
+ * table: the entry heard from longest ago gives way. */
+#define OBS_MAX 64
+#define OBS_FRESH_MS 25000
 
 typedef struct ov_stats {
   uint64_t in, oversized, rate_limited, verified, bad_sig, bad_version, malformed, not_swim, rejected, out, out_failed,
-      offers_dropped;
+      offers_dropped, out_observed;
 } ov_stats;
+
+typedef struct ov_observed {
+  char adv[GN_SWIM_ADDR_MAX]; /* the member's advertised address ("" : free) */
+  char src[GN_SWIM_ADDR_MAX]; /* where its datagrams came from */
+  uint64_t at_ms;
+} ov_observed;
 
 struct gn__overlay {
   gn_node *n;
@@ -54,6 +68,7 @@ struct gn__overlay {
   gn_token_bucket logb;
   uint64_t logs_held;
   ov_stats st;
+  ov_observed obs[OBS_MAX];
 };
 
 static const gn_rate log_rate = GN_RATE(LOG_RATE_PER_S, LOG_BURST);
@@ -153,12 +168,50 @@ static void ov_log(struct gn__overlay *o, enum gn_log_level lvl, const char *fmt
   va_end(ap);
 }
 
+/* A member's datagram, accepted, came from src: remember it when that is
+ * not where the member says it is, forget it when it is. */
+static void observed_from(struct gn__overlay *o, const uint8_t id[GN_PK_LEN], const char *src, uint64_t now) {
+  gn_swim_member m;
+  if (gn_swim_get(o->swim, id, &m) < 0 || !m.addr[0])
+    return;
+  ov_observed *e = NULL, *oldest = &o->obs[0];
+  for (size_t i = 0; i < OBS_MAX && !e; i++) {
+    if (o->obs[i].adv[0] && strcmp(o->obs[i].adv, m.addr) == 0)
+      e = &o->obs[i];
+    else if (oldest->adv[0] && (!o->obs[i].adv[0] || o->obs[i].at_ms < oldest->at_ms))
+      oldest = &o->obs[i];
+  }
+  if (strcmp(m.addr, src) == 0) {
+    if (e)
+      e->adv[0] = '\0';
+    return;
+  }
+  e = e ? e : oldest;
+  snprintf(e->adv, sizeof e->adv, "%s", m.addr);
+  snprintf(e->src, sizeof e->src, "%s", src);
+  e->at_ms = now;
+}
+
+/* Where a datagram for addr goes: the source a member at addr spoke from
+ * lately, else addr. */
+static const char *send_to(struct gn__overlay *o, const char *addr, uint64_t now) {
+  for (size_t i = 0; i < OBS_MAX; i++)
+    if (o->obs[i].adv[0] && strcmp(o->obs[i].adv, addr) == 0) {
+      if (now - o->obs[i].at_ms >= OBS_FRESH_MS)
+        return addr;
+      o->st.out_observed++;
+      return o->obs[i].src;
+    }
+  return addr;
+}
+
 static void io_send(void *ud, const char *addr, uint32_t type, const uint8_t *body, size_t len) {
   struct gn__overlay *o = ud;
   struct sockaddr_storage ss;
   gn_buf env = {0};
   if (!o->udp)
     return;
+  addr = send_to(o, addr, gn_mono_ms());
   if (parse_addr(addr, &ss) < 0 || gn_envelope_seal(o->n->id, type, body, len, &env) < 0 ||
       env.len > GN_OVERLAY_DGRAM_MAX) {
     o->st.out_failed++;
@@ -377,6 +430,8 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
   format_addr(sa, from, sizeof from);
   if (gn_swim_on_datagram(o->swim, from, env.signer, env.type, env.body, env.body_len, now) < 0)
     o->st.rejected++;
+  else
+    observed_from(o, env.signer, from, now);
   linger_check(o);
   arm(o);
 }
@@ -603,15 +658,15 @@ void gn__overlay_status_json(gn_node *n, json_t *obj) {
                                   (json_int_t)gn_views_passive_count(o->views)));
   json_object_set_new(obj, "incarnation", json_integer(gn_swim_incarnation(o->swim)));
   const ov_stats *s = &o->st;
-  json_object_set_new(obj, "datagrams",
-                      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "in",
-                                (json_int_t)s->in, "oversized", (json_int_t)s->oversized, "rate_limited",
-                                (json_int_t)s->rate_limited, "verified", (json_int_t)s->verified, "bad_signature",
-                                (json_int_t)s->bad_sig, "bad_version", (json_int_t)s->bad_version, "malformed",
-                                (json_int_t)s->malformed, "not_membership", (json_int_t)s->not_swim, "rejected",
-                                (json_int_t)s->rejected, "out", (json_int_t)s->out, "out_failed",
-                                (json_int_t)s->out_failed, "sources", (json_int_t)gn_ratelimit_count(o->per_src),
-                                "offers_dropped", (json_int_t)s->offers_dropped));
+  json_object_set_new(
+      obj, "datagrams",
+      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "in", (json_int_t)s->in,
+                "oversized", (json_int_t)s->oversized, "rate_limited", (json_int_t)s->rate_limited, "verified",
+                (json_int_t)s->verified, "bad_signature", (json_int_t)s->bad_sig, "bad_version",
+                (json_int_t)s->bad_version, "malformed", (json_int_t)s->malformed, "not_membership",
+                (json_int_t)s->not_swim, "rejected", (json_int_t)s->rejected, "out", (json_int_t)s->out, "out_failed",
+                (json_int_t)s->out_failed, "sources", (json_int_t)gn_ratelimit_count(o->per_src), "offers_dropped",
+                (json_int_t)s->offers_dropped, "out_to_observed", (json_int_t)s->out_observed));
 }
 
 const char *gn__overlay_view_of(gn_node *n, const uint8_t id[GN_PK_LEN]) {
