@@ -454,6 +454,13 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
   }
   r->converged_ms = gn_sim_now(sim);
   say(p, sim, r->converged ? "converged" : "did not converge");
+  if (p->progress) {
+    /* Figures as they come, for runs too long to wait for the report. */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(p->progress, "  members per node mean %.1f min %u (max_members %u); peak RSS %.2f GB\n", r->members_mean,
+            r->members_min, p->swim.max_members, ru.ru_maxrss / 1048576.0);
+  }
 
   /* (c) steady state: settle, then count every node's bytes over a window. */
   sc.phase = GN_SIM_PH_STEADY;
@@ -475,6 +482,9 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
     if ((bytes1[i] - bytes0[i]) / secs > r->bytes_node_s_max)
       r->bytes_node_s_max = (bytes1[i] - bytes0[i]) / secs;
   say(p, sim, "steady-state bandwidth measured");
+  if (p->progress)
+    fprintf(p->progress, "  %.1f kbit/s per node in+out (envelopes included), busiest %.1f\n",
+            r->bytes_node_s * 8 / 1000, r->bytes_node_s_max * 8 / 1000);
 
   /* (a) one node crashes; its holders must declare it DEAD. */
   sc.crash_node = gn_sim_random_up(sim);
