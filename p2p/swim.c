@@ -17,15 +17,12 @@
 #define SW_SENT_RING 64      /* pings and ping-reqs whose answers we still accept */
 #define SW_DEAD_PING_EVERY 4 /* every 4th probe also pings one recently dead member */
 #define SW_INC_MAX UINT32_MAX
-#define SW_GIVE 4          /* live members an ACK offers a node that asked for more */
-#define SW_GHOST_HOPS 8    /* a record about a node we do not keep is passed on only this far */
-#define SW_JOIN_BURST 4    /* joins about nodes we do not keep passed on in a burst (then one an interval) */
-#define SW_JOIN_HOPS 5     /* ... and only this close to the newcomer (a fresh join) */
-#define SW_LEAVE_TELL 3    /* a leaving node pings this many members with its leave, until one answers */
-#define SW_LEAVE_ROUNDS 5  /* ... in at most this many rounds, a probe timeout apart */
-#define SW_RECENT 4        /* fresh joins remembered, to ride every ACK for a while (pull) */
-#define SW_RECENT_ROUNDS 5 /* ... for this many probe intervals */
-#define SW_RECENT_HOPS 2   /* ... by the nodes at most this many relays from the newcomer */
+#define SW_GIVE 4         /* live members an ACK offers a node that asked for more */
+#define SW_GHOST_HOPS 8   /* a record about a node we do not keep is passed on only this far */
+#define SW_JOIN_BURST 4   /* joins about nodes we do not keep passed on in a burst (then one an interval) */
+#define SW_JOIN_HOPS 5    /* ... and only this close to the newcomer (a fresh join) */
+#define SW_LEAVE_TELL 3   /* a leaving node pings this many members with its leave, until one answers */
+#define SW_LEAVE_ROUNDS 5 /* ... in at most this many rounds, a probe timeout apart */
 
 typedef struct sw_node {
   uint8_t id[GN_PK_LEN];
@@ -95,15 +92,6 @@ typedef struct sw_sent {
   uint8_t target[GN_PK_LEN]; /* whom it is about */
 } sw_sent;
 
-/* A fresh join we took in or passed on, offered in every ACK for a while. */
-typedef struct sw_recent {
-  uint8_t id[GN_PK_LEN];
-  char addr[GN_SWIM_ADDR_MAX];
-  uint32_t inc;
-  uint8_t hop;
-  uint64_t until_ms; /* 0: empty */
-} sw_recent;
-
 typedef struct sw_relay {
   bool used;
   uint64_t seq_out, seq_in, nack_ms, expire_ms;
@@ -159,9 +147,6 @@ struct gn_swim {
   sw_sent sent[SW_SENT_RING];
   uint32_t sent_next;
   sw_relay relays[SW_RELAYS_MAX];
-  sw_recent recent[SW_RECENT];
-  uint32_t recent_next, recent_cursor;
-  uint64_t now_ms; /* the caller's clock at its last call */
   uint64_t next_susp_ms, next_reap_ms;
   gn_swim_stats stats;
   gn_wire_writer w;
@@ -732,29 +717,6 @@ static bool join_token(gn_swim *s, uint64_t now) {
   return true;
 }
 
-/* Remembers a fresh join (a node new to the network, hop relays from it)
- * that we took in or passed on: every ACK offers one of the recent ones for
- * SW_RECENT_ROUNDS probe intervals. Pushed gossip reaches a node in
- * proportion to how many others keep it; with tables smaller than the
- * network, the nodes that joined last are kept by few, and a join's pushes,
- * spent within a second, missed some of them. They still pull (a gossip
- * ping every round), and the answers now carry the join for a while. */
-static void recent_put(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint32_t inc, uint8_t hop,
-                       uint64_t now) {
-  if (hop > SW_RECENT_HOPS)
-    return;
-  for (uint32_t i = 0; i < SW_RECENT; i++)
-    if (s->recent[i].until_ms && memcmp(s->recent[i].id, id, GN_PK_LEN) == 0)
-      return;
-  sw_recent *r = &s->recent[s->recent_next];
-  s->recent_next = (s->recent_next + 1) % SW_RECENT;
-  memcpy(r->id, id, GN_PK_LEN);
-  snprintf(r->addr, sizeof r->addr, "%s", addr);
-  r->inc = inc;
-  r->hop = hop;
-  r->until_ms = now + (uint64_t)SW_RECENT_ROUNDS * s->cfg.probe_interval_ms;
-}
-
 /* Passes on u, about a node we do not keep, if it is news: a higher
  * incarnation, or a graver state at the same one. */
 static void ghost_put(gn_swim *s, uint32_t slot, const sw_upd *u, const uint8_t by[GN_PK_LEN]) {
@@ -910,39 +872,6 @@ static bool pack_add(gn_swim *s, sw_pack *p, uint32_t slot) {
   return true;
 }
 
-/* Appends a recent join's record (not to the node itself): the current one
- * if we hold the node (as a member or a ghost), else the join as we heard
- * it; either way marked as no longer fresh (hop at least SW_JOIN_HOPS), so
- * that it reaches the receiver without being passed on or offered again
- * (each hop would otherwise start another SW_RECENT_ROUNDS of offers). */
-static bool pack_recent(gn_swim *s, sw_pack *p, const sw_recent *r, uint32_t dest) {
-  if (p->n >= GN_SWIM_UPDATES_MAX || (dest != SW_NONE && memcmp(s->nodes[dest].id, r->id, GN_PK_LEN) == 0))
-    return false;
-  uint32_t slot = tab_find(s, r->id);
-  if (slot == 0)
-    return false;
-  for (uint32_t i = 0; slot != SW_NONE && i < p->n; i++)
-    if (p->slots[i] == slot)
-      return false;
-  sw_node t;
-  if (slot != SW_NONE) {
-    t = s->nodes[slot];
-  } else {
-    memset(&t, 0, sizeof t);
-    memcpy(t.id, r->id, GN_PK_LEN);
-    memcpy(t.addr, r->addr, GN_SWIM_ADDR_MAX);
-    t.inc = r->inc;
-    t.state = GN_SWIM_ALIVE;
-  }
-  if (t.hop < SW_JOIN_HOPS)
-    t.hop = SW_JOIN_HOPS;
-  if (encode_update(s, &t) < 0 || s->one.len > p->budget || gn_buf_append(&s->ub, s->one.data, s->one.len) < 0)
-    return false;
-  p->budget -= s->one.len;
-  p->slots[p->n++] = slot;
-  return true;
-}
-
 /* Fills the update records of a body to dest (SW_NONE when not a member):
  * the buddy record, recent deaths, then the dissemination queue. */
 static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
@@ -965,13 +894,6 @@ static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
       if (s->dead_cursor >= s->dead.n)
         s->dead_cursor = 0;
       pack_add(s, p, s->dead.a[s->dead_cursor++]);
-    }
-    /* And one recent fresh join, round robin (recent_put). */
-    for (uint32_t i = 0; i < SW_RECENT; i++) {
-      const sw_recent *r = &s->recent[s->recent_cursor];
-      s->recent_cursor = (s->recent_cursor + 1) % SW_RECENT;
-      if (r->until_ms > s->now_ms && pack_recent(s, p, r, dest))
-        break;
     }
   }
   /* The queue: tier 0 first, least sent first, newest first among equals. */
@@ -1308,9 +1230,7 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
     if (u->st == GN_SWIM_ALIVE && room_for(s, SRC_HEARSAY)) {
       if (g)
         ghost_remove(s, slot);
-      if (add_member(s, u->id, u->addr, u->inc, SRC_HEARSAY, true, now) != SW_NONE && u->inc == 0 &&
-          u->hop < SW_JOIN_HOPS)
-        recent_put(s, u->id, u->addr, u->inc, s->rx_hop, now);
+      add_member(s, u->id, u->addr, u->inc, SRC_HEARSAY, true, now);
       return;
     }
     /* What is passed on is news of trouble and its end: suspicions,
@@ -1328,8 +1248,6 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
     bool join = !trouble && u->hop < SW_JOIN_HOPS && join_token(s, now);
     if ((trouble || join) && u->hop < SW_GHOST_HOPS)
       ghost_put(s, slot, u, by);
-    if (join)
-      recent_put(s, u->id, u->addr, u->inc, s->rx_hop, now);
     return;
   }
   sw_node *n = &s->nodes[slot];
@@ -1421,7 +1339,6 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
     return GN_EINVAL;
   s->stats.recv_msgs++;
   s->stats.recv_bytes += len;
-  s->now_ms = now_ms;
   sw_msg msg, *m = &msg;
   bool held = false;
   int r = GN_EINVAL;
@@ -1718,7 +1635,6 @@ static void gossip_round(gn_swim *s) {
 void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
   if (!s)
     return;
-  s->now_ms = now_ms;
   for (uint32_t i = 0; i < SW_RELAYS_MAX; i++) {
     sw_relay *r = &s->relays[i];
     if (r->used && !r->nacked && r->nack_ms <= now_ms) {
@@ -1894,11 +1810,7 @@ int gn_swim_add(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint6
     return GN_ETOOBIG;
   if (slot != SW_NONE)
     ghost_remove(s, slot);
-  s->now_ms = now_ms;
-  if (add_member(s, id, addr, 0, SRC_CALLER, true, now_ms) == SW_NONE)
-    return GN_ETOOBIG;
-  recent_put(s, id, addr, 0, 0, now_ms);
-  return 0;
+  return add_member(s, id, addr, 0, SRC_CALLER, true, now_ms) == SW_NONE ? GN_ETOOBIG : 0;
 }
 
 void gn_swim_leave(gn_swim *s, uint64_t now_ms) {

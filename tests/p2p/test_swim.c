@@ -1245,54 +1245,6 @@ static void test_addresses_validated(void **state) {
   assert_false(gn_swim_addr_valid(NULL));
 }
 
-/* The hop of the update about id in a body, -1 if none. */
-static int upd_hop(const uint8_t *body, size_t len, const uint8_t *id) {
-  gn_wire_doc doc;
-  int hop = -1;
-  if (gn_wire_decode(body, len, &doc) < 0)
-    return -1;
-  const msgpack_object_array *g;
-  for (uint32_t i = 0; gn_wire_get_array(doc.root, "g", 1000, &g) == 0 && i < g->size && hop < 0; i++) {
-    uint8_t uid[GN_PK_LEN];
-    uint32_t h = 0;
-    if (gn_wire_get_bin_exact(&g->ptr[i], "id", uid, GN_PK_LEN) == 0 && memcmp(uid, id, GN_PK_LEN) == 0)
-      hop = gn_wire_get(&g->ptr[i], "hop") && gn_wire_get_u32(&g->ptr[i], "hop", &h) == 0 ? (int)h : 0;
-  }
-  gn_wire_doc_done(&doc);
-  return hop;
-}
-
-static void test_fresh_join_offered_in_acks_for_a_while(void **state) {
-  (void)state;
-  solo *a = calloc(1, sizeof *a);
-  solo_new(a, NULL, 31);
-  solo_add_peers(a, 1, 2);
-  uint8_t x[GN_PK_LEN];
-  char xa[GN_SWIM_ADDR_MAX];
-  mkid(x, 600);
-  /* A fresh join (no hop: its seed's own news) about x reaches a. */
-  tupd u = {.id = x, .addr = peer_addr(600, xa), .inc = 0, .st = GN_SWIM_ALIVE};
-  assert_int_equal(solo_ping_from(a, 1, 0, &u, 1, 0), 0);
-  /* Its record rides a's next bodies its budget of times, then leaves the
-   * queue; the ACKs of the next seconds still carry it, marked as not fresh
-   * (hop >= 5), so it is not passed on or offered again from there. */
-  for (int i = 0; i < 20; i++)
-    assert_int_equal(solo_ping_from(a, 1, 0, NULL, 0, 10 + i), 0);
-  a->nout = 0;
-  assert_int_equal(solo_ping_from(a, 2, 0, NULL, 0, 3000), 0);
-  assert_int_equal(a->nout, 1);
-  assert_true(upd_hop(a->out[0].body, a->out[0].len, x) >= 5);
-  /* Not to x itself, and not for long: after 5 probe intervals, no more. */
-  a->nout = 0;
-  assert_int_equal(solo_ping_from(a, 600, 0, NULL, 0, 3100), 0);
-  assert_int_equal(upd_hop(a->out[0].body, a->out[0].len, x), -1);
-  a->nout = 0;
-  assert_int_equal(solo_ping_from(a, 2, 0, NULL, 0, 6000), 0);
-  assert_int_equal(upd_hop(a->out[0].body, a->out[0].len, x), -1);
-  gn_swim_free(a->s);
-  free(a);
-}
-
 static void test_news_about_non_members_passed_on_once(void **state) {
   (void)state;
   solo *a = calloc(1, sizeof *a);
@@ -1514,7 +1466,6 @@ int main(void) {
       cmocka_unit_test(test_bad_bodies_refused_without_change),
       cmocka_unit_test(test_addresses_validated),
       cmocka_unit_test(test_news_about_non_members_passed_on_once),
-      cmocka_unit_test(test_fresh_join_offered_in_acks_for_a_while),
       cmocka_unit_test(test_small_tables_fill_through_offered_members),
       cmocka_unit_test(test_refutation_sent_to_the_accuser),
       cmocka_unit_test(test_suspect_pinged_by_its_accuser),
