@@ -25,29 +25,31 @@
 #define SW_LEAVE_ROUNDS 5 /* ... in at most this many rounds, a probe timeout apart */
 
 typedef struct sw_node {
+  /* What a lookup and applying a record touch first, together at the
+   * start (a simulation of thousands of tables is bound by cache misses). */
   uint8_t id[GN_PK_LEN];
-  char addr[GN_SWIM_ADDR_MAX];
   uint64_t hkey; /* keyed hash of id: the table's and the confirmers' key */
-  uint64_t since_ms;
   uint32_t inc;
   uint8_t state;
   bool used;
-  bool verified;    /* it answered a ping of ours with its signature */
-  bool want_deaths; /* first heard of, or with a new incarnation: tell it the recent deaths */
-  bool direct;      /* it spoke for itself (its own signed body), or our caller added it */
-  bool ghost;       /* not a member: a record about another node, kept only to pass it on */
-  uint32_t order_pos, dead_pos, ghost_pos;
+  bool verified;                     /* it answered a ping of ours with its signature */
+  bool want_deaths;                  /* first heard of, or with a new incarnation: tell it the recent deaths */
+  bool direct;                       /* it spoke for itself (its own signed body), or our caller added it */
+  bool ghost;                        /* not a member: a record about another node, kept only to pass it on */
+  uint8_t tx_tier;                   /* 0: a refutation or revival, sent before anything else; 1: the rest */
+  uint8_t hop;                       /* relays the queued record has been through (0: ours) */
   uint32_t q_bucket, q_prev, q_next; /* its place in the dissemination queue (q_bucket SW_NONE: not queued) */
   uint32_t tx_count;                 /* times its current record rode a body */
   uint64_t tx_stamp;                 /* when that record was queued: newer first */
-  uint8_t tx_tier;                   /* 0: a refutation or revival, sent before anything else; 1: the rest */
-  uint8_t hop;                       /* relays the queued record has been through (0: ours) */
-  uint8_t by[GN_PK_LEN];             /* who suspected or declared it (gossiped with the record) */
+  uint64_t since_ms;
+  uint32_t order_pos, dead_pos, ghost_pos;
+  char addr[GN_SWIM_ADDR_MAX];
+  uint8_t by[GN_PK_LEN]; /* who suspected or declared it (gossiped with the record) */
   bool has_by;
   /* Its suspicion, while SUSPECT. */
-  uint64_t susp_start_ms;
-  uint32_t susp_min_ms, susp_max_ms;
   uint8_t susp_k, susp_n;
+  uint32_t susp_min_ms, susp_max_ms;
+  uint64_t susp_start_ms;
   uint64_t notice_ms; /* our own suspicion: when to ping the suspect again with it (0: never) */
   uint64_t susp_conf[SW_CONF_MAX];
 } sw_node;
