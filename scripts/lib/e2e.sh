@@ -72,6 +72,18 @@ ok() {
 # now_ms: the wall clock in milliseconds.
 now_ms() { date +%s%3N; }
 
+# wait_for LIMIT_S WHAT CMD...: polls CMD every 0.2 s until it succeeds;
+# fails the test saying WHAT when LIMIT_S pass first.
+wait_for() {
+  local end=$(($(now_ms) + $1 * 1000)) what=$2
+  shift 2
+  while [ "$(now_ms)" -lt "$end" ]; do
+    "$@" && return 0
+    sleep 0.2
+  done
+  "$@" || fail "$what (after $1 s)"
+}
+
 # gn_e2e_registry_start: a registry on a free loopback port, its data in
 # $work/registry; sets reg_port. Returns non-zero when it did not start.
 gn_e2e_registry_start() {

@@ -59,6 +59,23 @@ nat_need() {
   fi
 }
 
+# nat_need_relay_e2e: nat_need, and jq, curl and a gpunetd with relays
+# (GN_BIN); else the test is skipped (77) saying why.
+nat_need_relay_e2e() {
+  local cmd
+  for cmd in jq curl; do
+    command -v "$cmd" >/dev/null || {
+      echo "SKIP: needs $cmd"
+      exit 77
+    }
+  done
+  nat_need
+  "$GN_BIN/gpunetd" --help | grep -q -- --relay || {
+    echo "SKIP: this gpunetd has no relay"
+    exit 77
+  }
+}
+
 nat_init() {
   nat_prefix="gnn$$"
   nat_inet="$nat_prefix-inet"

@@ -27,17 +27,7 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/e2e.sh"
 . "$src/scripts/lib/nat.sh"
 
-for cmd in jq curl; do
-  command -v "$cmd" >/dev/null || {
-    echo "SKIP: needs $cmd"
-    exit 77
-  }
-done
-nat_need
-"$GN_BIN/gpunetd" --help | grep -q -- --relay || {
-  echo "SKIP: this gpunetd has no relay"
-  exit 77
-}
+nat_need_relay_e2e
 t0=$(now_ms)
 gn_e2e_setup nat
 nat_init
@@ -65,17 +55,6 @@ gn_e2e_nodes=(pub1 pub2 pub3 c1 c2 s1 s2) # fail prints their logs
 ok "7 daemons on 7 hosts behind 4 NAT routers in $((($(now_ms) - t0) / 1000)) s"
 
 nat_of() { nat_api "${dir[$1]}" GET /v1/nat; }
-# wait_for LIMIT_S WHAT CMD...: polls CMD every 0.2 s.
-wait_for() {
-  local end=$(($(now_ms) + $1 * 1000)) what=$2
-  shift 2
-  while [ "$(now_ms)" -lt "$end" ]; do
-    "$@" && return 0
-    sleep 0.2
-  done
-  "$@" || fail "$what (after $1 s)"
-}
-
 declare -A want=([pub1]=public [pub2]=public [pub3]=public [c1]=cone [c2]=cone [s1]=symmetric [s2]=symmetric)
 classified() {
   local h
