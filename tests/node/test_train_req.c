@@ -419,14 +419,15 @@ static int setup(void **state) {
     assert_int_equal(gn_transport_listen(f->tp, f->addr), 0);
     gn_transport_set_advertised_addr(f->tp, f->addr);
   }
+  /* Each provider's offer goes to the daemon over its session; a session
+   * can still be replaced or dropped just after it came up (two dials
+   * crossing), so until the daemon lists every offer, a provider without a
+   * session dials again and every offer is sent again each second (the same
+   * seq: the daemon keeps one). */
+  gn_buf env[NPROV];
+  memset(env, 0, sizeof env);
   for (int k = 0; k < NPROV; k++) {
     fake_prov *f = &W.p[k];
-    for (int i = 0; i < 50 && !f->up; i++) {
-      usleep(100000);
-      gn_transport_connect(f->tp, W.addr);
-      tn_run_until_flag(&W.loop, &f->up, 300);
-    }
-    assert_true(f->up);
     gn_offer o;
     memset(&o, 0, sizeof o);
     memcpy(o.provider, f->id->pk, GN_PK_LEN);
@@ -444,15 +445,27 @@ static int setup(void **state) {
     o.training = true;
     o.jobnet_port_lo = 51820;
     o.jobnet_port_hi = 51899;
-    gn_buf env = {0};
-    assert_int_equal(gn_offer_seal(f->id, &o, &env), 0);
-    assert_int_equal(gn_transport_send(f->tp, req_id->pk, env.data, env.len), 0);
-    gn_buf_done(&env);
+    assert_int_equal(gn_offer_seal(f->id, &o, &env[k]), 0);
   }
-  gn_identity_free(req_id);
   int seen = 0;
-  for (int i = 0; i < 50 && (seen = offers_seen()) < NPROV; i++)
-    tn_run_until_flag(&W.loop, &(int){0}, 100);
+  for (int round = 0; round < 30 && seen < NPROV; round++) {
+    for (int k = 0; k < NPROV; k++) {
+      fake_prov *f = &W.p[k];
+      for (int i = 0; i < 50 && !f->up; i++) {
+        usleep(100000);
+        gn_transport_connect(f->tp, W.addr);
+        tn_run_until_flag(&W.loop, &f->up, 300);
+      }
+      assert_true(f->up);
+      if (gn_transport_send(f->tp, req_id->pk, env[k].data, env[k].len) == GN_ENOTFOUND)
+        f->up = 0; /* no session after all: dial again next round */
+    }
+    for (int i = 0; i < 10 && (seen = offers_seen()) < NPROV; i++)
+      tn_run_until_flag(&W.loop, &(int){0}, 100);
+  }
+  for (int k = 0; k < NPROV; k++)
+    gn_buf_done(&env[k]);
+  gn_identity_free(req_id);
   assert_int_equal(seen, NPROV);
   return 0;
 }
