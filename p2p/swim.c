@@ -116,6 +116,10 @@ struct gn_swim {
   uint64_t *tab; /* open addressing, linear probing: slot | the hash's high half << 32 (all ones: empty) */
   uint32_t tab_mask;
   sw_list order, dead, ghosts;
+  /* Members now SUSPECT, in slot order, and room for a copy to walk. */
+  sw_list susp;
+  uint32_t *susp_walk;
+  double ln_small[SW_CONF_MAX + 1]; /* sw_ln(i), 1 <= i <= SW_CONF_MAX: the suspicion's fraction */
   /* The dissemination queue: one list per (tier, times sent), newest at
    * the head, so a body takes the least sent records without scanning. */
   uint32_t *q_head, *q_tail;
@@ -269,7 +273,8 @@ static void health_add(gn_swim *s, int delta) {
 
 /* --- lists of slots with a back index ---------------------------------------*/
 
-static uint32_t *lpos(sw_node *n, int which) {
+static uint32_t *lpos(gn_swim *s, uint32_t slot, int which) {
+  sw_node *n = &s->nodes[slot];
   return which == L_ORDER ? &n->order_pos : which == L_DEAD ? &n->dead_pos : &n->ghost_pos;
 }
 
@@ -277,9 +282,41 @@ static sw_list *lget(gn_swim *s, int which) {
   return which == L_ORDER ? &s->order : which == L_DEAD ? &s->dead : &s->ghosts;
 }
 
+/* The suspects' list is kept sorted by slot (check_suspicions walks them in
+ * that order) and found by bisection: a suspicion starts or ends far less
+ * often than its timers are checked. Returns where slot is or would go. */
+static uint32_t susp_find(const gn_swim *s, uint32_t slot) {
+  uint32_t lo = 0, hi = s->susp.n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (s->susp.a[mid] < slot)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static void susp_add(gn_swim *s, uint32_t slot) {
+  uint32_t i = susp_find(s, slot);
+  if (i < s->susp.n && s->susp.a[i] == slot)
+    return;
+  memmove(&s->susp.a[i + 1], &s->susp.a[i], (size_t)(s->susp.n - i) * sizeof *s->susp.a);
+  s->susp.a[i] = slot;
+  s->susp.n++;
+}
+
+static void susp_del(gn_swim *s, uint32_t slot) {
+  uint32_t i = susp_find(s, slot);
+  if (i == s->susp.n || s->susp.a[i] != slot)
+    return;
+  memmove(&s->susp.a[i], &s->susp.a[i + 1], (size_t)(s->susp.n - i - 1) * sizeof *s->susp.a);
+  s->susp.n--;
+}
+
 static void list_add(gn_swim *s, int which, uint32_t slot) {
   sw_list *L = lget(s, which);
-  uint32_t *p = lpos(&s->nodes[slot], which);
+  uint32_t *p = lpos(s, slot, which);
   if (*p != SW_NONE)
     return;
   L->a[L->n] = slot;
@@ -288,12 +325,12 @@ static void list_add(gn_swim *s, int which, uint32_t slot) {
 
 static void list_del(gn_swim *s, int which, uint32_t slot) {
   sw_list *L = lget(s, which);
-  uint32_t *p = lpos(&s->nodes[slot], which);
+  uint32_t *p = lpos(s, slot, which);
   if (*p == SW_NONE)
     return;
   uint32_t last = L->a[--L->n];
   L->a[*p] = last;
-  *lpos(&s->nodes[last], which) = *p;
+  *lpos(s, last, which) = *p;
   *p = SW_NONE;
 }
 
@@ -302,8 +339,8 @@ static void list_swap(gn_swim *s, int which, uint32_t i, uint32_t j) {
   uint32_t a = L->a[i], b = L->a[j];
   L->a[i] = b;
   L->a[j] = a;
-  *lpos(&s->nodes[a], which) = j;
-  *lpos(&s->nodes[b], which) = i;
+  *lpos(s, a, which) = j;
+  *lpos(s, b, which) = i;
 }
 
 /* --- the dissemination queue ----------------------------------------------
@@ -425,8 +462,8 @@ static int grow(gn_swim *s, uint32_t ncap) {
   if (!nodes)
     return GN_ENOMEM;
   s->nodes = nodes;
-  uint32_t **arrs[4] = {&s->free_slots, &s->order.a, &s->dead.a, &s->ghosts.a};
-  for (int i = 0; i < 4; i++) {
+  uint32_t **arrs[6] = {&s->free_slots, &s->order.a, &s->dead.a, &s->ghosts.a, &s->susp.a, &s->susp_walk};
+  for (int i = 0; i < 6; i++) {
     uint32_t *p = realloc(*arrs[i], (size_t)ncap * sizeof *p);
     if (!p)
       return GN_ENOMEM;
@@ -491,6 +528,10 @@ static void set_state(gn_swim *s, uint32_t slot, uint8_t st, uint32_t inc, uint6
     s->count[st]++;
     n->state = st;
     n->since_ms = now;
+    if (st == GN_SWIM_SUSPECT)
+      susp_add(s, slot);
+    else if (old == GN_SWIM_SUSPECT)
+      susp_del(s, slot);
     if (st == GN_SWIM_DEAD || st == GN_SWIM_LEFT) {
       list_add(s, L_DEAD, slot);
       uint64_t reap = now + s->cfg.dead_keep_ms;
@@ -516,10 +557,11 @@ static void set_state(gn_swim *s, uint32_t slot, uint8_t st, uint32_t inc, uint6
 
 /* --- suspicion (Lifeguard) --------------------------------------------------*/
 
-static uint64_t susp_deadline(const sw_node *n) {
+static uint64_t susp_deadline(const gn_swim *s, const sw_node *n) {
   uint32_t t = n->susp_min_ms;
   if (n->susp_k > 0) {
-    double frac = sw_ln((double)n->susp_n + 1.0) / sw_ln((double)n->susp_k + 1.0);
+    /* susp_n <= susp_k < SW_CONF_MAX: the logarithms are gn_swim_new's. */
+    double frac = s->ln_small[n->susp_n + 1] / s->ln_small[n->susp_k + 1];
     double raw = (double)n->susp_max_ms - frac * (double)(n->susp_max_ms - n->susp_min_ms);
     if (raw > (double)n->susp_min_ms)
       t = (uint32_t)raw;
@@ -528,7 +570,7 @@ static uint64_t susp_deadline(const sw_node *n) {
 }
 
 static void susp_arm(gn_swim *s, const sw_node *n) {
-  uint64_t d = susp_deadline(n);
+  uint64_t d = susp_deadline(s, n);
   if (n->notice_ms && n->notice_ms < d)
     d = n->notice_ms;
   if (d < s->next_susp_ms)
@@ -618,6 +660,8 @@ static void remove_member(gn_swim *s, uint32_t slot) {
   list_del(s, L_ORDER, slot);
   q_unlink(s, slot);
   list_del(s, L_DEAD, slot);
+  if (n->state == GN_SWIM_SUSPECT)
+    susp_del(s, slot);
   tab_remove(s, slot);
   s->count[n->state]--;
   if (!n->verified)
@@ -1553,11 +1597,15 @@ static void probe_start(gn_swim *s, uint64_t now) {
 
 static void check_suspicions(gn_swim *s, uint64_t now) {
   s->next_susp_ms = UINT64_MAX;
-  for (uint32_t i = 1; i < s->hi; i++) {
+  /* A copy: a death below leaves the list. */
+  uint32_t ns = s->susp.n;
+  memcpy(s->susp_walk, s->susp.a, (size_t)ns * sizeof *s->susp_walk);
+  for (uint32_t k = 0; k < ns; k++) {
+    uint32_t i = s->susp_walk[k];
     sw_node *n = &s->nodes[i];
     if (!n->used || n->ghost || n->state != GN_SWIM_SUSPECT)
       continue;
-    uint64_t d = susp_deadline(n);
+    uint64_t d = susp_deadline(s, n);
     if (d <= now) {
       s->stats.deaths_local++;
       memcpy(n->by, s->nodes[0].id, GN_PK_LEN);
@@ -1743,6 +1791,8 @@ int gn_swim_new(const uint8_t self_id[GN_PK_LEN], const char *self_addr, const g
     memcpy(s->hash_key + i, &v, sizeof s->hash_key - i < 8 ? sizeof s->hash_key - i : 8);
   }
   gn_wire_writer_init(&s->w);
+  for (uint32_t i = 1; i <= SW_CONF_MAX; i++)
+    s->ln_small[i] = sw_ln((double)i);
   s->ghost_max = cfg->max_members / 2;
   /* tx_limit is at most retransmit_mult * 10 (n below 2^32). */
   s->q_count_max = cfg->retransmit_mult * 10;
@@ -1795,6 +1845,8 @@ gn_swim *gn_swim_free(gn_swim *s) {
   free(s->q_tail);
   free(s->dead.a);
   free(s->ghosts.a);
+  free(s->susp.a);
+  free(s->susp_walk);
   free(s->tab);
   free(s);
   return NULL;
