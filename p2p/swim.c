@@ -17,12 +17,14 @@
 #define SW_SENT_RING 64      /* pings and ping-reqs whose answers we still accept */
 #define SW_DEAD_PING_EVERY 4 /* every 4th probe also pings one recently dead member */
 #define SW_INC_MAX UINT32_MAX
-#define SW_GIVE 4         /* live members an ACK offers a node that asked for more */
-#define SW_GHOST_HOPS 8   /* a record about a node we do not keep is passed on only this far */
-#define SW_JOIN_BURST 4   /* joins about nodes we do not keep passed on in a burst (then one an interval) */
-#define SW_JOIN_HOPS 5    /* ... and only this close to the newcomer (a fresh join) */
-#define SW_LEAVE_TELL 3   /* a leaving node pings this many members with its leave, until one answers */
-#define SW_LEAVE_ROUNDS 5 /* ... in at most this many rounds, a probe timeout apart */
+#define SW_GIVE 4          /* live members an ACK offers a node that asked for more */
+#define SW_GHOST_HOPS 8    /* a record about a node we do not keep is passed on only this far */
+#define SW_JOIN_BURST 4    /* joins about nodes we do not keep passed on in a burst (then one an interval) */
+#define SW_JOIN_HOPS 5     /* ... and only this close to the newcomer (a fresh join) */
+#define SW_LEAVE_TELL 3    /* a leaving node pings this many members with its leave, until one answers */
+#define SW_LEAVE_ROUNDS 5  /* ... in at most this many rounds, a probe timeout apart */
+#define SW_RECENT 8        /* records whose gossip ended lately, offered to pullers (a ring) */
+#define SW_RECENT_PROBES 5 /* ... for this many probe intervals after their last send */
 
 typedef struct sw_node {
   /* What a lookup and applying a record touch first, together at the
@@ -154,6 +156,16 @@ struct gn_swim {
   uint32_t sent_next;
   sw_relay relays[SW_RELAYS_MAX];
   uint64_t next_susp_ms, next_reap_ms;
+  /* Records whose gossip ran out lately: an ACK to a ping that brought no
+   * records (a pull) carries one of them, round robin (see pack_updates). */
+  struct {
+    uint32_t slot, inc;
+    uint64_t hkey, done_ms;
+    uint8_t st;
+    bool used;
+  } recent[SW_RECENT];
+  uint32_t recent_next, recent_cursor;
+  uint64_t now_ms; /* of the last tick or datagram */
   gn_swim_stats stats;
   gn_wire_writer w;
   gn_buf one, ub, mb, out;
@@ -918,9 +930,49 @@ static bool pack_add(gn_swim *s, sw_pack *p, uint32_t slot) {
   return true;
 }
 
+/* Remembers that slot's record has been sent its last time. */
+static void recent_push(gn_swim *s, uint32_t slot) {
+  if (slot == 0)
+    return;
+  const sw_node *n = &s->nodes[slot];
+  uint32_t i = s->recent_next++ % SW_RECENT;
+  s->recent[i].slot = slot;
+  s->recent[i].inc = n->inc;
+  s->recent[i].hkey = n->hkey;
+  s->recent[i].st = n->state;
+  s->recent[i].done_ms = s->now_ms;
+  s->recent[i].used = true;
+}
+
+/* Adds one record from the recent ring, round robin: one still as it was
+ * sent (else it is queued again, or gone) and ended within
+ * SW_RECENT_PROBES probe intervals. It goes out as not fresh (hop at least
+ * SW_JOIN_HOPS), so that a join heard this way is not pushed on again. */
+static void pack_recent(gn_swim *s, sw_pack *p, uint32_t dest) {
+  uint64_t window = (uint64_t)SW_RECENT_PROBES * s->cfg.probe_interval_ms;
+  for (uint32_t k = 0; k < SW_RECENT; k++) {
+    uint32_t i = s->recent_cursor++ % SW_RECENT;
+    if (!s->recent[i].used || s->recent[i].done_ms + window < s->now_ms)
+      continue;
+    uint32_t slot = s->recent[i].slot;
+    sw_node *n = &s->nodes[slot];
+    if (slot == dest || !n->used || n->hkey != s->recent[i].hkey || n->inc != s->recent[i].inc ||
+        n->state != s->recent[i].st || n->q_bucket != SW_NONE)
+      continue;
+    uint8_t hop = n->hop;
+    if (n->hop < SW_JOIN_HOPS)
+      n->hop = SW_JOIN_HOPS;
+    bool added = pack_add(s, p, slot);
+    n->hop = hop;
+    if (added)
+      return;
+  }
+}
+
 /* Fills the update records of a body to dest (SW_NONE when not a member):
- * the buddy record, recent deaths, then the dissemination queue. */
-static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
+ * the buddy record, recent deaths, a record lately done for a puller, then
+ * the dissemination queue. */
+static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack, bool pull) {
   /* Buddy system: a member we believe suspect (or dead) hears it first. */
   if (dest != SW_NONE && s->nodes[dest].state != GN_SWIM_ALIVE)
     pack_add(s, p, dest);
@@ -942,6 +994,11 @@ static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
       pack_add(s, p, s->dead.a[s->dead_cursor++]);
     }
   }
+  /* A pull (a ping with nothing of its own) comes from a node that may be
+   * held by few: pushes reach it rarely, and by the time it pulls, the
+   * gossip of what spread lately has run out. */
+  if (ack && pull)
+    pack_recent(s, p, dest);
   /* The queue: tier 0 first, least sent first, newest first among equals. */
   uint32_t lim = tx_limit(s), misses = 0, nb = 2 * (s->q_count_max + 1), first = p->n;
   for (uint32_t b = 0; b < nb && misses < 3 && p->n < GN_SWIM_UPDATES_MAX; b++)
@@ -953,6 +1010,8 @@ static void pack_updates(gn_swim *s, sw_pack *p, uint32_t dest, bool ack) {
     q_unlink(s, slot);
     if (++s->nodes[slot].tx_count < lim)
       q_link(s, slot, false);
+    else
+      recent_push(s, slot);
   }
 }
 
@@ -964,6 +1023,7 @@ typedef struct sw_out {
   const char *taddr;     /* PING_REQ */
   bool more;             /* PING: our table has room, offer us members */
   bool give;             /* ACK: offer SW_GIVE live members */
+  bool pull;             /* ACK: the ping carried no records */
 } sw_out;
 
 /* Encodes the fixed part of a body into s->out (its map holds nkeys). */
@@ -1031,7 +1091,7 @@ static void send_body(gn_swim *s, const char *addr, const uint8_t *dest_id, cons
     p.budget -= s->one.len + (ngive == 0 ? 3 : 0);
     ngive++;
   }
-  pack_updates(s, &p, dest, o->type == GN_MSG_SWIM_ACK);
+  pack_updates(s, &p, dest, o->type == GN_MSG_SWIM_ACK, o->pull);
   if (p.n || ngive) {
     if (encode_head(s, o, (p.n > 0) + (ngive > 0)) < 0)
       return;
@@ -1385,6 +1445,7 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
     return GN_EINVAL;
   s->stats.recv_msgs++;
   s->stats.recv_bytes += len;
+  s->now_ms = now_ms;
   sw_msg msg, *m = &msg;
   bool held = false;
   int r = GN_EINVAL;
@@ -1441,7 +1502,7 @@ int gn_swim_on_datagram(gn_swim *s, const char *from_addr, const uint8_t signer[
 
   switch (type) {
   case GN_MSG_SWIM_PING: {
-    sw_out o = {.type = GN_MSG_SWIM_ACK, .seq = m->seq, .give = m->more};
+    sw_out o = {.type = GN_MSG_SWIM_ACK, .seq = m->seq, .give = m->more, .pull = !m->g || m->g->size == 0};
     send_body(s, from_addr, m->from, &o);
     break;
   }
@@ -1685,6 +1746,7 @@ static void gossip_round(gn_swim *s) {
 void gn_swim_tick(gn_swim *s, uint64_t now_ms) {
   if (!s)
     return;
+  s->now_ms = now_ms;
   for (uint32_t i = 0; i < SW_RELAYS_MAX; i++) {
     sw_relay *r = &s->relays[i];
     if (r->used && !r->nacked && r->nack_ms <= now_ms) {

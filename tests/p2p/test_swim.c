@@ -1413,6 +1413,104 @@ static void test_plain_joins_passed_on_at_most_one_an_interval(void **state) {
   free(a);
 }
 
+/* The "hop" of the record about id in a body (-1: no such record; 0: none
+ * given). */
+static int body_hop(const uint8_t *body, size_t len, const uint8_t *id) {
+  gn_wire_doc doc;
+  int hop = -1;
+  if (gn_wire_decode(body, len, &doc) < 0)
+    return -1;
+  const msgpack_object_array *g;
+  if (gn_wire_get_array(doc.root, "g", 1000, &g) == 0)
+    for (uint32_t i = 0; i < g->size && hop < 0; i++) {
+      uint8_t uid[GN_PK_LEN];
+      uint32_t h = 0;
+      if (gn_wire_get_bin_exact(&g->ptr[i], "id", uid, GN_PK_LEN) == 0 && memcmp(uid, id, GN_PK_LEN) == 0)
+        hop = gn_wire_get(&g->ptr[i], "hop") && gn_wire_get_u32(&g->ptr[i], "hop", &h) == 0 ? (int)h : 0;
+    }
+  gn_wire_doc_done(&doc);
+  return hop;
+}
+
+/* The ACK a pings us back with (-1: none). */
+static int last_ack(const solo *so) {
+  for (uint32_t k = so->nout; k-- > 0;)
+    if (so->out[k].type == GN_MSG_SWIM_ACK)
+      return (int)k;
+  return -1;
+}
+
+/* Pings a from peers first.. with nothing of their own (pulls) at now;
+ * returns how many of their ACKs carried id, and the least hop seen (hop). */
+static int pulls_carrying(solo *a, uint32_t first, uint32_t count, const uint8_t *id, uint64_t now, int *hop) {
+  int found = 0;
+  *hop = 255;
+  for (uint32_t n = first; n < first + count; n++) {
+    a->nout = 0;
+    assert_int_equal(solo_ping_from(a, n, 0, NULL, 0, now), 0);
+    int k = last_ack(a);
+    assert_true(k >= 0);
+    int h = body_hop(a->out[k].body, a->out[k].len, id);
+    if (h >= 0) {
+      found++;
+      if (h < *hop)
+        *hop = h;
+    }
+  }
+  return found;
+}
+
+static void test_pull_hears_what_spread_lately(void **state) {
+  (void)state;
+  gn_swim_config cfg;
+  gn_swim_config_default(&cfg);
+  cfg.max_members = 64;
+  /* Probes rare, so that no suspicion of the silent peers crowds in (the
+   * join tokens come one a probe interval: after 4 the bucket is full). */
+  cfg.probe_interval_ms = 60000;
+  cfg.probe_timeout_ms = 30000;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, &cfg, 23);
+  solo_add_peers(a, 1, 64);
+  uint64_t t = 0, t0 = 4 * 60000 + 10000;
+  for (; t < t0; t += 10)
+    gn_swim_tick(a->s, t);
+  /* A fresh join about a node a does not keep (its table is full): passed
+   * on until its gossip runs out. */
+  uint8_t nid[GN_PK_LEN];
+  char naddr[GN_SWIM_ADDR_MAX];
+  mkid(nid, 700);
+  tupd g = {.id = nid, .addr = peer_addr(700, naddr), .inc = 0, .st = GN_SWIM_ALIVE};
+  assert_int_equal(solo_ping_from(a, 1, 0, &g, 1, t), 0);
+  for (; t <= t0 + 3000; t += 10)
+    gn_swim_tick(a->s, t);
+  /* Its gossip has run out: pings with a record of their own (pushes) are
+   * answered without it... */
+  uint8_t oid[GN_PK_LEN];
+  char oaddr[GN_SWIM_ADDR_MAX];
+  mkid(oid, 3);
+  tupd other = {.id = oid, .addr = peer_addr(3, oaddr), .inc = 0, .st = GN_SWIM_ALIVE};
+  for (uint32_t n = 20; n < 28; n++) {
+    a->nout = 0;
+    assert_int_equal(solo_ping_from(a, n, 0, &other, 1, t), 0);
+    int k = last_ack(a);
+    assert_true(k >= 0);
+    assert_int_equal(body_hop(a->out[k].body, a->out[k].len, nid), -1);
+  }
+  /* ... pings with nothing (pulls, from nodes that pushes may miss) get it,
+   * one record of the lately ended ones each, round robin, marked not
+   * fresh so that it is not pushed on as a join... */
+  int hop;
+  assert_true(pulls_carrying(a, 30, 8, nid, t, &hop) >= 1);
+  assert_true(hop >= 5);
+  /* ... until it ended 5 probe intervals ago. */
+  for (; t <= t0 + 3000 + 5 * 60000 + 1000; t += 10)
+    gn_swim_tick(a->s, t);
+  assert_int_equal(pulls_carrying(a, 40, 8, nid, t, &hop), 0);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
 static void test_refutation_sent_to_the_accuser(void **state) {
   (void)state;
   solo *a = calloc(1, sizeof *a);
@@ -1470,6 +1568,7 @@ int main(void) {
       cmocka_unit_test(test_refutation_sent_to_the_accuser),
       cmocka_unit_test(test_suspect_pinged_by_its_accuser),
       cmocka_unit_test(test_plain_joins_passed_on_at_most_one_an_interval),
+      cmocka_unit_test(test_pull_hears_what_spread_lately),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
