@@ -118,9 +118,12 @@ struct gn_swim {
   uint64_t *tab; /* open addressing, linear probing: slot | the hash's high half << 32 (all ones: empty) */
   uint32_t tab_mask;
   sw_list order, dead, ghosts;
-  /* Members now SUSPECT, in slot order, and room for a copy to walk. */
+  /* Members now SUSPECT, in slot order, each with when it is next due (its
+   * timeout or its next ping, whichever is first: susp_arm), and room for a
+   * copy to walk. The check reads only these arrays for those not due. */
   sw_list susp;
   uint32_t *susp_walk;
+  uint64_t *susp_due, *susp_walk_due;
   double ln_small[SW_CONF_MAX + 1]; /* sw_ln(i), 1 <= i <= SW_CONF_MAX: the suspicion's fraction */
   /* The dissemination queue: one list per (tier, times sent), newest at
    * the head, so a body takes the least sent records without scanning. */
@@ -314,7 +317,9 @@ static void susp_add(gn_swim *s, uint32_t slot) {
   if (i < s->susp.n && s->susp.a[i] == slot)
     return;
   memmove(&s->susp.a[i + 1], &s->susp.a[i], (size_t)(s->susp.n - i) * sizeof *s->susp.a);
+  memmove(&s->susp_due[i + 1], &s->susp_due[i], (size_t)(s->susp.n - i) * sizeof *s->susp_due);
   s->susp.a[i] = slot;
+  s->susp_due[i] = 0; /* due at once until susp_arm says when */
   s->susp.n++;
 }
 
@@ -323,7 +328,14 @@ static void susp_del(gn_swim *s, uint32_t slot) {
   if (i == s->susp.n || s->susp.a[i] != slot)
     return;
   memmove(&s->susp.a[i], &s->susp.a[i + 1], (size_t)(s->susp.n - i - 1) * sizeof *s->susp.a);
+  memmove(&s->susp_due[i], &s->susp_due[i + 1], (size_t)(s->susp.n - i - 1) * sizeof *s->susp_due);
   s->susp.n--;
+}
+
+static void susp_set_due(gn_swim *s, uint32_t slot, uint64_t due) {
+  uint32_t i = susp_find(s, slot);
+  if (i < s->susp.n && s->susp.a[i] == slot)
+    s->susp_due[i] = due;
 }
 
 static void list_add(gn_swim *s, int which, uint32_t slot) {
@@ -481,6 +493,13 @@ static int grow(gn_swim *s, uint32_t ncap) {
       return GN_ENOMEM;
     *arrs[i] = p;
   }
+  uint64_t **arrs64[2] = {&s->susp_due, &s->susp_walk_due};
+  for (int i = 0; i < 2; i++) {
+    uint64_t *p = realloc(*arrs64[i], (size_t)ncap * sizeof *p);
+    if (!p)
+      return GN_ENOMEM;
+    *arrs64[i] = p;
+  }
   uint64_t *tab = malloc((size_t)tsize * sizeof *tab);
   if (!tab)
     return GN_ENOMEM;
@@ -585,6 +604,7 @@ static void susp_arm(gn_swim *s, const sw_node *n) {
   uint64_t d = susp_deadline(s, n);
   if (n->notice_ms && n->notice_ms < d)
     d = n->notice_ms;
+  susp_set_due(s, (uint32_t)(n - s->nodes), d);
   if (d < s->next_susp_ms)
     s->next_susp_ms = d;
 }
@@ -1661,8 +1681,14 @@ static void check_suspicions(gn_swim *s, uint64_t now) {
   /* A copy: a death below leaves the list. */
   uint32_t ns = s->susp.n;
   memcpy(s->susp_walk, s->susp.a, (size_t)ns * sizeof *s->susp_walk);
+  memcpy(s->susp_walk_due, s->susp_due, (size_t)ns * sizeof *s->susp_walk_due);
   for (uint32_t k = 0; k < ns; k++) {
     uint32_t i = s->susp_walk[k];
+    if (s->susp_walk_due[k] > now) {
+      if (s->susp_walk_due[k] < s->next_susp_ms)
+        s->next_susp_ms = s->susp_walk_due[k];
+      continue;
+    }
     sw_node *n = &s->nodes[i];
     if (!n->used || n->ghost || n->state != GN_SWIM_SUSPECT)
       continue;
@@ -1681,6 +1707,7 @@ static void check_suspicions(gn_swim *s, uint64_t now) {
     }
     if (n->notice_ms && n->notice_ms < d)
       d = n->notice_ms;
+    susp_set_due(s, i, d);
     if (d < s->next_susp_ms)
       s->next_susp_ms = d;
   }
@@ -1909,6 +1936,8 @@ gn_swim *gn_swim_free(gn_swim *s) {
   free(s->ghosts.a);
   free(s->susp.a);
   free(s->susp_walk);
+  free(s->susp_due);
+  free(s->susp_walk_due);
   free(s->tab);
   free(s);
   return NULL;
