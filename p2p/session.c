@@ -32,7 +32,8 @@ struct gn_session {
 
   uint8_t peer[GN_PK_LEN];
   char peer_addr[GN_SESSION_ADDR_MAX];
-  uint64_t peer_version; /* set when the payload's version was not ours */
+  uint8_t hash[GN_NOISE_HASHLEN]; /* the handshake hash, once up */
+  uint64_t peer_version;          /* set when the payload's version was not ours */
 
   /* the frame being read */
   uint8_t frame[FRAME_HDR + GN_NOISE_MAX_MSG];
@@ -248,7 +249,7 @@ out:
 }
 
 static int handshake_finish(gn_session *s) {
-  int r = gn__noise_handshake_split(&s->hs, &s->send, &s->recv, NULL);
+  int r = gn__noise_handshake_split(&s->hs, &s->send, &s->recv, s->hash);
   if (r < 0)
     return r;
   sodium_memzero(s->s_priv, sizeof(s->s_priv));
@@ -535,6 +536,9 @@ const uint8_t *gn__session_peer(const gn_session *s) {
 }
 const char *gn__session_peer_addr(const gn_session *s) {
   return s->peer_addr;
+}
+const uint8_t *gn__session_handshake_hash(const gn_session *s) {
+  return s->hash;
 }
 int gn__session_error(const gn_session *s) {
   return s->error;

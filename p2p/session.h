@@ -89,6 +89,10 @@ bool gn__session_is_initiator(const gn_session *s);
 /* The peer's Ed25519 key and advertised address: valid once up. */
 const uint8_t *gn__session_peer(const gn_session *s);
 const char *gn__session_peer_addr(const gn_session *s);
+/* The Noise handshake hash (GN_NOISE_HASHLEN bytes): the same at both ends
+ * of one session, and different for every session. Valid once up (zeros
+ * before); not secret, so it may be compared and shown. */
+const uint8_t *gn__session_handshake_hash(const gn_session *s);
 /* Why the session closed (a GN_E* code), 0 while open. */
 int gn__session_error(const gn_session *s);
 /* The peer's handshake or envelope version, when the session closed with

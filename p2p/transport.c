@@ -39,6 +39,12 @@ struct conn {
   gn_session *s;
   conn *prev, *next;
   bool active; /* the session reported up for its peer */
+  /* Lost to another session with the same peer (conn_wins): nothing is
+   * sent on it any more, it is shut for writing, and what the peer had
+   * already sent on it is still read and delivered until the peer's end
+   * of it, or retire_deadline_ms. */
+  bool retiring;
+  uint64_t retire_deadline_ms;
   bool closing;
   bool reading;
   bool draining;       /* closed for the session, its last bytes still going out */
@@ -480,10 +486,54 @@ static void conn_close_after_flush(conn *c, int err) {
     t->cbs.on_peer_down(t, gn__session_peer(c->s), t->ud);
 }
 
-/* The side whose initiator has the smaller key wins; both ends compute the
- * same answer for a crossed pair of connections. */
 static const uint8_t *initiator_of(const conn *c) {
   return gn__session_is_initiator(c->s) ? c->t->id->pk : gn__session_peer(c->s);
+}
+
+/* Whether c, just up, wins over e, up with the same peer: both ends keep
+ * the session whose initiator has the smaller key and, of two from the same
+ * initiator (a redundant dial), the one with the smaller handshake hash.
+ * Each end decides from what both ends know, never from which session came
+ * up first at it: the dialler has a session up when it sends the last
+ * handshake message, the listener when that message arrives, so the two
+ * can see two sessions come up in opposite orders. */
+static bool conn_wins(const conn *c, const conn *e) {
+  int cmp = memcmp(initiator_of(c), initiator_of(e), GN_PK_LEN);
+  if (cmp == 0)
+    cmp = memcmp(gn__session_handshake_hash(c->s), gn__session_handshake_hash(e->s), GN_NOISE_HASHLEN);
+  return cmp < 0;
+}
+
+static void on_retire_shutdown(uv_shutdown_t *req, int status) {
+  conn *c = req->data;
+  free(req);
+  /* UV_ECANCELED when the handle closes first: c is closing then. */
+  if (status < 0 && !c->closing)
+    conn_close(c, status);
+}
+
+/* c lost to another session with its peer (which stays up): nothing more
+ * is sent on it; once what was queued is written it is shut for writing,
+ * which tells the peer, who decides the same, that we are done with it.
+ * It is still read, so that what the peer sent on it before it learnt of
+ * the other session is delivered, not lost, and it closes when the peer
+ * shuts its side (or at the deadline). */
+static void conn_retire(conn *c) {
+  gn_transport *t = c->t;
+  c->active = false;
+  c->retiring = true;
+  c->retire_deadline_ms = uv_now(t->loop) + t->lim.handshake_timeout_ms;
+  uv_shutdown_t *req = calloc(1, sizeof(*req));
+  if (!req) {
+    conn_close(c, GN_ENOMEM);
+    return;
+  }
+  req->data = c;
+  int r = uv_shutdown(req, (uv_stream_t *)c->tcp, on_retire_shutdown);
+  if (r < 0) {
+    free(req);
+    conn_close(c, r);
+  }
 }
 
 static void conn_on_up(conn *c) {
@@ -519,17 +569,13 @@ static void conn_on_up(conn *c) {
   }
   conn *e = find_active(t, peer);
   if (e) {
-    int cmp = memcmp(initiator_of(c), initiator_of(e), GN_PK_LEN);
-    if (cmp >= 0) {
-      /* Same initiator (a redundant dial) or the other one wins: keep the
-       * older session. */
-      conn_close(c, GN_EEXIST);
+    if (!conn_wins(c, e)) {
+      conn_retire(c);
       return;
     }
     /* The new session replaces the old one without the peer going down. */
-    e->active = false;
     c->active = true;
-    conn_close(e, GN_EEXIST);
+    conn_retire(e);
     return;
   }
   c->active = true;
@@ -676,7 +722,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
         conn_close(c, er);
         return;
       }
-      if (c->active && c->t->cbs.on_message)
+      /* A retiring session's messages were sent before the peer learnt
+       * of the session that replaced it: delivered while that one is up. */
+      bool deliver = c->active || (c->retiring && find_active(c->t, gn__session_peer(c->s)));
+      if (deliver && c->t->cbs.on_message)
         c->t->cbs.on_message(c->t, gn__session_peer(c->s), &env, ev.msg, ev.msg_len, c->t->ud);
       if (c->closing)
         return;
@@ -883,11 +932,16 @@ static void on_tick(uv_timer_t *timer) {
       }
       continue;
     }
+    if (c->retiring && now >= c->retire_deadline_ms) {
+      conn_close(c, GN_ETIMEDOUT);
+      continue;
+    }
     if (conn_send_stalled(c, now))
       continue;
     /* Nothing sent for a while: say we are here, so the peer's idle
      * timeout does not cut a quiet session (a lease between debit notes). */
-    if (up && c->queued == 0 && now - c->last_tx_ms >= t->lim.keepalive_ms && gn__session_keepalive(c->s) == 0)
+    if (up && !c->retiring && c->queued == 0 && now - c->last_tx_ms >= t->lim.keepalive_ms &&
+        gn__session_keepalive(c->s) == 0)
       conn_flush(c);
   }
   for (conn *c = t->drains; c; c = next) {
@@ -1006,7 +1060,7 @@ int gn_transport_connect_peer(gn_transport *t, const char *addr, const uint8_t e
   if ((r = parse_addr(addr, &ss)) < 0)
     return r;
   for (conn *e = t->conns; e; e = e->next) {
-    if (e->closing || strcmp(e->dial_addr, addr) != 0)
+    if (e->closing || e->retiring || strcmp(e->dial_addr, addr) != 0)
       continue;
     /* Already dialled or up through this address. */
     if (expect && e->active && memcmp(gn__session_peer(e->s), expect, GN_PK_LEN) != 0)
@@ -1077,10 +1131,15 @@ int gn_transport_close_peer(gn_transport *t, const uint8_t peer[GN_PK_LEN], cons
   int r = GN_ENOTFOUND;
   conn *next;
   /* Dials in flight to that key first: they were never up, so closing them
-   * reports nothing, and a dial of ours cannot bring the session back. */
+   * reports nothing, and a dial of ours cannot bring the session back. Its
+   * retiring sessions go too (nothing more is read from them); they were
+   * never reported down, so that reports nothing either. */
   for (conn *c = t->conns; c; c = next) {
     next = c->next;
-    if (!c->active && c->has_expect && memcmp(c->expect, peer, GN_PK_LEN) == 0) {
+    if (c->retiring) {
+      if (memcmp(gn__session_peer(c->s), peer, GN_PK_LEN) == 0)
+        conn_close(c, GN_ECLOSED);
+    } else if (!c->active && c->has_expect && memcmp(c->expect, peer, GN_PK_LEN) == 0) {
       conn_close(c, GN_ECLOSED);
       r = 0;
     }

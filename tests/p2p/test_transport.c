@@ -38,17 +38,18 @@ typedef struct node {
 static uv_loop_t loop;
 static uv_timer_t ticker;
 
+/* Every test checks that a peer reported up has a session to send on, and
+ * that one reported down has none. */
 static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
-  (void)t;
   node *n = ud;
+  assert_true(gn_transport_is_up(t, peer));
   n->ups++;
   memcpy(n->last_peer, peer, GN_PK_LEN);
   snprintf(n->last_addr, sizeof(n->last_addr), "%s", addr);
 }
 
 static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
-  (void)t;
-  (void)peer;
+  assert_false(gn_transport_is_up(t, peer));
   ((node *)ud)->downs++;
 }
 
@@ -1519,6 +1520,336 @@ static void test_transport_peer_info_tracks_use_not_upkeep(void **state) {
   node_pair_done(&a, &b);
 }
 
+/* A relay the test holds between a dialler and a listener: bytes cross it
+ * only when the test pumps them, so the test decides when each side sees
+ * the other's handshake messages, and when it sees the connection end. */
+typedef struct wire {
+  int lfd; /* listens; the dialler connects here */
+  char addr[64];
+  int a, b;            /* accepted from the dialler; connected to the listener */
+  bool a_eof, b_eof;   /* that side ended (EOF or an error) */
+  bool a_shut, b_shut; /* its end passed on to the other side */
+  size_t to_a;         /* bytes passed on to the dialler */
+} wire;
+
+static void wire_listen(wire *w) {
+  memset(w, 0, sizeof(*w));
+  w->a = w->b = -1;
+  w->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(w->lfd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  assert_int_equal(bind(w->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(w->lfd, 4), 0);
+  assert_int_equal(getsockname(w->lfd, (struct sockaddr *)&sa, &len), 0);
+  snprintf(w->addr, sizeof(w->addr), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+}
+
+static void wire_done(wire *w) {
+  int fds[3] = {w->lfd, w->a, w->b};
+  for (int i = 0; i < 3; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
+}
+
+/* Once the dialler has connected: accepts it and connects to the listener
+ * at port (the kernel completes that connect before the listener's loop
+ * accepts it). */
+static bool wire_accept(wire *w, int port) {
+  if (w->a >= 0)
+    return true;
+  struct pollfd p = {.fd = w->lfd, .events = POLLIN};
+  if (poll(&p, 1, 0) != 1)
+    return false;
+  w->a = accept(w->lfd, NULL, NULL);
+  assert_true(w->a >= 0);
+  w->b = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(w->b >= 0);
+  struct sockaddr_in sa = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(w->b, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(fcntl(w->a, F_SETFL, O_NONBLOCK), 0);
+  assert_int_equal(fcntl(w->b, F_SETFL, O_NONBLOCK), 0);
+  return true;
+}
+
+/* Something (bytes or its end) waits to be read from fd. */
+static bool fd_readable(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return fd >= 0 && poll(&p, 1, 0) == 1;
+}
+
+/* Moves what from has sent on to to; the end of from is passed on only
+ * with pass_end. Bytes for a side that is gone are dropped. Returns the
+ * bytes moved. */
+static size_t wire_pump_one(int from, bool *from_eof, int to, bool *to_shut, bool pass_end) {
+  size_t moved = 0;
+  uint8_t buf[4096];
+  while (from >= 0 && !*from_eof) {
+    ssize_t n = read(from, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      *from_eof = true;
+      break;
+    }
+    for (ssize_t off = 0; off < n;) {
+      ssize_t k = send(to, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+      if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+        struct pollfd p = {.fd = to, .events = POLLOUT};
+        poll(&p, 1, 100);
+        continue;
+      }
+      if (k <= 0)
+        break;
+      off += k;
+    }
+    moved += (size_t)n;
+  }
+  if (*from_eof && pass_end && !*to_shut && to >= 0) {
+    shutdown(to, SHUT_WR);
+    *to_shut = true;
+  }
+  return moved;
+}
+
+enum { TO_B = 1, TO_A = 2, ENDS = 4 };
+
+static void wire_pump(wire *w, int how) {
+  if (how & TO_B)
+    wire_pump_one(w->a, &w->a_eof, w->b, &w->b_shut, how & ENDS);
+  if (how & TO_A)
+    w->to_a += wire_pump_one(w->b, &w->b_eof, w->a, &w->a_shut, how & ENDS);
+}
+
+/* Both of its sides have ended, or neither. */
+static bool wire_quiet(const wire *w) {
+  return w->a_eof == w->b_eof;
+}
+
+typedef struct redial_case {
+  node *a, *b; /* a dials b twice, through w[0] then w[1] */
+  wire w[2];
+  int port; /* b's */
+} redial_case;
+
+static bool first_dial_up_at_dialler(void *arg) {
+  redial_case *rc = arg;
+  if (rc->a->ups >= 1)
+    return true; /* its third handshake message waits in w[0] */
+  if (wire_accept(&rc->w[0], rc->port))
+    wire_pump(&rc->w[0], TO_B | TO_A);
+  return rc->a->ups >= 1;
+}
+
+/* a has finished the second handshake too: once the listener's answer
+ * (the second message) has gone to a, what a sends next is the third. */
+static bool second_dial_done_at_dialler(void *arg) {
+  redial_case *rc = arg;
+  wire *w = &rc->w[1];
+  if (!wire_accept(w, rc->port))
+    return false;
+  if (w->to_a == 0) {
+    wire_pump(w, TO_B | TO_A);
+    return false;
+  }
+  return fd_readable(w->a);
+}
+
+static bool second_up_at_listener(void *arg) {
+  redial_case *rc = arg;
+  if (rc->b->ups >= 1)
+    return true;
+  wire_pump(&rc->w[1], TO_B);
+  return rc->b->ups >= 1;
+}
+
+/* b has the first session up too, and has given one of the two up: it
+ * ends that connection. Bytes from b go on to a meanwhile, ends do not. */
+static bool first_done_at_listener(void *arg) {
+  redial_case *rc = arg;
+  wire_pump(&rc->w[0], TO_B);
+  wire_pump(&rc->w[0], TO_A);
+  wire_pump(&rc->w[1], TO_A);
+  return rc->w[0].b_eof || rc->w[1].b_eof;
+}
+
+/* Every byte and every end has crossed and been taken in: each wire is
+ * ended by both sides or by neither, and each node holds a connection for
+ * each wire still open. */
+static bool wires_settled(wire *w, node *x, node *y) {
+  for (int i = 0; i < 2; i++)
+    wire_pump(&w[i], TO_B | TO_A | ENDS);
+  size_t open = (size_t)!w[0].a_eof + (size_t)!w[1].a_eof;
+  return wire_quiet(&w[0]) && wire_quiet(&w[1]) && stats_of(x->t).conns == open && stats_of(y->t).conns == open;
+}
+
+static bool redial_settled(void *arg) {
+  redial_case *rc = arg;
+  return wires_settled(rc->w, rc->a, rc->b) && (rc->w[0].a_eof || rc->w[1].a_eof);
+}
+
+static bool redial_msgs(void *arg) {
+  redial_case *rc = arg;
+  for (int i = 0; i < 2; i++)
+    wire_pump(&rc->w[i], TO_B | TO_A | ENDS);
+  return rc->a->msgs >= 1 && rc->b->msgs >= 1;
+}
+
+/* One node (a) dials another (b) twice, through two addresses of one
+ * listener, and the two ends finish the two handshakes in opposite orders:
+ * a finishes the first when it sends its last message, b the second first
+ * because that message reaches it first (and the end of the connection
+ * that a may have given up does not, yet). With send_early, each side sends
+ * one message on the session it has up at the time: a on the first, right
+ * after its handshake, b on the second. Returns when every byte and every
+ * end has crossed. */
+static void redial_race(redial_case *rc, bool send_early) {
+  node *a = rc->a, *b = rc->b;
+  assert_int_equal(gn_transport_listen(b->t, "127.0.0.1:0"), 0);
+  rc->port = atoi(strrchr(gn_transport_listen_addr(b->t), ':') + 1);
+  wire_listen(&rc->w[0]);
+  wire_listen(&rc->w[1]);
+  assert_int_equal(gn_transport_connect(a->t, rc->w[0].addr), 0);
+  assert_true(run_until(first_dial_up_at_dialler, rc));
+  if (send_early)
+    send_n(a, b, GN_MSG_PEERS, 1);
+  assert_int_equal(gn_transport_connect(a->t, rc->w[1].addr), 0);
+  assert_true(run_until(second_dial_done_at_dialler, rc));
+  assert_int_equal(b->ups, 0);
+  assert_true(run_until(second_up_at_listener, rc));
+  if (send_early)
+    send_n(b, a, GN_MSG_PEERS, 1);
+  assert_true(run_until(first_done_at_listener, rc));
+  assert_true(run_until(redial_settled, rc));
+}
+
+/* Both ends keep the same one of the two sessions, whichever it is: the
+ * peer stays up at both, is never reported down, and messages pass both
+ * ways. Run several times: which session is kept depends on the
+ * handshakes' random keys. */
+static void test_transport_redundant_dials_keep_one_session_at_both_ends(void **state) {
+  (void)state;
+  for (int round = 0; round < 8; round++) {
+    node a, b;
+    node_init(&a);
+    node_init(&b);
+    redial_case rc = {.a = &a, .b = &b};
+    redial_race(&rc, false);
+    /* One wire closed at both sides, the other open at both. */
+    assert_int_equal(rc.w[0].a_eof + rc.w[1].a_eof, 1);
+    assert_true(gn_transport_is_up(a.t, b.id->pk));
+    assert_true(gn_transport_is_up(b.t, a.id->pk));
+    assert_int_equal(a.ups, 1);
+    assert_int_equal(b.ups, 1);
+    assert_int_equal(a.downs, 0);
+    assert_int_equal(b.downs, 0);
+    send_n(&a, &b, GN_MSG_PEERS, 1);
+    send_n(&b, &a, GN_MSG_PEERS, 1);
+    assert_true(run_until(redial_msgs, &rc));
+    assert_int_equal(stats_of(a.t).conns, 1);
+    assert_int_equal(stats_of(b.t).conns, 1);
+    node_pair_done(&a, &b);
+    wire_done(&rc.w[0]);
+    wire_done(&rc.w[1]);
+  }
+}
+
+/* What each side sent on a session before it learnt that the other session
+ * replaces it is delivered, not lost with the session that is given up. */
+static void test_transport_redundant_dials_lose_no_message(void **state) {
+  (void)state;
+  for (int round = 0; round < 8; round++) {
+    node a, b;
+    node_init(&a);
+    node_init(&b);
+    redial_case rc = {.a = &a, .b = &b};
+    redial_race(&rc, true);
+    assert_true(run_until(redial_msgs, &rc));
+    assert_int_equal(a.msgs, 1);
+    assert_int_equal(b.msgs, 1);
+    assert_int_equal(a.last_type, GN_MSG_PEERS);
+    assert_int_equal(b.last_type, GN_MSG_PEERS);
+    assert_memory_equal(a.last_peer, b.id->pk, GN_PK_LEN);
+    assert_memory_equal(b.last_peer, a.id->pk, GN_PK_LEN);
+    assert_true(gn_transport_is_up(a.t, b.id->pk));
+    assert_true(gn_transport_is_up(b.t, a.id->pk));
+    assert_int_equal(a.downs + b.downs, 0);
+    node_pair_done(&a, &b);
+    wire_done(&rc.w[0]);
+    wire_done(&rc.w[1]);
+  }
+}
+
+typedef struct cross_case {
+  node *lo, *hi; /* by key: sessions that lo dials win */
+  wire w[2];     /* hi dials lo through w[0], lo dials hi through w[1] */
+  int port_lo, port_hi;
+} cross_case;
+
+static bool cross_first_up(void *arg) {
+  cross_case *cc = arg;
+  if (wire_accept(&cc->w[0], cc->port_lo))
+    wire_pump(&cc->w[0], TO_B | TO_A | ENDS);
+  return cc->lo->ups >= 1 && cc->hi->ups >= 1;
+}
+
+/* lo has the second session up, and has given the first up (it ends it);
+ * what hi sent on the first has not reached lo yet. */
+static bool cross_second_up_at_lo(void *arg) {
+  cross_case *cc = arg;
+  if (wire_accept(&cc->w[1], cc->port_hi))
+    wire_pump(&cc->w[1], TO_B | TO_A | ENDS);
+  wire_pump(&cc->w[0], TO_A);
+  return cc->w[0].b_eof;
+}
+
+static bool cross_settled(void *arg) {
+  cross_case *cc = arg;
+  return wires_settled(cc->w, cc->lo, cc->hi) && cc->w[0].a_eof;
+}
+
+/* Two nodes dial each other, and the second session, which wins (its
+ * initiator has the smaller key), comes up just after the first carried a
+ * message that has not arrived yet: the message is still delivered, from
+ * the session given up, and the peer never goes down at either end. */
+static void test_transport_crossed_dials_lose_no_message(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  bool a_lo = memcmp(a.id->pk, b.id->pk, GN_PK_LEN) < 0;
+  cross_case cc = {.lo = a_lo ? &a : &b, .hi = a_lo ? &b : &a};
+  assert_int_equal(gn_transport_listen(cc.lo->t, "127.0.0.1:0"), 0);
+  assert_int_equal(gn_transport_listen(cc.hi->t, "127.0.0.1:0"), 0);
+  cc.port_lo = atoi(strrchr(gn_transport_listen_addr(cc.lo->t), ':') + 1);
+  cc.port_hi = atoi(strrchr(gn_transport_listen_addr(cc.hi->t), ':') + 1);
+  wire_listen(&cc.w[0]);
+  wire_listen(&cc.w[1]);
+  assert_int_equal(gn_transport_connect(cc.hi->t, cc.w[0].addr), 0);
+  assert_true(run_until(cross_first_up, &cc));
+  send_n(cc.hi, cc.lo, GN_MSG_PEERS, 1); /* waits in w[0] */
+  assert_int_equal(gn_transport_connect(cc.lo->t, cc.w[1].addr), 0);
+  assert_true(run_until(cross_second_up_at_lo, &cc));
+  assert_true(run_until(cross_settled, &cc));
+  assert_int_equal(cc.lo->msgs, 1);
+  assert_int_equal(cc.lo->last_type, GN_MSG_PEERS);
+  assert_memory_equal(cc.lo->last_peer, cc.hi->id->pk, GN_PK_LEN);
+  /* The first wire is closed at both sides, the second open at both. */
+  assert_true(cc.w[0].b_eof);
+  assert_false(cc.w[1].a_eof || cc.w[1].b_eof);
+  assert_int_equal(a.ups, 1);
+  assert_int_equal(b.ups, 1);
+  assert_int_equal(a.downs + b.downs, 0);
+  assert_int_equal(stats_of(a.t).conns, 1);
+  assert_int_equal(stats_of(b.t).conns, 1);
+  node_pair_done(&a, &b);
+  wire_done(&cc.w[0]);
+  wire_done(&cc.w[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_transport_connects_and_exchanges_envelopes, setup, teardown),
@@ -1548,6 +1879,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_close_peer_cancels_dial_in_flight, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_peer_redialling_after_close_holds_one_session, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_peer_info_tracks_use_not_upkeep, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_redundant_dials_keep_one_session_at_both_ends, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_redundant_dials_lose_no_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_crossed_dials_lose_no_message, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
