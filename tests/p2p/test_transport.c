@@ -1850,6 +1850,91 @@ static void test_transport_crossed_dials_lose_no_message(void **state) {
   wire_done(&cc.w[1]);
 }
 
+/* Both ends have given the first session up (each shut it), and neither
+ * end has seen the other's shut: the test holds those back. */
+static bool cross_both_retired_ends_held(void *arg) {
+  cross_case *cc = arg;
+  if (wire_accept(&cc->w[1], cc->port_hi))
+    wire_pump(&cc->w[1], TO_B | TO_A | ENDS);
+  wire_pump(&cc->w[0], TO_B | TO_A);
+  return cc->w[0].a_eof && cc->w[0].b_eof;
+}
+
+static bool cross_one_conn_each(void *arg) {
+  cross_case *cc = arg;
+  wire_pump(&cc->w[1], TO_B | TO_A | ENDS);
+  wire_pump(&cc->w[0], TO_B | TO_A);
+  return stats_of(cc->lo->t).conns == 1 && stats_of(cc->hi->t).conns == 1;
+}
+
+/* A session given up whose peer never ends its side is closed anyway once
+ * the handshake timeout has passed, and the peer stays up meanwhile. */
+static void test_transport_retired_session_closes_at_deadline(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  gn_transport_limits lim;
+  gn_transport_limits_default(&lim);
+  lim.handshake_timeout_ms = 2000;
+  assert_int_equal(gn_transport_set_limits(a.t, &lim), 0);
+  assert_int_equal(gn_transport_set_limits(b.t, &lim), 0);
+  bool a_lo = memcmp(a.id->pk, b.id->pk, GN_PK_LEN) < 0;
+  cross_case cc = {.lo = a_lo ? &a : &b, .hi = a_lo ? &b : &a};
+  assert_int_equal(gn_transport_listen(cc.lo->t, "127.0.0.1:0"), 0);
+  assert_int_equal(gn_transport_listen(cc.hi->t, "127.0.0.1:0"), 0);
+  cc.port_lo = atoi(strrchr(gn_transport_listen_addr(cc.lo->t), ':') + 1);
+  cc.port_hi = atoi(strrchr(gn_transport_listen_addr(cc.hi->t), ':') + 1);
+  wire_listen(&cc.w[0]);
+  wire_listen(&cc.w[1]);
+  assert_int_equal(gn_transport_connect(cc.hi->t, cc.w[0].addr), 0);
+  assert_true(run_until(cross_first_up, &cc));
+  assert_int_equal(gn_transport_connect(cc.lo->t, cc.w[1].addr), 0);
+  assert_true(run_until(cross_both_retired_ends_held, &cc));
+  assert_int_equal(stats_of(a.t).conns, 2);
+  assert_int_equal(stats_of(b.t).conns, 2);
+  uint64_t start = gn_mono_ms();
+  assert_true(run_until(cross_one_conn_each, &cc));
+  assert_true(gn_mono_ms() - start >= 1000);
+  assert_true(gn_transport_is_up(a.t, b.id->pk));
+  assert_true(gn_transport_is_up(b.t, a.id->pk));
+  assert_int_equal(a.ups, 1);
+  assert_int_equal(b.ups, 1);
+  assert_int_equal(a.downs + b.downs, 0);
+  node_pair_done(&a, &b);
+  wire_done(&cc.w[0]);
+  wire_done(&cc.w[1]);
+}
+
+/* Closing a peer closes the sessions with it being given up as well, and
+ * reports it down once. */
+static void test_transport_close_peer_closes_retired_sessions(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  bool a_lo = memcmp(a.id->pk, b.id->pk, GN_PK_LEN) < 0;
+  cross_case cc = {.lo = a_lo ? &a : &b, .hi = a_lo ? &b : &a};
+  assert_int_equal(gn_transport_listen(cc.lo->t, "127.0.0.1:0"), 0);
+  assert_int_equal(gn_transport_listen(cc.hi->t, "127.0.0.1:0"), 0);
+  cc.port_lo = atoi(strrchr(gn_transport_listen_addr(cc.lo->t), ':') + 1);
+  cc.port_hi = atoi(strrchr(gn_transport_listen_addr(cc.hi->t), ':') + 1);
+  wire_listen(&cc.w[0]);
+  wire_listen(&cc.w[1]);
+  assert_int_equal(gn_transport_connect(cc.hi->t, cc.w[0].addr), 0);
+  assert_true(run_until(cross_first_up, &cc));
+  assert_int_equal(gn_transport_connect(cc.lo->t, cc.w[1].addr), 0);
+  assert_true(run_until(cross_both_retired_ends_held, &cc));
+  assert_int_equal(stats_of(cc.lo->t).conns, 2);
+  assert_int_equal(gn_transport_close_peer(cc.lo->t, cc.hi->id->pk, NULL), 0);
+  assert_int_equal(stats_of(cc.lo->t).conns, 0);
+  assert_int_equal(cc.lo->downs, 1);
+  assert_false(gn_transport_is_up(cc.lo->t, cc.hi->id->pk));
+  node_pair_done(&a, &b);
+  wire_done(&cc.w[0]);
+  wire_done(&cc.w[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_transport_connects_and_exchanges_envelopes, setup, teardown),
@@ -1882,6 +1967,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_redundant_dials_keep_one_session_at_both_ends, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_redundant_dials_lose_no_message, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_crossed_dials_lose_no_message, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_retired_session_closes_at_deadline, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_close_peer_closes_retired_sessions, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
