@@ -122,6 +122,9 @@ void gn_sim_report_print(FILE *f, const gn_sim_report *r, const gn_sim_params *p
   row_time(f, "first detected (DEAD, or dropped: looked at every 10 s)", r->kill_first_ms, -1);
   row_time(f, "detected at 99.99% of pairs", r->kill_9999_ms, mk);
   row_time(f, "detected at 100% of pairs", r->kill_100_ms, mk);
+  fprintf(f, "  %-52s %.2f%% (%llu s)\n", "detected within the bound",
+          r->kill_pairs ? 100.0 * (double)r->kill_at_bound / (double)r->kill_pairs : 0.0,
+          (unsigned long long)(r->kill_bound_ms / 1000));
   fprintf(f, "  %-52s %llu (%u nodes)\n", "live nodes declared DEAD meanwhile",
           (unsigned long long)r->false_dead[GN_SIM_PH_KILL], r->false_dead_nodes[GN_SIM_PH_KILL]);
   fprintf(f, "  model [push] at 0%% loss: %.1f s [%.1f s], with %.0f%% failed: %.1f s\n\n", m0, push_s(n, 0),

@@ -361,9 +361,14 @@ static int kill_phase(gn_sim *sim, const gn_sim_params *p, scen *sc) {
   track_start(&sc->kill, n_pairs, gn_sim_now(sim), &r->kill_first_ms, &r->kill_9999_ms, &r->kill_100_ms);
   r->kill_bound_ms = gn_sim_detection_bound_ms(&p->swim, up - k);
   uint64_t t0 = gn_sim_now(sim);
+  bool at_bound = false;
   for (uint32_t step = 1;
        !track_complete(&sc->kill) && gn_sim_now(sim) < t0 + (uint64_t)(p->wait_factor * r->kill_bound_ms); step++) {
     gn_sim_run_until(sim, gn_sim_now(sim) + STEP_MS);
+    if (!at_bound && gn_sim_now(sim) >= t0 + (uint64_t)r->kill_bound_ms) {
+      r->kill_at_bound = sc->kill.done;
+      at_bound = true;
+    }
     if (p->progress && getenv("GN_SIM_TRACE")) {
       uint64_t susp = 0;
       for (uint32_t o = 0; o < cap; o++)
@@ -385,6 +390,8 @@ static int kill_phase(gn_sim *sim, const gn_sim_params *p, scen *sc) {
           track_hit(&sc->kill, gn_sim_now(sim));
         }
   }
+  if (!at_bound)
+    r->kill_at_bound = sc->kill.done;
   /* Until the suspicions the kill started are settled, for late false
    * detections; then what is still believed alive (a holder may also have
    * dropped a victim silently). */
@@ -640,8 +647,9 @@ bool gn_sim_report_same(const gn_sim_report *a, const gn_sim_report *b) {
       a->heard_100_ms == b->heard_100_ms && a->resurrections == b->resurrections && a->killed == b->killed &&
       a->kill_pairs == b->kill_pairs && a->kill_dropped == b->kill_dropped && a->crash_dropped == b->crash_dropped &&
       a->kill_detected == b->kill_detected && a->kill_alive_end == b->kill_alive_end &&
-      a->kill_suspect_end == b->kill_suspect_end && a->kill_9999_ms == b->kill_9999_ms &&
-      a->kill_100_ms == b->kill_100_ms && a->unknown_events == b->unknown_events && a->totals.sent == b->totals.sent &&
+      a->kill_suspect_end == b->kill_suspect_end && a->kill_at_bound == b->kill_at_bound &&
+      a->kill_9999_ms == b->kill_9999_ms && a->kill_100_ms == b->kill_100_ms &&
+      a->unknown_events == b->unknown_events && a->totals.sent == b->totals.sent &&
       a->totals.delivered == b->totals.delivered && a->totals.lost == b->totals.lost &&
       a->totals.cut == b->totals.cut && a->totals.rejected == b->totals.rejected &&
       a->totals.bytes == b->totals.bytes && a->end_ms == b->end_ms && a->digest == b->digest;

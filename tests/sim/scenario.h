@@ -93,6 +93,7 @@ typedef struct gn_sim_report {
   uint64_t kill_dropped;     /* of those, dropped by the holder without a DEAD */
   uint64_t kill_alive_end;   /* still held ALIVE or SUSPECT when the phase ended */
   uint64_t kill_suspect_end; /* of those, SUSPECT */
+  uint64_t kill_at_bound;    /* pairs detected by kill_bound_ms after the kill */
   int64_t kill_first_ms, kill_9999_ms, kill_100_ms, kill_bound_ms;
   uint64_t unknown_events; /* about ids that are no node: a bug if not 0 */
   gn_sim_totals totals;
