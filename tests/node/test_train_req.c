@@ -112,17 +112,18 @@ static fake_prov *prov_of(void *ud) {
   return &W.p[(intptr_t)ud];
 }
 
+/* up: a session with gpunetd (the requester), not with anyone else. */
 static void on_up(gn_transport *t, const uint8_t peer[GN_PK_LEN], const char *addr, void *ud) {
   (void)t;
-  (void)peer;
   (void)addr;
-  prov_of(ud)->up = 1;
+  if (memcmp(peer, W.req_pk, GN_PK_LEN) == 0)
+    prov_of(ud)->up = 1;
 }
 
 static void on_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *ud) {
   (void)t;
-  (void)peer;
-  prov_of(ud)->up = 0;
+  if (memcmp(peer, W.req_pk, GN_PK_LEN) == 0)
+    prov_of(ud)->up = 0;
 }
 
 static void send_body(fake_prov *f, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wire_writer *w) {
