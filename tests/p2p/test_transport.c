@@ -1811,6 +1811,30 @@ static bool cross_settled(void *arg) {
   return wires_settled(cc->w, cc->lo, cc->hi) && cc->w[0].a_eof;
 }
 
+/* Two nodes a and b (with limits lim, when not NULL), each listening
+ * behind a wire; hi (by key) dials lo through w[0] and the session comes up
+ * at both ends. */
+static void cross_start(cross_case *cc, node *a, node *b, const gn_transport_limits *lim) {
+  node_init(a);
+  node_init(b);
+  if (lim) {
+    assert_int_equal(gn_transport_set_limits(a->t, lim), 0);
+    assert_int_equal(gn_transport_set_limits(b->t, lim), 0);
+  }
+  bool a_lo = memcmp(a->id->pk, b->id->pk, GN_PK_LEN) < 0;
+  memset(cc, 0, sizeof *cc);
+  cc->lo = a_lo ? a : b;
+  cc->hi = a_lo ? b : a;
+  assert_int_equal(gn_transport_listen(cc->lo->t, "127.0.0.1:0"), 0);
+  assert_int_equal(gn_transport_listen(cc->hi->t, "127.0.0.1:0"), 0);
+  cc->port_lo = atoi(strrchr(gn_transport_listen_addr(cc->lo->t), ':') + 1);
+  cc->port_hi = atoi(strrchr(gn_transport_listen_addr(cc->hi->t), ':') + 1);
+  wire_listen(&cc->w[0]);
+  wire_listen(&cc->w[1]);
+  assert_int_equal(gn_transport_connect(cc->hi->t, cc->w[0].addr), 0);
+  assert_true(run_until(cross_first_up, cc));
+}
+
 /* Two nodes dial each other, and the second session, which wins (its
  * initiator has the smaller key), comes up just after the first carried a
  * message that has not arrived yet: the message is still delivered, from
@@ -1818,18 +1842,8 @@ static bool cross_settled(void *arg) {
 static void test_transport_crossed_dials_lose_no_message(void **state) {
   (void)state;
   node a, b;
-  node_init(&a);
-  node_init(&b);
-  bool a_lo = memcmp(a.id->pk, b.id->pk, GN_PK_LEN) < 0;
-  cross_case cc = {.lo = a_lo ? &a : &b, .hi = a_lo ? &b : &a};
-  assert_int_equal(gn_transport_listen(cc.lo->t, "127.0.0.1:0"), 0);
-  assert_int_equal(gn_transport_listen(cc.hi->t, "127.0.0.1:0"), 0);
-  cc.port_lo = atoi(strrchr(gn_transport_listen_addr(cc.lo->t), ':') + 1);
-  cc.port_hi = atoi(strrchr(gn_transport_listen_addr(cc.hi->t), ':') + 1);
-  wire_listen(&cc.w[0]);
-  wire_listen(&cc.w[1]);
-  assert_int_equal(gn_transport_connect(cc.hi->t, cc.w[0].addr), 0);
-  assert_true(run_until(cross_first_up, &cc));
+  cross_case cc;
+  cross_start(&cc, &a, &b, NULL);
   send_n(cc.hi, cc.lo, GN_MSG_PEERS, 1); /* waits in w[0] */
   assert_int_equal(gn_transport_connect(cc.lo->t, cc.w[1].addr), 0);
   assert_true(run_until(cross_second_up_at_lo, &cc));
@@ -1872,23 +1886,11 @@ static bool cross_one_conn_each(void *arg) {
 static void test_transport_retired_session_closes_at_deadline(void **state) {
   (void)state;
   node a, b;
-  node_init(&a);
-  node_init(&b);
   gn_transport_limits lim;
   gn_transport_limits_default(&lim);
   lim.handshake_timeout_ms = 2000;
-  assert_int_equal(gn_transport_set_limits(a.t, &lim), 0);
-  assert_int_equal(gn_transport_set_limits(b.t, &lim), 0);
-  bool a_lo = memcmp(a.id->pk, b.id->pk, GN_PK_LEN) < 0;
-  cross_case cc = {.lo = a_lo ? &a : &b, .hi = a_lo ? &b : &a};
-  assert_int_equal(gn_transport_listen(cc.lo->t, "127.0.0.1:0"), 0);
-  assert_int_equal(gn_transport_listen(cc.hi->t, "127.0.0.1:0"), 0);
-  cc.port_lo = atoi(strrchr(gn_transport_listen_addr(cc.lo->t), ':') + 1);
-  cc.port_hi = atoi(strrchr(gn_transport_listen_addr(cc.hi->t), ':') + 1);
-  wire_listen(&cc.w[0]);
-  wire_listen(&cc.w[1]);
-  assert_int_equal(gn_transport_connect(cc.hi->t, cc.w[0].addr), 0);
-  assert_true(run_until(cross_first_up, &cc));
+  cross_case cc;
+  cross_start(&cc, &a, &b, &lim);
   assert_int_equal(gn_transport_connect(cc.lo->t, cc.w[1].addr), 0);
   assert_true(run_until(cross_both_retired_ends_held, &cc));
   assert_int_equal(stats_of(a.t).conns, 2);
@@ -1911,18 +1913,8 @@ static void test_transport_retired_session_closes_at_deadline(void **state) {
 static void test_transport_close_peer_closes_retired_sessions(void **state) {
   (void)state;
   node a, b;
-  node_init(&a);
-  node_init(&b);
-  bool a_lo = memcmp(a.id->pk, b.id->pk, GN_PK_LEN) < 0;
-  cross_case cc = {.lo = a_lo ? &a : &b, .hi = a_lo ? &b : &a};
-  assert_int_equal(gn_transport_listen(cc.lo->t, "127.0.0.1:0"), 0);
-  assert_int_equal(gn_transport_listen(cc.hi->t, "127.0.0.1:0"), 0);
-  cc.port_lo = atoi(strrchr(gn_transport_listen_addr(cc.lo->t), ':') + 1);
-  cc.port_hi = atoi(strrchr(gn_transport_listen_addr(cc.hi->t), ':') + 1);
-  wire_listen(&cc.w[0]);
-  wire_listen(&cc.w[1]);
-  assert_int_equal(gn_transport_connect(cc.hi->t, cc.w[0].addr), 0);
-  assert_true(run_until(cross_first_up, &cc));
+  cross_case cc;
+  cross_start(&cc, &a, &b, NULL);
   assert_int_equal(gn_transport_connect(cc.lo->t, cc.w[1].addr), 0);
   assert_true(run_until(cross_both_retired_ends_held, &cc));
   assert_int_equal(stats_of(cc.lo->t).conns, 2);
