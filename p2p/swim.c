@@ -17,14 +17,15 @@
 #define SW_SENT_RING 64      /* pings and ping-reqs whose answers we still accept */
 #define SW_DEAD_PING_EVERY 4 /* every 4th probe also pings one recently dead member */
 #define SW_INC_MAX UINT32_MAX
-#define SW_GIVE 4          /* live members an ACK offers a node that asked for more */
-#define SW_GHOST_HOPS 8    /* a record about a node we do not keep is passed on only this far */
-#define SW_JOIN_BURST 4    /* joins about nodes we do not keep passed on in a burst (then one an interval) */
-#define SW_JOIN_HOPS 5     /* ... and only this close to the newcomer (a fresh join) */
-#define SW_LEAVE_TELL 3    /* a leaving node pings this many members with its leave, until one answers */
-#define SW_LEAVE_ROUNDS 5  /* ... in at most this many rounds, a probe timeout apart */
-#define SW_RECENT 8        /* records whose gossip ended lately, offered to pullers (a ring) */
-#define SW_RECENT_PROBES 5 /* ... for this many probe intervals after their last send */
+#define SW_GIVE 4       /* live members an ACK offers a node that asked for more */
+#define SW_GHOST_HOPS 8 /* a record about a node we do not keep is passed on only this far */
+#define SW_JOIN_BURST 4 /* joins about nodes we do not keep passed on in a burst (then one an interval) */
+#define SW_JOIN_HOPS 5  /* ... and only this close to the newcomer (a fresh join) */
+#define SW_PULL_HOP (SW_JOIN_HOPS + 1) /* the hop of a record sent to a puller: neither pushed nor offered on */
+#define SW_LEAVE_TELL 3                /* a leaving node pings this many members with its leave, until one answers */
+#define SW_LEAVE_ROUNDS 5              /* ... in at most this many rounds, a probe timeout apart */
+#define SW_RECENT 8                    /* records whose gossip ended lately, offered to pullers (a ring) */
+#define SW_RECENT_PROBES 5             /* ... for this many probe intervals after their last send */
 
 typedef struct sw_node {
   /* What a lookup and applying a record touch first, together at the
@@ -168,6 +169,16 @@ struct gn_swim {
     bool used;
   } recent[SW_RECENT];
   uint32_t recent_next, recent_cursor;
+  /* Plain joins heard about nodes we neither keep nor pass on (no join
+   * token, or too many hops from the newcomer): a pull gets them too. */
+  struct {
+    uint8_t id[GN_PK_LEN];
+    char addr[GN_SWIM_ADDR_MAX];
+    uint32_t inc;
+    uint64_t at_ms;
+    bool used;
+  } heard[SW_RECENT];
+  uint32_t heard_next;
   uint64_t now_ms; /* of the last tick or datagram */
   gn_swim_stats stats;
   gn_wire_writer w;
@@ -964,24 +975,74 @@ static void recent_push(gn_swim *s, uint32_t slot) {
   s->recent[i].used = true;
 }
 
-/* Adds one record from the recent ring, round robin: one still as it was
- * sent (else it is queued again, or gone) and ended within
- * SW_RECENT_PROBES probe intervals. It goes out as not fresh (hop at least
- * SW_JOIN_HOPS), so that a join heard this way is not pushed on again. */
+static void heard_push(gn_swim *s, const sw_upd *u) {
+  for (uint32_t i = 0; i < SW_RECENT; i++)
+    if (s->heard[i].used && s->heard[i].inc == u->inc && memcmp(s->heard[i].id, u->id, GN_PK_LEN) == 0)
+      return;
+  uint32_t i = s->heard_next++ % SW_RECENT;
+  memcpy(s->heard[i].id, u->id, GN_PK_LEN);
+  snprintf(s->heard[i].addr, sizeof s->heard[i].addr, "%s", u->addr);
+  s->heard[i].inc = u->inc;
+  s->heard[i].at_ms = s->now_ms;
+  s->heard[i].used = true;
+}
+
+/* Appends a plain join (alive at inc) about a node we hold no slot for. */
+static bool pack_add_heard(gn_swim *s, sw_pack *p, uint32_t i) {
+  if (p->n >= GN_SWIM_UPDATES_MAX)
+    return false;
+  gn_wire_writer *w = &s->w;
+  gn_wire_put_map(w, 5);
+  put_key(w, "id");
+  gn_wire_put_bin(w, s->heard[i].id, GN_PK_LEN);
+  put_key(w, "addr");
+  gn_wire_put_str(w, s->heard[i].addr);
+  put_key(w, "inc");
+  gn_wire_put_u64(w, s->heard[i].inc);
+  put_key(w, "st");
+  gn_wire_put_u64(w, GN_SWIM_ALIVE);
+  put_key(w, "hop");
+  gn_wire_put_u64(w, SW_PULL_HOP);
+  s->one.len = 0;
+  if (gn_wire_writer_take(w, &s->one) < 0 || s->one.len > p->budget ||
+      gn_buf_append(&s->ub, s->one.data, s->one.len) < 0)
+    return false;
+  p->budget -= s->one.len;
+  p->slots[p->n++] = SW_NONE;
+  return true;
+}
+
+/* Adds one record lately done or heard, round robin over both rings: from
+ * the recent ring, one still as it was sent (else it is queued again, or
+ * gone) and ended within SW_RECENT_PROBES probe intervals; from the heard
+ * ring, a plain join about a node we still hold no slot for, heard within
+ * as long. Either goes out with hop SW_PULL_HOP at least: a join heard
+ * this way is neither pushed on nor offered to pullers again (else stale
+ * joins would circulate from pull to pull and crowd out the news). */
 static void pack_recent(gn_swim *s, sw_pack *p, uint32_t dest) {
   uint64_t window = (uint64_t)SW_RECENT_PROBES * s->cfg.probe_interval_ms;
-  for (uint32_t k = 0; k < SW_RECENT; k++) {
-    uint32_t i = s->recent_cursor++ % SW_RECENT;
-    if (!s->recent[i].used || s->recent[i].done_ms + window < s->now_ms)
+  for (uint32_t k = 0; k < 2 * SW_RECENT; k++) {
+    uint32_t c = s->recent_cursor++ % (2 * SW_RECENT);
+    if (c >= SW_RECENT) {
+      uint32_t i = c - SW_RECENT;
+      if (!s->heard[i].used || s->heard[i].at_ms + window < s->now_ms ||
+          (dest != SW_NONE && memcmp(s->nodes[dest].id, s->heard[i].id, GN_PK_LEN) == 0) ||
+          tab_find(s, s->heard[i].id) != SW_NONE)
+        continue;
+      if (pack_add_heard(s, p, i))
+        return;
       continue;
-    uint32_t slot = s->recent[i].slot;
+    }
+    if (!s->recent[c].used || s->recent[c].done_ms + window < s->now_ms)
+      continue;
+    uint32_t slot = s->recent[c].slot;
     sw_node *n = &s->nodes[slot];
-    if (slot == dest || !n->used || n->hkey != s->recent[i].hkey || n->inc != s->recent[i].inc ||
-        n->state != s->recent[i].st || n->q_bucket != SW_NONE)
+    if (slot == dest || !n->used || n->hkey != s->recent[c].hkey || n->inc != s->recent[c].inc ||
+        n->state != s->recent[c].st || n->q_bucket != SW_NONE)
       continue;
     uint8_t hop = n->hop;
-    if (n->hop < SW_JOIN_HOPS)
-      n->hop = SW_JOIN_HOPS;
+    if (n->hop < SW_PULL_HOP)
+      n->hop = SW_PULL_HOP;
     bool added = pack_add(s, p, slot);
     n->hop = hop;
     if (added)
@@ -1374,6 +1435,8 @@ static void apply_update(gn_swim *s, const sw_upd *u, const uint8_t sender[GN_PK
     bool join = !trouble && u->hop < SW_JOIN_HOPS && join_token(s, now);
     if ((trouble || join) && u->hop < SW_GHOST_HOPS)
       ghost_put(s, slot, u, by);
+    else if (!trouble && !g && u->hop <= SW_JOIN_HOPS)
+      heard_push(s, u);
     return;
   }
   sw_node *n = &s->nodes[slot];

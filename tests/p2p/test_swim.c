@@ -240,6 +240,7 @@ typedef struct tupd {
   const char *addr;
   uint32_t inc, st;
   const uint8_t *by;
+  uint32_t hop; /* 0: none sent */
 } tupd;
 
 typedef struct tbody {
@@ -254,7 +255,7 @@ typedef struct tbody {
 } tbody;
 
 static void put_upd(gn_wire_writer *w, const tupd *u) {
-  gn_wire_put_map(w, u->by ? 5 : 4);
+  gn_wire_put_map(w, 4 + (u->by ? 1 : 0) + (u->hop ? 1 : 0));
   gn_wire_put_str(w, "id");
   gn_wire_put_bin(w, u->id, GN_PK_LEN);
   gn_wire_put_str(w, "addr");
@@ -266,6 +267,10 @@ static void put_upd(gn_wire_writer *w, const tupd *u) {
   if (u->by) {
     gn_wire_put_str(w, "by");
     gn_wire_put_bin(w, u->by, GN_PK_LEN);
+  }
+  if (u->hop) {
+    gn_wire_put_str(w, "hop");
+    gn_wire_put_u64(w, u->hop);
   }
 }
 
@@ -1511,6 +1516,42 @@ static void test_pull_hears_what_spread_lately(void **state) {
   free(a);
 }
 
+/* A join heard too far from the newcomer to be pushed on (or without a join
+ * token) is not gossiped, but a pull still gets it for a while. */
+static void test_pull_hears_joins_not_passed_on(void **state) {
+  (void)state;
+  gn_swim_config cfg;
+  gn_swim_config_default(&cfg);
+  cfg.max_members = 64;
+  cfg.probe_interval_ms = 60000;
+  cfg.probe_timeout_ms = 30000;
+  solo *a = calloc(1, sizeof *a);
+  solo_new(a, &cfg, 24);
+  solo_add_peers(a, 1, 64);
+  uint64_t t = 0, t0 = 4 * 60000 + 10000;
+  for (; t < t0; t += 10)
+    gn_swim_tick(a->s, t);
+  uint8_t nid[GN_PK_LEN];
+  char naddr[GN_SWIM_ADDR_MAX];
+  mkid(nid, 710);
+  /* Five relays from the newcomer: no longer a fresh join. */
+  tupd g = {.id = nid, .addr = peer_addr(710, naddr), .inc = 0, .st = GN_SWIM_ALIVE, .hop = 5};
+  a->nout = 0;
+  assert_int_equal(solo_ping_from(a, 1, 0, &g, 1, t), 0);
+  for (; t <= t0 + 3000; t += 10)
+    gn_swim_tick(a->s, t);
+  for (uint32_t k = 0; k < a->nout; k++)
+    assert_int_equal(body_hop(a->out[k].body, a->out[k].len, nid), -1); /* not pushed on */
+  int hop;
+  assert_true(pulls_carrying(a, 30, 8, nid, t, &hop) >= 1);
+  assert_true(hop >= 5);
+  for (; t <= t0 + 3000 + 5 * 60000 + 1000; t += 10)
+    gn_swim_tick(a->s, t);
+  assert_int_equal(pulls_carrying(a, 40, 8, nid, t, &hop), 0);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
 static void test_refutation_sent_to_the_accuser(void **state) {
   (void)state;
   solo *a = calloc(1, sizeof *a);
@@ -1569,6 +1610,7 @@ int main(void) {
       cmocka_unit_test(test_suspect_pinged_by_its_accuser),
       cmocka_unit_test(test_plain_joins_passed_on_at_most_one_an_interval),
       cmocka_unit_test(test_pull_hears_what_spread_lately),
+      cmocka_unit_test(test_pull_hears_joins_not_passed_on),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

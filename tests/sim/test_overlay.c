@@ -5,7 +5,10 @@
  * 99.99% of the nodes within twice the model's time, a third of the model's
  * bandwidth, no live node declared dead (no loss, 10% loss, 30% killed), the
  * 30% killed all detected within the bound, and the same seed giving the
- * same run twice (at a twentieth of the size). */
+ * same run twice (at a twentieth of the size). GN_SIM_KILL=0 leaves the
+ * kill out (sim_overlay_10k: at 10,000 nodes the kill is most of the run's
+ * time, and it is asserted at 1,000 nodes by sim_overlay and measured at
+ * 10,000 by scripts/bench/overlay, docs/overlay/simulator.md §5). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -33,6 +36,9 @@ static int setup(void **state) {
   gn_sim_params_default(&params, n >= 100 ? n : 100);
   params.seed = 20261204;
   gn_sim_params_ci(&params);
+  const char *kill = getenv("GN_SIM_KILL");
+  if (kill)
+    params.kill_fraction = strtod(kill, NULL);
   int r = gn_sim_scenario_run(&params, &first);
   if (r == 0)
     gn_sim_report_print(stdout, &first, &params, true);
@@ -97,6 +103,11 @@ static void test_no_live_node_dead_under_loss(void **state) {
 
 static void test_kill_fully_detected(void **state) {
   (void)state;
+  if (params.kill_fraction == 0) {
+    print_message("skipped: GN_SIM_KILL=0; the 30%% kill is asserted by the ctest sim_overlay (1,000 nodes) and "
+                  "measured at 10,000 nodes by scripts/bench/overlay\n");
+    skip();
+  }
   assert_true(first.killed >= first.nodes / 4);
   assert_true(first.kill_pairs > 0);
   assert_int_equal(first.kill_alive_end, 0);
