@@ -914,29 +914,40 @@ static void put_key(gn_wire_writer *w, const char *k) {
   gn_wire_put_str(w, k);
 }
 
-/* One update record: {id, addr, inc, st[, by]}. */
-static int encode_update(gn_swim *s, const sw_node *n) {
+/* One update record into s->one: {id, addr, inc, st[, by][, hop]} (by:
+ * NULL for none; hop 0: left out). */
+static int encode_record(gn_swim *s, const uint8_t id[GN_PK_LEN], const char *addr, uint32_t inc, uint8_t st,
+                         const uint8_t *by, uint8_t hop) {
   gn_wire_writer *w = &s->w;
-  bool by = n->has_by && (n->state == GN_SWIM_SUSPECT || n->state == GN_SWIM_DEAD);
-  gn_wire_put_map(w, 4 + by + (n->hop > 0));
+  gn_wire_put_map(w, 4 + (by != NULL) + (hop > 0));
   put_key(w, "id");
-  gn_wire_put_bin(w, n->id, GN_PK_LEN);
+  gn_wire_put_bin(w, id, GN_PK_LEN);
   put_key(w, "addr");
-  gn_wire_put_str(w, n->addr);
+  gn_wire_put_str(w, addr);
   put_key(w, "inc");
-  gn_wire_put_u64(w, n->inc);
+  gn_wire_put_u64(w, inc);
   put_key(w, "st");
-  gn_wire_put_u64(w, n->state);
+  gn_wire_put_u64(w, st);
   if (by) {
     put_key(w, "by");
-    gn_wire_put_bin(w, n->by, GN_PK_LEN);
+    gn_wire_put_bin(w, by, GN_PK_LEN);
   }
-  if (n->hop > 0) {
+  if (hop > 0) {
     put_key(w, "hop");
-    gn_wire_put_u64(w, n->hop);
+    gn_wire_put_u64(w, hop);
   }
   s->one.len = 0;
   return gn_wire_writer_take(w, &s->one);
+}
+
+/* A member's (or ghost's) current record, sent as hop. */
+static int encode_node(gn_swim *s, const sw_node *n, uint8_t hop) {
+  bool by = n->has_by && (n->state == GN_SWIM_SUSPECT || n->state == GN_SWIM_DEAD);
+  return encode_record(s, n->id, n->addr, n->inc, n->state, by ? n->by : NULL, hop);
+}
+
+static int encode_update(gn_swim *s, const sw_node *n) {
+  return encode_node(s, n, n->hop);
 }
 
 typedef struct sw_pack {
@@ -945,20 +956,33 @@ typedef struct sw_pack {
   uint32_t slots[GN_SWIM_UPDATES_MAX];
 } sw_pack;
 
-/* Appends slot's record if it fits and is not in the body already. */
-static bool pack_add(gn_swim *s, sw_pack *p, uint32_t slot) {
-  if (p->n >= GN_SWIM_UPDATES_MAX)
-    return false;
-  for (uint32_t i = 0; i < p->n; i++)
-    if (p->slots[i] == slot)
-      return false;
-  if (encode_update(s, &s->nodes[slot]) < 0 || s->one.len > p->budget)
-    return false;
-  if (gn_buf_append(&s->ub, s->one.data, s->one.len) < 0)
+/* Appends the record just encoded in s->one, for slot (SW_NONE: a record
+ * about a node we hold no slot for), if it fits. */
+static bool pack_one(gn_swim *s, sw_pack *p, int encoded, uint32_t slot) {
+  if (encoded < 0 || s->one.len > p->budget || gn_buf_append(&s->ub, s->one.data, s->one.len) < 0)
     return false;
   p->budget -= s->one.len;
   p->slots[p->n++] = slot;
   return true;
+}
+
+static bool pack_has(const sw_pack *p, uint32_t slot) {
+  for (uint32_t i = 0; i < p->n; i++)
+    if (p->slots[i] == slot)
+      return true;
+  return false;
+}
+
+/* Appends slot's record, sent as hop, if it fits and is not in the body
+ * already. */
+static bool pack_add_hop(gn_swim *s, sw_pack *p, uint32_t slot, uint8_t hop) {
+  if (p->n >= GN_SWIM_UPDATES_MAX || pack_has(p, slot))
+    return false;
+  return pack_one(s, p, encode_node(s, &s->nodes[slot], hop), slot);
+}
+
+static bool pack_add(gn_swim *s, sw_pack *p, uint32_t slot) {
+  return pack_add_hop(s, p, slot, s->nodes[slot].hop);
 }
 
 /* Remembers that slot's record has been sent its last time. */
@@ -991,25 +1015,9 @@ static void heard_push(gn_swim *s, const sw_upd *u) {
 static bool pack_add_heard(gn_swim *s, sw_pack *p, uint32_t i) {
   if (p->n >= GN_SWIM_UPDATES_MAX)
     return false;
-  gn_wire_writer *w = &s->w;
-  gn_wire_put_map(w, 5);
-  put_key(w, "id");
-  gn_wire_put_bin(w, s->heard[i].id, GN_PK_LEN);
-  put_key(w, "addr");
-  gn_wire_put_str(w, s->heard[i].addr);
-  put_key(w, "inc");
-  gn_wire_put_u64(w, s->heard[i].inc);
-  put_key(w, "st");
-  gn_wire_put_u64(w, GN_SWIM_ALIVE);
-  put_key(w, "hop");
-  gn_wire_put_u64(w, SW_PULL_HOP);
-  s->one.len = 0;
-  if (gn_wire_writer_take(w, &s->one) < 0 || s->one.len > p->budget ||
-      gn_buf_append(&s->ub, s->one.data, s->one.len) < 0)
-    return false;
-  p->budget -= s->one.len;
-  p->slots[p->n++] = SW_NONE;
-  return true;
+  return pack_one(s, p,
+                  encode_record(s, s->heard[i].id, s->heard[i].addr, s->heard[i].inc, GN_SWIM_ALIVE, NULL, SW_PULL_HOP),
+                  SW_NONE);
 }
 
 /* Adds one record lately done or heard, round robin over both rings: from
@@ -1040,12 +1048,7 @@ static void pack_recent(gn_swim *s, sw_pack *p, uint32_t dest) {
     if (slot == dest || !n->used || n->hkey != s->recent[c].hkey || n->inc != s->recent[c].inc ||
         n->state != s->recent[c].st || n->q_bucket != SW_NONE)
       continue;
-    uint8_t hop = n->hop;
-    if (n->hop < SW_PULL_HOP)
-      n->hop = SW_PULL_HOP;
-    bool added = pack_add(s, p, slot);
-    n->hop = hop;
-    if (added)
+    if (pack_add_hop(s, p, slot, n->hop > SW_PULL_HOP ? n->hop : SW_PULL_HOP))
       return;
   }
 }
