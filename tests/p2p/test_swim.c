@@ -1465,21 +1465,29 @@ static int pulls_carrying(solo *a, uint32_t first, uint32_t count, const uint8_t
   return found;
 }
 
-static void test_pull_hears_what_spread_lately(void **state) {
-  (void)state;
+#define PULL_T0 (4 * 60000 + 10000)
+
+/* A node with a full table of 64 silent peers, ticked to PULL_T0. Probes
+ * are rare, so that no suspicion of the silent peers crowds in (the join
+ * tokens come one a probe interval: by PULL_T0 the bucket is full). */
+static solo *pull_node(uint64_t seed) {
   gn_swim_config cfg;
   gn_swim_config_default(&cfg);
   cfg.max_members = 64;
-  /* Probes rare, so that no suspicion of the silent peers crowds in (the
-   * join tokens come one a probe interval: after 4 the bucket is full). */
   cfg.probe_interval_ms = 60000;
   cfg.probe_timeout_ms = 30000;
   solo *a = calloc(1, sizeof *a);
-  solo_new(a, &cfg, 23);
+  solo_new(a, &cfg, seed);
   solo_add_peers(a, 1, 64);
-  uint64_t t = 0, t0 = 4 * 60000 + 10000;
-  for (; t < t0; t += 10)
+  for (uint64_t t = 0; t < PULL_T0; t += 10)
     gn_swim_tick(a->s, t);
+  return a;
+}
+
+static void test_pull_hears_what_spread_lately(void **state) {
+  (void)state;
+  solo *a = pull_node(23);
+  uint64_t t = PULL_T0, t0 = PULL_T0;
   /* A fresh join about a node a does not keep (its table is full): passed
    * on until its gossip runs out. */
   uint8_t nid[GN_PK_LEN];
@@ -1520,17 +1528,8 @@ static void test_pull_hears_what_spread_lately(void **state) {
  * token) is not gossiped, but a pull still gets it for a while. */
 static void test_pull_hears_joins_not_passed_on(void **state) {
   (void)state;
-  gn_swim_config cfg;
-  gn_swim_config_default(&cfg);
-  cfg.max_members = 64;
-  cfg.probe_interval_ms = 60000;
-  cfg.probe_timeout_ms = 30000;
-  solo *a = calloc(1, sizeof *a);
-  solo_new(a, &cfg, 24);
-  solo_add_peers(a, 1, 64);
-  uint64_t t = 0, t0 = 4 * 60000 + 10000;
-  for (; t < t0; t += 10)
-    gn_swim_tick(a->s, t);
+  solo *a = pull_node(24);
+  uint64_t t = PULL_T0, t0 = PULL_T0;
   uint8_t nid[GN_PK_LEN];
   char naddr[GN_SWIM_ADDR_MAX];
   mkid(nid, 710);
@@ -1548,6 +1547,54 @@ static void test_pull_hears_joins_not_passed_on(void **state) {
   for (; t <= t0 + 3000 + 5 * 60000 + 1000; t += 10)
     gn_swim_tick(a->s, t);
   assert_int_equal(pulls_carrying(a, 40, 8, nid, t, &hop), 0);
+  a->s = gn_swim_free(a->s);
+  free(a);
+}
+
+/* A peer floods forged joins (hearsay is not signed by its subject) about
+ * 200 made-up nodes: the heard ring keeps 8, so pulls carry at most one
+ * record each and at most 8 of the forged ids in all, and none is pushed. */
+static void test_forged_join_flood_bounded_in_pulls(void **state) {
+  (void)state;
+  solo *a = pull_node(25);
+  uint64_t t = PULL_T0;
+  enum { NF = 200, BATCH = 10 };
+  static uint8_t ids[NF][GN_PK_LEN];
+  static char addrs[NF][GN_SWIM_ADDR_MAX];
+  for (uint32_t b = 0; b < NF / BATCH; b++) {
+    tupd g[BATCH];
+    for (uint32_t i = 0; i < BATCH; i++) {
+      uint32_t k = b * BATCH + i;
+      mkid(ids[k], 900 + k);
+      g[i] = (tupd){.id = ids[k], .addr = peer_addr(900 + k, addrs[k]), .inc = 0, .st = GN_SWIM_ALIVE, .hop = 5};
+    }
+    assert_int_equal(solo_ping_from(a, 1, 0, g, BATCH, t), 0);
+  }
+  a->nout = 0;
+  for (uint64_t end = t + 2000; t < end; t += 10)
+    gn_swim_tick(a->s, t);
+  bool carried[NF] = {false};
+  for (uint32_t k = 0; k < a->nout; k++)
+    for (uint32_t i = 0; i < NF; i++)
+      assert_int_equal(body_hop(a->out[k].body, a->out[k].len, ids[i]), -1); /* not pushed */
+  for (uint32_t n = 30; n < 62; n++) {
+    a->nout = 0;
+    assert_int_equal(solo_ping_from(a, n, 0, NULL, 0, t), 0);
+    int k = last_ack(a);
+    assert_true(k >= 0);
+    int in_ack = 0;
+    for (uint32_t i = 0; i < NF; i++)
+      if (body_hop(a->out[k].body, a->out[k].len, ids[i]) >= 0) {
+        in_ack++;
+        carried[i] = true;
+      }
+    assert_true(in_ack <= 1);
+  }
+  int distinct = 0;
+  for (uint32_t i = 0; i < NF; i++)
+    distinct += carried[i];
+  assert_true(distinct >= 1);
+  assert_true(distinct <= 8);
   a->s = gn_swim_free(a->s);
   free(a);
 }
@@ -1611,6 +1658,7 @@ int main(void) {
       cmocka_unit_test(test_plain_joins_passed_on_at_most_one_an_interval),
       cmocka_unit_test(test_pull_hears_what_spread_lately),
       cmocka_unit_test(test_pull_hears_joins_not_passed_on),
+      cmocka_unit_test(test_forged_join_flood_bounded_in_pulls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
