@@ -26,6 +26,7 @@
 #define SW_LEAVE_ROUNDS 5              /* ... in at most this many rounds, a probe timeout apart */
 #define SW_RECENT 8                    /* records whose gossip ended lately, offered to pullers (a ring) */
 #define SW_RECENT_PROBES 5             /* ... for this many probe intervals after their last send */
+#define SW_PULL_RECORDS 3              /* ... at most this many in one answer to a pull */
 
 typedef struct sw_node {
   /* What a lookup and applying a record touch first, together at the
@@ -1020,7 +1021,9 @@ static bool pack_add_heard(gn_swim *s, sw_pack *p, uint32_t i) {
                   SW_NONE);
 }
 
-/* Adds one record lately done or heard, round robin over both rings: from
+/* Adds up to SW_PULL_RECORDS records lately done or heard, round robin
+ * over both rings (one record a pull left the newcomer unheard at 10,000
+ * nodes for 3.85 s; three, 1.81 s, at 10 kbit/s more): from
  * the recent ring, one still as it was sent (else it is queued again, or
  * gone) and ended within SW_RECENT_PROBES probe intervals; from the heard
  * ring, a plain join about a node we still hold no slot for, heard within
@@ -1029,7 +1032,8 @@ static bool pack_add_heard(gn_swim *s, sw_pack *p, uint32_t i) {
  * joins would circulate from pull to pull and crowd out the news). */
 static void pack_recent(gn_swim *s, sw_pack *p, uint32_t dest) {
   uint64_t window = (uint64_t)SW_RECENT_PROBES * s->cfg.probe_interval_ms;
-  for (uint32_t k = 0; k < 2 * SW_RECENT; k++) {
+  uint32_t added = 0;
+  for (uint32_t k = 0; k < 2 * SW_RECENT && added < SW_PULL_RECORDS; k++) {
     uint32_t c = s->recent_cursor++ % (2 * SW_RECENT);
     if (c >= SW_RECENT) {
       uint32_t i = c - SW_RECENT;
@@ -1037,8 +1041,7 @@ static void pack_recent(gn_swim *s, sw_pack *p, uint32_t dest) {
           (dest != SW_NONE && memcmp(s->nodes[dest].id, s->heard[i].id, GN_PK_LEN) == 0) ||
           tab_find(s, s->heard[i].id) != SW_NONE)
         continue;
-      if (pack_add_heard(s, p, i))
-        return;
+      added += pack_add_heard(s, p, i);
       continue;
     }
     if (!s->recent[c].used || s->recent[c].done_ms + window < s->now_ms)
@@ -1048,8 +1051,7 @@ static void pack_recent(gn_swim *s, sw_pack *p, uint32_t dest) {
     if (slot == dest || !n->used || n->hkey != s->recent[c].hkey || n->inc != s->recent[c].inc ||
         n->state != s->recent[c].st || n->q_bucket != SW_NONE)
       continue;
-    if (pack_add_hop(s, p, slot, n->hop > SW_PULL_HOP ? n->hop : SW_PULL_HOP))
-      return;
+    added += pack_add_hop(s, p, slot, n->hop > SW_PULL_HOP ? n->hop : SW_PULL_HOP);
   }
 }
 

@@ -1511,7 +1511,7 @@ static void test_pull_hears_what_spread_lately(void **state) {
     assert_int_equal(body_hop(a->out[k].body, a->out[k].len, nid), -1);
   }
   /* ... pings with nothing (pulls, from nodes that pushes may miss) get it,
-   * one record of the lately ended ones each, round robin, marked not
+   * up to three records of the lately ended ones each, round robin, marked not
    * fresh so that it is not pushed on as a join... */
   int hop;
   assert_true(pulls_carrying(a, 30, 8, nid, t, &hop) >= 1);
@@ -1552,8 +1552,8 @@ static void test_pull_hears_joins_not_passed_on(void **state) {
 }
 
 /* A peer floods forged joins (hearsay is not signed by its subject) about
- * 200 made-up nodes: the heard ring keeps 8, so pulls carry at most one
- * record each and at most 8 of the forged ids in all, and none is pushed. */
+ * 200 made-up nodes: the heard ring keeps 8, so pulls carry at most three
+ * records each and at most 8 of the forged ids in all, and none is pushed. */
 static void test_forged_join_flood_bounded_in_pulls(void **state) {
   (void)state;
   solo *a = pull_node(25);
@@ -1574,6 +1574,7 @@ static void test_forged_join_flood_bounded_in_pulls(void **state) {
   for (uint64_t end = t + 2000; t < end; t += 10)
     gn_swim_tick(a->s, t);
   bool carried[NF] = {false};
+  int most = 0;
   for (uint32_t k = 0; k < a->nout; k++)
     for (uint32_t i = 0; i < NF; i++)
       assert_int_equal(body_hop(a->out[k].body, a->out[k].len, ids[i]), -1); /* not pushed */
@@ -1588,8 +1589,10 @@ static void test_forged_join_flood_bounded_in_pulls(void **state) {
         in_ack++;
         carried[i] = true;
       }
-    assert_true(in_ack <= 1);
+    assert_true(in_ack <= 3);
+    most = in_ack > most ? in_ack : most;
   }
+  assert_int_equal(most, 3);
   int distinct = 0;
   for (uint32_t i = 0; i < NF; i++)
     distinct += carried[i];

@@ -32,7 +32,10 @@ typedef struct scen {
   uint32_t join_node;
   uint8_t *join_seen;  /* it stored the newcomer (JOIN event) */
   uint8_t *join_heard; /* a body carrying the newcomer's id reached it */
+  uint32_t *heard_ms;  /* when (ms after the join), for the trace */
+  uint8_t *heard_type; /* by which message type */
   bool join_open;      /* (b) is being measured */
+  uint64_t join_at_ms;
   track join, heard;
   /* (e): per observer, the sorted killed nodes it held alive (CSR) */
   uint64_t *kill_off;
@@ -177,12 +180,13 @@ static void on_event(void *ud, gn_sim *sim, uint32_t obs, uint32_t tgt, const gn
 
 static void on_deliver(void *ud, gn_sim *sim, uint32_t from, uint32_t to, uint32_t type, const uint8_t *body,
                        size_t len) {
-  (void)type;
   scen *sc = ud;
   if (sc->join_heard[to] || to == sc->join_node)
     return;
   if (from == sc->join_node || memmem(body, len, gn_sim_id(sim, sc->join_node), GN_PK_LEN)) {
     sc->join_heard[to] = 1;
+    sc->heard_ms[to] = (uint32_t)(gn_sim_now(sim) - sc->join_at_ms);
+    sc->heard_type[to] = (uint8_t)type;
     sc->rep->join_heard++;
     track_hit(&sc->heard, gn_sim_now(sim));
   }
@@ -424,9 +428,12 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
   sc.crash_knower = calloc(cap, 1);
   sc.join_seen = calloc(cap, 1);
   sc.join_heard = calloc(cap, 1);
+  sc.heard_ms = calloc(cap, sizeof(uint32_t));
+  sc.heard_type = calloc(cap, 1);
   bytes0 = calloc(cap, sizeof(*bytes0));
   bytes1 = calloc(cap, sizeof(*bytes1));
-  if (!sc.crashed || !sc.false_seen || !sc.crash_knower || !sc.join_seen || !sc.join_heard || !bytes0 || !bytes1) {
+  if (!sc.crashed || !sc.false_seen || !sc.crash_knower || !sc.join_seen || !sc.join_heard || !sc.heard_ms ||
+      !sc.heard_type || !bytes0 || !bytes1) {
     rc = GN_ENOMEM;
     goto out;
   }
@@ -547,6 +554,7 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
                 &r->heard_100_ms);
     gn_sim_on_deliver(sim, on_deliver, &sc);
     sc.join_open = true;
+    sc.join_at_ms = gn_sim_now(sim);
     if ((rc = gn_sim_join(sim, sc.join_node, p->join_seeds)) < 0)
       goto out;
     uint64_t tj = gn_sim_now(sim);
@@ -555,6 +563,37 @@ int gn_sim_scenario_run(const gn_sim_params *p, gn_sim_report *ret) {
     gn_sim_on_deliver(sim, NULL, NULL);
     sc.join_open = false;
     if (p->progress && getenv("GN_SIM_TRACE")) {
+      /* How many heard it by each 200 ms, and the last ten to hear it: when,
+       * by which message type, held by how many. */
+      uint32_t hist[64] = {0}, last[10], nl = 0;
+      for (uint32_t o = 0; o < cap; o++) {
+        if (!gn_sim_up(sim, o) || o == sc.join_node || !sc.join_heard[o])
+          continue;
+        uint32_t b = sc.heard_ms[o] / 200;
+        hist[b < 63 ? b : 63]++;
+        if (nl == 10 && sc.heard_ms[last[9]] >= sc.heard_ms[o])
+          continue;
+        uint32_t at = nl < 10 ? nl++ : 9;
+        last[at] = o;
+        for (uint32_t i = at; i > 0 && sc.heard_ms[last[i]] > sc.heard_ms[last[i - 1]]; i--) {
+          uint32_t t = last[i];
+          last[i] = last[i - 1];
+          last[i - 1] = t;
+        }
+      }
+      uint32_t cum = 0;
+      for (uint32_t b = 0; b < 64; b++)
+        if (hist[b]) {
+          cum += hist[b];
+          fprintf(p->progress, "  heard by %.1f s: %u\n", (b + 1) * 0.2, cum);
+        }
+      for (uint32_t i = 0; i < nl; i++) {
+        uint32_t o = last[i], indeg = 0;
+        for (uint32_t h = 0; h < cap; h++)
+          indeg += h != o && gn_sim_up(sim, h) && holds_alive(sim, h, o);
+        fprintf(p->progress, "  late: node %u heard at %u ms by type %u, held by %u\n", o, sc.heard_ms[o],
+                sc.heard_type[o], indeg);
+      }
       /* The nodes that never heard it, with how many live nodes hold each. */
       uint32_t shown = 0;
       for (uint32_t o = 0; o < cap && shown < 20; o++) {
@@ -626,6 +665,8 @@ out:
   free(sc.crash_knower);
   free(sc.join_seen);
   free(sc.join_heard);
+  free(sc.heard_ms);
+  free(sc.heard_type);
   free(sc.kill_off);
   free(sc.kill_tgt);
   free(sc.kill_done);
