@@ -57,6 +57,18 @@ typedef struct dial {
   bool closed; /* closed by gn__nat_close: its connect callback only frees the request */
 } dial;
 
+/* A TCP punch's connect (docs/nat.md): a socket of its own bound to our
+ * listening address, connecting to the peer's outside endpoint. */
+typedef struct tdial {
+  struct gn__nat *g;
+  uv_tcp_t *tcp;
+  struct tdial *next;
+  uint8_t peer[GN_PK_LEN];
+  bool initiator;
+  bool closed; /* closed before its connect callback: that only frees the request */
+  uint64_t deadline_ms;
+} tdial;
+
 typedef struct reservation {
   bool used, ok;
   uint8_t relay[GN_PK_LEN];
@@ -99,6 +111,10 @@ struct gn__nat {
   size_t nsplices;
   dial *dials;
   size_t ndials;
+  tdial *tdials;
+  size_t ntdials;
+  uint8_t held[GN_NAT_TCP_MAX][GN_PK_LEN]; /* peers whose relay call waits for a TCP punch */
+  bool held_used[GN_NAT_TCP_MAX];
   reservation res[RESERVE_MAX];
   call calls[CALLS_MAX];
   result results[RESULTS_MAX];
@@ -471,13 +487,10 @@ static void on_dial_connect(uv_connect_t *req, int status) {
   gn_uv_close_free((uv_handle_t *)d->tcp, dial_freed, d);
 }
 
-static int dial_splice(struct gn__nat *g, const char *addr, const uint8_t token[GN_RELAY_TOKEN_LEN],
-                       const uint8_t expect[GN_PK_LEN], const uint8_t relay[GN_PK_LEN], bool initiator) {
-  struct sockaddr_storage ss;
+/* A numeric host:port as a socket address (GN_EINVAL for anything else). */
+static int sockaddr_of(const char *addr, struct sockaddr_storage *ss) {
   char host[64];
-  const char *colon = strrchr(addr, ':');
-  if (g->ndials >= DIALS_MAX)
-    return GN_EBUSY;
+  const char *colon = addr ? strrchr(addr, ':') : NULL;
   if (!colon || (size_t)(colon - addr) >= sizeof host || !gn_nat_addr_valid(addr))
     return GN_EINVAL;
   size_t hl = (size_t)(colon - addr);
@@ -485,9 +498,19 @@ static int dial_splice(struct gn__nat *g, const char *addr, const uint8_t token[
   memcpy(host, addr + v6, hl - 2 * v6);
   host[hl - 2 * v6] = '\0';
   int port = atoi(colon + 1);
-  int r = v6 ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) : uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+  memset(ss, 0, sizeof *ss);
+  int r = v6 ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) : uv_ip4_addr(host, port, (struct sockaddr_in *)ss);
+  return r < 0 ? GN_EINVAL : 0;
+}
+
+static int dial_splice(struct gn__nat *g, const char *addr, const uint8_t token[GN_RELAY_TOKEN_LEN],
+                       const uint8_t expect[GN_PK_LEN], const uint8_t relay[GN_PK_LEN], bool initiator) {
+  struct sockaddr_storage ss;
+  if (g->ndials >= DIALS_MAX)
+    return GN_EBUSY;
+  int r = sockaddr_of(addr, &ss);
   if (r < 0)
-    return GN_EINVAL;
+    return r;
   dial *d = calloc(1, sizeof *d);
   uv_connect_t *req = calloc(1, sizeof *req);
   if (!d || !req || !(d->tcp = gn_uv_handle_alloc(sizeof *d->tcp))) {
@@ -511,6 +534,171 @@ static int dial_splice(struct gn__nat *g, const char *addr, const uint8_t token[
   g->dials = d;
   g->ndials++;
   return 0;
+}
+
+/* --- TCP hole punching -------------------------------------------------------------------*/
+
+static void tdial_unlink(tdial *d) {
+  struct gn__nat *g = d->g;
+  for (tdial **pp = &g->tdials; *pp; pp = &(*pp)->next)
+    if (*pp == d) {
+      *pp = d->next;
+      g->ntdials--;
+      break;
+    }
+}
+
+/* The connect came through (a simultaneous open, or the peer's listener):
+ * the connection is taken up as a session with the peer's key required,
+ * the Noise initiator the end with the smaller key. */
+static void on_tdial_connect(uv_connect_t *req, int status) {
+  tdial *d = req->data;
+  free(req);
+  if (d->closed)
+    return;
+  struct gn__nat *g = d->g;
+  tdial_unlink(d);
+  uv_os_fd_t fd = -1;
+  int r = status, dupfd = -1;
+  if (r == 0 && !g->closing && uv_fileno((uv_handle_t *)d->tcp, &fd) == 0)
+    dupfd = dup(fd);
+  if (r == 0)
+    r = dupfd >= 0 ? gn_transport_adopt(g->n->tp, dupfd, d->initiator, d->peer) : GN_EIO;
+  char id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(d->peer, id);
+  uint64_t now = gn_mono_ms();
+  if (r == 0) {
+    gn_log_ratelimited("nat-tcp", GN_LOG_INFO, "nat: punched a TCP connection to %s; handshake follows", id);
+    /* The handshake has a moment before the relay is asked. */
+    gn_reach_hold(g->reach, d->peer, now + 2000, now);
+  }
+  gn_nat_tcp_result(g->nat, d->peer, r, now);
+  gn_uv_close_free((uv_handle_t *)d->tcp, dial_freed, d);
+  arm(g);
+}
+
+static void tdial_close(tdial *d) {
+  tdial_unlink(d);
+  d->closed = true;
+  gn_uv_close_free((uv_handle_t *)d->tcp, dial_freed, d);
+}
+
+/* gn_nat_io.tcp_dial: a socket bound to our listening address (the
+ * listener sets SO_REUSEPORT too), connecting to addr until deadline_ms. */
+static int nat_tcp_dial(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr, bool initiator,
+                        uint64_t deadline_ms) {
+  struct gn__nat *g = ud;
+  struct sockaddr_storage to, from;
+  if (g->closing || !g->n->tp || g->ntdials >= GN_NAT_TCP_MAX)
+    return GN_EBUSY;
+  for (tdial *d = g->tdials; d; d = d->next)
+    if (memcmp(d->peer, peer, GN_PK_LEN) == 0)
+      return GN_EBUSY;
+  int r = sockaddr_of(addr, &to);
+  if (r == 0)
+    r = sockaddr_of(gn_transport_listen_addr(g->n->tp), &from);
+  if (r < 0 || from.ss_family != to.ss_family)
+    return GN_EINVAL;
+  int fd = socket(to.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return GN_EIO;
+  int one = 1;
+  socklen_t len = to.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0 || bind(fd, (struct sockaddr *)&from, len) < 0) {
+    close(fd);
+    return GN_EIO;
+  }
+  tdial *d = calloc(1, sizeof *d);
+  uv_connect_t *req = calloc(1, sizeof *req);
+  if (!d || !req || !(d->tcp = gn_uv_handle_alloc(sizeof *d->tcp))) {
+    free(d);
+    free(req);
+    close(fd);
+    return GN_ENOMEM;
+  }
+  uv_tcp_init(g->n->loop, d->tcp);
+  d->g = g;
+  memcpy(d->peer, peer, GN_PK_LEN);
+  d->initiator = initiator;
+  d->deadline_ms = deadline_ms;
+  req->data = d;
+  if ((r = uv_tcp_open(d->tcp, fd)) < 0) {
+    close(fd);
+    free(req);
+    gn_uv_close_free((uv_handle_t *)d->tcp, dial_freed, d);
+    return r;
+  }
+  if ((r = uv_tcp_connect(req, d->tcp, (const struct sockaddr *)&to, on_tdial_connect)) < 0) {
+    free(req);
+    gn_uv_close_free((uv_handle_t *)d->tcp, dial_freed, d);
+    return r;
+  }
+  d->next = g->tdials;
+  g->tdials = d;
+  g->ntdials++;
+  char id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(peer, id);
+  gn_log_ratelimited("nat-tcp", GN_LOG_INFO, "nat: punching TCP to %s at %s (the %s)", id, addr,
+                     initiator ? "handshake's initiator" : "handshake's responder");
+  arm(g);
+  return 0;
+}
+
+/* Connects past their deadline are closed (their punch failed); peers whose
+ * TCP punch failed have their relay called at once. */
+static void tcp_tick(struct gn__nat *g, uint64_t now) {
+  for (tdial *d = g->tdials, *next; d; d = next) {
+    next = d->next;
+    if (now >= d->deadline_ms) {
+      uint8_t peer[GN_PK_LEN];
+      memcpy(peer, d->peer, GN_PK_LEN);
+      tdial_close(d);
+      gn_nat_tcp_result(g->nat, peer, GN_ETIMEDOUT, now);
+    }
+  }
+  for (size_t i = 0; i < GN_NAT_TCP_MAX; i++) {
+    if (!g->held_used[i] || gn_nat_tcp_active(g->nat, g->held[i], now))
+      continue;
+    g->held_used[i] = false;
+    gn_nat_tcp_info ti;
+    for (size_t k = 0; gn_nat_tcp_get(g->nat, k, now, &ti); k++)
+      if (memcmp(ti.peer, g->held[i], GN_PK_LEN) == 0 && strcmp(ti.state, "failed") == 0)
+        gn_reach_hold(g->reach, g->held[i], now, now);
+  }
+}
+
+/* Before the relay is called: a TCP punch through the relay (our
+ * rendezvous) when both sides are behind cone NATs. We know ours; the
+ * peer's signed offer names the outside address a provider behind a cone
+ * NAT advertises (gn__nat_offer), where one behind a symmetric NAT (or of
+ * unknown type) names its private listen address: then the relay is
+ * called as before, with no punch to wait for. */
+static void tcp_punch_maybe(struct gn__nat *g, const gn_offer *o, uint64_t now) {
+  gn_node *n = g->n;
+  if (g->type != GN_NAT_CONE || !gn_transport_is_up(n->tp, o->relay_id) || !gn_nat_addr_valid(o->addr) ||
+      gn_nat_addr_private(o->addr))
+    return;
+  size_t slot = GN_NAT_TCP_MAX;
+  for (size_t i = 0; i < GN_NAT_TCP_MAX; i++)
+    if (!g->held_used[i] || memcmp(g->held[i], o->provider, GN_PK_LEN) == 0) {
+      slot = i;
+      break;
+    }
+  if (slot == GN_NAT_TCP_MAX)
+    return;
+  int r = gn_nat_tcp_punch_start(g->nat, o->provider, o->relay_id, now);
+  char id[GN_NODE_ID_STRLEN];
+  gn_node_id_format(o->provider, id);
+  if (r < 0) {
+    gn_log_ratelimited("nat-tcp", GN_LOG_INFO, "nat: no TCP punch to %s: %s", id, gn_strerror(r));
+    return;
+  }
+  g->held_used[slot] = true;
+  memcpy(g->held[slot], o->provider, GN_PK_LEN);
+  gn_reach_hold(g->reach, o->provider, now + GN_REACH_HOLD_MAX_MS, now);
+  gn_log_ratelimited("nat-tcp", GN_LOG_INFO, "nat: punching a TCP hole to %s (behind a cone NAT at %s) through %s", id,
+                     o->addr, "the relay its offer names");
 }
 
 /* --- relay messages ------------------------------------------------------------------*/
@@ -770,6 +958,7 @@ static void classify(struct gn__nat *g, uint64_t now) {
     return;
   g->type = t;
   snprintf(g->advertised, sizeof g->advertised, "%s", adv);
+  n->offers_dirty = true; /* a cone node's offers name its outside address */
   static const char *const what[] = {[GN_NAT_UNKNOWN] = "of unknown reach (peers do not agree yet)",
                                      [GN_NAT_PUBLIC] = "public",
                                      [GN_NAT_CONE] = "behind a cone NAT (one outside port for every peer)",
@@ -803,6 +992,7 @@ static void on_timer(uv_timer_t *t) {
   reserve_tick(g, now);
   offer_relay_tick(g, now);
   splices_tick(g, now);
+  tcp_tick(g, now);
   gn_reach_tick(g->reach, now);
   arm(g);
 }
@@ -814,6 +1004,9 @@ static void arm(struct gn__nat *g) {
   uint64_t reach_at = gn_reach_next_deadline_ms(g->reach);
   if (reach_at < at)
     at = reach_at;
+  for (tdial *d = g->tdials; d; d = d->next)
+    if (d->deadline_ms < at)
+      at = d->deadline_ms;
   for (sconn *s = g->splices; s; s = s->next) {
     if (s->resume_ms && s->resume_ms < at)
       at = s->resume_ms;
@@ -836,7 +1029,7 @@ int gn__nat_start(gn_node *n) {
   n->nat = g;
   uint8_t seed[32];
   randombytes_buf(seed, sizeof seed);
-  gn_nat_io io = {nat_dgram, nat_msg, nat_punched, g};
+  gn_nat_io io = {nat_dgram, nat_msg, nat_punched, g, nat_tcp_dial};
   int r = gn_nat_new(n->id->pk, gn_transport_listen_addr(n->tp), &io, seed, gn_mono_ms(), &g->nat);
   sodium_memzero(seed, sizeof seed);
   if (r < 0)
@@ -965,6 +1158,8 @@ void gn__nat_close(gn_node *n) {
   }
   g->dials = NULL;
   g->ndials = 0;
+  while (g->tdials)
+    tdial_close(g->tdials);
   if (g->listener)
     gn_uv_close_free((uv_handle_t *)g->listener, NULL, NULL);
   if (g->timer)
@@ -1049,6 +1244,18 @@ static json_t *nat_json(struct gn__nat *g) {
                                            ri.relay_addr, "state", ri.state, "calls", (int)ri.calls, "why", ri.why));
   }
   json_object_set_new(o, "reach", reach);
+  json_t *tcp = json_array();
+  gn_nat_tcp_info ti;
+  for (size_t i = 0; gn_nat_tcp_get(g->nat, i, now, &ti); i++) {
+    gn_node_id_format(ti.peer, id);
+    /* Where the peer's session goes now: its outside endpoint when the
+     * punched connection is the one kept, a relay's splice when not. */
+    gn_transport_peer_info pi;
+    bool up = g->n->tp && gn_transport_get_peer_info(g->n->tp, ti.peer, &pi) == 0;
+    json_array_append_new(tcp, json_pack("{s:s, s:s, s:s, s:i, s:o}", "peer", id, "addr", ti.addr, "state", ti.state,
+                                         "dials", (int)ti.dials, "session", up ? json_string(pi.remote) : json_null()));
+  }
+  json_object_set_new(o, "tcp_punches", tcp);
   gn_reach_stats rs_;
   gn_reach_stats_get(g->reach, &rs_);
   json_object_set_new(o, "reach_stats",
@@ -1065,6 +1272,10 @@ static json_t *nat_json(struct gn__nat *g) {
   }
   gn_nat_stats ns;
   gn_nat_stats_get(g->nat, &ns);
+  json_object_set_new(o, "tcp_stats",
+                      json_pack("{s:I, s:I, s:I, s:I, s:I}", "punches", (json_int_t)ns.tcp_punches, "dials",
+                                (json_int_t)ns.tcp_dials, "ok", (json_int_t)ns.tcp_ok, "failed",
+                                (json_int_t)ns.tcp_failed, "refused", (json_int_t)ns.tcp_refused));
   json_object_set_new(o, "stats",
                       json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "asks_sent",
                                 (json_int_t)ns.asks_sent, "answers_sent", (json_int_t)ns.answers_sent, "observations",
@@ -1208,7 +1419,10 @@ int gn__nat_connect_peer(gn_node *n, const char *addr, const uint8_t peer[GN_PK_
   }
   if (!o || memcmp(o->relay_id, n->id->pk, GN_PK_LEN) == 0)
     return r;
-  int w = gn_reach_want(g->reach, peer, o->relay_id, o->relay_addr, r == 0, gn_mono_ms());
+  uint64_t now = gn_mono_ms();
+  int w = gn_reach_want(g->reach, peer, o->relay_id, o->relay_addr, r == 0, now);
+  if (w == 0)
+    tcp_punch_maybe(g, o, now);
   if (w == 0) {
     char id[GN_NODE_ID_STRLEN], rid[GN_NODE_ID_STRLEN];
     gn_node_id_format(peer, id);
@@ -1225,6 +1439,12 @@ int gn__nat_connect_peer(gn_node *n, const char *addr, const uint8_t peer[GN_PK_
 
 void gn__nat_offer(gn_node *n, gn_offer *o) {
   struct gn__nat *g = n->nat;
+  /* Behind a cone NAT our outside address is where we are reached (by a
+   * TCP punch: requesters behind cone NATs punch only to an offer that
+   * names an outside address; one behind a symmetric NAT keeps its listen
+   * address, which says there is no punching to it). */
+  if (g && !g->closing && g->type == GN_NAT_CONE && gn_nat_addr_valid(g->advertised))
+    snprintf(o->addr, sizeof o->addr, "%s", g->advertised);
   const reservation *r = g && !g->closing ? offer_reservation(g, gn_mono_ms()) : NULL;
   if (!r || memcmp(r->relay, n->id->pk, GN_PK_LEN) == 0)
     return;

@@ -109,6 +109,20 @@ bool gn_nat_addr_valid(const char *addr) {
   return naddr_parse(addr, &a) == 0;
 }
 
+bool gn_nat_addr_private(const char *addr) {
+  naddr a;
+  if (naddr_parse(addr, &a) < 0)
+    return false;
+  const uint8_t *ip = a.ip;
+  if (unspecified(&a))
+    return true;
+  if (a.family == AF_INET)
+    return ip[0] == 10 || ip[0] == 127 || (ip[0] == 172 && (ip[1] & 0xf0) == 16) || (ip[0] == 192 && ip[1] == 168) ||
+           (ip[0] == 169 && ip[1] == 254) || (ip[0] == 100 && (ip[1] & 0xc0) == 64) || ip[0] == 0;
+  static const uint8_t loop6[16] = {[15] = 1};
+  return memcmp(ip, loop6, 16) == 0 || (ip[0] & 0xfe) == 0xfc || (ip[0] == 0xfe && (ip[1] & 0xc0) == 0x80);
+}
+
 const char *gn_nat_type_name(gn_nat_type t) {
   switch (t) {
   case GN_NAT_PUBLIC:
@@ -194,7 +208,7 @@ int gn_nat_punch_req_encode(const gn_nat_punch_req *m, gn_buf *ret) {
   if (m->intro && m->addr[0] && !gn_nat_addr_valid(m->addr))
     return GN_EINVAL;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, m->intro ? 3 : 2);
+  gn_wire_put_map(&w, (m->intro ? 3 : 2) + (m->tcp ? 1 : 0));
   gn_wire_put_str(&w, m->intro ? "p" : "t");
   gn_wire_put_bin(&w, m->peer, GN_PK_LEN);
   gn_wire_put_str(&w, "n");
@@ -203,22 +217,30 @@ int gn_nat_punch_req_encode(const gn_nat_punch_req *m, gn_buf *ret) {
     gn_wire_put_str(&w, "a");
     gn_wire_put_str(&w, m->addr);
   }
+  /* Only when set: a node that predates it refuses a key it does not know. */
+  if (m->tcp) {
+    gn_wire_put_str(&w, "c");
+    gn_wire_put_bool(&w, true);
+  }
   return gn__nat_take(&w, ret);
 }
 
 int gn_nat_punch_req_decode(const uint8_t *body, size_t len, gn_nat_punch_req *ret) {
   gn_wire_doc doc;
   gn_nat_punch_req m = {0};
-  int r = gn__nat_open_map(body, len, 3, &doc);
+  int r = gn__nat_open_map(body, len, 4, &doc);
   if (r < 0)
     return r;
   m.intro = gn_wire_get(doc.root, "p") != NULL;
+  bool has_c = gn_wire_get(doc.root, "c") != NULL;
   r = gn_wire_get_bin_exact(doc.root, m.intro ? "p" : "t", m.peer, GN_PK_LEN);
   if (r == 0)
     r = gn_wire_get_bin_exact(doc.root, "n", m.nonce, GN_NAT_NONCE_LEN);
   if (r == 0 && m.intro)
     r = gn__nat_get_addr(doc.root, "a", true, m.addr, sizeof m.addr);
-  else if (r == 0 && doc.root->via.map.size != 2)
+  if (r == 0 && has_c)
+    r = gn_wire_get_bool(doc.root, "c", &m.tcp);
+  if (r == 0 && doc.root->via.map.size != (m.intro ? 3u : 2u) + (has_c ? 1u : 0u))
     r = GN_EINVAL;
   gn_wire_doc_done(&doc);
   if (r == 0)
@@ -292,7 +314,20 @@ typedef struct punch {
   naddr endpoint; /* where their datagrams came from */
   uint32_t tries;
   uint64_t next_ms; /* next probe, or the end of the wait, or the hole's expiry */
+  bool tcp;         /* a TCP punch follows when the hole opens */
 } punch;
+
+enum tcp_state { T_FREE, T_UDP, T_DIAL, T_RETRY, T_OK, T_FAILED };
+
+/* A TCP punch: one per peer per GN_NAT_TCP_AGAIN_MS (the entry is kept that
+ * long from its start, whatever its end). */
+typedef struct tcpp {
+  enum tcp_state state;
+  uint8_t peer[GN_PK_LEN];
+  naddr addr;
+  uint32_t dials;
+  uint64_t started_ms, deadline_ms, next_ms;
+} tcpp;
 
 struct gn_nat {
   uint8_t self[GN_PK_LEN];
@@ -304,6 +339,7 @@ struct gn_nat {
   ask asks[GN_NAT_ASKS_MAX];
   seen seen[GN_NAT_SEEN_MAX];
   punch punches[GN_NAT_PUNCH_MAX];
+  tcpp tcp[GN_NAT_TCP_MAX];
   gn_ratelimit *per_peer; /* PUNCH_REQs forwarded per requester, intros taken per rendezvous */
   gn_token_bucket all;
   gn_nat_stats st;
@@ -643,10 +679,15 @@ static punch *punch_alloc(gn_nat *nat, uint64_t now_ms) {
   return NULL;
 }
 
+static void tcp_punch_go(gn_nat *nat, const punch *p, bool ok, uint64_t now_ms);
+
 static void punch_end(gn_nat *nat, punch *p, bool ok, uint64_t now_ms) {
   uint8_t peer[GN_PK_LEN];
   char addr[GN_NAT_ADDR_MAX] = "";
   memcpy(peer, p->peer, GN_PK_LEN);
+  if (p->tcp)
+    tcp_punch_go(nat, p, ok, now_ms);
+  p->tcp = false;
   if (ok) {
     p->state = P_ESTABLISHED;
     p->next_ms = now_ms + GN_NAT_PUNCHED_TTL_MS;
@@ -679,7 +720,7 @@ static void start_probing(gn_nat *nat, punch *p, const naddr *target, uint64_t n
   gn_nat_tick(nat, now_ms);
 }
 
-int gn_nat_punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8_t rendezvous[GN_PK_LEN],
+static int punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8_t rendezvous[GN_PK_LEN], bool tcp,
                        uint64_t now_ms) {
   if (!target || !rendezvous || memcmp(target, nat->self, GN_PK_LEN) == 0 || memcmp(target, rendezvous, GN_PK_LEN) == 0)
     return GN_EINVAL;
@@ -692,7 +733,7 @@ int gn_nat_punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8
     p->state = P_FREE;
   if (!(p = punch_alloc(nat, now_ms)))
     return GN_EBUSY;
-  gn_nat_punch_req m = {.intro = false};
+  gn_nat_punch_req m = {.intro = false, .tcp = tcp};
   memcpy(m.peer, target, GN_PK_LEN);
   new_nonce(nat, m.nonce);
   gn_buf b = {0};
@@ -702,11 +743,191 @@ int gn_nat_punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8
   gn_buf_done(&b);
   if (r < 0)
     return r;
-  *p = (punch){.state = P_WAIT_INTRO, .next_ms = now_ms + INTRO_WAIT_MS};
+  *p = (punch){.state = P_WAIT_INTRO, .next_ms = now_ms + INTRO_WAIT_MS, .tcp = tcp};
   memcpy(p->peer, target, GN_PK_LEN);
   memcpy(p->rendezvous, rendezvous, GN_PK_LEN);
   memcpy(p->nonce, m.nonce, GN_NAT_NONCE_LEN);
   return 0;
+}
+
+int gn_nat_punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8_t rendezvous[GN_PK_LEN],
+                       uint64_t now_ms) {
+  return punch_start(nat, target, rendezvous, false, now_ms);
+}
+
+/* --- TCP punching ------------------------------------------------------------------*/
+
+static tcpp *tcp_find(gn_nat *nat, const uint8_t peer[GN_PK_LEN]) {
+  for (size_t i = 0; i < GN_NAT_TCP_MAX; i++)
+    if (nat->tcp[i].state != T_FREE && memcmp(nat->tcp[i].peer, peer, GN_PK_LEN) == 0)
+      return &nat->tcp[i];
+  return NULL;
+}
+
+static bool tcp_live(const tcpp *t) {
+  return t->state == T_UDP || t->state == T_DIAL || t->state == T_RETRY;
+}
+
+/* The place for a new TCP punch with peer (not taken yet), or NULL with why. */
+static tcpp *tcp_place(gn_nat *nat, const uint8_t peer[GN_PK_LEN], uint64_t now_ms, int *why) {
+  tcpp *t = tcp_find(nat, peer);
+  if (t) {
+    *why = tcp_live(t) ? GN_EBUSY : GN_ETIMEDOUT;
+    return !tcp_live(t) && now_ms >= t->started_ms + GN_NAT_TCP_AGAIN_MS ? t : NULL;
+  }
+  for (size_t i = 0; i < GN_NAT_TCP_MAX; i++) {
+    t = &nat->tcp[i];
+    if (t->state == T_FREE || (!tcp_live(t) && now_ms >= t->started_ms + GN_NAT_TCP_AGAIN_MS))
+      return t;
+  }
+  *why = GN_EBUSY;
+  return NULL;
+}
+
+static void tcp_take(gn_nat *nat, tcpp *t, const uint8_t peer[GN_PK_LEN], uint64_t now_ms) {
+  *t = (tcpp){.state = T_UDP, .started_ms = now_ms};
+  memcpy(t->peer, peer, GN_PK_LEN);
+  nat->st.tcp_punches++;
+}
+
+/* Behind a cone NAT, with a glue that can connect from its listening port. */
+static bool tcp_allowed(const gn_nat *nat, uint64_t now_ms) {
+  return nat->io.tcp_dial && gn_nat_type_get(nat, now_ms) == GN_NAT_CONE;
+}
+
+static void tcp_end(gn_nat *nat, tcpp *t, bool ok) {
+  t->state = ok ? T_OK : T_FAILED;
+  if (ok)
+    nat->st.tcp_ok++;
+  else
+    nat->st.tcp_failed++;
+}
+
+static void tcp_retry(gn_nat *nat, tcpp *t, uint64_t now_ms) {
+  if (now_ms + GN_NAT_TCP_RETRY_MS >= t->deadline_ms) {
+    tcp_end(nat, t, false);
+    return;
+  }
+  t->state = T_RETRY;
+  t->next_ms = now_ms + GN_NAT_TCP_RETRY_MS;
+}
+
+static void tcp_dial_now(gn_nat *nat, tcpp *t, uint64_t now_ms) {
+  char addr[GN_NAT_ADDR_MAX];
+  naddr_format(&t->addr, addr, sizeof addr);
+  t->state = T_DIAL;
+  t->dials++;
+  nat->st.tcp_dials++;
+  /* Both ends of a simultaneous open hold one connection: the smaller key
+   * starts the handshake, as both ends can tell. */
+  bool initiator = memcmp(nat->self, t->peer, GN_PK_LEN) < 0;
+  if (nat->io.tcp_dial(nat->io.ud, t->peer, addr, initiator, t->deadline_ms) < 0)
+    tcp_retry(nat, t, now_ms);
+}
+
+/* The UDP punch of a TCP punch ended. Only a hole whose peer's signed
+ * datagrams came from the very endpoint the rendezvous named is dialled
+ * (neither a rendezvous nor the peer alone picks where we connect), and
+ * only while we are behind a cone NAT. */
+static void tcp_punch_go(gn_nat *nat, const punch *p, bool ok, uint64_t now_ms) {
+  tcpp *t = tcp_find(nat, p->peer);
+  if (!t || t->state != T_UDP)
+    return;
+  if (!ok || !same_addr(&p->endpoint, &p->target) || !tcp_allowed(nat, now_ms)) {
+    if (ok)
+      nat->st.tcp_refused++;
+    tcp_end(nat, t, false);
+    return;
+  }
+  t->addr = p->endpoint;
+  t->deadline_ms = now_ms + GN_NAT_TCP_WAIT_MS;
+  tcp_dial_now(nat, t, now_ms);
+}
+
+int gn_nat_tcp_punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8_t rendezvous[GN_PK_LEN],
+                           uint64_t now_ms) {
+  if (!nat || !target || !rendezvous)
+    return GN_EINVAL;
+  if (!nat->io.tcp_dial)
+    return GN_EUNSUPPORTED;
+  if (!tcp_allowed(nat, now_ms))
+    return GN_EPERM;
+  int why = 0;
+  tcpp *t = tcp_place(nat, target, now_ms, &why);
+  if (!t)
+    return why;
+  /* An open hole is punched again: the other side connects only when it
+   * hears of this punch from the rendezvous. */
+  punch *old = punch_find(nat, target), saved;
+  if (old && old->state == P_ESTABLISHED) {
+    saved = *old;
+    old->state = P_FREE;
+  } else {
+    old = NULL;
+  }
+  int r = punch_start(nat, target, rendezvous, true, now_ms);
+  if (r < 0) {
+    if (old && old->state == P_FREE)
+      *old = saved;
+    return r;
+  }
+  tcp_take(nat, t, target, now_ms);
+  return 0;
+}
+
+void gn_nat_tcp_result(gn_nat *nat, const uint8_t peer[GN_PK_LEN], int status, uint64_t now_ms) {
+  tcpp *t = nat && peer ? tcp_find(nat, peer) : NULL;
+  if (!t || t->state != T_DIAL)
+    return;
+  if (status == 0)
+    tcp_end(nat, t, true);
+  else
+    tcp_retry(nat, t, now_ms);
+}
+
+bool gn_nat_tcp_active(const gn_nat *nat, const uint8_t peer[GN_PK_LEN], uint64_t now_ms) {
+  (void)now_ms;
+  for (size_t i = 0; nat && peer && i < GN_NAT_TCP_MAX; i++)
+    if (tcp_live(&nat->tcp[i]) && memcmp(nat->tcp[i].peer, peer, GN_PK_LEN) == 0)
+      return true;
+  return false;
+}
+
+bool gn_nat_tcp_get(const gn_nat *nat, size_t i, uint64_t now_ms, gn_nat_tcp_info *ret) {
+  static const char *const names[] = {[T_FREE] = "free",   [T_UDP] = "udp",      [T_DIAL] = "connecting",
+                                      [T_RETRY] = "retry", [T_OK] = "connected", [T_FAILED] = "failed"};
+  (void)now_ms;
+  for (size_t k = 0, seen = 0; nat && ret && k < GN_NAT_TCP_MAX; k++) {
+    const tcpp *t = &nat->tcp[k];
+    if (t->state == T_FREE || seen++ != i)
+      continue;
+    memcpy(ret->peer, t->peer, GN_PK_LEN);
+    ret->addr[0] = '\0';
+    if (t->addr.family)
+      naddr_format(&t->addr, ret->addr, sizeof ret->addr);
+    ret->state = names[t->state];
+    ret->dials = t->dials;
+    return true;
+  }
+  return false;
+}
+
+static void tcp_tick(gn_nat *nat, uint64_t now_ms) {
+  for (size_t i = 0; i < GN_NAT_TCP_MAX; i++) {
+    tcpp *t = &nat->tcp[i];
+    if (t->state == T_RETRY && now_ms >= t->next_ms) {
+      if (now_ms >= t->deadline_ms)
+        tcp_end(nat, t, false);
+      else
+        tcp_dial_now(nat, t, now_ms);
+    } else if (t->state == T_DIAL && now_ms >= t->deadline_ms + GN_NAT_TCP_RETRY_MS) {
+      tcp_end(nat, t, false); /* the glue should have reported by now */
+    } else if (t->state == T_UDP && now_ms >= t->started_ms + GN_NAT_TCP_AGAIN_MS) {
+      tcp_end(nat, t, false); /* its punch went without ending (cannot happen) */
+    } else if (!tcp_live(t) && t->state != T_FREE && now_ms >= t->started_ms + GN_NAT_TCP_AGAIN_MS) {
+      t->state = T_FREE;
+    }
+  }
 }
 
 /* A rate bucket per peer, the role in the key's first byte. */
@@ -720,8 +941,8 @@ static bool allow(gn_nat *nat, char role, const uint8_t peer[GN_PK_LEN], uint64_
 }
 
 static int send_intro(gn_nat *nat, const uint8_t to[GN_PK_LEN], const uint8_t about[GN_PK_LEN],
-                      const uint8_t nonce[GN_NAT_NONCE_LEN], const seen *s) {
-  gn_nat_punch_req m = {.intro = true};
+                      const uint8_t nonce[GN_NAT_NONCE_LEN], const seen *s, bool tcp) {
+  gn_nat_punch_req m = {.intro = true, .tcp = tcp};
   memcpy(m.peer, about, GN_PK_LEN);
   memcpy(m.nonce, nonce, GN_NAT_NONCE_LEN);
   if (s)
@@ -743,10 +964,10 @@ static int rendezvous(gn_nat *nat, const uint8_t from[GN_PK_LEN], const gn_nat_p
     return GN_EBUSY;
   }
   const seen *a = seen_get(nat, from, now_ms), *b = seen_get(nat, m->peer, now_ms);
-  int r = a && b ? send_intro(nat, m->peer, from, m->nonce, a) : GN_ENOTFOUND;
+  int r = a && b ? send_intro(nat, m->peer, from, m->nonce, a, m->tcp) : GN_ENOTFOUND;
   /* The requester learns at once when the other side is unknown or
    * unreachable here (an empty address), rather than at its timeout. */
-  send_intro(nat, from, m->peer, m->nonce, r == 0 ? b : NULL);
+  send_intro(nat, from, m->peer, m->nonce, r == 0 ? b : NULL, m->tcp);
   if (r == 0)
     nat->st.punch_reqs_forwarded++;
   return r;
@@ -786,6 +1007,18 @@ static int on_intro(gn_nat *nat, const uint8_t from[GN_PK_LEN], const gn_nat_pun
   memcpy(p->rendezvous, from, GN_PK_LEN);
   memcpy(p->nonce, m->nonce, GN_NAT_NONCE_LEN);
   nat->st.intros_taken++;
+  /* The other side wants TCP too: taken under the same limits as our own
+   * TCP punches (else the punch stays a UDP one). */
+  if (m->tcp) {
+    int why = 0;
+    tcpp *t = tcp_allowed(nat, now_ms) ? tcp_place(nat, m->peer, now_ms, &why) : NULL;
+    if (t) {
+      tcp_take(nat, t, m->peer, now_ms);
+      p->tcp = true;
+    } else {
+      nat->st.tcp_refused++;
+    }
+  }
   start_probing(nat, p, &target, now_ms);
   return 0;
 }
@@ -838,6 +1071,7 @@ int gn_nat_on_datagram(gn_nat *nat, const char *from_addr, const uint8_t signer[
 }
 
 void gn_nat_tick(gn_nat *nat, uint64_t now_ms) {
+  tcp_tick(nat, now_ms);
   for (size_t i = 0; i < GN_NAT_PUNCH_MAX; i++) {
     punch *p = &nat->punches[i];
     if (p->state == P_FREE || now_ms < p->next_ms)
@@ -861,6 +1095,15 @@ uint64_t gn_nat_next_deadline_ms(const gn_nat *nat) {
   for (size_t i = 0; i < GN_NAT_PUNCH_MAX; i++)
     if (nat->punches[i].state != P_FREE && nat->punches[i].next_ms < at)
       at = nat->punches[i].next_ms;
+  for (size_t i = 0; i < GN_NAT_TCP_MAX; i++) {
+    const tcpp *t = &nat->tcp[i];
+    uint64_t due = t->state == T_RETRY  ? t->next_ms
+                   : t->state == T_DIAL ? t->deadline_ms + GN_NAT_TCP_RETRY_MS
+                   : t->state != T_FREE ? t->started_ms + GN_NAT_TCP_AGAIN_MS
+                                        : UINT64_MAX;
+    if (due < at)
+      at = due;
+  }
   return at;
 }
 

@@ -424,6 +424,7 @@ typedef struct attempt {
   uint8_t peer[GN_PK_LEN], relay[GN_PK_LEN];
   char relay_addr[64];
   uint64_t next_ms; /* when the state's wait ends */
+  uint64_t wanted_ms;
   char why[GN_RELAY_WHY_MAX];
 } attempt;
 
@@ -498,7 +499,10 @@ int gn_reach_want(gn_reach *r, const uint8_t peer[GN_PK_LEN], const uint8_t rela
     r->st.busy++;
     return GN_EBUSY;
   }
-  *a = (attempt){.used = true, .state = R_DIRECT, .next_ms = direct_dialling ? now_ms + GN_REACH_GRACE_MS : now_ms};
+  *a = (attempt){.used = true,
+                 .state = R_DIRECT,
+                 .next_ms = direct_dialling ? now_ms + GN_REACH_GRACE_MS : now_ms,
+                 .wanted_ms = now_ms};
   memcpy(a->peer, peer, GN_PK_LEN);
   memcpy(a->relay, relay_id, GN_PK_LEN);
   snprintf(a->relay_addr, sizeof a->relay_addr, "%s", relay_addr);
@@ -565,6 +569,15 @@ void gn_reach_tick(gn_reach *r, uint64_t now_ms) {
     if (now_ms >= a->next_ms)
       attempt_step(r, a, now_ms);
   }
+}
+
+void gn_reach_hold(gn_reach *r, const uint8_t peer[GN_PK_LEN], uint64_t until_ms, uint64_t now_ms) {
+  attempt *a = r && peer ? attempt_of(r, peer) : NULL;
+  if (!a || a->state != R_DIRECT || a->calls)
+    return;
+  uint64_t cap = a->wanted_ms + GN_REACH_HOLD_MAX_MS;
+  a->next_ms = until_ms < cap ? until_ms : cap;
+  gn_reach_tick(r, now_ms);
 }
 
 void gn_reach_refused(gn_reach *r, const uint8_t relay[GN_PK_LEN], const uint8_t peer[GN_PK_LEN], const char *why,

@@ -1016,8 +1016,15 @@ int gn_transport_listen(gn_transport *t, const char *addr) {
   }
   t->handles++;
   l->data = t;
-  if ((r = uv_tcp_bind(l, (const struct sockaddr *)&ss, 0)) < 0 ||
-      (r = uv_listen((uv_stream_t *)l, 128, on_connection)) < 0) {
+  /* SO_REUSEPORT once bound: a TCP hole punch (docs/nat.md) connects from
+   * this very address on a socket of its own that sets it before binding
+   * (same user only); set after the bind, another listener still cannot
+   * take the address from us. */
+  uv_os_fd_t lfd;
+  int one = 1;
+  if ((r = uv_tcp_bind(l, (const struct sockaddr *)&ss, 0)) == 0 && uv_fileno((uv_handle_t *)l, &lfd) == 0)
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (r < 0 || (r = uv_listen((uv_stream_t *)l, 128, on_connection)) < 0) {
     gn_uv_close_free((uv_handle_t *)l, handle_freed, t);
     return r;
   }

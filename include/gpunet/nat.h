@@ -34,6 +34,13 @@
 #define GN_NAT_REQ_EVERY_S 2
 #define GN_NAT_REQ_ALL_PER_S 20
 #define GN_NAT_REQ_KEYS_MAX 256 /* peers whose bucket is kept */
+/* TCP hole punching (docs/nat.md): after a UDP punch asked for with the TCP
+ * flag, both sides connect from their listening port to the other's outside
+ * endpoint at once (a simultaneous open through two cone NATs). */
+#define GN_NAT_TCP_MAX 8          /* TCP punches in progress or remembered */
+#define GN_NAT_TCP_WAIT_MS 3000   /* a TCP punch has this long to connect */
+#define GN_NAT_TCP_RETRY_MS 250   /* a connect that failed at once is made again after this */
+#define GN_NAT_TCP_AGAIN_MS 30000 /* at most one TCP punch with a peer in this time */
 
 typedef enum gn_nat_type {
   GN_NAT_UNKNOWN = 0,   /* not enough agreeing reports yet */
@@ -57,9 +64,11 @@ typedef struct gn_nat_observed {
 
 /* NAT_PUNCH_REQ (85, session): to the rendezvous {t: target key, n: nonce};
  * from it, to both sides {p: the other side's key, n: nonce, a: the other
- * side's endpoint as the rendezvous saw it, "" when it knows none}. */
+ * side's endpoint as the rendezvous saw it, "" when it knows none}. Either
+ * may carry c: true (a TCP punch follows the UDP one); absent means false. */
 typedef struct gn_nat_punch_req {
   bool intro; /* from the rendezvous (p, a) rather than to it (t) */
+  bool tcp;   /* c: both sides connect over TCP once the UDP hole is open */
   uint8_t peer[GN_PK_LEN];
   uint8_t nonce[GN_NAT_NONCE_LEN];
   char addr[GN_NAT_ADDR_MAX];
@@ -97,13 +106,29 @@ typedef struct gn_nat_io {
    * failed (addr ""). May be NULL. */
   void (*punched)(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr, bool ok);
   void *ud;
+  /* A TCP punch's connect: from our listening port to addr (peer's outside
+   * endpoint), the connection taken up as a session with peer's key
+   * required, as the Noise initiator when initiator (our key is the
+   * smaller), given up at deadline_ms. 0 when under way: the glue reports
+   * its end with gn_nat_tcp_result. NULL: this node does not punch TCP. */
+  int (*tcp_dial)(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr, bool initiator, uint64_t deadline_ms);
 } gn_nat_io;
 
 typedef struct gn_nat_stats {
   uint64_t asks_sent, answers_sent, observations, answers_ignored;
   uint64_t punch_reqs_forwarded, punch_reqs_refused, intros_taken, intros_refused;
   uint64_t punch_dgrams_sent, punch_dgrams_ignored, punches_ok, punches_failed;
+  uint64_t tcp_punches, tcp_dials, tcp_ok, tcp_failed, tcp_refused;
 } gn_nat_stats;
+
+/* A TCP punch, for status: state "udp" (the UDP punch first), "connecting",
+ * "retry", "connected" or "failed" (kept GN_NAT_TCP_AGAIN_MS from its start). */
+typedef struct gn_nat_tcp_info {
+  uint8_t peer[GN_PK_LEN];
+  char addr[GN_NAT_ADDR_MAX];
+  const char *state;
+  uint32_t dials;
+} gn_nat_tcp_info;
 
 typedef struct gn_nat gn_nat;
 
@@ -143,6 +168,30 @@ int gn_nat_on_message(gn_nat *nat, const uint8_t peer[GN_PK_LEN], uint32_t type,
  * when one is established, GN_ENOTFOUND when rendezvous has no session. */
 int gn_nat_punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8_t rendezvous[GN_PK_LEN],
                        uint64_t now_ms);
+
+/* Starts a TCP punch to target through rendezvous: a UDP punch asked for
+ * with the TCP flag; once its hole is open, and only when target's signed
+ * datagrams came from the very endpoint the rendezvous named, tcp_dial
+ * connects there (until GN_NAT_TCP_WAIT_MS, a connect that failed at once
+ * made again every GN_NAT_TCP_RETRY_MS). Only while we are behind a cone
+ * NAT (GN_EPERM otherwise), at most once per peer per GN_NAT_TCP_AGAIN_MS
+ * (GN_ETIMEDOUT), GN_NAT_TCP_MAX at once (GN_EBUSY); GN_EUNSUPPORTED
+ * without tcp_dial; else what gn_nat_punch_start gives (an open hole is
+ * punched again: the other side must connect at the same time). */
+int gn_nat_tcp_punch_start(gn_nat *nat, const uint8_t target[GN_PK_LEN], const uint8_t rendezvous[GN_PK_LEN],
+                           uint64_t now_ms);
+/* The glue's report on a TCP punch's connect: 0 when the connection was
+ * taken up, else why it failed (retried until the wait is over). */
+void gn_nat_tcp_result(gn_nat *nat, const uint8_t peer[GN_PK_LEN], int status, uint64_t now_ms);
+/* Whether a TCP punch with peer is under way (the UDP punch or the connect). */
+bool gn_nat_tcp_active(const gn_nat *nat, const uint8_t peer[GN_PK_LEN], uint64_t now_ms);
+/* The i-th TCP punch held (false past the last). */
+bool gn_nat_tcp_get(const gn_nat *nat, size_t i, uint64_t now_ms, gn_nat_tcp_info *ret);
+/* Whether addr's host is one only its own network reaches: loopback,
+ * RFC 1918, shared (100.64/10), link-local, unspecified; IPv6 loopback,
+ * ULA (fc00::/7), link-local. A node that advertises such an address does
+ * not consider itself reachable from outside (unknown or symmetric NAT). */
+bool gn_nat_addr_private(const char *addr);
 
 /* Sends what is due (punch probes), expires what is old. */
 void gn_nat_tick(gn_nat *nat, uint64_t now_ms);

@@ -137,6 +137,7 @@ int gn_relay_call_decode(const uint8_t *body, size_t len, gn_relay_call_msg *ret
 #define GN_REACH_CALLS 3             /* calls through the relay before giving up */
 #define GN_REACH_BACKOFF_MS 2000     /* after a refusal: 2 s, then 4 s */
 #define GN_REACH_FORGET_MS 30000     /* a peer given up on is not tried again sooner */
+#define GN_REACH_HOLD_MAX_MS 9000    /* a hole being punched holds the call this long at most */
 
 typedef enum gn_reach_outcome {
   GN_REACH_DIRECT = 0,  /* up before any call: the direct dial (or the peer) made it */
@@ -192,6 +193,11 @@ void gn_reach_refused(gn_reach *r, const uint8_t relay[GN_PK_LEN], const uint8_t
 /* A session with key came up (a peer being reached, or a relay we
  * dialled): acts on it now. */
 void gn_reach_up(gn_reach *r, const uint8_t key[GN_PK_LEN], uint64_t now_ms);
+/* A TCP hole is being punched to peer (docs/nat.md): the relay is not
+ * called before until_ms (nor later than GN_REACH_HOLD_MAX_MS after the
+ * want), while no call was made yet; a hold to now_ms ends a hold (the punch
+ * failed: the relay is asked at once). Nothing when peer is not wanted. */
+void gn_reach_hold(gn_reach *r, const uint8_t peer[GN_PK_LEN], uint64_t until_ms, uint64_t now_ms);
 void gn_reach_tick(gn_reach *r, uint64_t now_ms);
 /* When gn_reach_tick next has something to do (UINT64_MAX: nothing). */
 uint64_t gn_reach_next_deadline_ms(const gn_reach *r);

@@ -7,10 +7,14 @@
 # call to POST /v1/nat/relay anywhere:
 #  - each NATed provider holds a slot at pub2 and names it in its signed
 #    offer, which reaches the requesters with the relay in it;
-#  - c1 rents from c2 and from s1, with no session to either before: each
-#    lease is made over a session c1 got by asking pub2 to call the
-#    provider (its call shows up "up", the relay counted the calls and
-#    carried bytes);
+#  - c1 rents from c2 (both behind cone NATs) with no session before: the
+#    session is a TCP hole punched through pub2 as rendezvous (both ends
+#    show the TCP punch "connected", c1's session with c2 is at c2's
+#    router's address, no call to the relay);
+#  - c1 rents from s1 (symmetric) with no session before: no TCP punch is
+#    tried, the lease is made over a session c1 got by asking pub2 to call
+#    s1 (its call shows up "up", the relay counted the calls and carried
+#    bytes);
 #  - pub4 (public, taking no connection from c2's router) rents from c2
 #    through the relay; pub1 (public) rents from s1 through the relay or
 #    over the session s1 dialled out to its bootstrap (reported which);
@@ -104,17 +108,42 @@ release() { # REQUESTER PROVIDER
 call_state() { nat_of "$1" | jq -r --arg p "${id[$2]}" --arg r "${id[pub2]}" '[.calls[] | select(.peer == $p and .relay == $r) | .state][0] // "none"'; }
 session_up() { gn_cli "${dir[$1]}" --json peers | jq -e --arg p "${id[$2]}" '[.peers[] | select(.node_id == $p)] | length > 0' >/dev/null; }
 direct=0 relayed=0
-# Behind NAT on both sides: neither can dial the other, only the relay
-# joins them (the requester had no session with the provider before).
-for y in c2 s1; do
-  ! session_up c1 "$y" || fail "c1 had a session with $y before renting"
-  rent c1 "$y"
-  state=$(call_state c1 "$y")
-  [ "$state" = up ] || fail "c1 leased from $y but not through the relay: call $state, $(nat_of c1 | jq -c '{reach, reach_stats}')"
-  relayed=$((relayed + 1))
-  ok "c1 (cone) leased from $y ($(nat_of "$y" | jq -r .type)) through the relay pub2 with no manual call (${lease[c1-$y]})"
-done
-[ "$(nat_of c1 | jq .reach_stats.relayed)" -ge 2 ] || fail "c1 counts fewer than 2 relayed sessions: $(nat_of c1 | jq -c .reach_stats)"
+tcp_state() { nat_of "$1" | jq -r --arg p "${id[$2]}" '[.tcp_punches[] | select(.peer == $p) | .state][0] // "none"'; }
+peer_addr() { nat_of "$1" | jq -r --arg p "${id[$2]}" '[.tcp_punches[] | select(.peer == $p) | .session][0] // ""'; }
+is_cone() { [ "$(nat_of "$1" | jq -r .type)" = cone ]; }
+wait_for 30 "c1 is not classified cone: $(nat_of c1 | jq -c '{type, observations}')" is_cone c1
+wait_for 30 "c2 is not classified cone: $(nat_of c2 | jq -c '{type, observations}')" is_cone c2
+# c1 punches only to a provider whose signed offer names an outside
+# address (c2's router's, once c2 knew its NAT; s1's names its private one).
+offer_at() { # REQUESTER PROVIDER ADDR
+  gn_cli "${dir[$1]}" --json offers | jq -e --arg p "${id[$2]}" --arg a "$3" \
+    '[.offers[] | select(.provider == $p and .addr == $a)] | length > 0' >/dev/null
+}
+wait_for 45 "c1 has no offer of c2 naming its router's address: $(gn_cli "${dir[c1]}" --json offers | jq -c '[.offers[] | {provider, addr}]')" offer_at c1 c2 "${nat_outside[c2]}:7946"
+# Behind cone NATs on both sides: neither can dial the other, but a TCP
+# hole punched through pub2 (the relay c2's offer names, as rendezvous)
+# joins them directly, with no call to the relay.
+! session_up c1 c2 || fail "c1 had a session with c2 before renting"
+rent c1 c2
+state=$(call_state c1 c2)
+[ "$state" = none ] || fail "c1 leased from c2 through the relay (call $state), not over a punched TCP hole: $(nat_of c1 | jq -c '{tcp_punches, tcp_stats, reach, reach_stats}') c2: $(nat_of c2 | jq -c '{tcp_punches, tcp_stats}')"
+[ "$(tcp_state c1 c2)" = connected ] || fail "c1's TCP punch to c2 is $(tcp_state c1 c2)"
+[ "$(tcp_state c2 c1)" = connected ] || fail "c2's TCP punch to c1 is $(tcp_state c2 c1)"
+a=$(peer_addr c1 c2)
+[ "$a" = "${nat_outside[c2]}:7946" ] || fail "c1's session with c2 is with $a, not c2's router ${nat_outside[c2]}:7946"
+[ "$(nat_of c1 | jq .reach_stats.direct)" -ge 1 ] || fail "c1 counts no direct session: $(nat_of c1 | jq -c .reach_stats)"
+direct=$((direct + 1))
+ok "c1 (cone) leased from c2 (cone) over a TCP hole punched through pub2, no relay (${lease[c1-c2]}, session at $a)"
+# With a symmetric side only the relay joins them (no TCP punch tried:
+# s1's offer names no outside address).
+! session_up c1 s1 || fail "c1 had a session with s1 before renting"
+rent c1 s1
+state=$(call_state c1 s1)
+[ "$state" = up ] || fail "c1 leased from s1 but not through the relay: call $state, $(nat_of c1 | jq -c '{reach, reach_stats}')"
+[ "$(tcp_state c1 s1)" = none ] || fail "c1 tried a TCP punch to the symmetric s1: $(tcp_state c1 s1)"
+relayed=$((relayed + 1))
+ok "c1 (cone) leased from s1 ($(nat_of s1 | jq -r .type)) through the relay pub2 with no manual call (${lease[c1-s1]})"
+[ "$(nat_of c1 | jq .reach_stats.relayed)" -ge 1 ] || fail "c1 counts no relayed session: $(nat_of c1 | jq -c .reach_stats)"
 release c1 s1
 # The public side: pub4 reaches c2 through the relay (nothing else joins
 # them); pub1 reaches s1 through the relay or over the session s1 dialled
@@ -144,7 +173,7 @@ rent c1 pub3
 direct=$((direct + 1))
 ok "c1 leased from the public pub3 directly (${lease[c1-pub3]})"
 rel=$(nat_of pub2 | jq -c .relay)
-[ "$(jq .calls <<<"$rel")" -ge $((calls0 + relayed)) ] || fail "the relay saw fewer than 2 calls: $rel"
+[ "$(jq .calls <<<"$rel")" -ge $((calls0 + relayed)) ] || fail "the relay saw fewer than $relayed calls: $rel"
 [ "$(jq .bytes <<<"$rel")" -gt 0 ] || fail "the relay carried no bytes: $rel"
 ok "the relay pub2 put $(($(jq .calls <<<"$rel") - calls0)) calls through and spliced $(jq .bytes <<<"$rel") bytes"
 for k in "${!lease[@]}"; do

@@ -159,7 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t self[GN_PK_LEN], a[GN_PK_LEN], seed[32] = {1};
   memset(self, 1, sizeof self);
   memset(a, 2, sizeof a);
-  gn_nat_io io = {dgram, msg, NULL, NULL};
+  gn_nat_io io = {dgram, msg, NULL, NULL, NULL};
   gn_nat *nat = NULL;
   if (gn_nat_new(self, "10.0.0.1:7946", &io, seed, 0, &nat) != 0)
     __builtin_trap();

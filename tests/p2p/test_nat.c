@@ -37,6 +37,10 @@ typedef struct node {
   gn_nat *nat;
   int punched_ok, punched_fail;
   char punched_addr[GN_NAT_ADDR_MAX];
+  int tcp_dials;                  /* TCP punch connects asked of the glue */
+  int tcp_fail_with;              /* what the glue says of each at once (0: stays under way) */
+  char tcp_addr[GN_NAT_ADDR_MAX]; /* where the last went */
+  bool tcp_initiator;
 } node;
 
 typedef struct world {
@@ -81,6 +85,16 @@ static void punched(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr, b
   }
 }
 
+static int tcp_dial(void *ud, const uint8_t peer[GN_PK_LEN], const char *addr, bool initiator, uint64_t deadline_ms) {
+  (void)peer;
+  (void)deadline_ms;
+  node *n = ud;
+  n->tcp_dials++;
+  snprintf(n->tcp_addr, sizeof n->tcp_addr, "%s", addr);
+  n->tcp_initiator = initiator;
+  return n->tcp_fail_with;
+}
+
 static void world_init(world *w) {
   memset(w, 0, sizeof *w);
   w->now = 1000000;
@@ -91,8 +105,11 @@ static void world_init(world *w) {
     snprintf(n->ext, sizeof n->ext, "198.51.%d.7:4%d00", 10 + i, i);
     uint8_t seed[32];
     memset(seed, 0x70 + i, sizeof seed);
-    gn_nat_io io = {send_dgram, send_msg, punched, n};
-    assert_int_equal(gn_nat_new(n->key, n->ext, &io, seed, w->now, &n->nat), 0);
+    gn_nat_io io = {send_dgram, send_msg, punched, n, tcp_dial};
+    /* Its listen address is a private one: seen at ext, it is behind a NAT. */
+    char local[GN_NAT_ADDR_MAX];
+    snprintf(local, sizeof local, "10.0.%d.2:7946", i);
+    assert_int_equal(gn_nat_new(n->key, local, &io, seed, w->now, &n->nat), 0);
   }
 }
 
@@ -177,7 +194,7 @@ static gn_nat *lone(const char *local) {
   uint8_t self[GN_PK_LEN], seed[32];
   memset(self, 1, sizeof self);
   memset(seed, 2, sizeof seed);
-  gn_nat_io io = {keep_dgram, no_msg, NULL, NULL};
+  gn_nat_io io = {keep_dgram, no_msg, NULL, NULL, NULL};
   gn_nat *nat = NULL;
   assert_int_equal(gn_nat_new(self, local, &io, seed, 0, &nat), 0);
   return nat;
@@ -199,8 +216,19 @@ static void test_codecs_round_trip(void **state) {
   assert_int_equal(gn_nat_punch_req_encode(&p, &b), 0);
   assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &p2), 0);
   assert_true(p2.intro);
+  assert_false(p2.tcp);
   assert_string_equal(p2.addr, p.addr);
   assert_memory_equal(p2.peer, p.peer, GN_PK_LEN);
+  b.len = 0;
+  p.tcp = true;
+  assert_int_equal(gn_nat_punch_req_encode(&p, &b), 0);
+  assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &p2), 0);
+  assert_true(p2.intro && p2.tcp);
+  b.len = 0;
+  gn_nat_punch_req t = {.intro = false, .tcp = true}, t2;
+  assert_int_equal(gn_nat_punch_req_encode(&t, &b), 0);
+  assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &t2), 0);
+  assert_true(!t2.intro && t2.tcp);
   b.len = 0;
   gn_nat_punch k = {.ack = true}, k2;
   assert_int_equal(gn_nat_punch_encode(&k, &b), 0);
@@ -253,6 +281,29 @@ static void test_codecs_refuse_malformed(void **state) {
   assert_int_equal(gn_wire_writer_take(&w, &b), 0);
   assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &p), GN_EINVAL);
   assert_int_equal(gn_nat_punch_req_decode((const uint8_t *)"\xc1", 1, &p), GN_EINVAL);
+  /* A TCP flag that is not a boolean, and one beside an unknown key. */
+  b.len = 0;
+  gn_wire_put_map(&w, 3);
+  gn_wire_put_str(&w, "t");
+  gn_wire_put_bin(&w, "0123456789abcdef0123456789abcdef", 32);
+  gn_wire_put_str(&w, "n");
+  gn_wire_put_bin(&w, "0123456789abcdef", 16);
+  gn_wire_put_str(&w, "c");
+  gn_wire_put_u64(&w, 1);
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &p), GN_EINVAL);
+  b.len = 0;
+  gn_wire_put_map(&w, 4);
+  gn_wire_put_str(&w, "t");
+  gn_wire_put_bin(&w, "0123456789abcdef0123456789abcdef", 32);
+  gn_wire_put_str(&w, "n");
+  gn_wire_put_bin(&w, "0123456789abcdef", 16);
+  gn_wire_put_str(&w, "c");
+  gn_wire_put_bool(&w, true);
+  gn_wire_put_str(&w, "x");
+  gn_wire_put_u64(&w, 1);
+  assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+  assert_int_equal(gn_nat_punch_req_decode(b.data, b.len, &p), GN_EINVAL);
   gn_wire_writer_done(&w);
   gn_buf_done(&b);
 }
@@ -572,6 +623,272 @@ static void test_introduction_cannot_redirect_a_punch_in_progress(void **state) 
   assert_int_equal(w.qn, 0);
   gn_buf_done(&b);
   world_done(&w);
+}
+
+/* --- TCP punching -------------------------------------------------------------------*/
+
+/* Node i is told by two reporters in two /24s that they see it at its ext
+ * (not its listen address): it is behind a cone NAT. */
+static void make_cone(world *w, int i) {
+  node *n = &w->nodes[i];
+  for (int k = 0; k < 2; k++) {
+    char from[GN_NAT_ADDR_MAX];
+    snprintf(from, sizeof from, "203.0.%d.1:7946", 100 + k);
+    uint8_t key[GN_PK_LEN];
+    memset(key, 0xc0 + k, sizeof key);
+    assert_int_equal(gn_nat_ask(n->nat, key, from, w->now), 0);
+    msg *q = &w->q[--w->qn]; /* the question, answered here rather than sent */
+    gn_nat_observed ask;
+    assert_int_equal(gn_nat_observed_decode(q->body, q->len, &ask), 0);
+    gn_nat_observed a = {.answer = true};
+    memcpy(a.nonce, ask.nonce, sizeof a.nonce);
+    snprintf(a.addr, sizeof a.addr, "%s", n->ext);
+    gn_buf b = {0};
+    assert_int_equal(gn_nat_observed_encode(&a, &b), 0);
+    assert_int_equal(gn_nat_on_datagram(n->nat, from, key, GN_MSG_NAT_OBSERVED, b.data, b.len, w->now), 0);
+    gn_buf_done(&b);
+  }
+  assert_int_equal(gn_nat_type_get(n->nat, w->now), GN_NAT_CONE);
+}
+
+static size_t tcp_held(const gn_nat *nat, uint64_t now) {
+  size_t n = 0;
+  gn_nat_tcp_info ti;
+  while (gn_nat_tcp_get(nat, n, now, &ti))
+    n++;
+  return n;
+}
+
+/* Two cone nodes: each connects to the other's endpoint once the UDP hole
+ * is open, the smaller key as the handshake's initiator. */
+static void test_tcp_punch_connects_both_sides(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  make_cone(&w, 0);
+  make_cone(&w, 1);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  assert_true(gn_nat_tcp_active(w.nodes[0].nat, w.nodes[1].key, w.now));
+  world_run(&w);
+  world_advance(&w, 1000);
+  assert_int_equal(w.nodes[0].tcp_dials, 1);
+  assert_int_equal(w.nodes[1].tcp_dials, 1);
+  assert_string_equal(w.nodes[0].tcp_addr, w.nodes[1].ext);
+  assert_string_equal(w.nodes[1].tcp_addr, w.nodes[0].ext);
+  assert_true(w.nodes[0].tcp_initiator); /* key 0x10.. < 0x11.. */
+  assert_false(w.nodes[1].tcp_initiator);
+  assert_int_equal(w.nodes[2].tcp_dials, 0); /* the rendezvous only introduces */
+  gn_nat_tcp_result(w.nodes[0].nat, w.nodes[1].key, 0, w.now);
+  gn_nat_tcp_result(w.nodes[1].nat, w.nodes[0].key, 0, w.now);
+  assert_false(gn_nat_tcp_active(w.nodes[0].nat, w.nodes[1].key, w.now));
+  gn_nat_tcp_info ti;
+  assert_true(gn_nat_tcp_get(w.nodes[0].nat, 0, w.now, &ti));
+  assert_string_equal(ti.state, "connected");
+  gn_nat_stats st;
+  gn_nat_stats_get(w.nodes[1].nat, &st);
+  assert_int_equal(st.tcp_ok, 1);
+  /* The UDP hole stays open for the job network. */
+  assert_int_equal(w.nodes[0].punched_ok, 1);
+  /* Once per peer per GN_NAT_TCP_AGAIN_MS, then again. */
+  assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), GN_ETIMEDOUT);
+  world_advance(&w, GN_NAT_TCP_AGAIN_MS);
+  assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  world_run(&w);
+  world_advance(&w, 1000);
+  assert_int_equal(w.nodes[0].tcp_dials, 2);
+  assert_int_equal(w.nodes[1].tcp_dials, 2);
+  world_done(&w);
+}
+
+/* Only behind a cone NAT: a node of unknown or symmetric type does not
+ * start one, nor takes the TCP part of an introduction. */
+static void test_tcp_punch_needs_a_cone_nat(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), GN_EPERM);
+  make_cone(&w, 0);
+  assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  world_run(&w);
+  world_advance(&w, 1000);
+  assert_int_equal(w.nodes[1].punched_ok, 1); /* the UDP hole, as before */
+  assert_int_equal(w.nodes[1].tcp_dials, 0);
+  gn_nat_stats st;
+  gn_nat_stats_get(w.nodes[1].nat, &st);
+  assert_int_equal(st.tcp_refused, 1);
+  assert_int_equal(tcp_held(w.nodes[1].nat, w.now), 0);
+  /* Without a glue that can connect, nothing either. */
+  gn_nat *plain = lone("10.0.0.2:7946");
+  assert_int_equal(gn_nat_tcp_punch_start(plain, w.nodes[1].key, w.nodes[2].key, 0), GN_EUNSUPPORTED);
+  gn_nat_free(plain);
+  world_done(&w);
+}
+
+/* Attack: a hostile rendezvous introduces us, with the TCP flag, to a
+ * victim's address, over and over, under made-up keys: nothing signed
+ * ever answers from there, so no connection is made, and the table of TCP
+ * punches stays bounded. */
+static void test_tcp_punch_hostile_rendezvous_cannot_aim_connects(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  make_cone(&w, 0);
+  for (int i = 0; i < 500; i++) {
+    gn_nat_punch_req m = {.intro = true, .tcp = true, .addr = "192.0.2.99:80"};
+    memset(m.peer, 0, sizeof m.peer);
+    m.peer[0] = (uint8_t)i;
+    m.peer[1] = (uint8_t)(i >> 8);
+    m.peer[2] = 0xee;
+    memset(m.nonce, i, sizeof m.nonce);
+    gn_buf b = {0};
+    assert_int_equal(gn_nat_punch_req_encode(&m, &b), 0);
+    gn_nat_on_message(w.nodes[0].nat, w.nodes[3].key, GN_MSG_NAT_PUNCH_REQ, b.data, b.len, w.now);
+    gn_buf_done(&b);
+    assert_true(tcp_held(w.nodes[0].nat, w.now) <= GN_NAT_TCP_MAX);
+    world_advance(&w, 100);
+  }
+  world_advance(&w, 10000);
+  assert_int_equal(w.nodes[0].tcp_dials, 0);
+  gn_nat_stats st;
+  gn_nat_stats_get(w.nodes[0].nat, &st);
+  assert_true(st.tcp_punches <= GN_NAT_TCP_MAX + 50000 / GN_NAT_TCP_AGAIN_MS * GN_NAT_TCP_MAX);
+  assert_int_equal(st.tcp_ok, 0);
+  world_done(&w);
+}
+
+/* Attack: a rendezvous names one address and the peer's signed datagrams
+ * come from another (a liar on either side): the UDP hole may open, but no
+ * TCP connection is made to either address. */
+static void test_tcp_punch_only_where_rendezvous_and_peer_agree(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  make_cone(&w, 0);
+  make_cone(&w, 1);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  /* The request's nonce; the rendezvous answers with another address. */
+  gn_nat_punch_req req;
+  assert_int_equal(gn_nat_punch_req_decode(w.q[w.qn - 1].body, w.q[w.qn - 1].len, &req), 0);
+  w.qn = 0;
+  gn_nat_punch_req m = {.intro = true, .tcp = true, .addr = "192.0.2.50:7"};
+  memcpy(m.peer, w.nodes[1].key, GN_PK_LEN);
+  memcpy(m.nonce, req.nonce, sizeof m.nonce);
+  gn_buf b = {0};
+  assert_int_equal(gn_nat_punch_req_encode(&m, &b), 0);
+  assert_int_equal(gn_nat_on_message(w.nodes[0].nat, w.nodes[2].key, GN_MSG_NAT_PUNCH_REQ, b.data, b.len, w.now), 0);
+  gn_buf_done(&b);
+  w.qn = 0; /* the probes to 192.0.2.50 go nowhere */
+  /* The peer answers from its own address, under the nonce. */
+  gn_nat_punch k = {.ack = true};
+  memcpy(k.nonce, req.nonce, sizeof k.nonce);
+  assert_int_equal(gn_nat_punch_encode(&k, &b), 0);
+  assert_int_equal(
+      gn_nat_on_datagram(w.nodes[0].nat, w.nodes[1].ext, w.nodes[1].key, GN_MSG_NAT_PUNCH, b.data, b.len, w.now), 0);
+  gn_buf_done(&b);
+  world_advance(&w, GN_NAT_TCP_WAIT_MS);
+  assert_int_equal(w.nodes[0].punched_ok, 1);
+  assert_int_equal(w.nodes[0].tcp_dials, 0);
+  gn_nat_stats st;
+  gn_nat_stats_get(w.nodes[0].nat, &st);
+  assert_int_equal(st.tcp_refused, 1);
+  assert_int_equal(st.tcp_failed, 1);
+  world_done(&w);
+}
+
+/* Attack: a peer has the rendezvous introduce it, with the TCP flag, every
+ * 2 s for a minute (answering our probes each time): we connect to it once
+ * per GN_NAT_TCP_AGAIN_MS, whatever it asks. */
+static void test_tcp_punch_once_per_peer_per_window(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  make_cone(&w, 0);
+  make_cone(&w, 1);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  for (int i = 0; i < 30; i++) {
+    gn_nat_punch_req m = {.intro = false, .tcp = true};
+    memcpy(m.peer, w.nodes[0].key, GN_PK_LEN);
+    memset(m.nonce, 0x30 + i, sizeof m.nonce);
+    gn_buf b = {0};
+    assert_int_equal(gn_nat_punch_req_encode(&m, &b), 0);
+    gn_nat_on_message(w.nodes[2].nat, w.nodes[1].key, GN_MSG_NAT_PUNCH_REQ, b.data, b.len, w.now);
+    gn_buf_done(&b);
+    world_run(&w);
+    world_advance(&w, 2000);
+  }
+  assert_true(w.nodes[0].tcp_dials >= 1);
+  assert_true(w.nodes[0].tcp_dials <= 60000 / GN_NAT_TCP_AGAIN_MS);
+  world_done(&w);
+}
+
+/* A connect that fails at once is made again every GN_NAT_TCP_RETRY_MS
+ * until GN_NAT_TCP_WAIT_MS, then the punch has failed. */
+static void test_tcp_punch_retries_until_its_wait(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  make_cone(&w, 0);
+  make_cone(&w, 1);
+  observe_via(&w, 0, 2);
+  observe_via(&w, 1, 2);
+  w.nodes[0].tcp_fail_with = GN_EIO;
+  assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
+  world_run(&w);
+  world_advance(&w, GN_NAT_TCP_WAIT_MS + 2000);
+  assert_true(w.nodes[0].tcp_dials >= GN_NAT_TCP_WAIT_MS / GN_NAT_TCP_RETRY_MS - 2);
+  assert_true(w.nodes[0].tcp_dials <= GN_NAT_TCP_WAIT_MS / GN_NAT_TCP_RETRY_MS + 1);
+  assert_false(gn_nat_tcp_active(w.nodes[0].nat, w.nodes[1].key, w.now));
+  /* Node 1's connect stayed under way and no one reported: it ends too. */
+  assert_int_equal(w.nodes[1].tcp_dials, 1);
+  assert_false(gn_nat_tcp_active(w.nodes[1].nat, w.nodes[0].key, w.now));
+  gn_nat_stats st;
+  gn_nat_stats_get(w.nodes[1].nat, &st);
+  assert_int_equal(st.tcp_failed, 1);
+  int before = w.nodes[0].tcp_dials;
+  world_advance(&w, 5000);
+  assert_int_equal(w.nodes[0].tcp_dials, before);
+  world_done(&w);
+}
+
+/* At most GN_NAT_TCP_MAX TCP punches at once. */
+static void test_tcp_punch_table_is_bounded(void **state) {
+  (void)state;
+  static world w;
+  world_init(&w);
+  make_cone(&w, 0);
+  int taken = 0;
+  for (int i = 0; i < 3 * GN_NAT_TCP_MAX; i++) {
+    uint8_t peer[GN_PK_LEN];
+    memset(peer, 0, sizeof peer);
+    peer[0] = (uint8_t)(i + 1);
+    peer[31] = 0x77;
+    int r = gn_nat_tcp_punch_start(w.nodes[0].nat, peer, w.nodes[2].key, w.now);
+    assert_true(r == 0 || r == GN_EBUSY);
+    taken += r == 0;
+  }
+  assert_int_equal(taken, GN_NAT_TCP_MAX);
+  w.qn = 0;
+  world_done(&w);
+}
+
+static void test_private_addresses(void **state) {
+  (void)state;
+  const char *priv[] = {"10.1.0.2:7946", "192.168.1.5:1", "172.16.0.1:2", "172.31.255.1:3",
+                        "127.0.0.1:4",   "169.254.1.1:5", "100.64.0.1:6", "0.0.0.0:7",
+                        "[::1]:8",       "[fd00::1]:9",   "[fe80::1]:10", "[::]:11"};
+  const char *pub[] = {"198.18.101.2:7946", "172.32.0.1:1", "8.8.8.8:53", "100.128.0.1:2", "[2001:db8::1]:3"};
+  for (size_t i = 0; i < sizeof priv / sizeof *priv; i++)
+    assert_true(gn_nat_addr_private(priv[i]));
+  for (size_t i = 0; i < sizeof pub / sizeof *pub; i++)
+    assert_false(gn_nat_addr_private(pub[i]));
+  assert_false(gn_nat_addr_private("not an address"));
 }
 
 /* --- the relay's book-keeping -------------------------------------------------------*/
@@ -984,6 +1301,34 @@ static void test_reach_unanswered_calls_are_bounded(void **state) {
   RW.r = gn_reach_free(RW.r);
 }
 
+/* A TCP punch holds the call past the grace, until it ends (or at most
+ * GN_REACH_HOLD_MAX_MS after the want). */
+static void test_reach_hold_waits_for_a_punch(void **state) {
+  (void)state;
+  rw_init();
+  RW.relay_up = true;
+  uint64_t t0 = RW.now;
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  gn_reach_hold(RW.r, RW.peer, RW.now + 60000, RW.now);
+  rw_run(GN_REACH_GRACE_MS + 1000);
+  assert_int_equal(RW.calls, 0);
+  gn_reach_hold(RW.r, RW.peer, RW.now, RW.now); /* the punch failed */
+  assert_int_equal(RW.calls, 1);
+  gn_reach_hold(RW.r, RW.peer, RW.now + 60000, RW.now); /* a call was made: no hold */
+  assert_int_equal(gn_reach_next_deadline_ms(RW.r), RW.now + GN_REACH_CALL_WAIT_MS);
+  RW.r = gn_reach_free(RW.r);
+  /* Capped. */
+  rw_init();
+  RW.relay_up = true;
+  t0 = RW.now;
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  gn_reach_hold(RW.r, RW.peer, RW.now + 60000, RW.now);
+  assert_int_equal(gn_reach_next_deadline_ms(RW.r), t0 + GN_REACH_HOLD_MAX_MS);
+  rw_run(GN_REACH_HOLD_MAX_MS);
+  assert_int_equal(RW.calls, 1);
+  RW.r = gn_reach_free(RW.r);
+}
+
 static void test_reach_table_is_bounded(void **state) {
   (void)state;
   rw_init();
@@ -1080,6 +1425,14 @@ int main(void) {
       cmocka_unit_test(test_introduction_flood_is_bounded),
       cmocka_unit_test(test_stranger_probe_is_not_answered),
       cmocka_unit_test(test_introduction_cannot_redirect_a_punch_in_progress),
+      cmocka_unit_test(test_tcp_punch_connects_both_sides),
+      cmocka_unit_test(test_tcp_punch_needs_a_cone_nat),
+      cmocka_unit_test(test_tcp_punch_hostile_rendezvous_cannot_aim_connects),
+      cmocka_unit_test(test_tcp_punch_only_where_rendezvous_and_peer_agree),
+      cmocka_unit_test(test_tcp_punch_once_per_peer_per_window),
+      cmocka_unit_test(test_tcp_punch_retries_until_its_wait),
+      cmocka_unit_test(test_tcp_punch_table_is_bounded),
+      cmocka_unit_test(test_private_addresses),
       cmocka_unit_test(test_relay_call_pairs_two_one_time_tokens),
       cmocka_unit_test(test_relay_unclaimed_call_expires),
       cmocka_unit_test(test_relay_slot_hog_is_bounded),
@@ -1092,6 +1445,7 @@ int main(void) {
       cmocka_unit_test(test_reach_hostile_relay_address_costs_one_dial),
       cmocka_unit_test(test_reach_refusals_back_off_and_give_up),
       cmocka_unit_test(test_reach_unanswered_calls_are_bounded),
+      cmocka_unit_test(test_reach_hold_waits_for_a_punch),
       cmocka_unit_test(test_reach_table_is_bounded),
       cmocka_unit_test(test_offer_names_its_relay),
   };
