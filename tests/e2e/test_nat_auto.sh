@@ -124,6 +124,8 @@ wait_for 45 "c1 has no offer of c2 naming its router's address: $(gn_cli "${dir[
 # hole punched through pub2 (the relay c2's offer names, as rendezvous)
 # joins them directly, with no call to the relay.
 ! session_up c1 c2 || fail "c1 had a session with c2 before renting"
+# The rendezvous is the relay c2's offer names, over c1's session with it.
+wait_for 30 "c1 has no session with pub2" session_up c1 pub2
 rent c1 c2
 state=$(call_state c1 c2)
 [ "$state" = none ] || fail "c1 leased from c2 through the relay (call $state), not over a punched TCP hole: $(nat_of c1 | jq -c '{tcp_punches, tcp_stats, reach, reach_stats}') c2: $(nat_of c2 | jq -c '{tcp_punches, tcp_stats}')"

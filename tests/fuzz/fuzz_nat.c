@@ -123,7 +123,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gn_nat_punch_req m, m2;
     if (gn_nat_punch_req_decode(data, size, &m) == 0) {
       if (gn_nat_punch_req_encode(&m, &b) != 0 || gn_nat_punch_req_decode(b.data, b.len, &m2) != 0 ||
-          m2.intro != m.intro || memcmp(m2.peer, m.peer, GN_PK_LEN) != 0 || strcmp(m2.addr, m.addr) != 0)
+          m2.intro != m.intro || m2.tcp != m.tcp || memcmp(m2.peer, m.peer, GN_PK_LEN) != 0 ||
+          strcmp(m2.addr, m.addr) != 0)
         __builtin_trap();
     }
   } else if (which == 3) {
