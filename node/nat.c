@@ -1068,10 +1068,31 @@ int gn__nat_start(gn_node *n) {
   return 0;
 }
 
+/* The offer of peer that names a relay (every offer of one provider names
+ * the same one; the first that names any), or NULL. */
+static const gn_offer *relay_offer(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  for (size_t i = 0; n->offers && i < gn_offer_table_count(n->offers); i++) {
+    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
+    if (memcmp(e->offer.provider, peer, GN_PK_LEN) == 0 && e->offer.relay_addr[0])
+      return &e->offer;
+  }
+  return NULL;
+}
+
 void gn__nat_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN], const char *addr) {
   struct gn__nat *g = n->nat;
   if (g && !g->closing) {
-    gn_reach_up(g->reach, peer, gn_mono_ms());
+    uint64_t now = gn_mono_ms();
+    /* A relay we dialled for a reach attempt is up: the punch that had to
+     * wait for a rendezvous goes first (held), else the call follows. */
+    gn_reach_info ri;
+    for (size_t i = 0; gn_reach_get(g->reach, i, &ri); i++) {
+      const gn_offer *o = NULL;
+      if (strcmp(ri.state, "dialling-relay") == 0 && memcmp(ri.relay, peer, GN_PK_LEN) == 0 &&
+          (o = relay_offer(n, ri.peer)) && memcmp(o->relay_id, peer, GN_PK_LEN) == 0)
+        tcp_punch_maybe(g, o, now);
+    }
+    gn_reach_up(g->reach, peer, now);
     arm(g);
   }
   if (!g || g->closing || !n->cfg.overlay || !addr || !gn_nat_addr_valid(addr))
@@ -1409,14 +1430,7 @@ int gn__nat_connect_peer(gn_node *n, const char *addr, const uint8_t peer[GN_PK_
   struct gn__nat *g = n->nat;
   if (!g || g->closing || !n->tp || r == GN_ECLOSED || !n->offers || gn_transport_is_up(n->tp, peer))
     return r;
-  /* The relay an offer of peer names (every offer of one provider names the
-   * same one; the first that names any). */
-  const gn_offer *o = NULL;
-  for (size_t i = 0; i < gn_offer_table_count(n->offers) && !o; i++) {
-    const gn_offer_entry *e = gn_offer_table_at(n->offers, i);
-    if (memcmp(e->offer.provider, peer, GN_PK_LEN) == 0 && e->offer.relay_addr[0])
-      o = &e->offer;
-  }
+  const gn_offer *o = relay_offer(n, peer);
   if (!o || memcmp(o->relay_id, n->id->pk, GN_PK_LEN) == 0)
     return r;
   uint64_t now = gn_mono_ms();

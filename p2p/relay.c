@@ -573,9 +573,13 @@ void gn_reach_tick(gn_reach *r, uint64_t now_ms) {
 
 void gn_reach_hold(gn_reach *r, const uint8_t peer[GN_PK_LEN], uint64_t until_ms, uint64_t now_ms) {
   attempt *a = r && peer ? attempt_of(r, peer) : NULL;
-  if (!a || a->state != R_DIRECT || a->calls)
+  if (!a || a->calls || (a->state != R_DIRECT && a->state != R_RELAY_WAIT && a->state != R_BACKOFF))
     return;
-  uint64_t cap = a->wanted_ms + GN_REACH_HOLD_MAX_MS;
+  /* Dialling the relay: its session is up (a punch goes through it), the
+   * call waits for the hold instead of following at once. */
+  if (a->state == R_RELAY_WAIT)
+    a->state = R_BACKOFF;
+  uint64_t cap = (a->state == R_DIRECT ? a->wanted_ms : now_ms) + GN_REACH_HOLD_MAX_MS;
   a->next_ms = until_ms < cap ? until_ms : cap;
   gn_reach_tick(r, now_ms);
 }

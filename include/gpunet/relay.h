@@ -195,8 +195,10 @@ void gn_reach_refused(gn_reach *r, const uint8_t relay[GN_PK_LEN], const uint8_t
 void gn_reach_up(gn_reach *r, const uint8_t key[GN_PK_LEN], uint64_t now_ms);
 /* A TCP hole is being punched to peer (docs/nat.md): the relay is not
  * called before until_ms (nor later than GN_REACH_HOLD_MAX_MS after the
- * want), while no call was made yet; a hold to now_ms ends a hold (the punch
- * failed: the relay is asked at once). Nothing when peer is not wanted. */
+ * want, or after the hold when it began while the relay was dialled:
+ * the caller holds only once the relay's session is up), while no call was
+ * made yet; a hold to now_ms ends a hold (the punch failed: the relay is
+ * asked at once). Nothing when peer is not wanted. */
 void gn_reach_hold(gn_reach *r, const uint8_t peer[GN_PK_LEN], uint64_t until_ms, uint64_t now_ms);
 void gn_reach_tick(gn_reach *r, uint64_t now_ms);
 /* When gn_reach_tick next has something to do (UINT64_MAX: nothing). */

@@ -1329,6 +1329,42 @@ static void test_reach_hold_waits_for_a_punch(void **state) {
   RW.r = gn_reach_free(RW.r);
 }
 
+/* The relay had to be dialled first: a punch through it, once it is up,
+ * holds the call the same way (from the hold, at most
+ * GN_REACH_HOLD_MAX_MS), and the relay's session coming up does not call
+ * past the hold. */
+static void test_reach_hold_after_dialling_the_relay(void **state) {
+  (void)state;
+  rw_init();
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  rw_run(GN_REACH_GRACE_MS);
+  assert_int_equal(RW.dials, 1);
+  rw_run(1000);
+  RW.relay_up = true;
+  gn_reach_hold(RW.r, RW.peer, RW.now + 60000, RW.now);
+  gn_reach_up(RW.r, RW.relay, RW.now);
+  assert_int_equal(RW.calls, 0);
+  uint64_t held = RW.now;
+  rw_run(GN_REACH_HOLD_MAX_MS - 100);
+  assert_int_equal(RW.calls, 0);
+  rw_run(100);
+  assert_int_equal(RW.calls, 1);
+  assert_int_equal(RW.now, held + GN_REACH_HOLD_MAX_MS);
+  RW.r = gn_reach_free(RW.r);
+  /* Released early: the call follows at once. */
+  rw_init();
+  assert_int_equal(gn_reach_want(RW.r, RW.peer, RW.relay, "192.0.2.7:7946", true, RW.now), 0);
+  rw_run(GN_REACH_GRACE_MS);
+  RW.relay_up = true;
+  gn_reach_hold(RW.r, RW.peer, RW.now + 60000, RW.now);
+  gn_reach_up(RW.r, RW.relay, RW.now);
+  rw_run(1000);
+  assert_int_equal(RW.calls, 0);
+  gn_reach_hold(RW.r, RW.peer, RW.now, RW.now);
+  assert_int_equal(RW.calls, 1);
+  RW.r = gn_reach_free(RW.r);
+}
+
 static void test_reach_table_is_bounded(void **state) {
   (void)state;
   rw_init();
@@ -1446,6 +1482,7 @@ int main(void) {
       cmocka_unit_test(test_reach_refusals_back_off_and_give_up),
       cmocka_unit_test(test_reach_unanswered_calls_are_bounded),
       cmocka_unit_test(test_reach_hold_waits_for_a_punch),
+      cmocka_unit_test(test_reach_hold_after_dialling_the_relay),
       cmocka_unit_test(test_reach_table_is_bounded),
       cmocka_unit_test(test_offer_names_its_relay),
   };
