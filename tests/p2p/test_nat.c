@@ -651,6 +651,15 @@ static void make_cone(world *w, int i) {
   assert_int_equal(gn_nat_type_get(n->nat, w->now), GN_NAT_CONE);
 }
 
+/* Nodes 0 and 1 behind cone NATs, both known to the rendezvous, node 2. */
+static void cone_pair_world(world *w) {
+  world_init(w);
+  make_cone(w, 0);
+  make_cone(w, 1);
+  observe_via(w, 0, 2);
+  observe_via(w, 1, 2);
+}
+
 static size_t tcp_held(const gn_nat *nat, uint64_t now) {
   size_t n = 0;
   gn_nat_tcp_info ti;
@@ -664,11 +673,7 @@ static size_t tcp_held(const gn_nat *nat, uint64_t now) {
 static void test_tcp_punch_connects_both_sides(void **state) {
   (void)state;
   static world w;
-  world_init(&w);
-  make_cone(&w, 0);
-  make_cone(&w, 1);
-  observe_via(&w, 0, 2);
-  observe_via(&w, 1, 2);
+  cone_pair_world(&w);
   assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
   assert_true(gn_nat_tcp_active(w.nodes[0].nat, w.nodes[1].key, w.now));
   world_run(&w);
@@ -766,11 +771,7 @@ static void test_tcp_punch_hostile_rendezvous_cannot_aim_connects(void **state) 
 static void test_tcp_punch_only_where_rendezvous_and_peer_agree(void **state) {
   (void)state;
   static world w;
-  world_init(&w);
-  make_cone(&w, 0);
-  make_cone(&w, 1);
-  observe_via(&w, 0, 2);
-  observe_via(&w, 1, 2);
+  cone_pair_world(&w);
   assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
   /* The request's nonce; the rendezvous answers with another address. */
   gn_nat_punch_req req;
@@ -807,11 +808,7 @@ static void test_tcp_punch_only_where_rendezvous_and_peer_agree(void **state) {
 static void test_tcp_punch_once_per_peer_per_window(void **state) {
   (void)state;
   static world w;
-  world_init(&w);
-  make_cone(&w, 0);
-  make_cone(&w, 1);
-  observe_via(&w, 0, 2);
-  observe_via(&w, 1, 2);
+  cone_pair_world(&w);
   for (int i = 0; i < 30; i++) {
     gn_nat_punch_req m = {.intro = false, .tcp = true};
     memcpy(m.peer, w.nodes[0].key, GN_PK_LEN);
@@ -833,11 +830,7 @@ static void test_tcp_punch_once_per_peer_per_window(void **state) {
 static void test_tcp_punch_retries_until_its_wait(void **state) {
   (void)state;
   static world w;
-  world_init(&w);
-  make_cone(&w, 0);
-  make_cone(&w, 1);
-  observe_via(&w, 0, 2);
-  observe_via(&w, 1, 2);
+  cone_pair_world(&w);
   w.nodes[0].tcp_fail_with = GN_EIO;
   assert_int_equal(gn_nat_tcp_punch_start(w.nodes[0].nat, w.nodes[1].key, w.nodes[2].key, w.now), 0);
   world_run(&w);
