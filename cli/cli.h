@@ -89,6 +89,9 @@ bool cli_bool(const json_t *o, const char *key);
 /* 400000 micro, "EUR" -> "0.40 EUR" (at least two decimals, no trailing
  * zeros after them). */
 void cli_fmt_money(uint64_t micro, const char *currency, char *buf, size_t cap);
+/* A measured figure for people: four significant digits (0.016799999 ->
+ * "0.0168", 3.14159 -> "3.142"), whole numbers from 10000 up ("123457"). */
+void cli_fmt_real(double v, char *buf, size_t cap);
 /* -> "0.40 EUR/h". */
 void cli_fmt_price(uint64_t micro, const char *currency, char *buf, size_t cap);
 /* 3725 -> "1h02m"; 45 -> "45s"; 200 -> "3m20s"; 90000 -> "1d01h". */

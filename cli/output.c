@@ -2,6 +2,7 @@
  * human formats for money, durations, times and node ids. */
 #include "cli.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,54 @@ int cli_bad_option(const char *cmd, int o, char **argv) {
   return cli_usage_error(cmd, "unknown option '%s'", arg);
 }
 
+/* Appends v to f as compact JSON, with its reals as cli_fmt_real writes them. */
+static void human_value(FILE *f, const json_t *v) {
+  if (json_is_real(v)) {
+    char buf[64];
+    cli_fmt_real(json_real_value(v), buf, sizeof(buf));
+    fputs(buf, f);
+  } else if (json_is_object(v)) {
+    const char *key;
+    const json_t *e;
+    bool first = true;
+    fputc('{', f);
+    json_object_foreach((json_t *)v, key, e) {
+      json_t *ks = json_string(key);
+      char *k = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+      json_decref(ks);
+      fprintf(f, "%s%s:", first ? "" : ",", k ? k : "?");
+      free(k);
+      human_value(f, e);
+      first = false;
+    }
+    fputc('}', f);
+  } else if (json_is_array(v)) {
+    fputc('[', f);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+      if (i)
+        fputc(',', f);
+      human_value(f, json_array_get(v, i));
+    }
+    fputc(']', f);
+  } else {
+    char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    fputs(d ? d : "?", f);
+    free(d);
+  }
+}
+
+/* v as compact JSON for people (reals rounded). Caller frees. */
+static char *human_dump(const json_t *v) {
+  char *s = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&s, &n);
+  if (!f)
+    return NULL;
+  human_value(f, v);
+  fclose(f);
+  return s;
+}
+
 void cli_print_fields(const json_t *o) {
   const char *key;
   const json_t *v;
@@ -77,8 +126,10 @@ void cli_print_fields(const json_t *o) {
       char d[32];
       cli_fmt_duration(json_integer_value(v), d, sizeof(d));
       snprintf(buf, sizeof(buf), "%lld (%s)", (long long)json_integer_value(v), d);
+    } else if (json_is_real(v)) {
+      cli_fmt_real(json_real_value(v), buf, sizeof(buf));
     } else {
-      dumped = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+      dumped = human_dump(v);
       text = dumped ? dumped : "?";
     }
     printf("%s:%*s %s\n", key, (int)(w - kl), "", text);
@@ -199,6 +250,15 @@ void cli_fmt_money(uint64_t micro, const char *currency, char *buf, size_t cap) 
     frac[--n] = '\0';
   snprintf(buf, cap, "%llu.%s %s", (unsigned long long)(micro / 1000000u), frac,
            currency && currency[0] ? currency : "EUR");
+}
+
+void cli_fmt_real(double v, char *buf, size_t cap) {
+  if (v != v || v - v != 0) /* NaN or infinite */
+    snprintf(buf, cap, "%s", v != v ? "nan" : v > 0 ? "inf" : "-inf");
+  else if (fabs(v) >= 1e4 && fabs(v) < 1e15)
+    snprintf(buf, cap, "%.0f", v);
+  else
+    snprintf(buf, cap, "%.4g", v);
 }
 
 void cli_fmt_price(uint64_t micro, const char *currency, char *buf, size_t cap) {

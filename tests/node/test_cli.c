@@ -4,6 +4,7 @@
  * end to end without the daemon core. Skipped if gpunet is not built. */
 #include <gpunet/node.h>
 
+#include <ctype.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -190,6 +191,18 @@ static void on_train_get(gn_ctl_req *r, void *ud) {
                               "running", "members", "ranks"));
 }
 
+/* POST /v1/attest: the figures as gpunetd gives them, full doubles. */
+static void on_attest(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  json_t *mem = json_pack("{s:s, s:s, s:f, s:f, s:i}", "verdict", "memory simulated", "outcome", "simulated",
+                          "measured_gbs", 1234.5678, "expected_gbs", 123456.789, "elapsed_ms", 12);
+  gn_ctl_reply_json(r, 200,
+                    json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:b, s:o}", "verdict", "simulated", "outcome",
+                              "simulated", "class", "RTX 4090", "measured_tops", 0.0168, "expected_tops",
+                              3.14159265358979, "elapsed_ms", 40, "prover_ms", 31, "simulated", 1, "memory", mem));
+}
+
 static const char export_doc[] = "{\"format\": \"gpunet-invoice/1\",   \"odd spacing\": [1, 2]}\n";
 
 static void on_export(gn_ctl_req *r, void *ud) {
@@ -241,6 +254,7 @@ static int setup(void **state) {
   gn_ctl_route(f->ctl, "GET", "/v1/invoices/:id/export", on_export, f);
   gn_ctl_route(f->ctl, "POST", "/v1/train", on_train, f);
   gn_ctl_route(f->ctl, "GET", "/v1/train/:id", on_train_get, f);
+  gn_ctl_route(f->ctl, "POST", "/v1/attest", on_attest, f);
   pthread_create(&f->thread, NULL, loop_main, f);
   *state = f;
   return 0;
@@ -316,6 +330,55 @@ static void test_cli_status_table_and_json(void **state) {
   json_t *j = json_loads(r->out, 0, NULL);
   assert_non_null(j);
   assert_int_equal(json_integer_value(json_object_get(j, "peers")), 2);
+  json_decref(j);
+}
+
+/* The longest run of significant digits in any number of s (leading zeros
+ * and the digits of an exponent not counted). */
+static int max_significant_digits(const char *s) {
+  int best = 0;
+  for (const char *p = s; *p;) {
+    if (!isdigit((unsigned char)*p) || (p > s && (isalnum((unsigned char)p[-1]) || p[-1] == '-'))) {
+      p++;
+      continue;
+    }
+    int n = 0;
+    bool started = false;
+    for (; isdigit((unsigned char)*p) || *p == '.'; p++) {
+      if (*p == '.')
+        continue;
+      if (*p != '0')
+        started = true;
+      if (started)
+        n++;
+    }
+    if (n > best)
+      best = n;
+  }
+  return best;
+}
+
+/* gpunet attest rounds its measured figures for people, the nested memory
+ * challenge's too; --json keeps the daemon's exact values. */
+static void test_cli_attest_rounds_figures_but_json_is_exact(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "attest o-aaaaaaaaaaaa");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "measured_tops: 0.0168\n");
+  assert_contains(r->out, "expected_tops: 3.142\n");
+  assert_contains(r->out, "\"measured_gbs\":1235");
+  assert_contains(r->out, "\"expected_gbs\":123457");
+  assert_contains(r->out, "elapsed_ms:    40\n");
+  if (max_significant_digits(r->out) > 6)
+    fail_msg("a figure with more than 6 significant digits in:\n%s", r->out);
+  r = run(f, "--json attest o-aaaaaaaaaaaa");
+  assert_int_equal(r->code, 0);
+  json_t *j = json_loads(r->out, 0, NULL);
+  assert_non_null(j);
+  assert_true(json_real_value(json_object_get(j, "measured_tops")) == 0.0168);
+  assert_true(json_real_value(json_object_get(j, "expected_tops")) == 3.14159265358979);
+  assert_true(json_real_value(json_object_get(json_object_get(j, "memory"), "expected_gbs")) == 123456.789);
   json_decref(j);
 }
 
@@ -771,6 +834,7 @@ static void test_cli_hostile_ids_refused_before_any_request(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_cli_status_table_and_json, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_attest_rounds_figures_but_json_is_exact, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_offers_sends_filter_and_marks_simulated, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_rent_body_matches_contract, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_daemon_error_is_one_line_exit_1, setup, teardown),
