@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int cmd_completion(cli *c, int argc, char **argv);
+
 static const cli_cmd commands[] = {
     {"init", cmd_init, "create this node's identity and config",
      "Usage: gpunet init [--force]\n"
@@ -214,6 +216,15 @@ static const cli_cmd commands[] = {
      "Asks gpunetd to run the GPU attestation challenge against the provider\n"
      "of an offer, or a node, and prints the verdict.\n",
      NULL},
+    {"completion", cmd_completion, "print a shell completion script",
+     "Usage: gpunet completion bash\n"
+     "Prints a bash completion script for gpunet, made from its own table of\n"
+     "commands and options: it completes the commands, and each command's\n"
+     "options after --. Load it in the running shell with\n"
+     "  source <(gpunet completion bash)\n"
+     "or install it for every shell:\n"
+     "  gpunet completion bash > ~/.local/share/bash-completion/completions/gpunet\n",
+     NULL},
 };
 
 const cli_cmd *cli_find_cmd(const char *name) {
@@ -223,12 +234,87 @@ const cli_cmd *cli_find_cmd(const char *name) {
   return NULL;
 }
 
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+/* Prints " --name" for each of cmd's long options (all of them, or only
+ * those that take a value), --help left out. */
+static void print_longs(const cli_cmd *cmd, bool values_only) {
+  for (const struct option *l = cmd->opts ? cmd->opts->longs : NULL; l && l->name; l++)
+    if (strcmp(l->name, "help") != 0 && (!values_only || l->has_arg == required_argument))
+      printf(" --%s", l->name);
+}
+
+/* The bash completion function, written from the command table above and
+ * each command's getopt_long options, so that it cannot fall behind them. */
+static int cmd_completion(cli *c, int argc, char **argv) {
+  (void)c;
+  int r = cli_simple_args(argc, argv, 1, "shell (bash)");
+  if (r >= 0)
+    return r;
+  if (strcmp(argv[optind], "bash") != 0)
+    return cli_usage_error(argv[0], "no completion for shell '%.40s' (only bash)", argv[optind]);
+  printf("# bash completion for gpunet %s, written by `gpunet completion bash`\n"
+         "# from its own command table.\n"
+         "_gpunet() {\n"
+         "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd= i\n"
+         "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+         "    case ${COMP_WORDS[i]} in\n"
+         "    --) [[ -n $cmd ]] && return 0 ;; # the job's command follows\n"
+         "    --data-dir) ((i++)) ;;\n"
+         "    -*) ;;\n"
+         "    *) [[ -z $cmd ]] && cmd=${COMP_WORDS[i]} ;;\n"
+         "    esac\n"
+         "  done\n"
+         "  if [[ $prev == --data-dir ]]; then\n"
+         "    COMPREPLY=($(compgen -d -- \"$cur\"))\n"
+         "    return 0\n"
+         "  fi\n"
+         "  local commands=\"help",
+         GN_CLI_VERSION);
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    printf(" %s", commands[i].name);
+  printf("\"\n"
+         "  if [[ -z $cmd ]]; then\n"
+         "    if [[ $cur == -* ]]; then\n"
+         "      COMPREPLY=($(compgen -W \"--data-dir --json --version --help\" -- \"$cur\"))\n"
+         "    else\n"
+         "      COMPREPLY=($(compgen -W \"$commands\" -- \"$cur\"))\n"
+         "    fi\n"
+         "    return 0\n"
+         "  fi\n"
+         "  local flags= values=\n"
+         "  case $cmd in\n"
+         "  help)\n"
+         "    COMPREPLY=($(compgen -W \"$commands\" -- \"$cur\"))\n"
+         "    return 0\n"
+         "    ;;\n");
+  for (size_t i = 0; i < NCOMMANDS; i++) {
+    if (!commands[i].opts)
+      continue;
+    printf("  %s)\n    flags=\"", commands[i].name);
+    print_longs(&commands[i], false);
+    printf("\"\n    values=\"");
+    print_longs(&commands[i], true);
+    printf("\"\n    ;;\n");
+  }
+  printf("  esac\n"
+         "  # A value of an option: files (or nothing) by bash's default.\n"
+         "  [[ -n $prev && \" $values \" == *\" $prev \"* ]] && return 0\n"
+         "  if [[ $cur == -* ]]; then\n"
+         "    COMPREPLY=($(compgen -W \"$flags --help --json --data-dir\" -- \"$cur\"))\n"
+         "  fi\n"
+         "  return 0\n"
+         "}\n"
+         "complete -o default -F _gpunet gpunet\n");
+  return CLI_OK;
+}
+
 static void print_help(FILE *out) {
   fprintf(out, "Usage: gpunet [--data-dir DIR] [--json] COMMAND [ARGS...]\n"
                "The gpunet command: find, rent and use GPUs on the gpunet marketplace\n"
                "through the local gpunetd.\n\n"
                "Commands:\n");
-  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+  for (size_t i = 0; i < NCOMMANDS; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
   fprintf(out, "\nOptions:\n"
                "  --data-dir DIR  gpunetd's data directory (default $XDG_DATA_HOME/gpunet,\n"
