@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static void api_status(gn_ctl_req *req, void *ud) {
@@ -461,28 +462,171 @@ static void api_invoice_export(gn_ctl_req *req, void *ud) {
   gn_ctl_reply_json(req, 200, doc);
 }
 
+/* A Prometheus label value: backslash, double quote and newline escaped. */
+static void prom_label(FILE *f, const char *v) {
+  for (; *v; v++) {
+    if (*v == '\\' || *v == '"')
+      fputc('\\', f);
+    if (*v == '\n')
+      fputs("\\n", f);
+    else
+      fputc(*v, f);
+  }
+}
+
+/* Money by currency, for earnings (provider) and spending (requester). */
+typedef struct {
+  char currency[8];
+  uint64_t micro[2]; /* [0] earned as provider, [1] spent as requester */
+} money_row;
+
+static void money_add(money_row *rows, size_t *n, size_t cap, const char *currency, int role, uint64_t micro) {
+  size_t i = 0;
+  while (i < *n && strcmp(rows[i].currency, currency) != 0)
+    i++;
+  if (i == *n) {
+    if (*n == cap)
+      return;
+    memset(&rows[i], 0, sizeof(rows[i]));
+    gn__strf(rows[i].currency, sizeof rows[i].currency, "%s", currency);
+    (*n)++;
+  }
+  rows[i].micro[role] += micro;
+}
+
+/* What the leases this node holds have billed: a final invoice's total once
+ * there is one, before that what the accepted debit notes cover; and the
+ * countersigned invoices of leases billed before v2. */
+static size_t metrics_money(gn_node *n, money_row *rows, size_t cap) {
+  size_t cnt = 0, nrows = 0;
+  for (gn_lease *l = n->leases; l; l = l->next) {
+    if (!lease_billed_v2(l))
+      continue;
+    gn_lease_info info;
+    memset(&info, 0, sizeof info);
+    if (l->prov)
+      gn_lease_prov_info(l->prov, &info);
+    else if (l->req)
+      gn_lease_req_info(l->req, (gn_lease_now){gn_mono_ms(), gn_unix_s()}, &info);
+    uint64_t micro = l->invoice_id[0] ? l->invoice_micro : info.accepted_micro;
+    money_add(rows, &nrows, cap, l->ag.terms.currency, l->role == GN_ROLE_PROVIDER ? 0 : 1, micro);
+  }
+  gn_invoice_record *recs = NULL;
+  if (gn_ledger_list_invoices(n->ledger, NULL, &recs, &cnt) < 0)
+    return nrows;
+  for (size_t i = 0; i < cnt; i++) {
+    const gn_lease *l = gn__lease_find(n, recs[i].lease_id);
+    if ((l && lease_billed_v2(l)) || !recs[i].summary.countersigned)
+      continue;
+    money_add(rows, &nrows, cap, recs[i].summary.currency, strcmp(recs[i].role, "provider") == 0 ? 0 : 1,
+              recs[i].summary.total_micro);
+  }
+  gn_invoice_records_free(recs, cnt);
+  return nrows;
+}
+
+static void metrics_gpus(gn_node *n, FILE *f) {
+  fprintf(f, "# HELP gpunet_gpus GPUs on this node.\n# TYPE gpunet_gpus gauge\ngpunet_gpus %zu\n", n->gpus.count);
+  if (!n->gpus.count)
+    return;
+  fprintf(f, "# HELP gpunet_gpu_info A GPU of this node (simulated=\"true\" for a fake one).\n"
+             "# TYPE gpunet_gpu_info gauge\n");
+  for (size_t i = 0; i < n->gpus.count; i++) {
+    const gn_gpu *g = &n->gpus.items[i];
+    fprintf(f, "gpunet_gpu_info{gpu=\"%d\",uuid=\"", g->index);
+    prom_label(f, g->uuid);
+    fputs("\",name=\"", f);
+    prom_label(f, g->name);
+    fprintf(f, "\",simulated=\"%s\"} 1\n", g->simulated ? "true" : "false");
+  }
+  fprintf(f, "# HELP gpunet_gpu_leased Whether a lease holds the GPU.\n# TYPE gpunet_gpu_leased gauge\n");
+  for (size_t i = 0; i < n->gpus.count; i++) {
+    fprintf(f, "gpunet_gpu_leased{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
+    prom_label(f, n->gpus.items[i].uuid);
+    fprintf(f, "\"} %d\n", n->gpu_leased_by[i][0] ? 1 : 0);
+  }
+  /* NVML's figures, for the GPUs it can tell about (not simulated ones). */
+  gn_gpu_stats st[GN_ARRAY_SIZE(n->gpu_leased_by)];
+  bool have[GN_ARRAY_SIZE(n->gpu_leased_by)] = {false};
+  size_t known = 0;
+  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
+    if (!n->gpus.items[i].simulated && gn_gpu_stats_get(&n->gpus.items[i], &st[i]) == 0)
+      have[i] = true, known++;
+  if (!known)
+    return;
+  fprintf(f, "# HELP gpunet_gpu_utilization_ratio GPU busy time, 0 to 1 (NVML).\n"
+             "# TYPE gpunet_gpu_utilization_ratio gauge\n");
+  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
+    if (have[i] && st[i].utilization_pct >= 0) {
+      fprintf(f, "gpunet_gpu_utilization_ratio{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
+      prom_label(f, n->gpus.items[i].uuid);
+      fprintf(f, "\"} %.2f\n", st[i].utilization_pct / 100.0);
+    }
+  fprintf(f, "# HELP gpunet_gpu_power_watts GPU power draw (NVML).\n# TYPE gpunet_gpu_power_watts gauge\n");
+  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
+    if (have[i] && st[i].power_mw) {
+      fprintf(f, "gpunet_gpu_power_watts{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
+      prom_label(f, n->gpus.items[i].uuid);
+      fprintf(f, "\"} %.3f\n", st[i].power_mw / 1000.0);
+    }
+  fprintf(f, "# HELP gpunet_gpu_sm_clock_hertz GPU SM clock (NVML).\n# TYPE gpunet_gpu_sm_clock_hertz gauge\n");
+  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
+    if (have[i] && st[i].sm_clock_mhz) {
+      fprintf(f, "gpunet_gpu_sm_clock_hertz{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
+      prom_label(f, n->gpus.items[i].uuid);
+      fprintf(f, "\"} %llu\n", (unsigned long long)st[i].sm_clock_mhz * 1000000ull);
+    }
+}
+
+/* SWIM membership by state, as GET /v1/status shows it. */
+static void metrics_members(gn_node *n, FILE *f) {
+  json_t *o = json_object();
+  gn__overlay_status_json(n, o);
+  json_t *m = json_object_get(o, "members");
+  if (json_is_object(m)) {
+    fprintf(f, "# HELP gpunet_overlay_members Overlay members by state (this node counts as alive).\n"
+               "# TYPE gpunet_overlay_members gauge\n");
+    static const char *const states[] = {"alive", "suspect", "dead", "left"};
+    for (size_t i = 0; i < GN_ARRAY_SIZE(states); i++)
+      fprintf(f, "gpunet_overlay_members{state=\"%s\"} %lld\n", states[i],
+              (long long)json_integer_value(json_object_get(m, states[i])));
+  }
+  json_decref(o);
+}
+
 static void api_metrics(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
-  size_t lp = 0, lr = 0, jobs[GN_JOB_REJECTED + 1] = {0};
+  size_t lp = 0, lr = 0, ended = 0, jobs[GN_JOB_REJECTED + 1] = {0};
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->state == GN_LEASE_ACTIVE)
       *(l->role == GN_ROLE_PROVIDER ? &lp : &lr) += 1;
+    else
+      ended++;
   for (gn_job *j = n->jobs; j; j = j->next)
     if ((unsigned)j->state <= GN_JOB_REJECTED)
       jobs[j->state]++;
+  money_row money[16];
+  size_t nmoney = metrics_money(n, money, GN_ARRAY_SIZE(money));
+  if (!nmoney) /* a zero in the node's own currency, so the series exist */
+    money_add(money, &nmoney, GN_ARRAY_SIZE(money), n->cfg.currency, 0, 0);
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   if (!f)
     return gn_ctl_reply_error(req, 500, "out of memory");
-  fprintf(f, "# HELP gpunet_peers Connected peers.\n# TYPE gpunet_peers gauge\ngpunet_peers %zu\n",
+  fprintf(f, "# HELP gpunet_peers Connected peers (sessions up).\n# TYPE gpunet_peers gauge\ngpunet_peers %zu\n",
           gn_transport_peer_count(n->tp));
+  metrics_members(n, f);
   fprintf(f, "# HELP gpunet_offers Offers in the offer table.\n# TYPE gpunet_offers gauge\ngpunet_offers %zu\n",
           gn_offer_table_count(n->offers));
   fprintf(f,
           "# HELP gpunet_leases_active Active leases by role.\n# TYPE gpunet_leases_active gauge\n"
           "gpunet_leases_active{role=\"provider\"} %zu\ngpunet_leases_active{role=\"requester\"} %zu\n",
           lp, lr);
+  fprintf(f,
+          "# HELP gpunet_leases_ended Ended leases this node still holds.\n# TYPE gpunet_leases_ended gauge\n"
+          "gpunet_leases_ended %zu\n",
+          ended);
   fprintf(f, "# HELP gpunet_jobs Jobs by state.\n# TYPE gpunet_jobs gauge\n");
   for (int s = 0; s <= GN_JOB_REJECTED; s++)
     fprintf(f, "gpunet_jobs{state=\"%s\"} %zu\n", gn__job_state_name((gn_job_state)s), jobs[s]);
@@ -490,10 +634,47 @@ static void api_metrics(gn_ctl_req *req, void *ud) {
           "# HELP gpunet_ticks_total Usage seconds written to the ledger since start.\n"
           "# TYPE gpunet_ticks_total counter\ngpunet_ticks_total %llu\n",
           (unsigned long long)n->ticks_total);
-  fprintf(f, "# HELP gpunet_gpus GPUs on this node.\n# TYPE gpunet_gpus gauge\ngpunet_gpus %zu\n", n->gpus.count);
+  fprintf(f, "# HELP gpunet_earnings_total Billed as provider (accepted debit notes, then final invoices), in "
+             "currency units.\n# TYPE gpunet_earnings_total counter\n");
+  for (size_t i = 0; i < nmoney; i++)
+    fprintf(f, "gpunet_earnings_total{currency=\"%s\"} %llu.%06llu\n", money[i].currency,
+            (unsigned long long)(money[i].micro[0] / 1000000), (unsigned long long)(money[i].micro[0] % 1000000));
+  fprintf(f, "# HELP gpunet_spent_total Billed as requester, in currency units.\n# TYPE gpunet_spent_total counter\n");
+  for (size_t i = 0; i < nmoney; i++)
+    fprintf(f, "gpunet_spent_total{currency=\"%s\"} %llu.%06llu\n", money[i].currency,
+            (unsigned long long)(money[i].micro[1] / 1000000), (unsigned long long)(money[i].micro[1] % 1000000));
+  metrics_gpus(n, f);
   fclose(f);
   gn_ctl_reply_text(req, 200, "text/plain; version=0.0.4", text);
   free(text);
+}
+
+int gn__api_metrics_listen(gn_node *n) {
+  char host[64];
+  gn__strf(host, sizeof host, "%s", n->cfg.metrics_listen);
+  char *colon = strrchr(host, ':');
+  if (!colon)
+    return GN_EINVAL;
+  *colon = '\0';
+  int port = atoi(colon + 1);
+  const char *ip = host;
+  size_t hl = strlen(host);
+  if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
+    host[hl - 1] = '\0';
+    ip = host + 1;
+  }
+  int r = gn_ctl_new_tcp(n->loop, ip, port, &n->metrics_ctl);
+  if (r < 0)
+    return r;
+  if ((r = gn_ctl_route(n->metrics_ctl, "GET", "/metrics", api_metrics, n)) < 0)
+    return r;
+  bool loopback = strncmp(ip, "127.", 4) == 0 || strcmp(ip, "::1") == 0;
+  if (loopback)
+    gn_log(GN_LOG_INFO, "metrics on http://%s/metrics", n->cfg.metrics_listen);
+  else
+    gn_log(GN_LOG_WARN, "metrics on http://%s/metrics: not loopback, anyone who can reach it reads them",
+           n->cfg.metrics_listen);
+  return 0;
 }
 
 void gn__api_register(gn_node *n) {

@@ -5,6 +5,7 @@
 #include <gpunet/paths.h>
 #include <gpunet/settle.h>
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -50,6 +51,7 @@ typedef enum {
   KEY_NO_TRAINING,
   KEY_JOBNET_PORTS,
   KEY_OVERLAY,
+  KEY_METRICS_LISTEN,
   /* The hostile-peer limits (gn_config_limits), one table below. */
   KEY_MAX_CONNECTIONS,
   KEY_DIAL_RESERVE,
@@ -107,6 +109,7 @@ static const struct {
     [KEY_NO_TRAINING] = {"no_training", "no-training", true},
     [KEY_JOBNET_PORTS] = {"jobnet_ports", "jobnet-ports", false},
     [KEY_OVERLAY] = {"overlay", "overlay", false},
+    [KEY_METRICS_LISTEN] = {"metrics_listen", "metrics-listen", false},
     [KEY_MAX_CONNECTIONS] = {"max_connections", "max-connections", false},
     [KEY_DIAL_RESERVE] = {"dial_reserve", "dial-reserve", false},
     [KEY_MAX_INBOUND_PER_IP] = {"max_inbound_per_ip", "max-inbound-per-ip", false},
@@ -201,6 +204,8 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "  --log-level LEVEL       debug, info, warn or error (default info)\n"
                                  "  --overlay on|off        membership (SWIM) over UDP on the listen address and\n"
                                  "                          port (default on; off for a node alone)\n"
+                                 "  --metrics-listen [IP:]PORT  also serve GET /metrics (Prometheus) over TCP\n"
+                                 "                          (default off; a bare port binds 127.0.0.1)\n"
                                  "\n"
                                  "What peers may make this node hold (docs/overlay/limits.md; the defaults):\n"
                                  "  --max-connections N     sessions in all, dialled and accepted (512)\n"
@@ -365,6 +370,12 @@ static bool valid_hostport(const char *v) {
   errno = 0;
   unsigned long port = strtoul(colon + 1, &end, 10);
   return errno == 0 && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535;
+}
+
+/* "9464" -> "127.0.0.1:9464" (the port is checked by the caller). */
+static int metrics_loopback(char *buf, const char *port) {
+  int n = snprintf(buf, 64, "127.0.0.1:%s", port);
+  return n < 0 || n >= 64 ? -1 : 0;
 }
 
 static bool copy_str(char *dst, size_t cap, const char *v) {
@@ -733,6 +744,34 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     }
     cfg->overlay = b;
     return 0;
+  case KEY_METRICS_LISTEN: {
+    /* A bare port is loopback; an address must be a numeric IPv4 or
+     * [IPv6] one, the port 1-65535. */
+    char buf[64];
+    if (strchr(v, ':') || strchr(v, '.') ? !copy_str(buf, sizeof(buf), v) : metrics_loopback(buf, v) < 0)
+      goto bad_metrics;
+    char *colon = strrchr(buf, ':');
+    if (!colon || !valid_hostport(buf))
+      goto bad_metrics;
+    *colon = '\0';
+    struct in6_addr a6;
+    struct in_addr a4;
+    size_t hl = strlen(buf);
+    bool ok = inet_pton(AF_INET, buf, &a4) == 1;
+    if (!ok && hl > 2 && buf[0] == '[' && buf[hl - 1] == ']') {
+      buf[hl - 1] = '\0';
+      ok = inet_pton(AF_INET6, buf + 1, &a6) == 1;
+      buf[hl - 1] = ']';
+    }
+    *colon = ':';
+    if (!ok)
+      goto bad_metrics;
+    memcpy(cfg->metrics_listen, buf, strlen(buf) + 1);
+    return 0;
+  bad_metrics:
+    snprintf(err, cap, "metrics_listen must be PORT or IP:PORT (IPv6 as [IP]:PORT), not '%.60s'", v);
+    return GN_EINVAL;
+  }
   case KEY_JOBNET_PORTS: {
     char *end, *end2 = (char *)"";
     errno = 0;

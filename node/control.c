@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,6 +17,8 @@
 #define CTL_MAX_PATH 2048      /* longer request paths get 414 */
 #define CTL_CONN_LIMIT 128     /* concurrent client connections */
 #define CTL_CONN_TIMEOUT_S 120 /* idle connections are dropped after this */
+#define CTL_TCP_CONN_LIMIT 16  /* the same over TCP (gn_ctl_new_tcp) */
+#define CTL_TCP_CONN_TIMEOUT_S 10
 /* Without epoll, libuv cannot safely watch MHD's connection sockets (MHD
  * closes and reuses them inside MHD_run), so the fallback watches only the
  * listen socket and runs MHD this often while a connection is active. */
@@ -609,15 +612,40 @@ static int ctl_bind(const char *path, int *ret_fd) {
   return 0;
 }
 
-int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
-  if (!loop || !sock_path || !ret)
+/* Binds a TCP listen socket on ip:port (port 0: the kernel picks one). */
+static int ctl_bind_tcp(const char *ip, int port, int *ret_fd) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+  memset(&ss, 0, sizeof(ss));
+  if (uv_ip4_addr(ip, port, a4) == 0)
+    len = sizeof(*a4);
+  else if (uv_ip6_addr(ip, port, a6) == 0)
+    len = sizeof(*a6);
+  else
     return GN_EINVAL;
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return -errno;
+  int one = 1;
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, (struct sockaddr *)&ss, len) < 0 || listen(fd, 16) < 0) {
+    int r = -errno;
+    close(fd);
+    return r;
+  }
+  *ret_fd = fd;
+  return 0;
+}
+
+static int ctl_start(uv_loop_t *loop, const char *sock_path, const char *ip, int port, gn_ctl **ret) {
   int fd = -1, r;
   gn_ctl *c = calloc(1, sizeof(*c));
   if (!c)
     return GN_ENOMEM;
   c->loop = loop;
-  c->path = strdup(sock_path);
+  c->path = strdup(sock_path ? sock_path : "");
   c->timer = gn_uv_handle_alloc(sizeof(*c->timer));
   /* GN_CTL_NO_EPOLL=1 forces the portable fallback, so tests cover it too. */
   const char *no_epoll = getenv("GN_CTL_NO_EPOLL");
@@ -628,17 +656,20 @@ int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
     r = GN_ENOMEM;
     goto fail;
   }
-  r = ctl_bind(sock_path, &fd);
+  r = sock_path ? ctl_bind(sock_path, &fd) : ctl_bind_tcp(ip, port, &fd);
   if (r < 0)
     goto fail;
+  /* Over TCP (metrics only) fewer clients, and a shorter idle time. */
+  unsigned conn_limit = sock_path ? CTL_CONN_LIMIT : CTL_TCP_CONN_LIMIT;
+  unsigned conn_timeout = sock_path ? CTL_CONN_TIMEOUT_S : CTL_TCP_CONN_TIMEOUT_S;
   unsigned flags = MHD_ALLOW_SUSPEND_RESUME | (epoll ? MHD_USE_EPOLL : 0);
   c->mhd = MHD_start_daemon(flags, 0, NULL, NULL, ctl_on_access, c, MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_NOTIFY_COMPLETED, ctl_on_completed, c, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)CTL_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CTL_CONN_TIMEOUT_S,
-                            MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, ctl_on_completed, c, MHD_OPTION_CONNECTION_LIMIT, conn_limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, conn_timeout, MHD_OPTION_END);
   if (!c->mhd) {
     close(fd);
-    unlink(sock_path);
+    if (sock_path)
+      unlink(sock_path);
     r = GN_EIO;
     goto fail;
   }
@@ -668,6 +699,18 @@ fail:
   return r;
 }
 
+int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret) {
+  if (!loop || !sock_path || !ret)
+    return GN_EINVAL;
+  return ctl_start(loop, sock_path, NULL, 0, ret);
+}
+
+int gn_ctl_new_tcp(uv_loop_t *loop, const char *ip, int port, gn_ctl **ret) {
+  if (!loop || !ip || port < 0 || port > 65535 || !ret)
+    return GN_EINVAL;
+  return ctl_start(loop, NULL, ip, port, ret);
+}
+
 void gn_ctl_close(gn_ctl *c) {
   if (!c || c->closing)
     return;
@@ -686,5 +729,6 @@ void gn_ctl_close(gn_ctl *c) {
   gn_uv_close_free((uv_handle_t *)c->timer, ctl_on_handle_closed, c);
   MHD_stop_daemon(c->mhd); /* detaches every remaining req, closes the fd */
   c->mhd = NULL;
-  unlink(c->path);
+  if (c->path[0])
+    unlink(c->path);
 }

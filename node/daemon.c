@@ -599,6 +599,8 @@ static void shutdown_node(gn_node *n) {
   uv_close((uv_handle_t *)&n->sig_term, NULL);
   gn_ctl_close(n->ctl);
   n->ctl = NULL;
+  gn_ctl_close(n->metrics_ctl);
+  n->metrics_ctl = NULL;
   /* Give queued frames (withdrawals, invoices, lease ends) a moment to
    * leave before the sessions close. */
   uv_timer_init(n->loop, &n->stop_timer);
@@ -805,6 +807,10 @@ int gn__node_main(int argc, char **argv) {
   /* The agents' routes and hooks: the API answers long polls when a job
    * changes; a provided job is stopped by the provider. */
   gn__api_register(n);
+  if (n->cfg.metrics_listen[0] && (r = gn__api_metrics_listen(n)) < 0) {
+    fprintf(stderr, "gpunetd: cannot serve metrics on %s: %s\n", n->cfg.metrics_listen, gn_strerror(r));
+    return 1;
+  }
   gn__requester_register(n);
   gn__attest_register(n);
   gn__settle_register(n);

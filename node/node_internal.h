@@ -36,6 +36,7 @@ struct gn_node {
   gn_discovery *disc;
   gn_offer_table *offers;
   gn_ctl *ctl;
+  gn_ctl *metrics_ctl; /* GET /metrics over TCP (--metrics-listen), or NULL */
   gn_gpu_list gpus;
   char gpu_leased_by[GN_LEASE_MAX_GPUS * 4][GN_LEASE_ID_STRLEN];
   gn_runtime rt;

@@ -47,6 +47,10 @@ typedef void (*gn_ctl_handler)(gn_ctl_req *req, void *ud);
  * GN_EINVAL if it is too long for a Unix socket address. Changes the process
  * umask briefly around bind(): call it from the main thread at start-up. */
 int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret);
+/* The same server on a TCP socket bound to ip:port (for GET /metrics only:
+ * the caller adds just the routes it means to expose there); at most 16
+ * clients at once, each dropped after 10 s idle. */
+int gn_ctl_new_tcp(uv_loop_t *loop, const char *ip, int port, gn_ctl **ret);
 /* Adds a route. pattern is a path whose segments may be ":name" parameters,
  * e.g. "/v1/jobs/:id/logs". The first matching route wins. Unknown paths get
  * 404, known paths with another method 405. Copies method and pattern. */
@@ -115,6 +119,7 @@ typedef struct gn_config {
   char data_dir[PATH_MAX];
   char config_path[PATH_MAX]; /* the file that was read, "" if none */
   char listen[64];            /* host:port, default "127.0.0.1:7946" */
+  char metrics_listen[64];    /* IP:PORT serving GET /metrics over TCP; "" (default): off */
   char *bootstrap[GN_CONFIG_MAX_BOOTSTRAP];
   size_t bootstrap_count;
   bool provide;

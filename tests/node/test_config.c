@@ -76,6 +76,7 @@ static void test_config_defaults(void **state) {
   assert_int_equal(c.registry_allow_count, 0); /* no private registry unless named */
   assert_false(c.allow_unenforced_limits);
   assert_false(c.allow_no_userns);
+  assert_string_equal(c.metrics_listen, ""); /* no metrics over TCP unless asked */
   gn_config_done(&c);
 }
 
@@ -223,6 +224,13 @@ static void test_config_bad_values_table(void **state) {
       {"interval_min_s = 0", "bad interval_min_s '0': want a whole number of seconds from 1 to 86400"},
       {"interval_max_s = 86401", "bad interval_max_s '86401'"},
       {"interval_max_s = 10s", "bad interval_max_s '10s'"},
+      {"metrics_listen = 0", "metrics_listen must be PORT or IP:PORT"},
+      {"metrics_listen = 65536", "metrics_listen must be PORT or IP:PORT"},
+      {"metrics_listen = localhost:9464", "metrics_listen must be PORT or IP:PORT (IPv6 as [IP]:PORT), not "
+                                          "'localhost:9464'"},
+      {"metrics_listen = 127.0.0.1", "metrics_listen must be"},
+      {"metrics_listen = ::1:9464", "metrics_listen must be"},
+      {"metrics_listen = 10.0.0.300:9464", "metrics_listen must be"},
   };
   char path[256];
   snprintf(path, sizeof(path), "%s/c.conf", f->dir);
@@ -237,6 +245,29 @@ static void test_config_bad_values_table(void **state) {
       fail_msg("'%s' was accepted", cases[i].line);
     if (!strstr(err, cases[i].msg) || !strstr(err, ":2: "))
       fail_msg("'%s': error '%s' lacks '%s' or the line number", cases[i].line, err, cases[i].msg);
+    gn_config_done(&c);
+  }
+}
+
+/* A bare port is loopback; an address is kept as given (the daemon warns
+ * when it is not loopback). */
+static void test_config_metrics_listen_bare_port_is_loopback(void **state) {
+  (void)state;
+  static const struct {
+    const char *arg, *want;
+  } cases[] = {
+      {"9464", "127.0.0.1:9464"},
+      {"0.0.0.0:9100", "0.0.0.0:9100"},
+      {"[::1]:9464", "[::1]:9464"},
+  };
+  for (size_t i = 0; i < GN_ARRAY_SIZE(cases); i++) {
+    gn_config c;
+    gn_config_defaults(&c);
+    char *argv[] = {"gpunetd", "--metrics-listen", (char *)cases[i].arg, NULL};
+    char err[512] = "";
+    if (gn_config_parse_args(&c, 3, argv, err, sizeof(err)) < 0)
+      fail_msg("'%s' refused: %s", cases[i].arg, err);
+    assert_string_equal(c.metrics_listen, cases[i].want);
     gn_config_done(&c);
   }
 }
@@ -621,6 +652,7 @@ static void test_config_limits_json_lists_every_key(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_config_defaults, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_config_metrics_listen_bare_port_is_loopback, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_data_dir_falls_back_to_home, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_file_sets_every_key, setup, teardown),
       cmocka_unit_test_setup_teardown(test_config_unknown_key_names_the_line, setup, teardown),
