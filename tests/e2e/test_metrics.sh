@@ -37,6 +37,17 @@ grep -q '^gpunet_gpu_info{gpu="0",uuid="GPU-SIM-[0-9a-f]*",name="NVIDIA GeForce 
 grep -q '^gpunet_earnings_total{currency="EUR"} 0.000000$' "$work/m.txt" || fail "earnings: $(grep earn "$work/m.txt")"
 ok "GET /metrics over TCP answers with every metric family"
 
+# The dashboard and the doc name only metrics the daemon has: each name in
+# docs/grafana-gpunet.json is in docs/metrics.md, and exported here unless it
+# is one of NVML's (no real GPU in this test).
+for name in $(grep -o 'gpunet_[a-z_]*' "$src/docs/grafana-gpunet.json" | sort -u); do
+  grep -q "\`$name\`" "$src/docs/metrics.md" || fail "docs/metrics.md lacks $name (used by the dashboard)"
+  case $name in gpunet_gpu_utilization_ratio | gpunet_gpu_power_watts | gpunet_gpu_sm_clock_hertz) continue ;; esac
+  grep -q "^# TYPE $name " "$work/m.txt" || fail "the dashboard uses $name, which the daemon does not export"
+done
+jq -e '.panels | length > 0' "$src/docs/grafana-gpunet.json" >/dev/null || fail "docs/grafana-gpunet.json is not a dashboard"
+ok "the Grafana dashboard uses only documented metrics the daemon exports"
+
 promtool check metrics <"$work/m.txt" >"$work/promtool.txt" 2>&1 || fail "promtool check metrics: $(cat "$work/promtool.txt")"
 ok "promtool check metrics accepts it"
 
