@@ -13,6 +13,10 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$G" --data-dir "$tmp/d" completion bash >"$tmp/gpunet.bash" || fail "completion bash exited $?"
 bash -n "$tmp/gpunet.bash" || fail "the script is not valid bash"
+# SC2207 (COMPREPLY=($(compgen ...))) is the completion idiom: the words have no spaces.
+if command -v shellcheck >/dev/null; then
+  shellcheck -s bash -e SC2207 "$tmp/gpunet.bash" || fail "shellcheck finds fault with the script"
+fi
 # shellcheck disable=SC1091
 source "$tmp/gpunet.bash"
 complete -p gpunet | grep -q -- '-F _gpunet' || fail "no completion registered for gpunet"
