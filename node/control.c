@@ -711,6 +711,19 @@ int gn_ctl_new_tcp(uv_loop_t *loop, const char *ip, int port, gn_ctl **ret) {
   return ctl_start(loop, NULL, ip, port, ret);
 }
 
+int gn_ctl_tcp_port(const gn_ctl *c) {
+  const union MHD_DaemonInfo *info = c && c->mhd ? MHD_get_daemon_info(c->mhd, MHD_DAEMON_INFO_LISTEN_FD) : NULL;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (!info || getsockname(info->listen_fd, (struct sockaddr *)&ss, &len) < 0)
+    return GN_EINVAL;
+  if (ss.ss_family == AF_INET)
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  return GN_EINVAL;
+}
+
 void gn_ctl_close(gn_ctl *c) {
   if (!c || c->closing)
     return;

@@ -51,6 +51,9 @@ int gn_ctl_new(uv_loop_t *loop, const char *sock_path, gn_ctl **ret);
  * the caller adds just the routes it means to expose there); at most 16
  * clients at once, each dropped after 10 s idle. */
 int gn_ctl_new_tcp(uv_loop_t *loop, const char *ip, int port, gn_ctl **ret);
+/* The TCP port a gn_ctl_new_tcp server listens on (port 0 asked the kernel);
+ * GN_EINVAL for a Unix-socket server. */
+int gn_ctl_tcp_port(const gn_ctl *c);
 /* Adds a route. pattern is a path whose segments may be ":name" parameters,
  * e.g. "/v1/jobs/:id/logs". The first matching route wins. Unknown paths get
  * 404, known paths with another method 405. Copies method and pattern. */

@@ -465,6 +465,92 @@ static void test_ctl_many_sequential_requests(void **state) {
   }
 }
 
+/* --- over TCP (gn_ctl_new_tcp) ------------------------------------------------*/
+
+typedef struct tcp_fixture {
+  uv_loop_t loop;
+  uv_async_t async;
+  gn_ctl *ctl;
+  pthread_t thread;
+} tcp_fixture;
+
+static void tcp_on_async(uv_async_t *a) {
+  tcp_fixture *t = a->data;
+  gn_ctl_close(t->ctl);
+  t->ctl = NULL;
+  uv_close((uv_handle_t *)&t->async, NULL);
+}
+
+static void *tcp_loop_main(void *arg) {
+  tcp_fixture *t = arg;
+  uv_run(&t->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+static long tcp_request(int port, const char *method, const char *path, gn_buf *body) {
+  CURL *c = curl_easy_init();
+  char url[256];
+  snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+  reply r = {0};
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+  if (strcmp(method, "POST") == 0)
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, "{}");
+  CURLcode rc = curl_easy_perform(c);
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(c);
+  gn_buf_append(&r.body, "", 1);
+  if (body)
+    *body = r.body;
+  else
+    gn_buf_done(&r.body);
+  return rc == CURLE_OK ? status : -1;
+}
+
+/* A TCP server answers the routes it was given and nothing else: the
+ * metrics listener's guarantee that no control path is reachable. */
+static void test_ctl_tcp_serves_only_its_routes(void **state) {
+  (void)state;
+  tcp_fixture t = {0};
+  assert_int_equal(uv_loop_init(&t.loop), 0);
+  assert_int_equal(uv_async_init(&t.loop, &t.async, tcp_on_async), 0);
+  t.async.data = &t;
+  assert_int_equal(gn_ctl_new_tcp(&t.loop, "127.0.0.1", 0, &t.ctl), 0);
+  assert_int_equal(gn_ctl_route(t.ctl, "GET", "/metrics", on_text, NULL), 0);
+  int port = gn_ctl_tcp_port(t.ctl);
+  assert_true(port > 0);
+  assert_int_equal(pthread_create(&t.thread, NULL, tcp_loop_main, &t), 0);
+  gn_buf body = {0};
+  assert_int_equal(tcp_request(port, "GET", "/metrics", &body), 200);
+  assert_string_equal((const char *)body.data, "hello\n");
+  gn_buf_done(&body);
+  assert_int_equal(tcp_request(port, "GET", "/v1/status", NULL), 404);
+  assert_int_equal(tcp_request(port, "POST", "/v1/leases", NULL), 404);
+  assert_int_equal(tcp_request(port, "POST", "/metrics", NULL), 405);
+  uv_async_send(&t.async);
+  pthread_join(t.thread, NULL);
+  assert_int_equal(uv_loop_close(&t.loop), 0);
+}
+
+static void test_ctl_tcp_bad_address_and_taken_port(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  gn_ctl *a = NULL, *b = NULL;
+  assert_int_equal(gn_ctl_new_tcp(&loop, "localhost", 0, &b), GN_EINVAL);
+  assert_int_equal(gn_ctl_new_tcp(&loop, "127.0.0.1", 70000, &b), GN_EINVAL);
+  assert_int_equal(gn_ctl_new_tcp(&loop, "127.0.0.1", 0, &a), 0);
+  assert_int_equal(gn_ctl_new_tcp(&loop, "127.0.0.1", gn_ctl_tcp_port(a), &b), -EADDRINUSE);
+  assert_null(b);
+  gn_ctl_close(a);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
@@ -485,6 +571,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ctl_close_answers_pending_503, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_reply_after_client_left_is_safe, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_many_sequential_requests, setup, teardown),
+      cmocka_unit_test(test_ctl_tcp_serves_only_its_routes),
+      cmocka_unit_test(test_ctl_tcp_bad_address_and_taken_port),
   };
   int r = cmocka_run_group_tests_name("epoll", tests, NULL, NULL);
   /* Again without epoll: MHD polled from a timer, the portable fallback. */
