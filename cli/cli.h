@@ -174,6 +174,9 @@ extern const cli_opts cli_init_opts, cli_offers_opts, cli_rent_opts, cli_run_opt
  * file of `gpunet init`, written atomically with mode 0600. -errno on error. */
 int cli_mkdirs(const char *dir);
 int cli_write_default_config(const char *path);
+/* cli/systemd.c: `gpunet init --systemd`, gpunetd's unit in unit_dir (gpunetd:
+ * NULL for the one next to this gpunet; force: replace a different unit). */
+int cli_init_systemd(cli *c, const char *unit_dir, const char *gpunetd, bool force);
 
 /* Shared by `run -f` and `logs -f`: streams a job's output from offset 0 and
  * returns the job's exit code (or CLI_FAIL). */

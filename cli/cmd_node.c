@@ -22,17 +22,27 @@ static int load_identity(cli *c, gn_identity **ret, char *path, size_t cap) {
   return CLI_OK;
 }
 
-static const struct option init_longs[] = {{"force", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {0}};
+static const struct option init_longs[] = {
+    {"force", no_argument, NULL, 'f'},          {"systemd", no_argument, NULL, 's'},
+    {"unit-dir", required_argument, NULL, 'u'}, {"gpunetd", required_argument, NULL, 'g'},
+    {"help", no_argument, NULL, 'h'},           {0}};
 const cli_opts cli_init_opts = {":h", init_longs};
 
 int cmd_init(cli *c, int argc, char **argv) {
-  bool force = false;
+  bool force = false, systemd = false;
+  const char *unit_dir = NULL, *gpunetd = NULL;
   int o;
   optind = 0;
   opterr = 0;
   while ((o = getopt_long(argc, argv, cli_init_opts.shorts, cli_init_opts.longs, NULL)) != -1) {
     if (o == 'f')
       force = true;
+    else if (o == 's')
+      systemd = true;
+    else if (o == 'u')
+      unit_dir = optarg;
+    else if (o == 'g')
+      gpunetd = optarg;
     else if (o == 'h')
       return cli_print_usage(cli_find_cmd("init"));
     else
@@ -41,6 +51,10 @@ int cmd_init(cli *c, int argc, char **argv) {
   int r = cli_want_args(argc, argv, 0, "");
   if (r >= 0)
     return r;
+  if ((unit_dir || gpunetd) && !systemd)
+    return cli_usage_error("init", "--unit-dir and --gpunetd go with --systemd");
+  if (systemd)
+    return cli_init_systemd(c, unit_dir ? unit_dir : "/etc/systemd/system", gpunetd, force);
   r = cli_mkdirs(c->data_dir);
   if (r < 0)
     return cli_fail("cannot create %s: %s", c->data_dir, strerror(-r));

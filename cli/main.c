@@ -15,9 +15,15 @@ static int cmd_completion(cli *c, int argc, char **argv);
 static const cli_cmd commands[] = {
     {"init", cmd_init, "create this node's identity and config",
      "Usage: gpunet init [--force]\n"
+     "       gpunet init --systemd [--unit-dir DIR] [--gpunetd PATH] [--force]\n"
      "Creates the data directory (0700), a fresh node identity (identity.key,\n"
      "0600) and a commented gpunet.conf, then prints the node id. Never\n"
-     "overwrites an existing identity; --force only rewrites the config.\n",
+     "overwrites an existing identity; --force only rewrites the config.\n"
+     "With --systemd, writes gpunetd.service instead into DIR (default\n"
+     "/etc/systemd/system), running PATH (default: the gpunetd next to this\n"
+     "gpunet) on this data directory; a different existing unit is only\n"
+     "replaced with --force. Then: systemctl daemon-reload && systemctl enable\n"
+     "--now gpunetd.\n",
      &cli_init_opts},
     {"id", cmd_id, "print this node's id",
      "Usage: gpunet id\n"
