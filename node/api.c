@@ -576,6 +576,14 @@ static void metrics_gpus(gn_node *n, FILE *f) {
       prom_label(f, n->gpus.items[i].uuid);
       fprintf(f, "\"} %llu\n", (unsigned long long)st[i].sm_clock_mhz * 1000000ull);
     }
+  fprintf(f, "# HELP gpunet_gpu_temperature_celsius GPU core temperature (NVML).\n"
+             "# TYPE gpunet_gpu_temperature_celsius gauge\n");
+  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
+    if (have[i] && st[i].temperature_c >= 0) {
+      fprintf(f, "gpunet_gpu_temperature_celsius{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
+      prom_label(f, n->gpus.items[i].uuid);
+      fprintf(f, "\"} %d\n", st[i].temperature_c);
+    }
 }
 
 /* SWIM membership by state, as GET /v1/status shows it. */

@@ -24,6 +24,7 @@ typedef struct {
   char busId[32];
 } nvmlPciInfo_t;
 enum { NVML_CLOCK_SM = 1 };
+enum { NVML_TEMPERATURE_GPU = 0 };
 
 #define NVML_MAX_GPUS 64
 
@@ -45,6 +46,7 @@ typedef struct nvml {
   nvmlReturn_t (*clock)(nvmlDevice_t, int, unsigned int *);
   nvmlReturn_t (*max_clock)(nvmlDevice_t, int, unsigned int *);
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int *);
+  nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned int *);
 } nvml;
 
 /* NVML stays loaded between calls (initialising it takes long on a real
@@ -95,6 +97,7 @@ static bool nvml_open(nvml *n) {
   NVML_SYM(clock, "nvmlDeviceGetClockInfo");
   NVML_SYM(max_clock, "nvmlDeviceGetMaxClockInfo");
   NVML_SYM(power, "nvmlDeviceGetPowerUsage");
+  NVML_SYM(temperature, "nvmlDeviceGetTemperature");
   /* Without init, count and handles nothing else can be asked. */
   n->inited = n->init && n->count && n->handle && n->init() == 0;
   return n->inited;
@@ -302,11 +305,15 @@ static int get_stats(nvml *n, nvmlDevice_t d, void *arg) {
     s->sm_clock_mhz = v;
   if (n->power && n->power(d, &v) == 0)
     s->power_mw = v;
+  /* 0 degrees is a possible reading, so "unknown" is -1; a value past what
+   * any GPU survives is a broken reading, not a temperature. */
+  if (n->temperature && n->temperature(d, NVML_TEMPERATURE_GPU, &v) == 0 && v <= GN_GPU_TEMPERATURE_MAX_C)
+    s->temperature_c = (int)v;
   return 0;
 }
 
 int gn_gpu_stats_get(const gn_gpu *g, gn_gpu_stats *ret) {
-  gn_gpu_stats s = {.utilization_pct = -1};
+  gn_gpu_stats s = {.utilization_pct = -1, .temperature_c = -1};
   int r = with_device(g, get_stats, &s);
   if (r == 0)
     *ret = s;

@@ -226,7 +226,10 @@ typedef struct gn_gpu_stats {
   int utilization_pct; /* -1 if unknown */
   uint32_t sm_clock_mhz;
   uint32_t power_mw;
+  int temperature_c; /* core temperature in Celsius, -1 if unknown */
 } gn_gpu_stats;
+/* Readings above this are treated as broken, not as a temperature. */
+#define GN_GPU_TEMPERATURE_MAX_C 200
 
 typedef struct gn_gpu_list {
   gn_gpu *items;
@@ -240,7 +243,7 @@ int gn_gpu_discover(const char *const *simulate, size_t simulate_count, gn_gpu_l
 /* Current utilization in percent. GN_EUNSUPPORTED for simulated GPUs or
  * when NVML cannot tell. */
 int gn_gpu_utilization(const gn_gpu *g, uint8_t *ret_pct);
-/* Utilization, SM clock and power in one call. GN_EUNSUPPORTED for simulated
+/* Utilization, SM clock, power and temperature in one call. GN_EUNSUPPORTED for simulated
  * GPUs or without NVML; GN_ENOTFOUND if the GPU at g->index is another one. */
 int gn_gpu_stats_get(const gn_gpu *g, gn_gpu_stats *ret);
 void gn_gpu_list_done(gn_gpu_list *l);

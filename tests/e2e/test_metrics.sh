@@ -34,6 +34,8 @@ for name in gpunet_peers gpunet_overlay_members gpunet_offers gpunet_leases_acti
 done
 grep -q '^gpunet_gpu_info{gpu="0",uuid="GPU-SIM-[0-9a-f]*",name="NVIDIA GeForce RTX 4090",simulated="true"} 1$' \
   "$work/m.txt" || fail "the simulated GPU is not labelled as such: $(grep gpu_info "$work/m.txt")"
+! grep -q '^gpunet_gpu_temperature_celsius{' "$work/m.txt" ||
+  fail "a simulated GPU got an invented temperature: $(grep temperature "$work/m.txt")"
 grep -q '^gpunet_earnings_total{currency="EUR"} 0.000000$' "$work/m.txt" || fail "earnings: $(grep earn "$work/m.txt")"
 ok "GET /metrics over TCP answers with every metric family"
 
@@ -42,7 +44,7 @@ ok "GET /metrics over TCP answers with every metric family"
 # is one of NVML's (no real GPU in this test).
 for name in $(grep -o 'gpunet_[a-z_]*' "$src/docs/grafana-gpunet.json" | sort -u); do
   grep -q "\`$name\`" "$src/docs/metrics.md" || fail "docs/metrics.md lacks $name (used by the dashboard)"
-  case $name in gpunet_gpu_utilization_ratio | gpunet_gpu_power_watts | gpunet_gpu_sm_clock_hertz) continue ;; esac
+  case $name in gpunet_gpu_utilization_ratio | gpunet_gpu_power_watts | gpunet_gpu_sm_clock_hertz | gpunet_gpu_temperature_celsius) continue ;; esac
   grep -q "^# TYPE $name " "$work/m.txt" || fail "the dashboard uses $name, which the daemon does not export"
 done
 jq -e '.panels | length > 0' "$src/docs/grafana-gpunet.json" >/dev/null || fail "docs/grafana-gpunet.json is not a dashboard"

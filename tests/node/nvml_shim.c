@@ -82,5 +82,13 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
   return 0;
 }
 
+/* Device 0 is at 61 degrees; device 1's sensor fails. */
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *t) {
+  if (fake_handle(d) == 1 || sensor != 0)
+    return FAKE_ERROR;
+  *t = 61;
+  return 0;
+}
+
 /* Deliberately absent: nvmlDeviceGetMinorNumber, nvmlDeviceGetPciInfo_v3,
  * nvmlDeviceGetClockInfo, nvmlDeviceGetMaxClockInfo, nvmlDeviceGetPowerUsage. */

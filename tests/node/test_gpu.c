@@ -149,6 +149,20 @@ static void test_gpu_utilization_from_nvml(void **state) {
   assert_int_equal(gn_gpu_utilization(&other, &pct), GN_ENOTFOUND);
   gn_gpu_list_done(&l);
 }
+
+static void test_gpu_temperature_from_nvml_or_unknown(void **state) {
+  (void)state;
+  gn_gpu_list l;
+  assert_int_equal(gn_gpu_discover(NULL, 0, &l), 0);
+  assert_int_equal(l.count, 2);
+  gn_gpu_stats st;
+  assert_int_equal(gn_gpu_stats_get(&l.items[0], &st), 0);
+  assert_int_equal(st.temperature_c, 61);
+  /* Device 1's sensor fails: unknown, not 0 degrees. */
+  assert_int_equal(gn_gpu_stats_get(&l.items[1], &st), 0);
+  assert_int_equal(st.temperature_c, -1);
+  gn_gpu_list_done(&l);
+}
 #endif
 
 int main(void) {
@@ -160,6 +174,7 @@ int main(void) {
 #ifdef GN_NVML_SHIM_PATH
       cmocka_unit_test_setup_teardown(test_gpu_real_gpus_parsed_and_missing_fields_unknown, shim, done),
       cmocka_unit_test_setup_teardown(test_gpu_utilization_from_nvml, shim, done),
+      cmocka_unit_test_setup_teardown(test_gpu_temperature_from_nvml_or_unknown, shim, done),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
