@@ -1,16 +1,41 @@
 /* Logging for the daemon: one timestamped line per message on stderr (library
- * code never logs; it returns codes and gpunetd decides what to say). */
+ * code never logs; it returns codes and gpunetd decides what to say).
+ *
+ * Under systemd, stderr is a stream to the journal, which stamps each line
+ * itself and reads a leading "<N>" as its syslog priority (sd-daemon.h's
+ * SD_ERR... prefixes). systemd says so in JOURNAL_STREAM, "DEVICE:INODE" of
+ * that stream (systemd.exec(5)): when the output's fd is still that stream
+ * (not redirected by a child or a wrapper), lines are "<3>message" with no
+ * timestamp; otherwise they are unchanged. Decided again on each
+ * gn_log_set_output, and on the first line. */
 #include <gpunet/node.h>
 #include <gpunet/ratelimit.h>
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static enum gn_log_level g_level = GN_LOG_INFO;
 static FILE *g_out;
+static int g_journal = -1; /* -1: not decided yet */
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+/* LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR */
+static const char *const level_prio[] = {"<7>", "<6>", "<4>", "<3>"};
+
+static bool is_journal_stream(FILE *f) {
+  const char *env = getenv("JOURNAL_STREAM");
+  uintmax_t dev, ino;
+  char end;
+  struct stat st;
+  if (!env || !f || sscanf(env, "%ju:%ju%c", &dev, &ino, &end) != 2)
+    return false;
+  int fd = fileno(f);
+  return fd >= 0 && fstat(fd, &st) == 0 && (uintmax_t)st.st_dev == dev && (uintmax_t)st.st_ino == ino;
+}
 
 int gn_log_set_level(const char *name) {
   for (size_t i = 0; name && i < GN_ARRAY_SIZE(level_names); i++) {
@@ -24,23 +49,31 @@ int gn_log_set_level(const char *name) {
 
 void gn_log_set_output(FILE *f) {
   g_out = f;
+  g_journal = is_journal_stream(f ? f : stderr);
 }
 
 void gn_logv(enum gn_log_level level, const char *fmt, va_list ap) {
   if (level < g_level || level > GN_LOG_ERROR)
     return;
-  char ts[32];
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  FILE *out = g_out ? g_out : stderr;
+  if (g_journal < 0)
+    g_journal = is_journal_stream(out);
   /* Format the whole line first so concurrent writers do not interleave. */
   char line[2048];
-  int n = snprintf(line, sizeof(line), "%s %-5s ", ts, level_names[level]);
+  int n;
+  if (g_journal) {
+    n = snprintf(line, sizeof(line), "%s", level_prio[level]);
+  } else {
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    n = snprintf(line, sizeof(line), "%s %-5s ", ts, level_names[level]);
+  }
   if (n < 0)
     return;
   vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-  FILE *out = g_out ? g_out : stderr;
   fprintf(out, "%s\n", line);
   fflush(out);
 }

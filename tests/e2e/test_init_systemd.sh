@@ -9,6 +9,7 @@ set -euo pipefail
 G=${GN_BUILD_DIR:?}/gpunet
 D=$(cd "$GN_BUILD_DIR" && pwd)/gpunetd
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
+[ -x "$D" ] || { echo "skip: gpunetd not built in $GN_BUILD_DIR"; exit 77; }
 tmp=$(mktemp -d /tmp/gn-systemd.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -7,7 +7,11 @@
 
 #include <gpunet/node.h>
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 static FILE *out;
 
@@ -88,9 +92,73 @@ static void test_log_ratelimited_many_keys_share_the_last_slot(void **state) {
   assert_true(n >= 50);
 }
 
+/* Points JOURNAL_STREAM at out's device and inode plus ino_delta (0: out is
+ * the journal stream) and has the log decide again. */
+static void journal_stream_is(intmax_t ino_delta) {
+  struct stat st;
+  assert_int_equal(fstat(fileno(out), &st), 0);
+  char v[64];
+  snprintf(v, sizeof(v), "%ju:%ju", (uintmax_t)st.st_dev, (uintmax_t)st.st_ino + (uintmax_t)ino_delta);
+  setenv("JOURNAL_STREAM", v, 1);
+  gn_log_set_output(out);
+}
+
+static void journal_off(void) {
+  unsetenv("JOURNAL_STREAM");
+  gn_log_set_output(out);
+  gn_log_set_level("info");
+}
+
+static void test_log_to_journal_stream_has_priority_and_no_timestamp(void **state) {
+  (void)state;
+  long pos = ftell(out);
+  char last[4096] = "";
+  journal_stream_is(0);
+  gn_log_set_level("debug");
+  static const struct {
+    enum gn_log_level level;
+    const char *want;
+  } cases[] = {{GN_LOG_ERROR, "<3>disk full\n"},
+               {GN_LOG_WARN, "<4>disk full\n"},
+               {GN_LOG_INFO, "<6>disk full\n"},
+               {GN_LOG_DEBUG, "<7>disk full\n"}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    gn_log(cases[i].level, "disk %s", "full");
+    assert_int_equal(lines_since(&pos, last, sizeof(last)), 1);
+    assert_string_equal(last, cases[i].want);
+  }
+  journal_off();
+}
+
+static void test_log_other_stream_keeps_timestamped_lines(void **state) {
+  (void)state;
+  long pos = ftell(out);
+  char last[4096] = "";
+  /* Another stream (stderr redirected after systemd set it), a value that
+   * is not DEVICE:INODE, and none at all: the usual line. */
+  for (int i = 0; i < 3; i++) {
+    if (i == 0) {
+      journal_stream_is(1);
+    } else if (i == 1) {
+      setenv("JOURNAL_STREAM", "12:34x", 1);
+      gn_log_set_output(out);
+    } else {
+      journal_off();
+    }
+    gn_log(GN_LOG_ERROR, "disk full");
+    assert_int_equal(lines_since(&pos, last, sizeof(last)), 1);
+    assert_int_equal(last[0], '2'); /* 20YY-MM-DDTHH:MM:SSZ */
+    assert_int_equal(strlen(last), strlen("2026-12-04T21:00:00Z error disk full\n"));
+    assert_string_equal(last + 20, " error disk full\n");
+  }
+  journal_off();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_log_ratelimited_burst_then_summary),
+      cmocka_unit_test(test_log_to_journal_stream_has_priority_and_no_timestamp),
+      cmocka_unit_test(test_log_other_stream_keeps_timestamped_lines),
       cmocka_unit_test(test_log_ratelimited_below_level_is_not_counted),
       cmocka_unit_test(test_log_ratelimited_many_keys_share_the_last_slot),
   };
