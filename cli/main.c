@@ -321,7 +321,7 @@ static void print_help(FILE *out) {
                "through the local gpunetd.\n\n"
                "Commands:\n");
   for (size_t i = 0; i < NCOMMANDS; i++)
-    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].help);
   fprintf(out, "\nOptions:\n"
                "  --data-dir DIR  gpunetd's data directory (default $XDG_DATA_HOME/gpunet,\n"
                "                  else ~/.local/share/gpunet); its socket is DIR/gpunetd.sock\n"
