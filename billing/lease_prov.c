@@ -126,6 +126,10 @@ typedef struct prov_pend {
   gn_buf env;
   gn_bill_head next; /* the head its acceptance leads to */
   int64_t issued_s;
+  /* When it first went to the requester (monotonic), for the latency of its
+   * acceptance; not persisted: a restored note's acceptance is not timed. */
+  bool sent;
+  uint64_t sent_ms;
 } prov_pend;
 
 struct gn_lease_prov {
@@ -170,7 +174,7 @@ struct gn_lease_prov {
 };
 
 static int prov_emit_settled(gn_lease_prov *m, gn_lease_out *out);
-static int prov_emit_voucher(gn_lease_prov *m, gn_lease_out *out);
+static int prov_emit_voucher(gn_lease_prov *m, gn_lease_out *out, uint64_t latency_ms);
 
 static uint64_t prov_timeout_ms(const gn_lease_prov *m) {
   return (uint64_t)m->interval_s * 2u * 1000u; /* payment_timeout_s = grace_s = 2 * interval_s */
@@ -377,8 +381,10 @@ static int prov_issue_note(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out
   }
   m->resend_at_ms = now.mono_ms + gn__lease_resend_ms(m->interval_s);
   r = prov_persist(m, out);
-  if (r == 0 && m->peer_up)
-    r = prov_send(out, &p->env);
+  if (r == 0 && m->peer_up && (r = prov_send(out, &p->env)) == 0) {
+    p->sent = true;
+    p->sent_ms = now.mono_ms;
+  }
   return r;
 }
 
@@ -437,8 +443,13 @@ static int prov_step(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out) {
         return r;
       if (m->n_pend && m->peer_up) {
         if (now.mono_ms >= m->resend_at_ms) {
-          if ((r = prov_send(out, &m->pend[m->n_pend - 1].env)) < 0)
+          prov_pend *p = &m->pend[m->n_pend - 1];
+          if ((r = prov_send(out, &p->env)) < 0)
             return r;
+          if (!p->sent) {
+            p->sent = true;
+            p->sent_ms = now.mono_ms;
+          }
           m->resend_at_ms = now.mono_ms + gn__lease_resend_ms(m->interval_s);
         }
         gn__lease_timer(out, m->resend_at_ms);
@@ -642,7 +653,7 @@ int gn_lease_prov_restore(const gn_identity *id, const uint8_t *agreement_env, s
   }
   /* What the glue records is emitted again: a crash may have fallen between
    * the PERSIST and these. */
-  if (m->head.seq > 0 && m->acc_note.len && (r = prov_emit_voucher(m, out)) < 0)
+  if (m->head.seq > 0 && m->acc_note.len && (r = prov_emit_voucher(m, out, UINT64_MAX)) < 0)
     goto fail;
   if (m->phase == GN_LEASE_PHASE_ENDED) {
     gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_INVOICE);
@@ -692,11 +703,14 @@ int gn_lease_prov_ticks(gn_lease_prov *m, gn_lease_now now, uint64_t from, const
 }
 
 /* Emits the voucher of the head: after an acceptance, and again after a
- * restart (the glue stores it idempotently). */
-static int prov_emit_voucher(gn_lease_prov *m, gn_lease_out *out) {
+ * restart (the glue stores it idempotently). latency_ms: from the note's
+ * first send to its acceptance, UINT64_MAX when not timed. */
+static int prov_emit_voucher(gn_lease_prov *m, gn_lease_out *out, uint64_t latency_ms) {
   gn_lease_action *a = gn__lease_act(out, GN_LEASE_ACT_VOUCHER);
   if (!a)
     return GN_ENOMEM;
+  a->timed = latency_ms != UINT64_MAX;
+  a->latency_ms = a->timed ? latency_ms : 0;
   int r = gn__lease_act_bytes(out, a, false, m->acc_note.data, m->acc_note.len);
   return r < 0 ? r : gn__lease_act_bytes(out, a, true, m->acc_resp.data, m->acc_resp.len);
 }
@@ -709,6 +723,8 @@ static int prov_accepted(gn_lease_prov *m, gn_lease_now now, size_t i, const uin
   if ((r = gn_buf_append(&m->acc_note, m->pend[i].env.data, m->pend[i].env.len)) < 0 ||
       (r = gn_buf_append(&m->acc_resp, resp, resp_len)) < 0)
     return r;
+  const prov_pend *p = &m->pend[i];
+  uint64_t latency_ms = p->sent && now.mono_ms >= p->sent_ms ? now.mono_ms - p->sent_ms : UINT64_MAX;
   uint64_t drop = m->pend[i].next.seconds - m->head.seconds;
   memmove(m->ticks.data, m->ticks.data + drop * GN_BILL_TICK_LEN, m->ticks.len - drop * GN_BILL_TICK_LEN);
   m->ticks.len -= drop * GN_BILL_TICK_LEN;
@@ -718,7 +734,7 @@ static int prov_accepted(gn_lease_prov *m, gn_lease_now now, size_t i, const uin
   /* An ended lease's final invoice must continue the note just accepted. */
   if (m->phase == GN_LEASE_PHASE_ENDED && (r = prov_seal_invoice(m)) < 0)
     return r;
-  if ((r = prov_persist(m, out)) < 0 || (r = prov_emit_voucher(m, out)) < 0)
+  if ((r = prov_persist(m, out)) < 0 || (r = prov_emit_voucher(m, out, latency_ms)) < 0)
     return r;
   return m->phase == GN_LEASE_PHASE_ENDED ? prov_issue_invoice(m, now, out) : 0;
 }

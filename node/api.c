@@ -651,6 +651,8 @@ static void api_metrics(gn_ctl_req *req, void *ud) {
   for (size_t i = 0; i < nmoney; i++)
     fprintf(f, "gpunet_spent_total{currency=\"%s\"} %llu.%06llu\n", money[i].currency,
             (unsigned long long)(money[i].micro[1] / 1000000), (unsigned long long)(money[i].micro[1] % 1000000));
+  gn_histo_write(&n->debit_latency, f, "gpunet_debit_note_latency_seconds",
+                 "Provider: from a debit note's first send to the requester's acceptance.");
   metrics_gpus(n, f);
   fclose(f);
   gn_ctl_reply_text(req, 200, "text/plain; version=0.0.4", text);

@@ -6,6 +6,7 @@
 #ifndef GPUNET_NODE_INTERNAL_H
 #define GPUNET_NODE_INTERNAL_H
 
+#include "histogram.h"
 #include "records.h"
 #include "util.h"
 
@@ -37,6 +38,8 @@ struct gn_node {
   gn_offer_table *offers;
   gn_ctl *ctl;
   gn_ctl *metrics_ctl; /* GET /metrics over TCP (--metrics-listen), or NULL */
+  /* Provider: from a debit note's first send to its acceptance. */
+  gn_histo debit_latency;
   gn_gpu_list gpus;
   char gpu_leased_by[GN_LEASE_MAX_GPUS * 4][GN_LEASE_ID_STRLEN];
   gn_runtime rt;

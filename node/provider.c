@@ -790,6 +790,8 @@ static int prov_perform(gn_node *n, gn_lease *l, gn_lease_out *out) {
         gn_log(GN_LOG_ERROR, "cannot save the billing state of lease %s: %s", l->id, gn_strerror(r));
       break;
     case GN_LEASE_ACT_VOUCHER:
+      if (a->timed)
+        gn_histo_observe_ms(&n->debit_latency, a->latency_ms);
       gn_ledger_store_note(n->ledger, l->id, "provider", a->data, a->len);
       if (gn_ledger_store_response(n->ledger, l->id, "provider", a->data2, a->len2) < 0)
         gn_log(GN_LOG_ERROR, "cannot store the requester's voucher for lease %s", l->id);

@@ -160,6 +160,10 @@ typedef struct gn_lease_action {
   uint64_t from, to; /* WRITE_TICKS */
   bool idle;         /* WRITE_TICKS */
   bool accepted;     /* SETTLED */
+  /* VOUCHER, provider: timed is true when the note's acceptance came back
+   * latency_ms after the note first went out (not after a restart). */
+  bool timed;
+  uint64_t latency_ms;
   const uint8_t *data, *data2;
   size_t len, len2;
   char reason[256]; /* END, SETTLED, REJECTED: printable, "" if none */

@@ -33,6 +33,8 @@ typedef struct pv {
   gn_buf invoice; /* the last INVOICE action */
   size_t n_invoice_actions, n_invoice_sends, n_vouchers, n_rejected, n_unanswered;
   uint64_t unanswered_at_ms;
+  bool voucher_timed; /* the last VOUCHER's */
+  uint64_t voucher_latency_ms;
   bool ended, settled, settled_accepted;
   char end_reason[256];
   uint8_t gpus; /* what the glue writes per second */
@@ -82,6 +84,8 @@ static void pv_handle(pv *p, const gn_lease_out *o) {
       break;
     case GN_LEASE_ACT_VOUCHER:
       p->n_vouchers++;
+      p->voucher_timed = a->timed;
+      p->voucher_latency_ms = a->latency_ms;
       break;
     case GN_LEASE_ACT_REJECTED:
       p->n_rejected++;
@@ -303,6 +307,45 @@ static void test_prov_acceptance_moves_head(void **state) {
   assert_int_equal(note.from, 11);
   assert_int_equal(note.seconds, 20);
   gn_buf_done(&acc);
+}
+
+static void test_prov_acceptance_latency_from_send(void **state) {
+  pv *p = *state;
+  gn_bill_head h;
+  gn_buf acc = {0};
+  assert_int_equal(gn_bill_head_init(p->ag.data, p->ag.len, &h), 0);
+  pv_until(p, 10000); /* the note goes out at 10 s */
+  assert_int_equal(p->n_notes, 1);
+  pv_until(p, 10250);
+  pv_accept(p, 0, &h, &acc);
+  assert_int_equal(pv_recv(p, &acc), 0);
+  assert_int_equal(p->n_vouchers, 1);
+  assert_true(p->voucher_timed);
+  assert_int_equal(p->voucher_latency_ms, 250);
+  gn_buf_done(&acc);
+}
+
+static void test_prov_latency_counts_from_send_not_issue(void **state) {
+  pv *p = *state;
+  gn_lease_out o = {0};
+  pv_until(p, 3000);
+  assert_int_equal(gn_lease_prov_peer(p->m, pv_now(p), false, &o), 0);
+  pv_handle(p, &o);
+  pv_until(p, 15000); /* the note of 10 s is issued, not sent */
+  assert_int_equal(p->n_notes, 0);
+  assert_int_equal(gn_lease_prov_peer(p->m, pv_now(p), true, &o), 0);
+  pv_handle(p, &o);
+  assert_int_equal(p->n_notes, 1); /* sent now, at 15 s */
+  pv_until(p, 15400);
+  gn_bill_head h;
+  gn_buf acc = {0};
+  assert_int_equal(gn_bill_head_init(p->ag.data, p->ag.len, &h), 0);
+  pv_accept(p, 0, &h, &acc);
+  assert_int_equal(pv_recv(p, &acc), 0);
+  assert_true(p->voucher_timed);
+  assert_int_equal(p->voucher_latency_ms, 400);
+  gn_buf_done(&acc);
+  gn_lease_out_done(&o);
 }
 
 static void test_prov_payment_timeout_ends_lease(void **state) {
@@ -787,6 +830,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prov_catch_up_writes_each_second, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_note_every_interval, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_acceptance_moves_head, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_acceptance_latency_from_send, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_latency_counts_from_send_not_issue, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_payment_timeout_ends_lease, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_unreachable_requester_ends_lease, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_peer_back_within_grace_keeps_lease, pv_setup, pv_teardown),

@@ -42,7 +42,7 @@ ok "GET /metrics over TCP answers with every metric family"
 # The dashboard and the doc name only metrics the daemon has: each name in
 # docs/grafana-gpunet.json is in docs/metrics.md, and exported here unless it
 # is one of NVML's (no real GPU in this test).
-for name in $(grep -o 'gpunet_[a-z_]*' "$src/docs/grafana-gpunet.json" | sort -u); do
+for name in $(grep -o 'gpunet_[a-z_]*' "$src/docs/grafana-gpunet.json" | sed 's/_bucket$//' | sort -u); do
   grep -q "\`$name\`" "$src/docs/metrics.md" || fail "docs/metrics.md lacks $name (used by the dashboard)"
   case $name in gpunet_gpu_utilization_ratio | gpunet_gpu_power_watts | gpunet_gpu_sm_clock_hertz | gpunet_gpu_temperature_celsius) continue ;; esac
   grep -q "^# TYPE $name " "$work/m.txt" || fail "the dashboard uses $name, which the daemon does not export"

@@ -3,7 +3,8 @@
 # provider and a requester: while the lease runs the provider shows it
 # active, its GPU leased and earnings above 0, the requester spending above
 # 0; after the release both counters equal the countersigned final
-# invoice's total; promtool accepts every scrape.
+# invoice's total; the provider's debit-note latency histogram has counted
+# acceptances; promtool accepts every scrape.
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
@@ -53,6 +54,16 @@ grep -q '^gpunet_leases_active{role="provider"} 1$' "$work/p.txt" || fail "provi
 grep -q '^gpunet_leases_active{role="requester"} 1$' "$work/r.txt" || fail "requester: $(grep leases "$work/r.txt")"
 grep -q '^gpunet_gpu_leased{gpu="0",uuid="GPU-SIM-[0-9a-f]*"} 1$' "$work/p.txt" || fail "GPU not shown leased"
 ok "during the lease: active on both sides, the GPU leased, earnings and spending above 0"
+
+# The provider timed the acceptance of the debit notes behind those earnings;
+# the requester sends none, so its histogram stays empty.
+lat_count=$(awk '$1 == "gpunet_debit_note_latency_seconds_count" { print $2 }' "$work/p.txt")
+lat_inf=$(awk '$1 == "gpunet_debit_note_latency_seconds_bucket{le=\"+Inf\"}" { print $2 }' "$work/p.txt")
+[ -n "$lat_count" ] && [ "$lat_count" -gt 0 ] || fail "provider debit-note latency count: '$lat_count'"
+[ "$lat_inf" = "$lat_count" ] || fail "le=+Inf bucket $lat_inf, count $lat_count"
+grep -q '^gpunet_debit_note_latency_seconds_count 0$' "$work/r.txt" ||
+  fail "requester: $(grep debit_note_latency "$work/r.txt")"
+ok "the provider's debit-note latency histogram counts $lat_count acceptance(s); the requester's is empty"
 
 gn_cli "$R" release "$lease" >/dev/null || fail "cannot release $lease"
 status() { [ "$(gn_cli "$P" --json invoices | jq -r --arg l "$lease" '.invoices[] | select(.lease==$l) | .status')" = accepted ]; }
