@@ -38,6 +38,9 @@ render "$tmp/gpunetd.8" "$tmp/w8" >"$tmp/gpunetd.txt"
 grep -q '^GPUNET(1)' "$tmp/gpunet.txt" || fail "gpunet.1 has no GPUNET(1) header"
 grep -q '^GPUNETD(8)' "$tmp/gpunetd.txt" || fail "gpunetd.8 has no GPUNETD(8) header"
 
+# Pipes into grep -q or grep -m1 are avoided: under pipefail the writer's
+# SIGPIPE, when grep stops reading first, fails the test (it did in CI).
+page=$(tr -s ' ' <"$tmp/gpunet.txt")
 cmds=$("$B/gpunet" help | sed -n '/^Commands:/,/^$/p' | awk 'NF && !/^Commands:/ {print $1}')
 [ "$(wc -l <<<"$cmds")" -ge 15 ] || fail "gpunet help lists only: $cmds"
 for c in $cmds; do
@@ -45,9 +48,9 @@ for c in $cmds; do
   # paragraphs, 7 columns in), then under COMMAND DETAILS its heading and usage.
   grep -Eq "^ {7}$c( |$)" "$tmp/gpunet.txt" || fail "command $c missing from the command list"
   grep -Eq "^ +gpunet $c\$" "$tmp/gpunet.txt" || fail "no COMMAND DETAILS heading for $c"
-  usage=$("$B/gpunet" "$c" --help 2>&1 | grep -m1 '^Usage:' | tr -s ' ')
+  usage=$("$B/gpunet" "$c" --help 2>&1 | awk '/^Usage:/ && !done { print; done = 1 }' | tr -s ' ')
   [ -n "$usage" ] || fail "gpunet $c --help has no Usage line"
-  tr -s ' ' <"$tmp/gpunet.txt" | grep -qF -- "$usage" || fail "gpunet.1 lacks '$usage'"
+  grep -qF -- "$usage" <<<"$page" || fail "gpunet.1 lacks '$usage'"
 done
 grep -q 'init --systemd' "$tmp/gpunet.txt" || fail "init --systemd is not in gpunet.1"
 
