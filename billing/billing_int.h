@@ -72,6 +72,7 @@ typedef struct gn__bill_body {
   char currency[8];         /* invoice */
   int64_t start_s, end_s;   /* invoice */
   char end_reason[64];      /* invoice */
+  gn_bill_energy energy;    /* invoice, optional: energy_mj and energy_measured_s */
 } gn__bill_body;
 
 int gn__bill_body_encode(const gn__bill_body *b, gn_buf *ret);

@@ -452,6 +452,11 @@ static json_t *summary_json(const gn_bill_audit *a) {
   set(o, "notes_accepted", json_integer((json_int_t)a->notes_accepted), &ok);
   set(o, "voucher_seconds", json_integer((json_int_t)a->voucher_seconds), &ok);
   set(o, "voucher_total_micro", json_integer((json_int_t)a->voucher_total_micro), &ok);
+  if (s->energy.present) { /* both at most INT64_MAX (the invoice decoder's bound) */
+    set(o, "energy_mj", json_integer((json_int_t)s->energy.mj), &ok);
+    set(o, "energy_measured_s", json_integer((json_int_t)s->energy.measured_s), &ok);
+    set(o, "energy_plausible", json_boolean(s->energy_plausible), &ok);
+  }
   if (!ok) {
     json_decref(o);
     return NULL;

@@ -36,6 +36,11 @@ static void summary_fill(const gn__bill_ctx *ctx, const gn_bill_note *no, gn_inv
   s.start_s = ctx->ag.start_s;
   s.end_s = no->final ? no->end_s : ctx->ag.start_s + (int64_t)no->seconds;
   memcpy(s.chain_head, no->chain_head, sizeof(s.chain_head));
+  s.energy = no->final ? no->energy : (gn_bill_energy){false, 0, 0};
+  /* end_s >= start_s in any invoice that verifies; a summary of one that
+   * does not is judged on an empty window. */
+  s.energy_plausible =
+      gn_energy_plausible(s.gpus, s.end_s > s.start_s ? (uint64_t)(s.end_s - s.start_s) : 0, &s.energy);
   *ret = s;
 }
 

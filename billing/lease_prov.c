@@ -161,6 +161,8 @@ struct gn_lease_prov {
   bool peer_up;
   uint64_t down_since_ms;
 
+  gn_bill_energy energy; /* the glue's figure (gn_lease_prov_energy), frozen at the end */
+
   int64_t end_s;
   char end_reason[64];
   gn_buf invoice;     /* the final invoice (ENDED, SETTLED) */
@@ -236,7 +238,7 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
   gn_buf b = {0};
   bool ended = m->phase != GN_LEASE_PHASE_ACTIVE;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, ended ? 16 : 9);
+  gn_wire_put_map(&w, (ended ? 16 : 9) + (m->energy.present ? 2 : 0));
   gn_wire_put_str(&w, "v");
   gn_wire_put_u64(&w, GN__LEASE_STATE_VERSION);
   gn_wire_put_str(&w, "role");
@@ -278,6 +280,12 @@ static int prov_persist(gn_lease_prov *m, gn_lease_out *out) {
     gn_wire_put_str(&w, "inv_unanswered");
     gn_wire_put_bool(&w, m->inv_unanswered);
   }
+  if (m->energy.present) {
+    gn_wire_put_str(&w, "energy_mj");
+    gn_wire_put_u64(&w, m->energy.mj);
+    gn_wire_put_str(&w, "energy_s");
+    gn_wire_put_u64(&w, m->energy.measured_s);
+  }
   int r = gn_wire_writer_take(&w, &b);
   gn_wire_writer_done(&w);
   if (r == 0 && b.len > GN_LEASE_STATE_MAX)
@@ -306,8 +314,8 @@ static int prov_seal_invoice(gn_lease_prov *m) {
   while (n > 0 && m->ticks.data[(n - 1) * GN_BILL_TICK_LEN] == 0)
     n--;
   gn_buf_done(&m->invoice);
-  return gn_bill_invoice_seal(m->id, m->ag.data, m->ag.len, &m->head, m->ticks.data, n, m->end_s, m->end_reason,
-                              &m->invoice, &m->final);
+  return gn_bill_invoice_seal_energy(m->id, m->ag.data, m->ag.len, &m->head, m->ticks.data, n, m->end_s, m->end_reason,
+                                     &m->energy, &m->invoice, &m->final);
 }
 
 /* Sends the final invoice, counting the sends. */
@@ -580,6 +588,14 @@ static int prov_restore_state(gn_lease_prov *m, const uint8_t *state, size_t len
     if (gn_wire_get_bool(doc.root, "inv_unanswered", &m->inv_unanswered) < 0)
       m->inv_unanswered = false;
   }
+  /* Absent from states of leases with no energy reading, and from states
+   * persisted before energy was metered: no claim. */
+  gn_bill_energy en = {false, 0, 0};
+  if (gn_wire_get_u64(doc.root, "energy_mj", &en.mj) == 0 &&
+      gn_wire_get_u64(doc.root, "energy_s", &en.measured_s) == 0 && en.measured_s >= 1 && en.mj <= INT64_MAX &&
+      en.measured_s <= INT64_MAX)
+    en.present = true;
+  m->energy = en;
   *ret_metered = metered;
   r = 0;
 out:
@@ -861,6 +877,15 @@ int gn_lease_prov_timer(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out) {
     return GN_EINVAL;
   gn__lease_out_reset(out);
   return prov_step(m, now, out);
+}
+
+void gn_lease_prov_energy(gn_lease_prov *m, const gn_bill_energy *energy) {
+  if (!m || m->phase != GN_LEASE_PHASE_ACTIVE)
+    return;
+  m->energy =
+      energy && energy->present && energy->measured_s >= 1 && energy->mj <= INT64_MAX && energy->measured_s <= INT64_MAX
+          ? *energy
+          : (gn_bill_energy){false, 0, 0};
 }
 
 void gn_lease_prov_info(const gn_lease_prov *m, gn_lease_info *ret) {

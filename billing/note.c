@@ -12,6 +12,8 @@
 #define AGREEMENT_MAX 16384 /* request (<= 4 KiB) + 16 GPU ids + signatures */
 #define NOTE_KEYS 11
 #define INVOICE_KEYS 15
+/* An invoice with an energy claim has both of its two keys, or neither. */
+#define ENERGY_KEYS 2
 /* Room for the envelope around a body (version, type, signer, signature). */
 #define ENVELOPE_OVERHEAD 256
 
@@ -67,7 +69,8 @@ int gn__bill_body_encode(const gn__bill_body *b, gn_buf *ret) {
   gn_wire_writer w;
   int r;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, b->final ? INVOICE_KEYS : NOTE_KEYS);
+  const bool energy = b->final && b->energy.present;
+  gn_wire_put_map(&w, b->final ? INVOICE_KEYS + (energy ? ENERGY_KEYS : 0) : NOTE_KEYS);
   gn_wire_put_str(&w, "lease_id");
   gn_wire_put_str(&w, b->lease_id);
   if (b->final) {
@@ -104,6 +107,12 @@ int gn__bill_body_encode(const gn__bill_body *b, gn_buf *ret) {
     gn_wire_put_i64(&w, b->end_s);
     gn_wire_put_str(&w, "end_reason");
     gn_wire_put_str(&w, b->end_reason);
+    if (energy) {
+      gn_wire_put_str(&w, "energy_mj");
+      gn_wire_put_u64(&w, b->energy.mj);
+      gn_wire_put_str(&w, "energy_measured_s");
+      gn_wire_put_u64(&w, b->energy.measured_s);
+    }
   } else {
     gn_wire_put_str(&w, "issued_s");
     gn_wire_put_i64(&w, b->issued_s);
@@ -125,7 +134,8 @@ int gn__bill_body_decode(bool final, const uint8_t *body, size_t len, gn_wire_do
   const msgpack_object *m = doc->root;
   /* Exactly the expected number of keys, each found: no unknown key and no
    * key twice (a second copy could say something else to another reader). */
-  if (m->type != MSGPACK_OBJECT_MAP || m->via.map.size != (final ? INVOICE_KEYS : NOTE_KEYS))
+  const bool energy = final && m->type == MSGPACK_OBJECT_MAP && m->via.map.size == INVOICE_KEYS + ENERGY_KEYS;
+  if (m->type != MSGPACK_OBJECT_MAP || (m->via.map.size != (final ? INVOICE_KEYS : NOTE_KEYS) && !energy))
     field = "(body is not a map of the expected keys)";
   else if (gn_wire_get_str(m, "lease_id", b.lease_id, sizeof(b.lease_id)) < 0 || !gn__lease_id_ok(b.lease_id))
     field = "lease_id";
@@ -162,6 +172,14 @@ int gn__bill_body_decode(bool final, const uint8_t *body, size_t len, gn_wire_do
   else if (final &&
            (gn_wire_get_str(m, "end_reason", b.end_reason, sizeof(b.end_reason)) < 0 || !gn__printable(b.end_reason)))
     field = "end_reason";
+  /* Bounded to what SQLite and JSON integers hold; whether the figures are
+   * physically plausible is the reader's judgement (gn_energy_plausible). */
+  else if (energy && (gn_wire_get_u64(m, "energy_mj", &b.energy.mj) < 0 || b.energy.mj > INT64_MAX))
+    field = "energy_mj";
+  else if (energy && (gn_wire_get_u64(m, "energy_measured_s", &b.energy.measured_s) < 0 || b.energy.measured_s == 0 ||
+                      b.energy.measured_s > INT64_MAX))
+    field = "energy_measured_s";
+  b.energy.present = energy;
   if (field) {
     gn_wire_doc_done(doc);
     return gn__fail(reason, cap, "%s body is malformed: field %s is missing, of the wrong type or too long", what,
@@ -404,6 +422,7 @@ int gn__bill_verify_sig(const uint8_t *env, size_t len, int sig_rc, bool final, 
   no->start_s = final ? bd->start_s : ctx->ag.start_s;
   no->end_s = bd->end_s;
   memcpy(no->end_reason, bd->end_reason, sizeof(no->end_reason));
+  no->energy = bd->energy;
   v.next.seq = bd->seq;
   memcpy(v.next.note_hash, no->hash, GN__HASH_LEN);
   v.next.seconds = bd->seconds;
@@ -476,7 +495,7 @@ int gn_bill_note_open(const uint8_t *env, size_t len, const uint8_t *agreement_e
 
 static int seal_common(bool final, const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
                        const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t issued_s, int64_t end_s,
-                       const char *end_reason, gn_buf *ret_env, gn_bill_head *ret_next) {
+                       const char *end_reason, const gn_bill_energy *energy, gn_buf *ret_env, gn_bill_head *ret_next) {
   gn__bill_ctx ctx;
   gn__bill_body b;
   gn_buf body = {0}, env = {0};
@@ -485,6 +504,9 @@ static int seal_common(bool final, const gn_identity *provider, const uint8_t *a
   if (!provider || !head || (n && !ticks) || !ret_env || n > GN_BILL_MAX_TICKS || (!final && n == 0))
     return GN_EINVAL;
   if (final && (!end_reason || strlen(end_reason) >= sizeof(b.end_reason) || !gn__printable(end_reason)))
+    return GN_EINVAL;
+  if (energy && energy->present &&
+      (!final || energy->measured_s == 0 || energy->measured_s > INT64_MAX || energy->mj > INT64_MAX))
     return GN_EINVAL;
   if ((r = gn__bill_ctx_open(agreement_env, agreement_len, &ctx, NULL, 0)) < 0)
     return GN_EINVAL;
@@ -522,6 +544,8 @@ static int seal_common(bool final, const gn_identity *provider, const uint8_t *a
      * seconds (the wall clock is behind the monotonic meter) is raised to it. */
     b.end_s = end_s < b.start_s + (int64_t)b.seconds ? b.start_s + (int64_t)b.seconds : end_s;
     snprintf(b.end_reason, sizeof(b.end_reason), "%s", end_reason);
+    if (energy && energy->present)
+      b.energy = *energy;
   }
   if ((r = gn__bill_body_encode(&b, &body)) < 0)
     goto out;
@@ -550,15 +574,23 @@ out:
 int gn_bill_note_seal(const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
                       const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t issued_s, gn_buf *ret_env,
                       gn_bill_head *ret_next) {
-  return seal_common(false, provider, agreement_env, agreement_len, head, ticks, n, issued_s, 0, NULL, ret_env,
+  return seal_common(false, provider, agreement_env, agreement_len, head, ticks, n, issued_s, 0, NULL, NULL, ret_env,
                      ret_next);
 }
 
 int gn_bill_invoice_seal(const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
                          const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t end_s,
                          const char *end_reason, gn_buf *ret_env, gn_bill_head *ret_next) {
-  return seal_common(true, provider, agreement_env, agreement_len, head, ticks, n, 0, end_s, end_reason, ret_env,
+  return seal_common(true, provider, agreement_env, agreement_len, head, ticks, n, 0, end_s, end_reason, NULL, ret_env,
                      ret_next);
+}
+
+int gn_bill_invoice_seal_energy(const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
+                                const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t end_s,
+                                const char *end_reason, const gn_bill_energy *energy, gn_buf *ret_env,
+                                gn_bill_head *ret_next) {
+  return seal_common(true, provider, agreement_env, agreement_len, head, ticks, n, 0, end_s, end_reason, energy,
+                     ret_env, ret_next);
 }
 
 /* --- the requester's answers ---------------------------------------------------*/
@@ -867,6 +899,7 @@ int gn__bill_peek_sig(const uint8_t *env, size_t len, int sig_rc, const gn__bill
   no.start_s = final ? b.start_s : ctx->ag.start_s;
   no.end_s = b.end_s;
   memcpy(no.end_reason, b.end_reason, sizeof(no.end_reason));
+  no.energy = b.energy;
   *ret = no;
   r = 0;
 out:

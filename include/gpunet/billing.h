@@ -110,6 +110,56 @@ void gn_meter_advance(gn_meter *m, uint64_t n); /* never counts past max_s */
 uint64_t gn_meter_next_ms(const gn_meter *m, uint64_t now_mono_ms);
 bool gn_meter_finished(const gn_meter *m);
 
+/* --- energy (billing/energy.c) --------------------------------------------*/
+
+/* The energy a lease's GPUs used, integrated once a second from their power
+ * readings (NVML, milliwatts) on the caller's monotonic clock. Each sample
+ * counts the time since the previous one at the power read now (NVML's
+ * reading is itself an average over about the last second), at most
+ * GN_ENERGY_CAP_MS of it: a late timer or a stopped process never turns
+ * one reading into minutes of energy; the rest of a gap, and every interval
+ * without a reading of every GPU, is counted as unmeasured. No I/O. */
+#define GN_ENERGY_CAP_MS 2000u
+/* Most power one GPU is taken to draw when judging a claim (a 1000 W
+ * accelerator with room to spare). */
+#define GN_ENERGY_MAX_GPU_W 2000u
+
+typedef struct gn_energy {
+  uint64_t uj;            /* microjoules integrated (mW x ms) */
+  uint64_t measured_ms;   /* time counted with a reading of every GPU */
+  uint64_t unmeasured_ms; /* time without one, and gaps past the cap */
+  uint64_t last_ms;       /* monotonic time of the previous sample */
+  bool started;
+} gn_energy;
+
+/* Starts (or, after a restart, resumes with the totals in e kept) at now:
+ * the time before now is never counted. */
+void gn_energy_start(gn_energy *e, uint64_t now_mono_ms);
+/* One sample: have says whether every GPU of the lease gave a reading and
+ * power_mw is their sum. Saturates instead of overflowing. */
+void gn_energy_sample(gn_energy *e, uint64_t now_mono_ms, bool have, uint64_t power_mw);
+/* Whole millijoules and whole seconds measured. */
+uint64_t gn_energy_mj(const gn_energy *e);
+uint64_t gn_energy_measured_s(const gn_energy *e);
+
+/* What a final invoice states about energy (docs/protocol.md 2.9): present
+ * only when at least one second was measured, never 0 for "unknown". */
+typedef struct gn_bill_energy {
+  bool present;
+  uint64_t mj;         /* energy_mj */
+  uint64_t measured_s; /* energy_measured_s, >= 1 when present */
+} gn_bill_energy;
+/* The claim of e: present iff it measured at least one whole second. */
+gn_bill_energy gn_energy_claim(const gn_energy *e);
+/* Whether a claim is physically possible for a lease of gpus GPUs whose
+ * invoice window is window_s: measured_s <= window_s plus the tolerance of
+ * GN_BILL_TOLERANCE_S, and mj <= gpus * GN_ENERGY_MAX_GPU_W * (measured_s +
+ * 1) * 1000 (128-bit arithmetic: any uint64 values). A requester cannot
+ * measure a provider's power, so an implausible claim does not make an
+ * invoice invalid: it is shown as implausible. An absent claim is
+ * plausible. */
+bool gn_energy_plausible(uint32_t gpus, uint64_t window_s, const gn_bill_energy *claim);
+
 /* --- ledger ---------------------------------------------------------------*/
 
 #define GN_UTIL_UNKNOWN 255
@@ -199,6 +249,10 @@ typedef struct gn_invoice_summary {
    * countersignature is present and verifies. */
   bool countersigned;
   int64_t accepted_s;
+  /* The invoice's optional energy claim and whether it is plausible
+   * (gn_energy_plausible); energy.present is false when it has none. */
+  gn_bill_energy energy;
+  bool energy_plausible;
 } gn_invoice_summary;
 
 /* Decodes a stored or received invoice for display: verifies the invoice
@@ -336,6 +390,7 @@ typedef struct gn_bill_note {
   int64_t issued_s;       /* note only: provider's UTC, information */
   int64_t start_s, end_s; /* invoice only */
   char end_reason[64];    /* invoice only */
+  gn_bill_energy energy;  /* invoice only: its energy claim, if any */
 } gn_bill_note;
 
 /* Provider: seals the DEBIT_NOTE continuing `head` with the n seconds
@@ -383,6 +438,12 @@ int gn_bill_note_reject_seal(const gn_identity *requester, const uint8_t *agreem
 int gn_bill_invoice_seal(const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
                          const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t end_s,
                          const char *end_reason, gn_buf *ret_env, gn_bill_head *ret_next);
+/* The same with an energy claim (NULL or !present: the invoice has none;
+ * present needs measured_s >= 1, GN_EINVAL otherwise). */
+int gn_bill_invoice_seal_energy(const gn_identity *provider, const uint8_t *agreement_env, size_t agreement_len,
+                                const gn_bill_head *head, const uint8_t *ticks, uint64_t n, int64_t end_s,
+                                const char *end_reason, const gn_bill_energy *energy, gn_buf *ret_env,
+                                gn_bill_head *ret_next);
 /* Requester: gn_bill_note_check for a final invoice (same rules, plus: the
  * embedded agreement is the one held byte for byte, start_s is the
  * agreement's, seconds <= end_s - start_s). Never GN_ESTATE: a final invoice

@@ -268,6 +268,12 @@ int gn_lease_prov_release(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out)
 /* The provider ends the lease itself (shutdown, a ledger error, an
  * operator): reason at most 63 printable bytes. */
 int gn_lease_prov_stop(gn_lease_prov *m, gn_lease_now now, const char *reason, gn_lease_out *out);
+/* The lease's energy so far (the glue's integration of its GPUs' power,
+ * gn_energy_claim), stated by the final invoice when it is sealed and kept
+ * in the persisted state from then on. Ignored once the lease ended: the
+ * invoice, re-sealed after a restart or a late acceptance, keeps the
+ * figure it was first sealed with. NULL or !present: no claim. */
+void gn_lease_prov_energy(gn_lease_prov *m, const gn_bill_energy *energy);
 /* Does what is due at now: ticks, payment timeout, grace, resends, expiry. */
 int gn_lease_prov_timer(gn_lease_prov *m, gn_lease_now now, gn_lease_out *out);
 void gn_lease_prov_info(const gn_lease_prov *m, gn_lease_info *ret);

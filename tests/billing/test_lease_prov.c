@@ -685,6 +685,54 @@ static void test_prov_restart_after_end_resends_same_invoice(void **state) {
   gn_lease_out_done(&o);
 }
 
+/* The energy the glue measured is stated by the final invoice, frozen at
+ * the end (a figure given later is ignored) and persisted: the invoice
+ * re-sealed after a restart is the same, energy included. */
+static void test_prov_invoice_states_energy_kept_across_restart(void **state) {
+  pv *p = *state;
+  gn_lease_out o = {0};
+  gn_invoice_summary sum;
+  pv_until(p, 12000);
+  gn_lease_prov_energy(p->m, &(gn_bill_energy){true, 3000000, 12});
+  assert_int_equal(gn_lease_prov_stop(p->m, pv_now(p), "operator", &o), 0);
+  pv_handle(p, &o);
+  gn_lease_prov_energy(p->m, &(gn_bill_energy){true, 9999999, 13});
+  assert_int_equal(gn_invoice_summarize(p->invoice.data, p->invoice.len, &sum), 0);
+  assert_true(sum.energy.present);
+  assert_int_equal(sum.energy.mj, 3000000);
+  assert_int_equal(sum.energy.measured_s, 12);
+  gn_buf inv = {0};
+  assert_int_equal(gn_buf_append(&inv, p->invoice.data, p->invoice.len), 0);
+  p->m = gn_lease_prov_free(p->m);
+  p->now_ms = 100;
+  p->utc0 = START_S + 500;
+  assert_int_equal(gn_lease_prov_restore(p->prov, p->ag.data, p->ag.len, p->state.data, p->state.len, p->ledger.data,
+                                         p->ledger.len / 2, pv_now(p), &p->m, &o),
+                   0);
+  assert_int_equal(gn_lease_prov_peer(p->m, pv_now(p), true, &o), 0);
+  const gn_lease_action *s = lh_sent(&o, GN_MSG_INVOICE);
+  assert_non_null(s);
+  assert_int_equal(s->len, inv.len);
+  assert_memory_equal(s->data, inv.data, inv.len);
+  gn_buf_done(&inv);
+  gn_lease_out_done(&o);
+}
+
+/* Simulated GPUs have no power reading: the invoice states no energy (not 0). */
+static void test_prov_invoice_without_energy_states_none(void **state) {
+  pv *p = *state;
+  gn_lease_out o = {0};
+  gn_invoice_summary sum;
+  pv_until(p, 5000);
+  gn_lease_prov_energy(p->m, &(gn_bill_energy){false, 0, 0});
+  assert_int_equal(gn_lease_prov_stop(p->m, pv_now(p), "operator", &o), 0);
+  pv_handle(p, &o);
+  assert_int_equal(gn_invoice_summarize(p->invoice.data, p->invoice.len, &sum), 0);
+  assert_false(sum.energy.present);
+  assert_int_equal(sum.energy.mj, 0);
+  gn_lease_out_done(&o);
+}
+
 /* A final invoice nobody answers (the peer is up: a requester that holds no
  * such lease drops it) is sent again, backing off, for a day after the end
  * and then no more: not on a timer, not when the peer comes back, not after a
@@ -844,6 +892,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prov_restart_after_long_downtime_ends_lease, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_invoice_leaves_out_trailing_idle_seconds, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restart_after_end_resends_same_invoice, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_invoice_states_energy_kept_across_restart, pv_setup, pv_teardown),
+      cmocka_unit_test_setup_teardown(test_prov_invoice_without_energy_states_none, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_unanswered_invoice_resends_bounded, pv_setup, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_pending_notes_bounded, pv_setup_long, pv_teardown),
       cmocka_unit_test_setup_teardown(test_prov_restore_refuses_other_lease_state, pv_setup, pv_teardown),
