@@ -46,9 +46,59 @@ int cmd_invoices(cli *c, int argc, char **argv) {
   return r >= 0 ? r : cli_list(c, "/v1/invoices", &spec);
 }
 
+/* n with thousands separators: 4442 -> "4,442". */
+static void fmt_grouped(uint64_t n, char *buf, size_t cap) {
+  char digits[24];
+  size_t len = (size_t)snprintf(digits, sizeof(digits), "%llu", (unsigned long long)n), o = 0;
+  for (size_t i = 0; i < len && o + 2 < cap; i++) {
+    if (i && (len - i) % 3 == 0)
+      buf[o++] = ',';
+    buf[o++] = digits[i];
+  }
+  buf[o] = '\0';
+}
+
+/* The invoice's energy claim in words: "1.234 kWh (4,442 kJ) over 3600
+ * GPU-seconds", flagged when no GPU could have drawn it; "not measured (no
+ * power reading)" when the invoice states none (simulated GPUs, no NVML),
+ * which is not 0. --json keeps the exact integers (energy_mj,
+ * energy_measured_s, energy_plausible). */
+static void fmt_energy(const json_t *inv, char *buf, size_t cap) {
+  const json_t *mj = json_object_get(inv, "energy_mj"), *s = json_object_get(inv, "energy_measured_s");
+  if (!json_is_integer(mj) || !json_is_integer(s) || json_integer_value(mj) < 0 || json_integer_value(s) < 1) {
+    snprintf(buf, cap, "not measured (no power reading)");
+    return;
+  }
+  const uint64_t e = (uint64_t)json_integer_value(mj);
+  const uint64_t gpus = json_integer_value(json_object_get(inv, "gpus")) > 0
+                            ? (uint64_t)json_integer_value(json_object_get(inv, "gpus"))
+                            : 1;
+  const uint64_t mkwh = e / 3600000u; /* 1 kWh = 3.6e9 mJ: thousandths of a kWh */
+  char kj[32];
+  fmt_grouped(e / 1000000u, kj, sizeof(kj));
+  snprintf(buf, cap, "%llu.%03llu kWh (%s kJ) over %llu GPU-seconds%s", (unsigned long long)(mkwh / 1000),
+           (unsigned long long)(mkwh % 1000), kj, (unsigned long long)json_integer_value(s) * gpus,
+           json_is_false(json_object_get(inv, "energy_plausible"))
+               ? " (IMPLAUSIBLE: more than 2000 W per GPU, or more seconds than the lease)"
+               : "");
+}
+
 static void show_invoice(const json_t *j, const void *ctx) {
   (void)ctx;
-  cli_print_fields(json_is_object(json_object_get(j, "invoice")) ? json_object_get(j, "invoice") : j);
+  const json_t *inv = json_is_object(json_object_get(j, "invoice")) ? json_object_get(j, "invoice") : j;
+  json_t *o = json_deep_copy(inv);
+  if (!o) {
+    cli_print_fields(inv);
+    return;
+  }
+  char energy[160];
+  fmt_energy(inv, energy, sizeof(energy));
+  json_object_del(o, "energy_mj");
+  json_object_del(o, "energy_measured_s");
+  json_object_del(o, "energy_plausible");
+  json_object_set_new(o, "energy", json_string(energy));
+  cli_print_fields(o);
+  json_decref(o);
 }
 
 static int invoice_show(cli *c, const char *id) {

@@ -355,6 +355,7 @@ static json_t *lease_bill_json(gn_node *n, const gn_lease *l) {
   json_object_set_new(o, "vouched_micro", json_integer((json_int_t)info.accepted_micro));
   json_object_set_new(o, "pending_notes", json_integer((json_int_t)info.pending));
   json_object_set_new(o, "settled", json_string(gn__settle_state(n, l->id, role)));
+  gn__lease_energy_json(l, o);
   return o;
 }
 
@@ -642,6 +643,11 @@ static void api_metrics(gn_ctl_req *req, void *ud) {
           "# HELP gpunet_ticks_total Usage seconds written to the ledger since start.\n"
           "# TYPE gpunet_ticks_total counter\ngpunet_ticks_total %llu\n",
           (unsigned long long)n->ticks_total);
+  fprintf(f,
+          "# HELP gpunet_lease_energy_joules_total Energy the GPUs of this node's provider leases used since start "
+          "(NVML power, integrated each second; GPUs with no power reading count nothing).\n"
+          "# TYPE gpunet_lease_energy_joules_total counter\ngpunet_lease_energy_joules_total %llu.%06llu\n",
+          (unsigned long long)(n->lease_energy_uj / 1000000), (unsigned long long)(n->lease_energy_uj % 1000000));
   fprintf(f, "# HELP gpunet_earnings_total Billed as provider (accepted debit notes, then final invoices), in "
              "currency units.\n# TYPE gpunet_earnings_total counter\n");
   for (size_t i = 0; i < nmoney; i++)

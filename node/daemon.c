@@ -80,7 +80,8 @@ static void load_state(gn_node *n) {
   if (sqlite3_prepare_v2(n->db,
                          "SELECT id, role, peer, agreement, state, seconds, end_s, end_reason, invoice_done,"
                          " received_s, max_spend_micro, max_price, invoice_id, invoice_status, invoice_seconds,"
-                         " invoice_micro"
+                         " invoice_micro, energy_uj, energy_measured_ms, energy_unmeasured_ms, invoice_energy_mj,"
+                         " invoice_energy_s"
                          " FROM node_leases ORDER BY rowid",
                          -1, &st, NULL) == SQLITE_OK) {
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -113,6 +114,14 @@ static void load_state(gn_node *n) {
         gn__strf(l->invoice_status, sizeof l->invoice_status, "%s", (const char *)sqlite3_column_text(st, 13));
       l->invoice_seconds = (uint64_t)sqlite3_column_int64(st, 14);
       l->invoice_micro = (uint64_t)sqlite3_column_int64(st, 15);
+      /* Negative values are not ours: read as 0 (no energy). */
+      l->energy.uj = (uint64_t)(sqlite3_column_int64(st, 16) > 0 ? sqlite3_column_int64(st, 16) : 0);
+      l->energy.measured_ms = (uint64_t)(sqlite3_column_int64(st, 17) > 0 ? sqlite3_column_int64(st, 17) : 0);
+      l->energy.unmeasured_ms = (uint64_t)(sqlite3_column_int64(st, 18) > 0 ? sqlite3_column_int64(st, 18) : 0);
+      if (sqlite3_column_type(st, 19) == SQLITE_INTEGER && sqlite3_column_int64(st, 19) >= 0 &&
+          sqlite3_column_int64(st, 20) >= 1)
+        l->invoice_energy =
+            (gn_bill_energy){true, (uint64_t)sqlite3_column_int64(st, 19), (uint64_t)sqlite3_column_int64(st, 20)};
       for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
         l->gpu_index[i] = -1;
       l->uid_slot = -1;

@@ -68,6 +68,7 @@ struct gn_node {
   bool stopping;
   uv_timer_t stop_timer;
   uint64_t ticks_total;
+  uint64_t lease_energy_uj; /* provider: what its leases' GPUs used since start (provider.c) */
   int exit_code;
   /* provider: budgets shared by all jobs of all leases (provider.c) */
   uint64_t mem_budget_mib, mem_used_mib;

@@ -598,6 +598,7 @@ static void lease_note_invoice(gn_lease *l, const uint8_t *env, size_t len) {
   if (gn_invoice_summarize(env, len, &sum) == 0) {
     l->invoice_seconds = sum.seconds;
     l->invoice_micro = sum.total_micro;
+    l->invoice_energy = sum.energy;
   }
 }
 
@@ -1978,6 +1979,35 @@ static void disk_check(gn_node *n, int64_t now_s) {
     n->disk_req_busy = true;
 }
 
+/* Once a second, the power of the lease's GPUs into its energy
+ * (billing/energy.c), handed to its machine for the final invoice and
+ * saved. A second without a reading of every GPU (simulated GPUs, no NVML,
+ * a failed query) is unmeasured: nothing is invented. */
+static void lease_energy_sample(gn_node *n, gn_lease *l, uint64_t now_ms) {
+  if (l->energy.started && now_ms - l->energy.last_ms < 1000)
+    return;
+  const bool was_started = l->energy.started;
+  const uint64_t before_uj = l->energy.uj;
+  uint64_t mw = 0;
+  bool have = false;
+  for (int i = 0; i < GN_LEASE_MAX_GPUS && l->gpu_index[i] >= 0; i++) {
+    gn_gpu_stats st;
+    have = gn_gpu_stats_get(&n->gpus.items[l->gpu_index[i]], &st) == 0 && st.power_mw > 0;
+    if (!have)
+      break;
+    mw += st.power_mw;
+  }
+  gn_energy_sample(&l->energy, now_ms, have, mw);
+  /* The first sample (of the lease, or of a lease resumed after a restart
+   * with its saved totals) only starts the clock. */
+  gn_bill_energy claim = gn_energy_claim(&l->energy);
+  gn_lease_prov_energy(l->prov, &claim);
+  if (was_started) {
+    n->lease_energy_uj += l->energy.uj - before_uj;
+    gn__node_persist_energy(n, l);
+  }
+}
+
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   gn__provider_kill_again(n, now_ms);
   if (n->cfg.provide) {
@@ -1989,6 +2019,9 @@ void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
    * the ledger together (one fsync per timer however many leases run),
    * before any machine hears of them. If the group commit fails, each
    * lease's seconds are tried alone, so one bad lease stops only itself. */
+  for (gn_lease *l = n->leases; l; l = l->next)
+    if (l->role == GN_ROLE_PROVIDER && l->prov && l->state == GN_LEASE_ACTIVE)
+      lease_energy_sample(n, l, now_ms);
   tick_batch batch = {0};
   tick_batching = &batch;
   for (gn_lease *l = n->leases; l; l = l->next)

@@ -40,6 +40,13 @@ static const char *const lease_columns[] = {
     "invoice_status TEXT",
     "invoice_seconds INTEGER NOT NULL DEFAULT 0",
     "invoice_micro INTEGER NOT NULL DEFAULT 0",
+    /* A provider's energy so far (gn_energy), and the final invoice's
+     * claim (NULL: it states none). */
+    "energy_uj INTEGER NOT NULL DEFAULT 0",
+    "energy_measured_ms INTEGER NOT NULL DEFAULT 0",
+    "energy_unmeasured_ms INTEGER NOT NULL DEFAULT 0",
+    "invoice_energy_mj INTEGER",
+    "invoice_energy_s INTEGER",
 };
 
 static int db_migrate(gn_node *n) {
@@ -83,8 +90,9 @@ void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
   if (sqlite3_prepare_v2(n->db,
                          "INSERT OR REPLACE INTO node_leases(id, role, peer, agreement, state, seconds, end_s,"
                          " end_reason, invoice_done, received_s, max_spend_micro, max_price, invoice_id,"
-                         " invoice_status, invoice_seconds, invoice_micro)"
-                         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         " invoice_status, invoice_seconds, invoice_micro, energy_uj, energy_measured_ms,"
+                         " energy_unmeasured_ms, invoice_energy_mj, invoice_energy_s)"
+                         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          -1, &st, NULL) != SQLITE_OK)
     goto out;
   sqlite3_bind_int64(st, 10, l->received_s);
@@ -94,6 +102,16 @@ void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
   sqlite3_bind_text(st, 14, l->invoice_status, -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, 15, (sqlite3_int64)l->invoice_seconds);
   sqlite3_bind_int64(st, 16, (sqlite3_int64)l->invoice_micro);
+  /* SQLite integers are signed: the totals saturate at INT64_MAX (the
+   * invoice's claim is bounded to it by its decoder). */
+  sqlite3_bind_int64(st, 17, (sqlite3_int64)(l->energy.uj > INT64_MAX ? INT64_MAX : l->energy.uj));
+  sqlite3_bind_int64(st, 18, (sqlite3_int64)(l->energy.measured_ms > INT64_MAX ? INT64_MAX : l->energy.measured_ms));
+  sqlite3_bind_int64(st, 19,
+                     (sqlite3_int64)(l->energy.unmeasured_ms > INT64_MAX ? INT64_MAX : l->energy.unmeasured_ms));
+  if (l->invoice_energy.present) {
+    sqlite3_bind_int64(st, 20, (sqlite3_int64)l->invoice_energy.mj);
+    sqlite3_bind_int64(st, 21, (sqlite3_int64)l->invoice_energy.measured_s);
+  }
   sqlite3_bind_text(st, 1, l->id, -1, SQLITE_STATIC);
   sqlite3_bind_int(st, 2, l->role);
   sqlite3_bind_blob(st, 3, l->peer, GN_PK_LEN, SQLITE_STATIC);
@@ -107,6 +125,37 @@ void gn__node_persist_lease(gn_node *n, const gn_lease *l) {
     gn_log(GN_LOG_ERROR, "cannot save lease %s: %s", l->id, sqlite3_errmsg(n->db));
 out:
   sqlite3_finalize(st);
+}
+
+static void persist_unsynced(gn_node *n, bool on);
+
+void gn__node_persist_energy(gn_node *n, const gn_lease *l) {
+  sqlite3_stmt *st = NULL;
+  persist_unsynced(n, true);
+  if (sqlite3_prepare_v2(n->db,
+                         "UPDATE node_leases SET energy_uj = ?, energy_measured_ms = ?, energy_unmeasured_ms = ?"
+                         " WHERE id = ?",
+                         -1, &st, NULL) != SQLITE_OK)
+    goto out;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)(l->energy.uj > INT64_MAX ? INT64_MAX : l->energy.uj));
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)(l->energy.measured_ms > INT64_MAX ? INT64_MAX : l->energy.measured_ms));
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)(l->energy.unmeasured_ms > INT64_MAX ? INT64_MAX : l->energy.unmeasured_ms));
+  sqlite3_bind_text(st, 4, l->id, -1, SQLITE_STATIC);
+  if (sqlite3_step(st) != SQLITE_DONE)
+    gn_log(GN_LOG_ERROR, "cannot save the energy of lease %s: %s", l->id, sqlite3_errmsg(n->db));
+out:
+  sqlite3_finalize(st);
+  persist_unsynced(n, false);
+}
+
+void gn__lease_energy_json(const gn_lease *l, json_t *o) {
+  gn_bill_energy c = l->invoice_id[0] ? l->invoice_energy : gn_energy_claim(&l->energy);
+  int64_t end = l->end_s ? l->end_s : gn_unix_s();
+  uint64_t window = end > l->ag.start_s ? (uint64_t)(end - l->ag.start_s) : 0;
+  json_object_set_new(o, "energy_mj", c.present ? json_integer((json_int_t)c.mj) : json_null());
+  json_object_set_new(o, "energy_measured_s", c.present ? json_integer((json_int_t)c.measured_s) : json_null());
+  json_object_set_new(o, "energy_plausible",
+                      c.present ? json_boolean(gn_energy_plausible(l->ag.terms.count, window, &c)) : json_null());
 }
 
 int gn__node_persist_machine(gn_node *n, const char *lease_id, const uint8_t *state, size_t len) {
@@ -275,6 +324,7 @@ json_t *gn__lease_json(gn_node *n, const gn_lease *l) {
       json_object_set_new(o, "claimed_s", json_integer((json_int_t)l->invoice_seconds));
       json_object_set_new(o, "claimed_micro", json_integer((json_int_t)l->invoice_micro));
     }
+    gn__lease_energy_json(l, o);
     if (l->role == GN_ROLE_REQUESTER) {
       json_object_set_new(o, "max_spend_micro", json_integer((json_int_t)l->max_spend_micro));
       json_object_set_new(o, "max_price_uper_hour", json_integer((json_int_t)l->max_price_uper_hour));

@@ -71,6 +71,10 @@ typedef struct gn_lease {
   char invoice_id[GN_LEASE_ID_STRLEN];     /* "i-" + 16 hex of the final invoice's hash, "" before it */
   char invoice_status[16];                 /* "issued", "accepted", "rejected", "" */
   uint64_t invoice_seconds, invoice_micro; /* what the final invoice bills (cumulative), once known */
+  /* Provider: its GPUs' energy so far (integrated once a second, saved
+   * each second in node_leases). Both: what the final invoice states. */
+  gn_energy energy;
+  gn_bill_energy invoice_energy;
 } gn_lease;
 
 /* An API request waiting for a peer's answer. */
@@ -150,7 +154,18 @@ gn_job *gn__job_find(gn_node *n, const char *id);
 /* Persisting a job (every state change) and appending to its log call the
  * node's job_changed hook (the API's long polls). */
 void gn__node_persist_lease(gn_node *n, const gn_lease *l);
+/* Saves a provider lease's energy totals (once a second; committed without
+ * its own fsync, made durable by the next tick's commit). */
+void gn__node_persist_energy(gn_node *n, const gn_lease *l);
+/* Sets energy_mj, energy_measured_s (null when not measured: simulated GPUs
+ * or no power reading) and energy_plausible on a lease's JSON view: the
+ * final invoice's claim once there is one, before it the provider's
+ * figure so far. */
+void gn__lease_energy_json(const gn_lease *l, json_t *o);
 void gn__node_persist_job(gn_node *n, const gn_job *j);
+/* Sets "pull": {done, total} (bytes) on o while j's image is pulled and its
+ * size is known. */
+void gn__job_pull_json(const gn_job *j, json_t *o);
 /* The newest PERSIST of lease_id's machine, committed (fsynced) before it
  * returns: GN_EDB if it could not be. */
 int gn__node_persist_machine(gn_node *n, const char *lease_id, const uint8_t *state, size_t len);

@@ -530,6 +530,7 @@ static void lease_note_invoice(gn_lease *l, const uint8_t *env, size_t len) {
   if (gn_invoice_summarize(env, len, &sum) == 0) {
     l->invoice_seconds = sum.seconds;
     l->invoice_micro = sum.total_micro;
+    l->invoice_energy = sum.energy;
   }
 }
 

@@ -2,6 +2,7 @@
  * GPU on the build machines) that exports only SOME NVML symbols, so test_gpu
  * can prove that real-GPU fields are parsed and that missing symbols or
  * failing queries degrade to "unknown" instead of crashing. */
+#include <stdlib.h>
 #include <string.h>
 
 typedef int nvmlReturn_t;
@@ -90,5 +91,22 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *
   return 0;
 }
 
+/* Power in milliwatts, the same on every device, from GN_NVML_SHIM_POWER_MW
+ * (read at each call, so a test can change it): the energy tests' "real"
+ * GPUs. Unset, empty or not a number: the query fails, as on a GPU without
+ * a power sensor. */
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) {
+  const char *v = getenv("GN_NVML_SHIM_POWER_MW");
+  char *end = NULL;
+  (void)d;
+  if (!v || !*v)
+    return FAKE_ERROR;
+  unsigned long n = strtoul(v, &end, 10);
+  if (*end || n > 0xffffffffUL)
+    return FAKE_ERROR;
+  *mw = (unsigned int)n;
+  return 0;
+}
+
 /* Deliberately absent: nvmlDeviceGetMinorNumber, nvmlDeviceGetPciInfo_v3,
- * nvmlDeviceGetClockInfo, nvmlDeviceGetMaxClockInfo, nvmlDeviceGetPowerUsage. */
+ * nvmlDeviceGetClockInfo, nvmlDeviceGetMaxClockInfo. */

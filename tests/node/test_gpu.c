@@ -1,12 +1,14 @@
 /* Tests of the GPU inventory: simulated GPUs, no NVML at all, and "real" GPUs
  * read through a fake libnvidia-ml (tests/node/nvml_shim.c) that lacks some
  * symbols and fails some queries. */
+#include <gpunet/billing.h>
 #include <gpunet/node.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -150,6 +152,37 @@ static void test_gpu_utilization_from_nvml(void **state) {
   gn_gpu_list_done(&l);
 }
 
+/* Power from NVML, or unknown (0) when the query fails; a lease's energy is
+ * integrated from these readings (billing/energy.c): 250 W for 10 s read
+ * through NVML is 2500 J, and a GPU with no reading gives no claim. */
+static void test_gpu_power_from_nvml_feeds_energy(void **state) {
+  (void)state;
+  const char *sim[] = {"H100"};
+  gn_gpu_list l;
+  gn_gpu_stats st;
+  assert_int_equal(gn_gpu_discover(sim, 1, &l), 0);
+  assert_int_equal(l.count, 3);
+  unsetenv("GN_NVML_SHIM_POWER_MW");
+  assert_int_equal(gn_gpu_stats_get(&l.items[0], &st), 0);
+  assert_int_equal(st.power_mw, 0);
+  setenv("GN_NVML_SHIM_POWER_MW", "250000", 1);
+  gn_energy real = {0}, simulated = {0};
+  gn_energy_start(&real, 0);
+  gn_energy_start(&simulated, 0);
+  for (uint64_t s = 1; s <= 10; s++) {
+    gn_gpu_stats a = {0}, b = {0};
+    bool have_a = gn_gpu_stats_get(&l.items[0], &a) == 0 && a.power_mw > 0;
+    bool have_b = gn_gpu_stats_get(&l.items[2], &b) == 0 && b.power_mw > 0; /* simulated: no NVML */
+    gn_energy_sample(&real, s * 1000, have_a, a.power_mw);
+    gn_energy_sample(&simulated, s * 1000, have_b, b.power_mw);
+  }
+  assert_int_equal(gn_energy_mj(&real), 2500000);
+  assert_int_equal(gn_energy_measured_s(&real), 10);
+  assert_false(gn_energy_claim(&simulated).present);
+  unsetenv("GN_NVML_SHIM_POWER_MW");
+  gn_gpu_list_done(&l);
+}
+
 static void test_gpu_temperature_from_nvml_or_unknown(void **state) {
   (void)state;
   gn_gpu_list l;
@@ -175,6 +208,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_gpu_real_gpus_parsed_and_missing_fields_unknown, shim, done),
       cmocka_unit_test_setup_teardown(test_gpu_utilization_from_nvml, shim, done),
       cmocka_unit_test_setup_teardown(test_gpu_temperature_from_nvml_or_unknown, shim, done),
+      cmocka_unit_test_setup_teardown(test_gpu_power_from_nvml_feeds_energy, shim, done),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Energy of real leases between two daemons. The provider sees "real" GPUs
+# through the NVML test shim (tests/node/nvml_shim.c, GN_NVML_LIB) that
+# reports 250 W each (GN_NVML_SHIM_POWER_MW), plus one simulated H100. A
+# lease of the shim's RTX 4090 shows its energy so far in GET
+# /v1/leases/:id and gpunet_lease_energy_joules_total, and its countersigned
+# final invoice states energy_mj close to 250 W x the seconds measured, which
+# are close to the seconds billed. A lease of the simulated GPU (no power
+# reading) has an invoice with no energy at all (null, "not measured"), not 0.
+set -euo pipefail
+src=${GN_SOURCE_DIR:?}
+export GN_BIN=${GN_BUILD_DIR:?}
+. "$src/scripts/lib/e2e.sh"
+
+gn_e2e_need_root_runc
+command -v curl >/dev/null && command -v jq >/dev/null || {
+  echo "SKIP: needs curl and jq"
+  exit 77
+}
+command -v promtool >/dev/null || {
+  echo "SKIP: needs promtool (Debian package prometheus; scripts/deps installs it)"
+  exit 77
+}
+shim=$GN_BUILD_DIR/tests/libnvml_shim.so
+[ -f "$shim" ] || {
+  echo "SKIP: the NVML test shim is not built ($shim)"
+  exit 77
+}
+gn_e2e_setup energy requester provider
+gn_e2e_compat_flags
+export GN_RENT_TIMEOUT_MS=3000
+
+# The provider alone sees the shim: its two "real" GPUs draw 250 W each.
+mp=$(gn_free_port)
+p_prov=$(gn_free_port)
+GN_NVML_LIB=$shim GN_NVML_SHIM_POWER_MW=250000 gn_node_start "$P" provider --listen "127.0.0.1:$p_prov" --provide \
+  --price 0.50 --simulate-gpu "H100" --interval-min-s 2 --metrics-listen "$mp" "${gn_e2e_compat[@]}"
+p_req=$(gn_free_port)
+gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_prov"
+has_offers() {
+  local o
+  o=$(gn_cli "$R" --json offers 2>/dev/null) || return 1
+  jq -e '[.offers[] | .gpu_model] | (any(test("4090")) and any(test("H100")))' <<<"$o" >/dev/null
+}
+gn_wait_until 30 "offers of both GPUs" has_offers || fail "no offers: $(gn_cli "$R" --json offers)"
+
+# lease_field LEASE FIELD: FIELD of the provider's GET /v1/leases/LEASE.
+lease_get() { curl -sf --unix-socket "$P/gpunetd.sock" "http://gpunetd/v1/leases/$1"; }
+lease_field() { lease_get "$1" | jq -r "(.lease // .).$2"; }
+live_energy() { [ "$(lease_field "$lease" energy_mj)" != null ] && [ "$(lease_field "$lease" energy_mj)" -gt 0 ]; }
+
+lease=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --no-attest --interval 2 | jq -r .lease.id)
+[[ $lease == l-* ]] || fail "rent of the shim's GPU gave no lease: $lease"
+gn_wait_until 30 "live energy above 0" live_energy ||
+  fail "GET /v1/leases/$lease: $(lease_get "$lease")"
+ok "GET /v1/leases/$lease shows the energy so far: $(lease_field "$lease" energy_mj) mJ"
+metric() { curl -sf "http://127.0.0.1:$mp/metrics" | awk '$1 == "gpunet_lease_energy_joules_total" { print $2 }'; }
+metric_above0() { awk -v v="$(metric)" 'BEGIN { exit !(v + 0 > 0) }'; }
+gn_wait_until 10 "energy counter above 0" metric_above0 || fail "gpunet_lease_energy_joules_total: '$(metric)'"
+curl -sf "http://127.0.0.1:$mp/metrics" >"$work/p.txt" || fail "GET /metrics"
+promtool check metrics <"$work/p.txt" >"$work/promtool.txt" 2>&1 || fail "promtool: $(cat "$work/promtool.txt")"
+ok "gpunet_lease_energy_joules_total $(metric) J, promtool passes"
+
+billed() { [ "$(lease_field "$lease" seconds)" -ge 5 ]; }
+gn_wait_until 30 "five seconds metered" billed || fail "the lease did not meter: $(lease_get "$lease")"
+gn_cli "$R" release "$lease" >/dev/null || fail "cannot release $lease"
+accepted() { [ "$(gn_cli "$P" --json invoice show "$lease" | jq -r .invoice.status)" = accepted ]; }
+gn_wait_until 30 "the final invoice countersigned" accepted || fail "no countersigned invoice: $(gn_cli "$P" --json invoice show "$lease")"
+inv=$(gn_cli "$P" --json invoice show "$lease")
+mj=$(jq -r .invoice.energy_mj <<<"$inv")
+ms=$(jq -r .invoice.energy_measured_s <<<"$inv")
+secs=$(jq -r .invoice.seconds <<<"$inv")
+[ "$mj" != null ] && [ "$mj" -gt 0 ] || fail "the invoice states no energy: $inv"
+# 250 W for each second measured (whole seconds rounded down: at most one
+# second's worth more), and the seconds measured within 2 s of those billed.
+[ "$mj" -ge $((250000 * ms)) ] && [ "$mj" -lt $((250000 * (ms + 1))) ] ||
+  fail "energy $mj mJ is not 250 W x $ms s"
+[ "$ms" -ge $((secs - 2)) ] && [ "$ms" -le $((secs + 2)) ] || fail "$ms s measured but $secs s billed"
+[ "$(jq -r .invoice.energy_plausible <<<"$inv")" = true ] || fail "honest energy flagged: $inv"
+ok "countersigned invoice: $mj mJ over $ms s measured ($secs s billed; 250 W x $ms s = $((250000 * ms)) mJ)"
+# The requester's copy (what it countersigned) says the same.
+rinv=$(gn_cli "$R" --json invoice show "$lease")
+[ "$(jq -r .invoice.energy_mj <<<"$rinv")" = "$mj" ] || fail "the requester's invoice: $rinv"
+human=$(gn_cli "$R" invoice show "$lease")
+grep -q "^energy: *[0-9]*\.[0-9]\{3\} kWh ([0-9,]* kJ) over $ms GPU-seconds$" <<<"$human" || fail "invoice show: $human"
+ok "the requester's invoice states the same energy: $(grep energy <<<"$human" | head -n 1 | tr -s ' ')"
+# The export carries it in its summary and audits.
+gn_cli "$R" invoice export "$lease" --out "$work/energy.json" >/dev/null || fail "export"
+[ "$(jq -r .summary.energy_mj "$work/energy.json")" = "$mj" ] || fail "export summary: $(jq .summary "$work/energy.json")"
+gn_cli "$R" invoice audit "$work/energy.json" >/dev/null || fail "the export does not audit"
+ok "the export's summary states $mj mJ and audits"
+
+# A simulated GPU has no power reading: no energy, not 0.
+lease2=$(gn_cli "$R" --json rent --gpu "H100" --hours 1 --allow-simulated --no-attest --interval 2 | jq -r .lease.id)
+[[ $lease2 == l-* ]] || fail "rent of the simulated GPU gave no lease: $lease2"
+billed2() { [ "$(lease_field "$lease2" seconds)" -ge 3 ]; }
+gn_wait_until 30 "three seconds metered" billed2 || fail "the lease did not meter"
+[ "$(lease_field "$lease2" energy_mj)" = null ] || fail "simulated lease shows energy: $(lease_get "$lease2")"
+gn_cli "$R" release "$lease2" >/dev/null || fail "cannot release $lease2"
+accepted2() { [ "$(gn_cli "$P" --json invoice show "$lease2" | jq -r .invoice.status)" = accepted ]; }
+gn_wait_until 30 "the second invoice countersigned" accepted2 || fail "no countersigned invoice"
+inv2=$(gn_cli "$R" --json invoice show "$lease2")
+[ "$(jq -r .invoice.energy_mj <<<"$inv2")" = null ] || fail "simulated lease's invoice states energy: $inv2"
+gn_cli "$R" invoice show "$lease2" | grep -q "not measured (no power reading)" ||
+  fail "invoice show: $(gn_cli "$R" invoice show "$lease2")"
+ok "the simulated GPU's invoice states no energy: not measured (no power reading)"
+
+echo "PASS ($pass checks)"
