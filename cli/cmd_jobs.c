@@ -1,5 +1,6 @@
 /* gpunet commands for jobs on leased GPUs: run, jobs, logs and stop. */
 #include "cli.h"
+#include "progress.h"
 #include "train.h"
 
 #include <getopt.h>
@@ -128,6 +129,22 @@ static uint64_t mono_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* The image pull's progress while the job is "pending" or "pulling" (bytes
+ * once the provider knows the image's size); ended when the job moves on. */
+static cli_progress *pull_progress(const cli *c, cli_progress *p, const char *state, const json_t *pull) {
+  bool waiting = strcmp(state, "pending") == 0 || strcmp(state, "pulling") == 0;
+  if (!waiting) {
+    cli_progress_end(p, strcmp(state, "failed") != 0 && strcmp(state, "rejected") != 0, NULL);
+    return NULL;
+  }
+  uint64_t total = (uint64_t)cli_int(pull, "total", 0), done = (uint64_t)cli_int(pull, "done", 0);
+  if (!p)
+    p = cli_progress_start(cli_progress_mode_for(c->json), "pull", "Pulling image", CLI_PROGRESS_BYTES, total, NULL,
+                           NULL);
+  cli_progress_update(p, done, total, total ? NULL : "waiting for the provider");
+  return p;
+}
+
 int cli_follow_logs(cli *c, const char *job_id, bool follow) {
   char *base = cli_path("/v1/jobs", job_id, "/logs");
   if (!base)
@@ -135,6 +152,7 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
   long long offset = 0;
   char state[32] = "";
   int rc = CLI_OK;
+  cli_progress *pull = NULL; /* while the provider pulls the image */
   for (;;) {
     char path[1024];
     snprintf(path, sizeof(path), "%s?offset=%lld&wait_ms=%d", base, offset, follow ? CLI_LOGS_WAIT_MS : 0);
@@ -159,6 +177,8 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
     bool state_changed = st && strcmp(st, state) != 0;
     if (st)
       snprintf(state, sizeof(state), "%s", st);
+    if (follow)
+      pull = pull_progress(c, pull, state, json_object_get(j, "pull"));
     json_decref(j);
     if (next < offset) {
       rc = cli_fail("gpunetd moved the log offset of %s backwards (%lld after %lld)", job_id, next, offset);
@@ -175,6 +195,7 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
     if (!progressed && mono_ms() - asked_ms < CLI_LOGS_EARLY_MS)
       usleep(CLI_LOGS_PAUSE_US);
   }
+  cli_progress_end(pull, rc == CLI_OK, NULL);
   free(base);
   return rc;
 }

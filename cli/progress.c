@@ -195,7 +195,11 @@ static void draw_bar(cli_progress *p, uint64_t now) {
 }
 
 static void emit_json(cli_progress *p, const char *event, uint64_t now) {
-  double rate = rate_of(p, now);
+  /* while it runs, the rate of the last few seconds; at the end, the
+   * average of the whole wait */
+  double rate = strcmp(event, "progress") == 0 ? rate_of(p, now)
+                : now > p->start_ms            ? (double)p->done * 1000.0 / (double)(now - p->start_ms)
+                                               : -1.0;
   json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:f}", "event", event, "what", p->what, "label", p->label, "done",
                         (json_int_t)p->done, "elapsed_s", (double)(now - p->start_ms) / 1000.0);
   if (!o)
@@ -207,7 +211,7 @@ static void emit_json(cli_progress *p, const char *event, uint64_t now) {
                                                       : json_null());
   json_object_set_new(o, "rate", rate >= 0 && p->unit != CLI_PROGRESS_NONE ? json_real(rate) : json_null());
   json_object_set_new(o, "detail", p->detail[0] ? json_string(p->detail) : json_null());
-  char *s = json_dumps(o, JSON_COMPACT);
+  char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(7));
   json_decref(o);
   if (s) {
     fprintf(p->out, "%s\n", s);
@@ -260,6 +264,8 @@ void cli_progress_end(cli_progress *p, bool ok, const char *detail) {
   uint64_t now = p->now_ms();
   if (detail)
     copy_str(p->detail, sizeof p->detail, detail);
+  if (ok && p->total && p->unit != CLI_PROGRESS_NONE)
+    p->done = p->total; /* a wait that ended well did all it had to */
   if (p->mode == CLI_PROGRESS_JSON && (p->shown || !ok)) {
     emit_json(p, ok ? "done" : "failed", now);
   } else if (p->shown && (p->mode == CLI_PROGRESS_BAR || p->mode == CLI_PROGRESS_PLAIN)) {

@@ -229,6 +229,7 @@ static void logs_reply(gn_ctl_req *req, const gn_job *j, uint64_t offset) {
   json_object_set_new(o, "exit_code",
                       j->state == GN_JOB_EXITED || j->state == GN_JOB_STOPPED ? json_integer(j->exit_code)
                                                                               : json_null());
+  gn__job_pull_json(j, o);
   free(buf);
   gn_ctl_reply_json(req, 200, o);
 }
@@ -241,10 +242,11 @@ static void logs_reply(gn_ctl_req *req, const gn_job *j, uint64_t offset) {
 typedef struct logs_seen {
   uint64_t offset;
   gn_job_state state;
+  uint64_t pull_done; /* the image pull's bytes: progress is news too */
 } logs_seen;
 
 static bool logs_news(const gn_job *j, const logs_seen *seen) {
-  return seen->offset < j->log_len || job_done(j) || j->state != seen->state;
+  return seen->offset < j->log_len || job_done(j) || j->state != seen->state || j->pull_done != seen->pull_done;
 }
 
 /* GET /v1/jobs/:id/logs?offset=N[&wait_ms=M]: the log from byte N. With
@@ -267,7 +269,7 @@ static void api_logs(gn_ctl_req *req, void *ud) {
     return gn_ctl_reply_error(req, 400, "wait_ms must be a number of milliseconds");
   if (wait_ms > API_LOGS_MAX_WAIT_MS)
     wait_ms = API_LOGS_MAX_WAIT_MS;
-  logs_seen now = {offset, j->state};
+  logs_seen now = {offset, j->state, j->pull_done};
   if (wait_ms && !logs_news(j, &now) && !n->stopping) {
     logs_seen *seen = malloc(sizeof *seen);
     gn_pending *p = seen ? gn__pending_add(n, req, GN_PENDING_LOGS, j->id, wait_ms) : NULL;

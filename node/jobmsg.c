@@ -294,6 +294,12 @@ int gn__jobmsg_decode(uint32_t type, const uint8_t *body, size_t len, gn_jobmsg 
       goto bad;
     if (gn_wire_get(o, "digest") && (r = gn_wire_get_str(o, "digest", m.digest, sizeof m.digest)) < 0)
       goto fail;
+    if (gn_wire_get(o, "pulled")) {
+      if ((r = gn_wire_get_u64(o, "pulled", &m.pulled)) < 0 ||
+          (r = gn_wire_get_u64(o, "pull_total", &m.pull_total)) < 0)
+        goto bad;
+      m.has_pull = true;
+    }
     break;
   case GN_MSG_JOB_LOG:
     if (!m.job_id[0] || (r = gn_wire_get_u64(o, "offset", &m.offset)) < 0 ||

@@ -88,6 +88,11 @@ typedef struct gn_jobmsg {
   size_t data_len;
   bool eof;      /* JOB_OUTPUT, JOB_SEED: the last chunk */
   uint64_t size; /* JOB_OUTPUT, JOB_SEED: the tar's bytes in all (0 when unknown) */
+  /* JOB_STATUS while the image is pulled (optional "pulled", "pull_total"):
+   * bytes fetched so far and to fetch in all (0: not known yet). What the
+   * provider says, shown to the renter as progress and never trusted. */
+  bool has_pull;
+  uint64_t pulled, pull_total;
   gn_wire_doc doc;
 } gn_jobmsg;
 

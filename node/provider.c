@@ -978,7 +978,17 @@ int gn__provider_restore(gn_node *n, gn_lease *l, const uint8_t *state, size_t l
 static void send_job_status(gn_node *n, gn_job *j, const gn_lease *l) {
   gn_wire_writer w;
   gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 6);
+  bool pull = j->state == GN_JOB_PULLING && j->pull_total;
+  gn_wire_put_map(&w, pull ? 8 : 6);
+  if (pull) {
+    uint64_t done = j->pull_done;
+    gn_wire_put_str(&w, "pulled");
+    gn_wire_put_u64(&w, done);
+    gn_wire_put_str(&w, "pull_total");
+    gn_wire_put_u64(&w, j->pull_total);
+    j->pull_sent_done = done;
+    j->pull_sent_ms = gn_mono_ms();
+  }
   gn_wire_put_str(&w, "job_id");
   gn_wire_put_str(&w, j->id);
   gn_wire_put_str(&w, "lease_id");
@@ -1465,6 +1475,29 @@ static int job_env(const gn_job *j, const gn_image *img, char ***ret) {
   return 0;
 }
 
+/* The pull's progress (on the thread pool): the total once, then each
+ * blob's bytes; a new blob adds the last one's to the base. */
+typedef struct pull_progress {
+  gn_job *j;
+  char what[80];
+  uint64_t base, cur;
+} pull_progress;
+
+static void job_pull_progress(void *ud, const char *what, uint64_t done, uint64_t total) {
+  pull_progress *pp = ud;
+  if (strcmp(what, GN_PULL_PROGRESS_TOTAL) == 0) {
+    pp->j->pull_total = total;
+    return;
+  }
+  if (strcmp(what, pp->what) != 0) {
+    pp->base += pp->cur;
+    pp->cur = 0;
+    gn__strf(pp->what, sizeof pp->what, "%s", what);
+  }
+  pp->cur = done;
+  pp->j->pull_done = pp->base + pp->cur;
+}
+
 /* Pull, unpack and write the bundle: blocking, on the thread pool. The job's
  * fields read here were set on the loop before the task was queued and do
  * not change until it is done; what it writes (work_rc, work_err,
@@ -1485,7 +1518,8 @@ static void job_prepare_work(gn_job *j) {
     gn__strf(j->work_err, sizeof j->work_err, "bad image reference %s", j->image);
     return;
   }
-  gn_pull_opts po = {.cancel = &j->cancel};
+  pull_progress pp = {.j = j};
+  gn_pull_opts po = {.cancel = &j->cancel, .progress = job_pull_progress, .progress_ud = &pp};
   j->work_rc =
       gn_store_pull_ex(n->store, &ref, &po, &img, j->work_err, sizeof j->work_err, j->work_log, sizeof j->work_log);
   if (j->work_rc < 0)
@@ -1979,6 +2013,19 @@ static void disk_check(gn_node *n, int64_t now_s) {
     n->disk_req_busy = true;
 }
 
+/* Pulls in progress tell their renters how far they are, at most once a
+ * second and only when bytes moved. */
+static void pull_progress_tick(gn_node *n, uint64_t now_ms) {
+  for (gn_job *j = n->jobs; j; j = j->next) {
+    if (j->role != GN_ROLE_PROVIDER || j->state != GN_JOB_PULLING || !j->pull_total ||
+        j->pull_done == j->pull_sent_done || now_ms - j->pull_sent_ms < 1000)
+      continue;
+    const gn_lease *l = job_lease(n, j);
+    if (l)
+      send_job_status(n, j, l);
+  }
+}
+
 /* Once a second, the power of the lease's GPUs into its energy
  * (billing/energy.c), handed to its machine for the final invoice and
  * saved. A second without a reading of every GPU (simulated GPUs, no NVML,
@@ -2010,6 +2057,7 @@ static void lease_energy_sample(gn_node *n, gn_lease *l, uint64_t now_ms) {
 
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   gn__provider_kill_again(n, now_ms);
+  pull_progress_tick(n, now_ms);
   if (n->cfg.provide) {
     disk_check(n, now_s);
     gn__train_tick(n, now_s); /* /output's budget, ended leases' outputs */

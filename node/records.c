@@ -345,7 +345,17 @@ json_t *gn__job_json(const gn_job *j) {
                           : json_null());
   json_object_set_new(o, "ended_s", j->ended_s ? json_integer(j->ended_s) : json_null());
   json_object_set_new(o, "role", json_string(j->role == GN_ROLE_PROVIDER ? "provider" : "requester"));
+  gn__job_pull_json(j, o);
   return o;
+}
+
+void gn__job_pull_json(const gn_job *j, json_t *o) {
+  uint64_t total = j->pull_total, done = j->pull_done;
+  if (j->state != GN_JOB_PULLING || !total)
+    return;
+  json_object_set_new(
+      o, "pull",
+      json_pack("{s:I, s:I}", "done", (json_int_t)(done < total ? done : total), "total", (json_int_t)total));
 }
 
 void gn__job_append_log(gn_job *j, const uint8_t *data, size_t len) {

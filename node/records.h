@@ -144,6 +144,12 @@ struct gn_job {
   uint64_t cpu_quota_us;              /* per GN_CPU_PERIOD_US; 0: no CPU limit */
   unsigned minors[GN_LEASE_MAX_GPUS]; /* the leased real GPUs' /dev/nvidiaN */
   size_t nminors;
+  /* The image pull's progress in bytes (pull_total 0: not known yet).
+   * Provider: written by the pull on the thread pool, read on the loop,
+   * which sends it in JOB_STATUS at most once a second (pull_sent_*).
+   * Requester: what the provider last said, for progress only. */
+  _Atomic uint64_t pull_done, pull_total;
+  uint64_t pull_sent_done, pull_sent_ms;
 };
 
 /* Opens (creating) DATA_DIR/gpunet.db with the records' tables. */

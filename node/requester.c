@@ -1026,7 +1026,18 @@ static void on_job_status(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_en
   gn_lease *l = j ? gn__lease_find(n, j->lease_id) : NULL;
   if (!j || !l || j->role != GN_ROLE_REQUESTER || memcmp(l->peer, peer, GN_PK_LEN) != 0)
     goto out;
-  j->state = state_from_name(m.state);
+  gn_job_state st = state_from_name(m.state);
+  if (m.has_pull && st == GN_JOB_PULLING) {
+    /* Progress only, shown and never trusted: done is kept within total. */
+    j->pull_total = m.pull_total;
+    j->pull_done = m.pulled < m.pull_total ? m.pulled : m.pull_total;
+    if (j->state == GN_JOB_PULLING) { /* nothing else changed: wake the long polls, persist nothing */
+      if (n->job_changed)
+        n->job_changed(n, j);
+      goto out;
+    }
+  }
+  j->state = st;
   j->exit_code = (int)m.exit_code;
   gn__strf(j->error, sizeof j->error, "%s", m.reason);
   if (m.digest[0])

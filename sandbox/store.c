@@ -1032,6 +1032,9 @@ int gn_store_pull_ex(gn_store *s, const gn_imageref *ref, const gn_pull_opts *op
       missing += m.layers[i].size;
     }
   }
+  /* The bytes this pull will fetch in all, before the blobs' own progress. */
+  if (c.opts && c.opts->progress)
+    c.opts->progress(c.opts->progress_ud, GN_PULL_PROGRESS_TOTAL, 0, missing);
   if (missing) {
     char what[64];
     snprintf(what, sizeof(what), "image %s", gn__digest_short(mdigest, a));

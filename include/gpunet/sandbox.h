@@ -63,7 +63,12 @@ int gn_image_argv(const gn_image *img, const char *const *cmd, char ***ret_argv)
  * GN_EINVAL for a job entry without "NAME=". */
 int gn_image_env(const gn_image *img, const char *const *env, char ***ret_env);
 
+/* A pull's progress: once with what = GN_PULL_PROGRESS_TOTAL, done 0 and
+ * total the bytes of the blobs not yet in the store (0: nothing to fetch),
+ * then for each blob fetched its short digest, the bytes it holds so far
+ * and its size. Called on the pulling thread. */
 typedef void (*gn_pull_progress_fn)(void *ud, const char *what, uint64_t done, uint64_t total);
+#define GN_PULL_PROGRESS_TOTAL "image"
 
 /* Pulls a digest-pinned reference (ref->digest must be set) into the store:
  * Bearer token auth when the registry asks, image index -> linux/amd64
