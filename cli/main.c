@@ -177,6 +177,28 @@ static const cli_cmd commands[] = {
      "ends, then exits with the job's exit code. For a training job, every\n"
      "rank's output with a [rank R] prefix, or only rank R's.\n",
      &cli_logs_opts},
+    {"exec", cmd_exec, "run a command in a lease's sandbox, with a terminal if asked",
+     "Usage: gpunet exec LEASE [-i] [-t] [--job JOB] [--env K=V]... -- CMD [ARGS...]\n"
+     "Runs CMD inside a running job's sandbox on the lease (the newest running\n"
+     "job of the lease, or JOB), as the job's user with its limits, its stdio\n"
+     "carried over the lease's encrypted session. Signed by this node as the\n"
+     "lease holder; billed as the lease is (it runs only while the lease does).\n"
+     "  -i, --interactive  send stdin (without it the command's stdin is empty)\n"
+     "  -t, --tty          a terminal for CMD; with a terminal here it is put in\n"
+     "                     raw mode, its size follows, Ctrl-C goes to CMD\n"
+     "  --job JOB          the job to run in\n"
+     "  --env K=V          set a variable for CMD (repeatable)\n"
+     "Without -t, SIGINT and SIGTERM are passed on to CMD. Exits with CMD's exit\n"
+     "code (128+N when a signal N ended it); 125 when gpunet could not run it.\n",
+     &cli_exec_opts},
+    {"shell", cmd_shell, "an interactive shell in a lease's sandbox",
+     "Usage: gpunet shell LEASE [--job JOB] [--image REF]\n"
+     "Opens a login shell (bash if the image has it, else sh) with a terminal\n"
+     "in the lease's newest running job, or JOB. With no running job (or with\n"
+     "--image) it first starts a job on REF (default: the image of the lease's\n"
+     "last job) that only keeps the sandbox up, and stops it when the shell\n"
+     "ends. Exits with the shell's exit code; 125 when gpunet could not run it.\n",
+     &cli_shell_opts},
     {"stop", cmd_stop, "stop a job",
      "Usage: gpunet stop JOB|TRAINID\n"
      "Stops a running job; for a training job, every rank, and releases its\n"

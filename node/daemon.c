@@ -5,6 +5,7 @@
 
 #include "api.h"
 #include "attest_net.h"
+#include "exec.h"
 #include "node_internal.h"
 #include "overlay.h"
 #include "peer_rtt.h"
@@ -347,6 +348,7 @@ static void on_peer_down(gn_transport *t, const uint8_t peer[GN_PK_LEN], void *u
   if (ms && (strcmp(ms, "dead") == 0 || strcmp(ms, "left") == 0))
     gn_offer_table_remove_provider(n->offers, peer);
   gn__provider_peer_down(n, peer);
+  gn__exec_peer_down(n, peer);
   gn__requester_peer_down(n, peer);
   gn__overlay_peer_down(n, peer);
 }
@@ -406,6 +408,19 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_JOB_OUTPUT:
   case GN_MSG_JOB_SEED_GET:
     gn__requester_on_message(n, peer, env, raw, raw_len);
+    break;
+  case GN_MSG_EXEC_OPEN: /* gpunet exec (exec_prov.c, exec_req.c); data and windows go both ways */
+  case GN_MSG_EXEC_SIGNAL:
+  case GN_MSG_EXEC_CLOSE:
+    gn__exec_prov_on_message(n, peer, env);
+    break;
+  case GN_MSG_EXEC_DATA:
+  case GN_MSG_EXEC_WINDOW:
+    gn__exec_prov_on_message(n, peer, env);
+    gn__exec_req_on_message(n, peer, env);
+    break;
+  case GN_MSG_EXEC_EXIT:
+    gn__exec_req_on_message(n, peer, env);
     break;
   case GN_MSG_RTT_ASK:
   case GN_MSG_RTT_REPORT:
@@ -532,6 +547,7 @@ static void on_tick(uv_timer_t *t) {
   gn_discovery_tick(n->disc, now_s);
   gn__provider_tick(n, now_ms, now_s);
   gn__requester_tick(n, now_ms, now_s);
+  gn__exec_tick(n, now_ms);
   pending_expire(n, now_ms);
   gn__attest_tick(n, now_ms);
   static int64_t last_sweep;
@@ -602,6 +618,7 @@ static void shutdown_node(gn_node *n) {
   gn__attest_shutdown(n);
   gn__settle_stop(n);
   gn__overlay_stop(n);
+  gn__exec_close(n);
   uv_timer_stop(&n->tick_timer);
   uv_close((uv_handle_t *)&n->tick_timer, NULL);
   uv_close((uv_handle_t *)&n->sig_int, NULL);
@@ -821,6 +838,11 @@ int gn__node_main(int argc, char **argv) {
     return 1;
   }
   gn__requester_register(n);
+  if ((r = gn__exec_start(n)) < 0) {
+    fprintf(stderr, "gpunetd: cannot serve gpunet exec on %s/gpunetd-exec.sock: %s\n", n->cfg.data_dir,
+            gn_strerror(r));
+    return 1;
+  }
   gn__attest_register(n);
   gn__settle_register(n);
   gn__overlay_register(n);
@@ -863,6 +885,8 @@ int gn__node_main(int argc, char **argv) {
   gn_log(GN_LOG_INFO, "stopped");
   gn__overlay_free(n);
   gn__nat_free(n);
+  free(n->exec);
+  n->exec = NULL;
   n->disc = gn_discovery_free(n->disc);
   n->peertab = gn_peertab_free(n->peertab);
   n->offers = gn_offer_table_free(n->offers);

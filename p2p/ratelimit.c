@@ -329,6 +329,13 @@ int gn__rate_class_of(uint32_t type) {
   case GN_MSG_DEBIT_REJECT:
   case GN_MSG_ERROR:
     return GN__RC_CONTROL;
+  case GN_MSG_EXEC_OPEN:
+  case GN_MSG_EXEC_SIGNAL:
+  case GN_MSG_EXEC_EXIT:
+  case GN_MSG_EXEC_CLOSE:
+    return GN__RC_CONTROL;
+  case GN_MSG_EXEC_DATA: /* a keystroke each, or 32 KiB of output */
+  case GN_MSG_EXEC_WINDOW:
   case GN_MSG_JOB_LOG:
   case GN_MSG_JOB_OUTPUT_GET:
   case GN_MSG_JOB_OUTPUT:

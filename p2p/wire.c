@@ -109,6 +109,18 @@ const char *gn_msg_type_name(uint32_t type) {
     return "relay_status";
   case GN_MSG_RELAY_CALL:
     return "relay_call";
+  case GN_MSG_EXEC_OPEN:
+    return "exec_open";
+  case GN_MSG_EXEC_DATA:
+    return "exec_data";
+  case GN_MSG_EXEC_WINDOW:
+    return "exec_window";
+  case GN_MSG_EXEC_SIGNAL:
+    return "exec_signal";
+  case GN_MSG_EXEC_EXIT:
+    return "exec_exit";
+  case GN_MSG_EXEC_CLOSE:
+    return "exec_close";
   default:
     return NULL;
   }

@@ -246,6 +246,53 @@ int gn_runtime_argv_run(const gn_runtime *rt, const char *state_root, const char
   return argv_build(parts, ret_argv);
 }
 
+/* `exec` runs one more process in a running container with the container's
+ * own process settings (user, capabilities, rlimits, seccomp, cgroup, no new
+ * privileges: runc copies config.json's process and replaces only argv, the
+ * added env and the tty flag). --no-new-privs is said again so that a
+ * container started without it cannot hand a setuid path to the exec. */
+int gn_runtime_argv_exec(const gn_runtime *rt, const char *state_root, const char *id, bool tty,
+                         const char *pid_file, char *const *env, char *const *cmd, char ***ret_argv) {
+  if (!rt || !rt->path[0] || !state_root || !id_valid(id) || !cmd || !cmd[0] || !ret_argv)
+    return GN_EINVAL;
+  size_t nenv = 0, ncmd = 0;
+  while (env && env[nenv])
+    nenv++;
+  while (cmd[ncmd])
+    ncmd++;
+  if (nenv > 256 || ncmd > 256)
+    return GN_ETOOBIG;
+  for (size_t i = 0; i < nenv; i++)
+    if (!env[i][0] || env[i][0] == '=' || !strchr(env[i], '='))
+      return GN_EINVAL;
+  const char **parts = calloc(12 + 2 * nenv + ncmd, sizeof *parts);
+  if (!parts)
+    return GN_ENOMEM;
+  size_t k = 0;
+  parts[k++] = rt->path;
+  parts[k++] = "--root";
+  parts[k++] = state_root;
+  parts[k++] = "exec";
+  parts[k++] = "--no-new-privs";
+  if (tty)
+    parts[k++] = "--tty";
+  if (pid_file) {
+    parts[k++] = "--pid-file";
+    parts[k++] = pid_file;
+  }
+  for (size_t i = 0; i < nenv; i++) {
+    parts[k++] = "--env";
+    parts[k++] = env[i];
+  }
+  parts[k++] = id;
+  for (size_t i = 0; i < ncmd; i++)
+    parts[k++] = cmd[i];
+  parts[k] = NULL;
+  int r = argv_build(parts, ret_argv);
+  free(parts);
+  return r;
+}
+
 int gn_runtime_argv_kill(const gn_runtime *rt, const char *state_root, const char *id, const char *signal,
                          char ***ret_argv) {
   if (!rt || !rt->path[0] || !state_root || !id_valid(id) || !ret_argv)
@@ -318,20 +365,33 @@ static int spawn_setup(posix_spawn_file_actions_t *fa, posix_spawnattr_t *at, in
  * so a daemon with a large address space and many threads does not copy
  * its page tables for every runtime call, as fork() does. The parent waits
  * only until the child has exec'd (or failed to). */
-static int spawn(char *const *argv, int stdin_fd, bool stdin_devnull, int stdout_fd, int stderr_fd, pid_t *ret_pid) {
+static int spawn_ex(char *const *argv, int stdin_fd, bool stdin_devnull, int stdout_fd, int stderr_fd,
+                    bool new_session, pid_t *ret_pid) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   int r = spawn_setup(&fa, &at, stdin_fd, stdin_devnull, stdout_fd, stderr_fd);
   if (r < 0)
     return r;
   pid_t pid;
-  int e = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
+  int e = 0;
+#ifdef POSIX_SPAWN_SETSID
+  if (new_session)
+    e = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
+#else
+  (void)new_session;
+#endif
+  if (!e)
+    e = posix_spawn(&pid, argv[0], &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   if (e)
     return -e;
   *ret_pid = pid;
   return 0;
+}
+
+static int spawn(char *const *argv, int stdin_fd, bool stdin_devnull, int stdout_fd, int stderr_fd, pid_t *ret_pid) {
+  return spawn_ex(argv, stdin_fd, stdin_devnull, stdout_fd, stderr_fd, false, ret_pid);
 }
 
 static int wait_code(pid_t pid, int options, int *ret_code) {
@@ -400,12 +460,17 @@ bool gn_runtime_spawn_supported(void) {
 }
 
 int gn_runtime_spawn(char *const *argv, int stdout_fd, int stderr_fd, pid_t *ret_pid, int *ret_pidfd) {
+  return gn_runtime_spawn_io(argv, -1, stdout_fd, stderr_fd, false, ret_pid, ret_pidfd);
+}
+
+int gn_runtime_spawn_io(char *const *argv, int stdin_fd, int stdout_fd, int stderr_fd, bool new_session,
+                        pid_t *ret_pid, int *ret_pidfd) {
   if (!argv || !argv[0] || !ret_pid || !ret_pidfd)
     return GN_EINVAL;
   if (!gn_runtime_spawn_supported())
     return GN_EUNSUPPORTED;
   pid_t pid;
-  int r = spawn(argv, -1, true, stdout_fd, stderr_fd, &pid);
+  int r = spawn_ex(argv, stdin_fd, stdin_fd < 0, stdout_fd, stderr_fd, new_session, &pid);
   if (r < 0)
     return r;
   /* Not reaped yet, so the pid cannot name another process. */

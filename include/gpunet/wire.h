@@ -65,6 +65,12 @@ enum gn_msg_type {
   GN_MSG_RELAY_RESERVE = 87,
   GN_MSG_RELAY_STATUS = 88,
   GN_MSG_RELAY_CALL = 89,
+  GN_MSG_EXEC_OPEN = 90,   /* requester -> provider: a process in a lease's sandbox (docs/protocol.md §3.1) */
+  GN_MSG_EXEC_DATA = 91,   /* either way: stdin, or the process's output */
+  GN_MSG_EXEC_WINDOW = 92, /* either way: credit returned; requester: terminal size */
+  GN_MSG_EXEC_SIGNAL = 93, /* requester -> provider: INT, TERM or KILL */
+  GN_MSG_EXEC_EXIT = 94,   /* provider -> requester: the process ended, or never started */
+  GN_MSG_EXEC_CLOSE = 95,  /* requester -> provider: the renter went away, kill it */
 };
 
 /* Returns a short lowercase name ("offer", "lease_request"...), or NULL for a
