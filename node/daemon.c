@@ -839,8 +839,7 @@ int gn__node_main(int argc, char **argv) {
   }
   gn__requester_register(n);
   if ((r = gn__exec_start(n)) < 0) {
-    fprintf(stderr, "gpunetd: cannot serve gpunet exec on %s/gpunetd-exec.sock: %s\n", n->cfg.data_dir,
-            gn_strerror(r));
+    fprintf(stderr, "gpunetd: cannot serve gpunet exec on %s/gpunetd-exec.sock: %s\n", n->cfg.data_dir, gn_strerror(r));
     return 1;
   }
   gn__attest_register(n);

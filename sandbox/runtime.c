@@ -251,8 +251,8 @@ int gn_runtime_argv_run(const gn_runtime *rt, const char *state_root, const char
  * privileges: runc copies config.json's process and replaces only argv, the
  * added env and the tty flag). --no-new-privs is said again so that a
  * container started without it cannot hand a setuid path to the exec. */
-int gn_runtime_argv_exec(const gn_runtime *rt, const char *state_root, const char *id, bool tty,
-                         const char *pid_file, char *const *env, char *const *cmd, char ***ret_argv) {
+int gn_runtime_argv_exec(const gn_runtime *rt, const char *state_root, const char *id, bool tty, const char *pid_file,
+                         char *const *env, char *const *cmd, char ***ret_argv) {
   if (!rt || !rt->path[0] || !state_root || !id_valid(id) || !cmd || !cmd[0] || !ret_argv)
     return GN_EINVAL;
   size_t nenv = 0, ncmd = 0;
@@ -365,8 +365,8 @@ static int spawn_setup(posix_spawn_file_actions_t *fa, posix_spawnattr_t *at, in
  * so a daemon with a large address space and many threads does not copy
  * its page tables for every runtime call, as fork() does. The parent waits
  * only until the child has exec'd (or failed to). */
-static int spawn_ex(char *const *argv, int stdin_fd, bool stdin_devnull, int stdout_fd, int stderr_fd,
-                    bool new_session, pid_t *ret_pid) {
+static int spawn_ex(char *const *argv, int stdin_fd, bool stdin_devnull, int stdout_fd, int stderr_fd, bool new_session,
+                    pid_t *ret_pid) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   int r = spawn_setup(&fa, &at, stdin_fd, stdin_devnull, stdout_fd, stderr_fd);
@@ -463,8 +463,8 @@ int gn_runtime_spawn(char *const *argv, int stdout_fd, int stderr_fd, pid_t *ret
   return gn_runtime_spawn_io(argv, -1, stdout_fd, stderr_fd, false, ret_pid, ret_pidfd);
 }
 
-int gn_runtime_spawn_io(char *const *argv, int stdin_fd, int stdout_fd, int stderr_fd, bool new_session,
-                        pid_t *ret_pid, int *ret_pidfd) {
+int gn_runtime_spawn_io(char *const *argv, int stdin_fd, int stdout_fd, int stderr_fd, bool new_session, pid_t *ret_pid,
+                        int *ret_pidfd) {
   if (!argv || !argv[0] || !ret_pid || !ret_pidfd)
     return GN_EINVAL;
   if (!gn_runtime_spawn_supported())

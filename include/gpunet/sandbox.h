@@ -320,8 +320,8 @@ int gn_runtime_argv_delete(const gn_runtime *rt, const char *state_root, const c
  * K=V]... ID CMD...`: one more process in a running container, with the
  * container's user, capabilities, seccomp and cgroup. env: NULL or a
  * NULL-terminated list of KEY=VALUE. */
-int gn_runtime_argv_exec(const gn_runtime *rt, const char *state_root, const char *id, bool tty,
-                         const char *pid_file, char *const *env, char *const *cmd, char ***ret_argv);
+int gn_runtime_argv_exec(const gn_runtime *rt, const char *state_root, const char *id, bool tty, const char *pid_file,
+                         char *const *env, char *const *cmd, char ***ret_argv);
 /* Whether the runtime keeps state for container id under state_root (runc
  * and crun: a directory state_root/id). `run` removes it when the container
  * has ended and been destroyed, so a delete after it would only start the
@@ -347,8 +347,8 @@ int gn_runtime_exec_io(char *const *argv, int stdin_fd, int stdout_fd, int stder
 int gn_runtime_spawn(char *const *argv, int stdout_fd, int stderr_fd, pid_t *ret_pid, int *ret_pidfd);
 /* The same with stdin from stdin_fd (-1: /dev/null) and, with new_session,
  * in a session of its own (setsid), out of the daemon's process group. */
-int gn_runtime_spawn_io(char *const *argv, int stdin_fd, int stdout_fd, int stderr_fd, bool new_session,
-                        pid_t *ret_pid, int *ret_pidfd);
+int gn_runtime_spawn_io(char *const *argv, int stdin_fd, int stdout_fd, int stderr_fd, bool new_session, pid_t *ret_pid,
+                        int *ret_pidfd);
 /* Whether gn_runtime_spawn can work here (the kernel has pidfd_open). */
 bool gn_runtime_spawn_supported(void);
 /* Reaps pid, started by gn_runtime_spawn, without blocking: ret_status as
