@@ -105,4 +105,35 @@ gn_cli "$R" invoice show "$lease2" | grep -q "not measured (no power reading)" |
   fail "invoice show: $(gn_cli "$R" invoice show "$lease2")"
 ok "the simulated GPU's invoice states no energy: not measured (no power reading)"
 
+# A provider killed mid-lease keeps the energy measured before (saved each
+# second), counts none for the time it was down, and goes on measuring.
+lease3=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --no-attest --interval 10 | jq -r .lease.id)
+[[ $lease3 == l-* ]] || fail "rent of the shim's GPU gave no lease: $lease3"
+three_s() { [ "$(lease_field "$lease3" energy_measured_s)" != null ] && [ "$(lease_field "$lease3" energy_measured_s)" -ge 3 ]; }
+gn_wait_until 30 "three seconds measured" three_s || fail "no energy measured: $(lease_get "$lease3")"
+kill -9 "$(cat "$P/gpunetd.pid")"
+sleep 0.5
+before=$(sqlite3 "$P/gpunet.db" "SELECT energy_uj / 1000 FROM node_leases WHERE id = '$lease3'" 2>/dev/null || echo 0)
+GN_NVML_LIB=$shim GN_NVML_SHIM_POWER_MW=250000 gn_node_start "$P" provider --listen "127.0.0.1:$p_prov" --provide \
+  --price 0.50 --simulate-gpu "H100" --interval-min-s 2 --metrics-listen "$mp" "${gn_e2e_compat[@]}"
+[ "$(lease_field "$lease3" energy_mj)" -ge "$before" ] || fail "energy lost in the restart: $(lease_get "$lease3")"
+more() { [ "$(lease_field "$lease3" energy_mj)" -ge $((before + 500000)) ]; }
+gn_wait_until 30 "energy measured after the restart" more || fail "no energy after the restart: $(lease_get "$lease3")"
+gn_cli "$R" release "$lease3" >/dev/null || fail "cannot release $lease3"
+invoiced3() { [ "$(gn_cli "$P" --json invoice show "$lease3" | jq -r .invoice.status)" = accepted ]; }
+gn_wait_until 30 "the third invoice countersigned" invoiced3 || fail "no countersigned invoice: $(gn_cli "$P" --json invoice show "$lease3")"
+inv3=$(gn_cli "$P" --json invoice show "$lease3")
+mj3=$(jq -r .invoice.energy_mj <<<"$inv3")
+ms3=$(jq -r .invoice.energy_measured_s <<<"$inv3")
+secs3=$(jq -r .invoice.seconds <<<"$inv3")
+[ "$mj3" -ge $((before + 500000)) ] && [ "$mj3" -ge $((250000 * ms3)) ] && [ "$mj3" -lt $((250000 * (ms3 + 1))) ] ||
+  fail "invoice after the restart: $inv3 ($before mJ saved before)"
+# After a restart the seconds until the requester is back are billed idle
+# and trailing idle seconds are left out of the bill, but the GPUs stayed
+# the lease's and drew power: measured seconds may pass the billed ones,
+# never the lease's window.
+window3=$(jq -r '.invoice.end_s - .invoice.start_s' <<<"$inv3")
+[ "$ms3" -le "$window3" ] || fail "$ms3 s measured, more than the lease's $window3 s"
+ok "restart mid-lease: $before mJ saved at the kill, the invoice states $mj3 mJ over $ms3 s measured ($secs3 s billed, window $window3 s)"
+
 echo "PASS ($pass checks)"

@@ -114,6 +114,12 @@ static void invoice_env(const uint8_t *p, size_t n) {
   if (rc == 0 && (s.seconds > 3600 || s.seconds > (uint64_t)(s.end_s - s.start_s) ||
                   s.total_micro > gn_price_cost(s.price_uper_hour, s.gpus, s.seconds)))
     __builtin_trap();
+  /* An energy claim that verifies is within the decoder's bounds; absent,
+   * it is all zeros and plausible. */
+  if (rc == 0 &&
+      (s.energy.present ? s.energy.mj > INT64_MAX || s.energy.measured_s == 0 || s.energy.measured_s > INT64_MAX
+                        : s.energy.mj || s.energy.measured_s || !s.energy_plausible))
+    __builtin_trap();
   (void)gn_invoice_summarize(p, n, &s);
   /* The requester machine's check at the genesis head agrees with it, and
    * only what verifies is countersigned. */
