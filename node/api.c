@@ -528,6 +528,15 @@ static size_t metrics_money(gn_node *n, money_row *rows, size_t cap) {
   return nrows;
 }
 
+uint64_t gn__api_earned_micro(gn_node *n) {
+  money_row money[16];
+  size_t nmoney = metrics_money(n, money, GN_ARRAY_SIZE(money));
+  for (size_t i = 0; i < nmoney; i++)
+    if (strcmp(money[i].currency, n->cfg.currency) == 0)
+      return money[i].micro[0];
+  return 0;
+}
+
 static void metrics_gpus(gn_node *n, FILE *f) {
   fprintf(f, "# HELP gpunet_gpus GPUs on this node.\n# TYPE gpunet_gpus gauge\ngpunet_gpus %zu\n", n->gpus.count);
   if (!n->gpus.count)

@@ -9,6 +9,9 @@ void gn__api_register(gn_node *n);
 /* Serves GET /metrics, and nothing else, over TCP on n->cfg.metrics_listen
  * (n->metrics_ctl); warns in the log when that address is not loopback. */
 int gn__api_metrics_listen(gn_node *n);
+/* What this node has billed as provider in its own currency (cfg.currency),
+ * as gpunet_earnings_total counts it; for the dashboard's history. */
+uint64_t gn__api_earned_micro(gn_node *n);
 /* Long-polled logs (GET /v1/jobs/:id/logs?wait_ms=): a waiting request is a
  * GN_PENDING_LOGS entry keyed by job id. _wake answers the job's waiters that
  * have something new (output past their offset, a state change); the node's

@@ -52,6 +52,7 @@ typedef enum {
   KEY_JOBNET_PORTS,
   KEY_OVERLAY,
   KEY_METRICS_LISTEN,
+  KEY_DASHBOARD_LISTEN,
   /* The hostile-peer limits (gn_config_limits), one table below. */
   KEY_MAX_CONNECTIONS,
   KEY_DIAL_RESERVE,
@@ -110,6 +111,7 @@ static const struct {
     [KEY_JOBNET_PORTS] = {"jobnet_ports", "jobnet-ports", false},
     [KEY_OVERLAY] = {"overlay", "overlay", false},
     [KEY_METRICS_LISTEN] = {"metrics_listen", "metrics-listen", false},
+    [KEY_DASHBOARD_LISTEN] = {"dashboard_listen", "dashboard-listen", false},
     [KEY_MAX_CONNECTIONS] = {"max_connections", "max-connections", false},
     [KEY_DIAL_RESERVE] = {"dial_reserve", "dial-reserve", false},
     [KEY_MAX_INBOUND_PER_IP] = {"max_inbound_per_ip", "max-inbound-per-ip", false},
@@ -206,6 +208,9 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "                          port (default on; off for a node alone)\n"
                                  "  --metrics-listen [IP:]PORT  also serve GET /metrics (Prometheus) over TCP\n"
                                  "                          (default off; a bare port binds 127.0.0.1)\n"
+                                 "  --dashboard-listen [IP:]PORT  serve the provider dashboard (docs/dashboard.md)\n"
+                                 "                          on a loopback address (default off; a bare port\n"
+                                 "                          binds 127.0.0.1)\n"
                                  "\n"
                                  "What peers may make this node hold (docs/overlay/limits.md; the defaults):\n"
                                  "  --max-connections N     sessions in all, dialled and accepted (512)\n"
@@ -744,9 +749,10 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     }
     cfg->overlay = b;
     return 0;
-  case KEY_METRICS_LISTEN: {
+  case KEY_METRICS_LISTEN:
+  case KEY_DASHBOARD_LISTEN: {
     /* A bare port is loopback; an address must be a numeric IPv4 or
-     * [IPv6] one, the port 1-65535. */
+     * [IPv6] one, the port 1-65535. The dashboard's must be loopback. */
     char buf[64];
     if (strchr(v, ':') || strchr(v, '.') ? !copy_str(buf, sizeof(buf), v) : metrics_loopback(buf, v) < 0)
       goto bad_metrics;
@@ -766,10 +772,17 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     *colon = ':';
     if (!ok)
       goto bad_metrics;
-    memcpy(cfg->metrics_listen, buf, strlen(buf) + 1);
+    if (key == KEY_DASHBOARD_LISTEN && !(buf[0] == '[' ? IN6_IS_ADDR_LOOPBACK(&a6) : (ntohl(a4.s_addr) >> 24) == 127)) {
+      snprintf(err, cap,
+               "dashboard_listen must be a loopback address (127.0.0.0/8 or [::1]), not '%.60s': to open the "
+               "dashboard from another machine, use an SSH tunnel (docs/dashboard.md)",
+               v);
+      return GN_EINVAL;
+    }
+    memcpy(key == KEY_METRICS_LISTEN ? cfg->metrics_listen : cfg->dashboard_listen, buf, strlen(buf) + 1);
     return 0;
   bad_metrics:
-    snprintf(err, cap, "metrics_listen must be PORT or IP:PORT (IPv6 as [IP]:PORT), not '%.60s'", v);
+    snprintf(err, cap, "%s must be PORT or IP:PORT (IPv6 as [IP]:PORT), not '%.60s'", name, v);
     return GN_EINVAL;
   }
   case KEY_JOBNET_PORTS: {

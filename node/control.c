@@ -24,6 +24,7 @@
  * listen socket and runs MHD this often while a connection is active. */
 #define CTL_FALLBACK_ACTIVE_MS 1
 #define CTL_FALLBACK_IDLE_MS 1000
+#define CTL_MAX_HEADERS 8 /* gn_ctl_add_header */
 
 typedef struct ctl_kv {
   char *key;
@@ -73,6 +74,10 @@ struct gn_ctl {
   ctl_route *routes;
   size_t nroutes;
   gn_ctl_req *suspended;
+  gn_ctl_guard guard;
+  void *guard_ud;
+  ctl_kv headers[CTL_MAX_HEADERS]; /* sent with every response */
+  size_t nheaders;
 };
 
 static void ctl_rearm(gn_ctl *c);
@@ -88,6 +93,10 @@ static void ctl_free(gn_ctl *c) {
       free(c->routes[i].segs[j]);
   }
   free(c->routes);
+  for (size_t i = 0; i < c->nheaders; i++) {
+    free(c->headers[i].key);
+    free(c->headers[i].val);
+  }
   free(c->path);
   free(c);
 }
@@ -267,6 +276,10 @@ static const char *kv_find(const ctl_kv *kv, size_t n, const char *key) {
   return NULL;
 }
 
+const char *gn_ctl_req_header(const gn_ctl_req *r, const char *name) {
+  return r->conn ? MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name) : NULL;
+}
+
 const char *gn_ctl_req_param(const gn_ctl_req *r, const char *name) {
   return kv_find(r->params, r->nparams, name);
 }
@@ -339,6 +352,38 @@ int gn_ctl_route(gn_ctl *c, const char *method, const char *pattern, gn_ctl_hand
     return GN_ENOMEM;
   }
   c->nroutes++;
+  return 0;
+}
+
+int gn_ctl_route_find(const gn_ctl *c, const char *method, const char *pattern, gn_ctl_handler *ret_fn, void **ret_ud) {
+  for (size_t i = 0; c && method && pattern && i < c->nroutes; i++)
+    if (strcmp(c->routes[i].method, method) == 0 && strcmp(c->routes[i].pattern, pattern) == 0) {
+      *ret_fn = c->routes[i].fn;
+      *ret_ud = c->routes[i].ud;
+      return 0;
+    }
+  return GN_ENOTFOUND;
+}
+
+void gn_ctl_set_guard(gn_ctl *c, gn_ctl_guard fn, void *ud) {
+  c->guard = fn;
+  c->guard_ud = ud;
+}
+
+int gn_ctl_add_header(gn_ctl *c, const char *name, const char *value) {
+  if (!c || !name || !value)
+    return GN_EINVAL;
+  if (c->nheaders == CTL_MAX_HEADERS)
+    return GN_ETOOBIG;
+  char *k = strdup(name), *v = strdup(value);
+  if (!k || !v) {
+    free(k);
+    free(v);
+    return GN_ENOMEM;
+  }
+  c->headers[c->nheaders].key = k;
+  c->headers[c->nheaders].val = v;
+  c->nheaders++;
   return 0;
 }
 
@@ -425,6 +470,8 @@ static enum MHD_Result req_queue(gn_ctl_req *r) {
   r->queued = true;
   if (!resp)
     return MHD_NO; /* could not build one: drop the connection */
+  for (size_t i = 0; r->ctl && i < r->ctl->nheaders; i++)
+    MHD_add_response_header(resp, r->ctl->headers[i].key, r->ctl->headers[i].val);
   enum MHD_Result ret = MHD_queue_response(r->conn, r->status, resp);
   MHD_destroy_response(resp);
   return ret;
@@ -452,6 +499,12 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
     r->path = strdup(url);
     if (!r->path)
       return MHD_NO;
+    char why[256] = "";
+    unsigned refused = c->guard ? c->guard(r, c->guard_ud, why, sizeof why) : 0;
+    if (refused) {
+      req_answer(r, refused, resp_error("%s", why[0] ? why : "refused"));
+      return req_queue(r);
+    }
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > GN_CTL_MAX_BODY) {
       /* Answer before the body is sent (curl waits for 100-continue). */

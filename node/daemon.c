@@ -5,6 +5,7 @@
 
 #include "api.h"
 #include "attest_net.h"
+#include "dashboard.h"
 #include "exec.h"
 #include "node_internal.h"
 #include "overlay.h"
@@ -627,6 +628,7 @@ static void shutdown_node(gn_node *n) {
   n->ctl = NULL;
   gn_ctl_close(n->metrics_ctl);
   n->metrics_ctl = NULL;
+  gn__dash_stop(n);
   /* Give queued frames (withdrawals, invoices, lease ends) a moment to
    * leave before the sessions close. */
   uv_timer_init(n->loop, &n->stop_timer);
@@ -853,6 +855,10 @@ int gn__node_main(int argc, char **argv) {
     return 1;
   }
   load_state(n);
+  if (n->cfg.dashboard_listen[0] && gn__dash_start(n, err, sizeof err) < 0) {
+    fprintf(stderr, "gpunetd: %s\n", err);
+    return 1;
+  }
 
   uv_timer_init(n->loop, &n->tick_timer);
   n->tick_timer.data = n;
@@ -882,6 +888,7 @@ int gn__node_main(int argc, char **argv) {
   }
 
   gn_log(GN_LOG_INFO, "stopped");
+  gn__dash_free(n);
   gn__overlay_free(n);
   gn__nat_free(n);
   free(n->exec);

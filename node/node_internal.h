@@ -38,6 +38,8 @@ struct gn_node {
   gn_offer_table *offers;
   gn_ctl *ctl;
   gn_ctl *metrics_ctl; /* GET /metrics over TCP (--metrics-listen), or NULL */
+  /* dashboard.c: the dashboard's server and history (--dashboard-listen), or NULL */
+  struct gn__dash *dash;
   /* Provider: from a debit note's first send to its acceptance. */
   gn_histo debit_latency;
   gn_gpu_list gpus;

@@ -58,6 +58,18 @@ int gn_ctl_tcp_port(const gn_ctl *c);
  * e.g. "/v1/jobs/:id/logs". The first matching route wins. Unknown paths get
  * 404, known paths with another method 405. Copies method and pattern. */
 int gn_ctl_route(gn_ctl *c, const char *method, const char *pattern, gn_ctl_handler fn, void *ud);
+/* The handler and ud of the route with exactly this method and pattern (as
+ * given to gn_ctl_route), to serve it on another server too; GN_ENOTFOUND. */
+int gn_ctl_route_find(const gn_ctl *c, const char *method, const char *pattern, gn_ctl_handler *ret_fn, void **ret_ud);
+/* A guard sees every request of its server as soon as its headers are in,
+ * before any route (and before the body is read): it returns 0 to let the
+ * request through, or the HTTP status to refuse it with, the reason written
+ * into msg. One per server; called on the loop. */
+typedef unsigned (*gn_ctl_guard)(const gn_ctl_req *r, void *ud, char *msg, size_t cap);
+void gn_ctl_set_guard(gn_ctl *c, gn_ctl_guard fn, void *ud);
+/* A header sent with every response of the server (at most 8; copied):
+ * GN_ETOOBIG past that. */
+int gn_ctl_add_header(gn_ctl *c, const char *name, const char *value);
 /* Answers pending requests 503, stops serving, unlinks the socket and frees
  * the server (its uv handles close asynchronously: run the loop afterwards).
  * Accepts NULL. */
@@ -65,6 +77,9 @@ void gn_ctl_close(gn_ctl *c);
 
 const char *gn_ctl_req_method(const gn_ctl_req *r);
 const char *gn_ctl_req_path(const gn_ctl_req *r);
+/* A request header (case-insensitive name), or NULL; valid while the
+ * request's connection is (in the guard, and in a handler until it returns). */
+const char *gn_ctl_req_header(const gn_ctl_req *r, const char *name);
 /* A ":name" segment of the matched pattern (URL-decoded), or NULL. */
 const char *gn_ctl_req_param(const gn_ctl_req *r, const char *name);
 /* A query-string argument (URL-decoded), or NULL. Copied when the request
@@ -123,6 +138,7 @@ typedef struct gn_config {
   char config_path[PATH_MAX]; /* the file that was read, "" if none */
   char listen[64];            /* host:port, default "127.0.0.1:7946" */
   char metrics_listen[64];    /* IP:PORT serving GET /metrics over TCP; "" (default): off */
+  char dashboard_listen[64];  /* loopback IP:PORT serving the dashboard (docs/dashboard.md); "" (default): off */
   char *bootstrap[GN_CONFIG_MAX_BOOTSTRAP];
   size_t bootstrap_count;
   bool provide;
