@@ -211,6 +211,22 @@ static void on_export(gn_ctl_req *r, void *ud) {
   gn_ctl_reply_text(r, 200, "application/json", export_doc);
 }
 
+/* An invoice whose energy claim depends on its id: i-energy 1.234 kWh over
+ * an hour on 2 GPUs, i-1mw a provider's claim of 1 MW (flagged
+ * implausible by the daemon), anything else none (simulated GPUs). */
+static void on_invoice(gn_ctl_req *r, void *ud) {
+  (void)ud;
+  remember(r);
+  const char *id = gn_ctl_req_param(r, "id");
+  json_t *inv = json_pack("{s:s, s:s, s:i, s:I}", "id", id, "status", "accepted", "gpus", 2, "seconds", 3600);
+  bool measured = strcmp(id, "i-energy") == 0 || strcmp(id, "i-1mw") == 0;
+  json_object_set_new(inv, "energy_mj",
+                      measured ? json_integer(strcmp(id, "i-1mw") == 0 ? 3600000000000ll : 4442400000ll) : json_null());
+  json_object_set_new(inv, "energy_measured_s", measured ? json_integer(1800) : json_null());
+  json_object_set_new(inv, "energy_plausible", measured ? json_boolean(strcmp(id, "i-1mw") != 0) : json_null());
+  gn_ctl_reply_json(r, 200, json_pack("{s:o}", "invoice", inv));
+}
+
 static void on_stop_loop(uv_async_t *a) {
   fixture *f = a->data;
   gn_ctl_close(f->ctl);
@@ -252,6 +268,7 @@ static int setup(void **state) {
   gn_ctl_route(f->ctl, "GET", "/v1/jobs", on_jobs, f);
   gn_ctl_route(f->ctl, "POST", "/v1/jobs/:id/stop", on_stop, f);
   gn_ctl_route(f->ctl, "GET", "/v1/invoices/:id/export", on_export, f);
+  gn_ctl_route(f->ctl, "GET", "/v1/invoices/:id", on_invoice, f);
   gn_ctl_route(f->ctl, "POST", "/v1/train", on_train, f);
   gn_ctl_route(f->ctl, "GET", "/v1/train/:id", on_train_get, f);
   gn_ctl_route(f->ctl, "POST", "/v1/attest", on_attest, f);
@@ -717,6 +734,27 @@ static void test_cli_invoice_export_writes_bytes_as_received(void **state) {
   assert_int_equal(st.st_mode & 0777, 0644);
 }
 
+static void test_cli_invoice_show_states_energy(void **state) {
+  SKIP_IF_NO_BINARY();
+  fixture *f = *state;
+  run_result *r = run(f, "invoice show i-energy");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "1.234 kWh (4,442 kJ) over 3600 GPU-seconds\n");
+  assert_null(strstr(r->out, "energy_mj"));
+  r = run(f, "invoice show i-1mw");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "1000.000 kWh (3,600,000 kJ) over 3600 GPU-seconds (IMPLAUSIBLE");
+  /* No claim is not 0. */
+  r = run(f, "invoice show i-none");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "not measured (no power reading)\n");
+  assert_null(strstr(r->out, "0.000 kWh"));
+  /* --json keeps the exact integers. */
+  r = run(f, "--json invoice show i-energy");
+  assert_int_equal(r->code, 0);
+  assert_contains(r->out, "\"energy_mj\": 4442400000");
+}
+
 static void test_cli_usage_errors_exit_2(void **state) {
   SKIP_IF_NO_BINARY();
   fixture *f = *state;
@@ -846,6 +884,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_cli_follow_of_failed_job_says_why, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_invoice_export_writes_bytes_as_received, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cli_invoice_show_states_energy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_usage_errors_exit_2, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_global_options_after_the_command, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cli_job_arguments_are_not_global_options, setup, teardown),
