@@ -2,6 +2,7 @@
  * command from a table, as WireGuard's wg does; the commands talk to the local
  * gpunetd through its control socket. */
 #include "cli.h"
+#include "cp.h"
 #include "train.h"
 
 #include <curl/curl.h>
@@ -115,6 +116,20 @@ static const cli_cmd commands[] = {
      "                 refuses a job its memory budget cannot hold.\n"
      "  --pids N       the most processes the job may have (8..4096, default 1024)\n",
      &cli_run_opts},
+    {"cp", cmd_cp, "copy a file into or out of a lease's workspace",
+     "Usage: gpunet cp [--json] SRC DST\n"
+     "Copies one file between this machine and the workspace of a lease you\n"
+     "rent: exactly one of SRC and DST is LEASE:PATH, a path inside the lease's\n"
+     "workspace, which its jobs see at /workspace (it lives as long as the lease).\n"
+     "  gpunet cp data.bin L:data.bin         upload (L: or L:dir/ keeps the name)\n"
+     "  gpunet cp L:results/model.pt .        download into a file or directory\n"
+     "Shows progress (bytes and rate) on stderr. An interrupted copy run again\n"
+     "resumes where it stopped (a download is kept as DST.part until verified);\n"
+     "at the end the SHA-256 of both sides must match, or the copy fails (and a\n"
+     "download's partial file is removed). Directories are not copied yet: copy\n"
+     "a tar of them. The provider refuses writes past the workspace's budget.\n"
+     "  --json   {direction, lease, path, bytes, sha256, seconds, resumed_from}\n",
+     &cli_cp_opts},
     {"train", cmd_train, "run one training job on GPUs from several providers",
      "Usage: gpunet train --gpus N [--per-node K] --image REF [--max-price P]\n"
      "                    [--max-spend AMOUNT] [--hours H] [--memory SIZE]\n"

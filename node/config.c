@@ -36,6 +36,7 @@ typedef enum {
   KEY_JOB_PIDS_MAX,
   KEY_STORE_MAX,
   KEY_DISK_RESERVE,
+  KEY_WORKSPACE_MAX,
   KEY_REGISTRY_ALLOW,
   KEY_ALLOW_UNENFORCED_LIMITS,
   KEY_ALLOW_NO_USERNS,
@@ -95,6 +96,7 @@ static const struct {
     [KEY_JOB_PIDS_MAX] = {"job_pids_max", "job-pids-max", false},
     [KEY_STORE_MAX] = {"store_max", "store-max", false},
     [KEY_DISK_RESERVE] = {"disk_reserve", "disk-reserve", false},
+    [KEY_WORKSPACE_MAX] = {"workspace_max", "workspace-max", false},
     [KEY_REGISTRY_ALLOW] = {"registry_allow", "registry-allow", false},
     [KEY_ALLOW_UNENFORCED_LIMITS] = {"allow_unenforced_limits", "allow-unenforced-limits", true},
     [KEY_ALLOW_NO_USERNS] = {"allow_no_userns", "allow-no-userns", true},
@@ -239,6 +241,7 @@ static const char usage_text[] = "Usage: gpunetd [OPTIONS]\n"
                                  "  --job-pids-max N        processes of all jobs together (default 16384)\n"
                                  "  --store-max SIZE        disk for images, e.g. 64G (default 64G)\n"
                                  "  --disk-reserve SIZE     free space kept on the data dir's disk (default 1G)\n"
+                                 "  --workspace-max SIZE    a lease's workspace (gpunet cp), e.g. 10G (default 10G)\n"
                                  "  --registry-allow HOST[:PORT]|CIDR  a loopback, private or own-address\n"
                                  "                          registry jobs may pull from (repeatable; default none)\n"
                                  "  --allow-unenforced-limits  run jobs even where cgroups cannot enforce their\n"
@@ -302,6 +305,7 @@ void gn_config_defaults(gn_config *cfg) {
   cfg->job_pids_max = 16384;
   cfg->store_max_bytes = 64ull << 30;
   cfg->disk_reserve_bytes = 1ull << 30;
+  cfg->workspace_max_bytes = 10ull << 30;
   cfg->training = -1;
   cfg->overlay = true;
   cfg->jobnet_port_lo = 51820;
@@ -614,7 +618,8 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
     return 0;
   }
   case KEY_STORE_MAX:
-  case KEY_DISK_RESERVE: {
+  case KEY_DISK_RESERVE:
+  case KEY_WORKSPACE_MAX: {
     uint64_t bytes;
     bool ok = parse_size(v, &bytes);
     if (ok && key == KEY_STORE_MAX && bytes < (64ull << 20)) {
@@ -625,7 +630,9 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
       snprintf(err, cap, "bad %s '%.60s': want a size like 64G, 512M or a number of bytes", name, v);
       return GN_EINVAL;
     }
-    *(key == KEY_STORE_MAX ? &cfg->store_max_bytes : &cfg->disk_reserve_bytes) = bytes;
+    *(key == KEY_STORE_MAX       ? &cfg->store_max_bytes
+      : key == KEY_WORKSPACE_MAX ? &cfg->workspace_max_bytes
+                                 : &cfg->disk_reserve_bytes) = bytes;
     return 0;
   }
   case KEY_REGISTRY_ALLOW:

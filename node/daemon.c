@@ -15,6 +15,7 @@
 #include "requester.h"
 #include "settle_glue.h"
 #include "util.h"
+#include "ws.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -423,6 +424,16 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_EXEC_EXIT:
     gn__exec_req_on_message(n, peer, env);
     break;
+  case GN_MSG_WS_PUT: /* a lease's workspace (ws_prov.c, ws_req.c) */
+  case GN_MSG_WS_GET:
+  case GN_MSG_WS_STAT:
+    gn__ws_prov_on_message(n, peer, env);
+    break;
+  case GN_MSG_WS_PUT_ACK:
+  case GN_MSG_WS_DATA:
+  case GN_MSG_WS_STAT_REPLY:
+    gn__ws_req_on_message(n, peer, env);
+    break;
   case GN_MSG_RTT_ASK:
   case GN_MSG_RTT_REPORT:
   case GN_MSG_RTT_PING:
@@ -550,6 +561,8 @@ static void on_tick(uv_timer_t *t) {
   gn__requester_tick(n, now_ms, now_s);
   gn__exec_tick(n, now_ms);
   pending_expire(n, now_ms);
+  gn__ws_prov_tick(n, now_s);
+  gn__ws_req_tick(n, now_ms);
   gn__attest_tick(n, now_ms);
   static int64_t last_sweep;
   if (now_s != last_sweep) {
@@ -616,6 +629,7 @@ static void shutdown_node(gn_node *n) {
     p = next;
   }
   n->pending = NULL;
+  gn__ws_req_shutdown(n);
   gn__attest_shutdown(n);
   gn__settle_stop(n);
   gn__overlay_stop(n);
@@ -840,6 +854,7 @@ int gn__node_main(int argc, char **argv) {
     return 1;
   }
   gn__requester_register(n);
+  gn__ws_register(n);
   if ((r = gn__exec_start(n)) < 0) {
     fprintf(stderr, "gpunetd: cannot serve gpunet exec on %s/gpunetd-exec.sock: %s\n", n->cfg.data_dir, gn_strerror(r));
     return 1;

@@ -10,6 +10,7 @@
 #include "train_prov.h"
 #include "uidalloc.h"
 #include "util.h"
+#include "ws.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -537,6 +538,8 @@ static void on_lease_request(gn_node *n, const uint8_t peer[GN_PK_LEN], const ui
   for (int i = 0; i < GN_LEASE_MAX_GPUS; i++)
     l->gpu_index[i] = -1;
   l->uid_slot = n->userns_ok ? uid_slot_alloc(n) : -1;
+  gn__ws_lease_start(n, l->id, l->uid_slot >= 0 ? GN_USERNS_BASE + (uint32_t)l->uid_slot * GN_USERNS_SIZE : 0,
+                     l->uid_slot >= 0); /* its workspace (ws_prov.c) */
   for (uint32_t i = 0; i < got; i++) {
     l->gpu_index[i] = idx[i];
     gn__strf(n->gpu_leased_by[idx[i]], sizeof n->gpu_leased_by[0], "%s", l->id);
@@ -1603,6 +1606,11 @@ static void job_prepare_work(gn_job *j) {
   /* A training rank: its network namespace with the job network, the
    * rendezvous variables, /output (train_prov.c). */
   if ((j->work_rc = gn__train_prepare(j, &spec, &env, j->work_err, sizeof j->work_err)) < 0)
+    goto out;
+  gn_bundle_bind rw_binds[4]; /* and the lease's workspace at /workspace (ws_prov.c) */
+  char ws_source[PATH_MAX];
+  if ((j->work_rc = gn__ws_prepare(j, &spec, rw_binds, GN_ARRAY_SIZE(rw_binds), ws_source, sizeof ws_source,
+                                   j->work_err, sizeof j->work_err)) < 0)
     goto out;
   spec.env = (const char *const *)env;
   j->work_rc = gn_bundle_write(j->bundle, &spec);

@@ -341,6 +341,12 @@ int gn__rate_class_of(uint32_t type) {
   case GN_MSG_JOB_OUTPUT:
   case GN_MSG_JOB_SEED_GET:
   case GN_MSG_JOB_SEED:
+  case GN_MSG_WS_PUT: /* gpunet cp: 32 KiB chunks, at most 64 in flight per lease (node/ws_req.c) */
+  case GN_MSG_WS_PUT_ACK:
+  case GN_MSG_WS_GET:
+  case GN_MSG_WS_DATA:
+  case GN_MSG_WS_STAT:
+  case GN_MSG_WS_STAT_REPLY:
     return GN__RC_BULK;
   case GN_MSG_RTT_ASK:
   case GN_MSG_RTT_REPORT:

@@ -109,6 +109,18 @@ const char *gn_msg_type_name(uint32_t type) {
     return "relay_status";
   case GN_MSG_RELAY_CALL:
     return "relay_call";
+  case GN_MSG_WS_PUT:
+    return "ws_put";
+  case GN_MSG_WS_PUT_ACK:
+    return "ws_put_ack";
+  case GN_MSG_WS_GET:
+    return "ws_get";
+  case GN_MSG_WS_DATA:
+    return "ws_data";
+  case GN_MSG_WS_STAT:
+    return "ws_stat";
+  case GN_MSG_WS_STAT_REPLY:
+    return "ws_stat_reply";
   case GN_MSG_EXEC_OPEN:
     return "exec_open";
   case GN_MSG_EXEC_DATA:

@@ -159,6 +159,8 @@ typedef struct gn_config {
   uint32_t job_pids_max;       /* processes of all jobs together, default 16384 */
   uint64_t store_max_bytes;    /* images: blobs and unpacked roots, default 64 GiB */
   uint64_t disk_reserve_bytes; /* free space kept on the data dir's disk (the ledger's room), default 1 GiB */
+  /* One lease's workspace (gpunet cp, /workspace; node/ws_prov.c): default 10 GiB. */
+  uint64_t workspace_max_bytes;
   /* Loopback or private registries jobs may pull from ("127.0.0.1", "10.0.0.0/8"), NULL-terminated. */
   char *registry_allow[GN_CONFIG_MAX_REGISTRY_ALLOW + 1];
   size_t registry_allow_count;

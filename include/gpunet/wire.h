@@ -71,6 +71,13 @@ enum gn_msg_type {
   GN_MSG_EXEC_SIGNAL = 93, /* requester -> provider: INT, TERM or KILL */
   GN_MSG_EXEC_EXIT = 94,   /* provider -> requester: the process ended, or never started */
   GN_MSG_EXEC_CLOSE = 95,  /* requester -> provider: the renter went away, kill it */
+  /* a lease's workspace: gpunet cp (docs/protocol.md §3.2) */
+  GN_MSG_WS_PUT = 100,        /* lease holder -> provider: bytes into the lease's workspace (docs/protocol.md §3.2) */
+  GN_MSG_WS_PUT_ACK = 101,    /* provider -> lease holder: written, or refused */
+  GN_MSG_WS_GET = 102,        /* lease holder -> provider: bytes of a workspace file */
+  GN_MSG_WS_DATA = 103,       /* provider -> lease holder: those bytes, or the refusal */
+  GN_MSG_WS_STAT = 104,       /* lease holder -> provider: a workspace file's size (and SHA-256) */
+  GN_MSG_WS_STAT_REPLY = 105, /* provider -> lease holder: the answer */
 };
 
 /* Returns a short lowercase name ("offer", "lease_request"...), or NULL for a

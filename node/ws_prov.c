@@ -1,0 +1,772 @@
+/* The provider's side of a lease's workspace: DATA_DIR/workspace/LEASE,
+ * mounted at /workspace in the lease's jobs, written and read by the lease
+ * holder (WS_PUT/WS_GET/WS_STAT) one request at a time per lease on the
+ * thread pool, never through a link, within the workspace budget; removed
+ * once the lease has ended and its jobs are gone. */
+#include "node_internal.h"
+#include "ws.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* --- the file operations -----------------------------------------------------*/
+
+static void shown_path(const char *path, char *out, size_t cap) {
+  gn_printable_copy(path, out, cap);
+}
+
+/* The directory holding path's last component, every component before it
+ * opened relative to the one before with O_NOFOLLOW (a link is refused,
+ * never followed); with create, missing ones are made (0755, owned like
+ * root). *ret_name points into path. */
+static int walk_parent(int root, const char *path, bool create, const struct stat *owner, int *ret_fd,
+                       const char **ret_name, char *reason, size_t cap) {
+  char buf[GN_WS_PATH_MAX], shown[128];
+  size_t k = strlen(path);
+  if (k >= sizeof buf)
+    return GN_EINVAL;
+  memcpy(buf, path, k + 1);
+  int dfd = fcntl(root, F_DUPFD_CLOEXEC, 0);
+  if (dfd < 0)
+    return -errno;
+  char *p = buf;
+  for (char *slash; (slash = strchr(p, '/'));) {
+    *slash = 0;
+    int fd = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && create) {
+      if (mkdirat(dfd, p, 0755) < 0 && errno != EEXIST) {
+        int e = -errno;
+        close(dfd);
+        shown_path(buf, shown, sizeof shown);
+        gn__strf(reason, cap, "cannot make the directory %s: %s", shown, strerror(-e));
+        return e;
+      }
+      if (owner && fchownat(dfd, p, owner->st_uid, owner->st_gid, AT_SYMLINK_NOFOLLOW) < 0) {
+        int e = -errno;
+        close(dfd);
+        gn__strf(reason, cap, "cannot give the new directory to the lease's user: %s", strerror(-e));
+        return e;
+      }
+      fd = openat(dfd, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      int e = -errno;
+      close(dfd);
+      shown_path(buf, shown, sizeof shown);
+      if (e == -ENOENT)
+        gn__strf(reason, cap, "no such directory in the workspace: %s", shown);
+      else if (e == -ELOOP || e == -ENOTDIR)
+        gn__strf(reason, cap, "%s in the workspace is a symbolic link or not a directory: refused", shown);
+      else
+        gn__strf(reason, cap, "cannot open %s in the workspace: %s", shown, strerror(-e));
+      return e;
+    }
+    close(dfd);
+    dfd = fd;
+    *slash = '/';
+    p = slash + 1;
+  }
+  *ret_fd = dfd;
+  *ret_name = path + (p - buf);
+  return 0;
+}
+
+/* Opens path for reading or writing: a regular file with one link, never
+ * a link, a fifo (O_NONBLOCK: opening one does not wait) or a device. */
+static int open_file(int root, const char *path, bool write, bool create, int *ret_fd, bool *ret_absent, char *reason,
+                     size_t cap) {
+  char shown[128];
+  struct stat rst;
+  const char *name = NULL;
+  int dfd = -1, fd = -1, r;
+  shown_path(path, shown, sizeof shown);
+  if (ret_absent)
+    *ret_absent = false;
+  if (fstat(root, &rst) < 0)
+    return -errno;
+  if ((r = walk_parent(root, path, create, &rst, &dfd, &name, reason, cap)) < 0) {
+    if (r == -ENOENT && ret_absent)
+      *ret_absent = true;
+    return r;
+  }
+  int flags = (write ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  if (create) {
+    fd = openat(dfd, name, flags | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0 && fchown(fd, rst.st_uid, rst.st_gid) < 0) {
+      r = -errno;
+      gn__strf(reason, cap, "cannot give %s to the lease's user: %s", shown, strerror(errno));
+      unlinkat(dfd, name, 0);
+      goto out;
+    }
+    if (fd < 0 && errno == EEXIST)
+      fd = openat(dfd, name, flags);
+  } else {
+    fd = openat(dfd, name, flags);
+  }
+  if (fd < 0) {
+    r = -errno;
+    if (r == -ENOENT && ret_absent)
+      *ret_absent = true;
+    if (r == -ENOENT)
+      gn__strf(reason, cap, "no such file in the workspace: %s", shown);
+    else if (r == -ELOOP)
+      gn__strf(reason, cap, "%s in the workspace is a symbolic link: refused", shown);
+    else
+      gn__strf(reason, cap, "cannot open %s in the workspace: %s", shown, strerror(-r));
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    r = -errno;
+    goto out;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    r = S_ISDIR(st.st_mode) ? -EISDIR : GN_EINVAL;
+    gn__strf(reason, cap, "%s in the workspace is %s", shown,
+             S_ISDIR(st.st_mode) ? "a directory: directories are not copied yet (use tar)" : "not a regular file");
+    goto out;
+  }
+  if (st.st_nlink > 1) {
+    r = GN_EPERM;
+    gn__strf(reason, cap, "%s in the workspace has other hard links: refused", shown);
+    goto out;
+  }
+  *ret_fd = fd;
+  fd = -1;
+  r = 0;
+out:
+  if (fd >= 0)
+    close(fd);
+  close(dfd);
+  return r;
+}
+
+static uint64_t tree_usage(int dirfd, int depth, uint64_t *entries) {
+  DIR *d = fdopendir(dirfd);
+  if (!d) {
+    close(dirfd);
+    return 0;
+  }
+  uint64_t sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && *entries < GN_WS_WALK_ENTRIES) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    (*entries)++;
+    struct stat st;
+    if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+      continue;
+    sum += (uint64_t)st.st_blocks * 512;
+    if (S_ISDIR(st.st_mode) && depth < GN_WS_WALK_DEPTH) {
+      int fd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0)
+        sum += tree_usage(fd, depth + 1, entries);
+    }
+  }
+  closedir(d);
+  return sum;
+}
+
+uint64_t gn__ws_usage(int root) {
+  uint64_t entries = 0;
+  int fd = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return fd >= 0 ? tree_usage(fd, 0, &entries) : 0;
+}
+
+int gn__ws_write(int root, const char *path, uint64_t offset, const uint8_t *data, size_t len, const gn_ws_limits *lim,
+                 uint64_t *used, uint64_t *ret_size, char *reason, size_t cap) {
+  char shown[128];
+  int fd = -1, r;
+  if (len > GN_WS_CHUNK || offset > GN_WS_OFFSET_MAX)
+    return GN_EINVAL;
+  if ((r = open_file(root, path, true, true, &fd, NULL, reason, cap)) < 0)
+    return r;
+  shown_path(path, shown, sizeof shown);
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    r = -errno;
+    goto out;
+  }
+  uint64_t size = (uint64_t)st.st_size, end = offset + len;
+  if (offset > size) { /* a hole would be a file the budget never saw */
+    r = -ERANGE;
+    gn__strf(reason, cap, "offset %llu is past the end of %s (%llu bytes): continue from its size",
+             (unsigned long long)offset, shown, (unsigned long long)size);
+    goto out;
+  }
+  uint64_t growth = end > size ? end - size : 0;
+  if (growth && (*used > lim->cap_bytes || lim->cap_bytes - *used < growth)) {
+    r = -ENOSPC;
+    gn__strf(reason, cap, "the lease's workspace is full (%llu MiB)", (unsigned long long)(lim->cap_bytes >> 20));
+    goto out;
+  }
+  struct statvfs vfs;
+  if (growth && fstatvfs(fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < lim->reserve_bytes + growth) {
+    r = -ENOSPC;
+    gn__strf(reason, cap, "the provider's disk is down to its free-space reserve: nothing more can be written");
+    goto out;
+  }
+  for (size_t done = 0; done < len;) {
+    ssize_t k = pwrite(fd, data + done, len - done, (off_t)(offset + done));
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      r = k < 0 ? -errno : GN_EIO;
+      gn__strf(reason, cap, "cannot write %s: %s", shown, gn_strerror(r));
+      goto out;
+    }
+    done += (size_t)k;
+  }
+  if (size > end && ftruncate(fd, (off_t)end) < 0) {
+    r = -errno;
+    gn__strf(reason, cap, "cannot cut %s to %llu bytes: %s", shown, (unsigned long long)end, strerror(errno));
+    goto out;
+  }
+  uint64_t shrink = size > end ? size - end : 0;
+  *used = *used + growth - (shrink < *used + growth ? shrink : *used + growth);
+  *ret_size = end;
+  r = 0;
+out:
+  close(fd);
+  return r;
+}
+
+int gn__ws_read(int root, const char *path, uint64_t offset, uint8_t *buf, size_t buf_cap, size_t *ret_len,
+                uint64_t *ret_size, char *reason, size_t cap) {
+  char shown[128];
+  int fd = -1, r;
+  if ((r = open_file(root, path, false, false, &fd, NULL, reason, cap)) < 0)
+    return r;
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    r = -errno;
+    goto out;
+  }
+  if (offset > (uint64_t)st.st_size) {
+    shown_path(path, shown, sizeof shown);
+    r = -ERANGE;
+    gn__strf(reason, cap, "offset %llu is past the end of %s (%llu bytes)", (unsigned long long)offset, shown,
+             (unsigned long long)st.st_size);
+    goto out;
+  }
+  size_t want = (uint64_t)st.st_size - offset < buf_cap ? (size_t)((uint64_t)st.st_size - offset) : buf_cap;
+  size_t got = 0;
+  while (got < want) {
+    ssize_t k = pread(fd, buf + got, want - got, (off_t)(offset + got));
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      r = -errno;
+      gn__strf(reason, cap, "cannot read: %s", strerror(errno));
+      goto out;
+    }
+    if (k == 0)
+      break;
+    got += (size_t)k;
+  }
+  *ret_len = got;
+  *ret_size = (uint64_t)st.st_size;
+  r = 0;
+out:
+  close(fd);
+  return r;
+}
+
+int gn__ws_stat(int root, const char *path, bool hash, uint64_t hash_max, bool *ret_exists, uint64_t *ret_size,
+                uint8_t ret_sha256[32], char *reason, size_t cap) {
+  int fd = -1;
+  bool absent = false;
+  int r = open_file(root, path, false, false, &fd, &absent, reason, cap);
+  if (r < 0 && absent) {
+    reason[0] = 0;
+    *ret_exists = false;
+    *ret_size = 0;
+    return 0;
+  }
+  if (r < 0)
+    return r;
+  struct stat st;
+  EVP_MD_CTX *ctx = NULL;
+  uint8_t *buf = NULL;
+  if (fstat(fd, &st) < 0) {
+    r = -errno;
+    goto out;
+  }
+  if (hash) {
+    if ((uint64_t)st.st_size > hash_max) {
+      r = GN_ETOOBIG;
+      gn__strf(reason, cap, "the file is larger than the workspace's budget (%llu MiB): not hashed",
+               (unsigned long long)(hash_max >> 20));
+      goto out;
+    }
+    unsigned mdlen = 0;
+    if (!(ctx = EVP_MD_CTX_new()) || !(buf = malloc(1 << 20)) || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+      r = GN_ENOMEM;
+      goto out;
+    }
+    for (;;) {
+      ssize_t k = read(fd, buf, 1 << 20);
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k < 0) {
+        r = -errno;
+        gn__strf(reason, cap, "cannot read the file: %s", strerror(errno));
+        goto out;
+      }
+      if (k == 0)
+        break;
+      EVP_DigestUpdate(ctx, buf, (size_t)k);
+    }
+    if (EVP_DigestFinal_ex(ctx, ret_sha256, &mdlen) != 1 || mdlen != 32) {
+      r = GN_EIO;
+      goto out;
+    }
+  }
+  *ret_exists = true;
+  *ret_size = (uint64_t)st.st_size;
+  r = 0;
+out:
+  EVP_MD_CTX_free(ctx);
+  free(buf);
+  close(fd);
+  return r;
+}
+
+/* --- the glue: a queue per lease, one request on the pool at a time -----------*/
+
+#define WS_WALK_EVERY_MS 5000 /* the workspace's usage is measured again this often while written */
+#define WS_TICK_S 2           /* ended leases' workspaces are looked for this often */
+#define WS_REMOVALS_MAX 4     /* removals on the pool at once */
+
+typedef struct ws_lease ws_lease;
+
+typedef struct ws_op {
+  struct ws_op *next;
+  uv_work_t w;
+  ws_lease *wl;
+  uint32_t type;
+  uint8_t peer[GN_PK_LEN];
+  uint64_t seq, offset;
+  char path[GN_WS_PATH_MAX];
+  bool hash;
+  uint8_t *data; /* WS_PUT: the bytes; WS_GET: what was read */
+  size_t len;
+  gn_ws_limits lim;
+  char dir[PATH_MAX];
+  /* results */
+  int rc;
+  uint64_t size;
+  bool exists, eof;
+  uint8_t sha256[32];
+  char reason[GN_WS_REASON_MAX];
+} ws_op;
+
+struct ws_lease {
+  ws_lease *next;
+  gn_node *n;
+  char id[GN_LEASE_ID_STRLEN];
+  ws_op *head, *tail;
+  unsigned queued;
+  bool running;
+  /* the worker's: the usage measured and what was written since */
+  uint64_t used, walked_ms;
+  bool walked;
+};
+
+static ws_lease *wls;
+static unsigned ws_queued_total;
+static unsigned ws_removals;
+static int64_t ws_tick_s;
+static char ws_removing[WS_REMOVALS_MAX][GN_LEASE_ID_STRLEN];
+
+static int ws_dir(const gn_node *n, const char *lease_id, char *buf, size_t cap) {
+  char parent[PATH_MAX];
+  if (gn__pathf(parent, sizeof parent, "%s/workspace", n->cfg.data_dir) < 0)
+    return GN_ETOOBIG;
+  return gn_path_join(buf, cap, parent, NULL, lease_id, NULL);
+}
+
+static int ws_make(const gn_node *n, const char *dir, uint32_t uid_base, bool userns) {
+  char parent[PATH_MAX];
+  gn__strf(parent, sizeof parent, "%s/workspace", n->cfg.data_dir);
+  if (mkdir(parent, 0711) < 0 && errno != EEXIST)
+    return -errno;
+  if (mkdir(dir, 0700) < 0) {
+    if (errno != EEXIST)
+      return -errno;
+    return 0;
+  }
+  if (userns && chown(dir, uid_base, uid_base) < 0)
+    return -errno;
+  return 0;
+}
+
+void gn__ws_lease_start(gn_node *n, const char *lease_id, uint32_t uid_base, bool userns) {
+  char dir[PATH_MAX];
+  int r = ws_dir(n, lease_id, dir, sizeof dir);
+  if (r == 0)
+    r = ws_make(n, dir, uid_base, userns);
+  if (r < 0)
+    gn_log(GN_LOG_WARN, "lease %s: cannot make its workspace: %s", lease_id, gn_strerror(r));
+}
+
+static ws_lease *wl_find(gn_node *n, const char *id) {
+  for (ws_lease *w = wls; w; w = w->next)
+    if (w->n == n && strcmp(w->id, id) == 0)
+      return w;
+  return NULL;
+}
+
+static void ws_reply(gn_node *n, const ws_op *op) {
+  gn_wsmsg m;
+  memset(&m, 0, sizeof m);
+  gn__strf(m.lease_id, sizeof m.lease_id, "%s", op->wl->id);
+  m.seq = op->seq;
+  m.offset = op->offset;
+  gn__strf(m.reason, sizeof m.reason, "%s", op->rc < 0 ? (op->reason[0] ? op->reason : gn_strerror(op->rc)) : "");
+  uint32_t type = op->type == GN_MSG_WS_PUT   ? GN_MSG_WS_PUT_ACK
+                  : op->type == GN_MSG_WS_GET ? GN_MSG_WS_DATA
+                                              : GN_MSG_WS_STAT_REPLY;
+  if (op->rc == 0) {
+    m.size = op->size;
+    if (type == GN_MSG_WS_DATA) {
+      m.data = op->data;
+      m.data_len = op->len;
+      m.eof = op->offset + op->len >= op->size;
+    }
+    m.exists = op->exists;
+    m.has_sha256 = op->type == GN_MSG_WS_STAT && op->hash && op->exists;
+    memcpy(m.sha256, op->sha256, sizeof m.sha256);
+  } else if (type == GN_MSG_WS_DATA) {
+    m.eof = true;
+  }
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  if (gn__wsmsg_encode(type, &m, &w) == 0)
+    gn__node_send(n, op->peer, type, &w);
+  gn_wire_writer_done(&w);
+}
+
+static void op_work(uv_work_t *w) {
+  ws_op *op = w->data;
+  ws_lease *wl = op->wl;
+  int root = open(op->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root < 0 && errno == ENOENT && op->type == GN_MSG_WS_PUT) {
+    /* a lease resumed after a restart: made here, owned by the daemon's
+     * user until its next job gives it to the lease's (gn__ws_prepare) */
+    char parent[PATH_MAX];
+    gn__strf(parent, sizeof parent, "%s", op->dir);
+    char *slash = strrchr(parent, '/');
+    if (slash)
+      *slash = 0;
+    if ((mkdir(parent, 0711) == 0 || errno == EEXIST) && (mkdir(op->dir, 0700) == 0 || errno == EEXIST))
+      root = open(op->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  }
+  if (root < 0) {
+    op->rc = -errno;
+    if (op->type == GN_MSG_WS_STAT && op->rc == -ENOENT) {
+      op->rc = 0;
+      op->exists = false;
+    } else {
+      gn__strf(op->reason, sizeof op->reason, "the lease's workspace cannot be opened: %s", strerror(errno));
+    }
+    return;
+  }
+  switch (op->type) {
+  case GN_MSG_WS_PUT: {
+    uint64_t now = gn_mono_ms();
+    if (!wl->walked || now - wl->walked_ms >= WS_WALK_EVERY_MS) {
+      wl->used = gn__ws_usage(root);
+      wl->walked = true;
+      wl->walked_ms = now;
+    }
+    op->rc = gn__ws_write(root, op->path, op->offset, op->data, op->len, &op->lim, &wl->used, &op->size, op->reason,
+                          sizeof op->reason);
+    break;
+  }
+  case GN_MSG_WS_GET:
+    op->rc = gn__ws_read(root, op->path, op->offset, op->data, GN_WS_CHUNK, &op->len, &op->size, op->reason,
+                         sizeof op->reason);
+    break;
+  default:
+    op->rc = gn__ws_stat(root, op->path, op->hash, op->lim.cap_bytes, &op->exists, &op->size, op->sha256, op->reason,
+                         sizeof op->reason);
+    break;
+  }
+  close(root);
+}
+
+static void wl_next(ws_lease *wl);
+
+static void op_after(uv_work_t *w, int status) {
+  ws_op *op = w->data;
+  ws_lease *wl = op->wl;
+  gn_node *n = wl->n;
+  if (status < 0 && op->rc == 0)
+    op->rc = GN_ECANCELED;
+  if (n->tp)
+    ws_reply(n, op);
+  wl->head = op->next;
+  if (!wl->head)
+    wl->tail = NULL;
+  wl->queued--;
+  ws_queued_total--;
+  free(op->data);
+  free(op);
+  wl->running = false;
+  wl_next(wl);
+}
+
+static void wl_next(ws_lease *wl) {
+  while (wl->head && !wl->running) {
+    ws_op *op = wl->head;
+    op->w.data = op;
+    if (uv_queue_work(wl->n->loop, &op->w, op_work, op_after) == 0) {
+      wl->running = true;
+      return;
+    }
+    op->rc = GN_ENOMEM;
+    gn__strf(op->reason, sizeof op->reason, "the provider cannot queue the request");
+    ws_reply(wl->n, op);
+    wl->head = op->next;
+    if (!wl->head)
+      wl->tail = NULL;
+    wl->queued--;
+    ws_queued_total--;
+    free(op->data);
+    free(op);
+  }
+}
+
+static void refuse(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, const gn_wsmsg *req, const char *why) {
+  ws_op op;
+  ws_lease wl;
+  memset(&op, 0, sizeof op);
+  memset(&wl, 0, sizeof wl);
+  gn__strf(wl.id, sizeof wl.id, "%s", req->lease_id);
+  op.wl = &wl;
+  op.type = type;
+  memcpy(op.peer, peer, GN_PK_LEN);
+  op.seq = req->seq;
+  op.offset = req->offset;
+  op.rc = GN_EPERM;
+  gn__strf(op.reason, sizeof op.reason, "%s", why);
+  ws_reply(n, &op);
+}
+
+void gn__ws_prov_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+  gn_wsmsg m;
+  if (env->type != GN_MSG_WS_PUT && env->type != GN_MSG_WS_GET && env->type != GN_MSG_WS_STAT)
+    return;
+  if (gn__wsmsg_decode(env->type, env->body, env->body_len, &m) < 0) {
+    gn_log_ratelimited("ws-malformed", GN_LOG_WARN, "dropped a malformed %s", gn_msg_type_name(env->type));
+    return;
+  }
+  gn_lease *l = gn__lease_find(n, m.lease_id);
+  /* Only the lease holder hears anything, even that the lease exists. */
+  if (!n->cfg.provide || !l || l->role != GN_ROLE_PROVIDER || memcmp(l->ag.terms.requester, peer, GN_PK_LEN) != 0) {
+    gn__wsmsg_done(&m);
+    return;
+  }
+  ws_lease *wl = wl_find(n, m.lease_id);
+  if (l->state != GN_LEASE_ACTIVE) {
+    refuse(n, peer, env->type, &m, "the lease has ended: its workspace is gone");
+    goto out;
+  }
+  if ((wl && wl->queued >= GN_WS_QUEUE_MAX) || ws_queued_total >= GN_WS_QUEUE_TOTAL) {
+    refuse(n, peer, env->type, &m, "the provider is busy with this workspace; ask again shortly");
+    goto out;
+  }
+  if (env->type == GN_MSG_WS_PUT && n->disk_low) {
+    refuse(n, peer, env->type, &m,
+           "the provider's disk is down to its free-space reserve: nothing more can be written");
+    goto out;
+  }
+  ws_op *op = calloc(1, sizeof *op);
+  size_t dlen = env->type == GN_MSG_WS_PUT ? m.data_len : env->type == GN_MSG_WS_GET ? GN_WS_CHUNK : 0;
+  if (!op || (dlen && !(op->data = malloc(dlen))) || (!wl && !(wl = calloc(1, sizeof *wl)))) {
+    if (op)
+      free(op->data);
+    free(op);
+    refuse(n, peer, env->type, &m, "the provider is out of memory");
+    goto out;
+  }
+  if (!wl->n) {
+    wl->n = n;
+    gn__strf(wl->id, sizeof wl->id, "%s", m.lease_id);
+    wl->next = wls;
+    wls = wl;
+  }
+  op->wl = wl;
+  op->type = env->type;
+  memcpy(op->peer, peer, GN_PK_LEN);
+  op->seq = m.seq;
+  op->offset = m.offset;
+  op->hash = m.hash;
+  gn__strf(op->path, sizeof op->path, "%s", m.path);
+  if (env->type == GN_MSG_WS_PUT && m.data_len)
+    memcpy(op->data, m.data, m.data_len);
+  op->len = env->type == GN_MSG_WS_PUT ? m.data_len : 0;
+  op->lim.cap_bytes = n->cfg.workspace_max_bytes;
+  op->lim.reserve_bytes = n->cfg.disk_reserve_bytes;
+  if (ws_dir(n, m.lease_id, op->dir, sizeof op->dir) < 0) {
+    free(op->data);
+    free(op);
+    refuse(n, peer, env->type, &m, "the lease's workspace has no path on this provider");
+    goto out;
+  }
+  if (wl->tail)
+    wl->tail->next = op;
+  else
+    wl->head = op;
+  wl->tail = op;
+  wl->queued++;
+  ws_queued_total++;
+  wl_next(wl);
+out:
+  gn__wsmsg_done(&m);
+}
+
+int gn__ws_prepare(gn_job *j, gn_bundle_spec *spec, gn_bundle_bind *binds, size_t bind_cap, char *path_buf,
+                   size_t path_cap, char *err, size_t err_cap) {
+  gn_node *n = j->node;
+  char dir[PATH_MAX];
+  int r = ws_dir(n, j->lease_id, dir, sizeof dir);
+  if (r < 0 || spec->n_rw_binds + 1 > bind_cap) {
+    gn__strf(err, err_cap, "the job's /workspace has no path");
+    return r < 0 ? r : GN_ETOOBIG;
+  }
+  if ((r = ws_make(n, dir, j->uid_base, j->id_count > 0)) < 0) {
+    gn__strf(err, err_cap, "cannot make the lease's workspace: %s", gn_strerror(r));
+    return r;
+  }
+  /* Made by a write before this job (after a restart): the lease's user
+   * gets it now. */
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0 ||
+      (j->id_count && st.st_uid != j->uid_base && fchown(fd, j->uid_base, j->uid_base) < 0)) {
+    r = -errno;
+    if (fd >= 0)
+      close(fd);
+    gn__strf(err, err_cap, "cannot give the lease's workspace to its user: %s", gn_strerror(r));
+    return r;
+  }
+  close(fd);
+  size_t k = strlen(n->cfg.data_dir);
+  if (gn__pathf(path_buf, path_cap, "%s%s", n->data_alias[0] ? n->data_alias : n->cfg.data_dir, dir + k) < 0) {
+    gn__strf(err, err_cap, "the job's /workspace path is too long");
+    return GN_ETOOBIG;
+  }
+  for (size_t i = 0; i < spec->n_rw_binds; i++)
+    binds[i] = spec->rw_binds[i];
+  binds[spec->n_rw_binds] = (gn_bundle_bind){path_buf, "/workspace"};
+  spec->rw_binds = binds;
+  spec->n_rw_binds++;
+  return 0;
+}
+
+/* --- removal of ended leases' workspaces ---------------------------------------*/
+
+typedef struct ws_rm {
+  uv_work_t w;
+  gn_node *n;
+  char id[GN_LEASE_ID_STRLEN];
+  char dir[PATH_MAX];
+  int rc;
+} ws_rm;
+
+static void rm_work(uv_work_t *w) {
+  ws_rm *q = w->data;
+  q->rc = gn_rm_tree(q->dir);
+}
+
+static void rm_after(uv_work_t *w, int status) {
+  ws_rm *q = w->data;
+  (void)status;
+  ws_removals--;
+  for (size_t i = 0; i < WS_REMOVALS_MAX; i++)
+    if (strcmp(ws_removing[i], q->id) == 0)
+      ws_removing[i][0] = 0;
+  if (q->rc == 0)
+    gn_log(GN_LOG_INFO, "lease %s: its workspace was removed", q->id);
+  else
+    gn_log_ratelimited("ws-rm", GN_LOG_WARN, "lease %s: cannot remove its workspace yet: %s", q->id,
+                       gn_strerror(q->rc));
+  free(q);
+}
+
+static bool lease_jobs_live(gn_node *n, const char *lease_id) {
+  for (gn_job *j = n->jobs; j; j = j->next)
+    if (j->role == GN_ROLE_PROVIDER && strcmp(j->lease_id, lease_id) == 0 &&
+        (j->state == GN_JOB_PENDING || j->state == GN_JOB_PULLING || j->state == GN_JOB_RUNNING || j->tasks ||
+         j->handles_open))
+      return true;
+  return false;
+}
+
+void gn__ws_prov_tick(gn_node *n, int64_t now_s) {
+  if (!n->cfg.provide || n->stopping || now_s - ws_tick_s < WS_TICK_S)
+    return;
+  ws_tick_s = now_s;
+  /* idle queues of leases that are over are forgotten */
+  for (ws_lease **pp = &wls; *pp;) {
+    ws_lease *wl = *pp;
+    gn_lease *l = wl->n == n ? gn__lease_find(n, wl->id) : NULL;
+    if (wl->n == n && !wl->head && !wl->running && (!l || l->state != GN_LEASE_ACTIVE)) {
+      *pp = wl->next;
+      free(wl);
+      continue;
+    }
+    pp = &wl->next;
+  }
+  char parent[PATH_MAX];
+  gn__strf(parent, sizeof parent, "%s/workspace", n->cfg.data_dir);
+  DIR *d = opendir(parent);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) && ws_removals < WS_REMOVALS_MAX) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || !gn_id_valid(e->d_name) ||
+        strlen(e->d_name) >= GN_LEASE_ID_STRLEN)
+      continue;
+    gn_lease *l = gn__lease_find(n, e->d_name);
+    if ((l && l->role == GN_ROLE_PROVIDER && l->state == GN_LEASE_ACTIVE) || wl_find(n, e->d_name) ||
+        lease_jobs_live(n, e->d_name))
+      continue;
+    bool busy = false;
+    size_t slot = WS_REMOVALS_MAX;
+    for (size_t i = 0; i < WS_REMOVALS_MAX; i++) {
+      busy |= strcmp(ws_removing[i], e->d_name) == 0;
+      if (!ws_removing[i][0] && slot == WS_REMOVALS_MAX)
+        slot = i;
+    }
+    if (busy || slot == WS_REMOVALS_MAX)
+      continue;
+    ws_rm *q = calloc(1, sizeof *q);
+    if (!q)
+      break;
+    q->n = n;
+    gn__strf(q->id, sizeof q->id, "%s", e->d_name);
+    if (gn_path_join(q->dir, sizeof q->dir, parent, NULL, e->d_name, NULL) < 0) {
+      free(q);
+      continue;
+    }
+    q->w.data = q;
+    if (uv_queue_work(n->loop, &q->w, rm_work, rm_after) < 0) {
+      free(q);
+      break;
+    }
+    gn__strf(ws_removing[slot], sizeof ws_removing[slot], "%s", q->id);
+    ws_removals++;
+  }
+  closedir(d);
+}

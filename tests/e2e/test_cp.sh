@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# gpunet cp (issue 10 item 3): a 100 MB file of random bytes copied into a
+# lease's workspace, read by a job at /workspace (its SHA-256 printed by
+# the job equals the local one), a file the job writes copied back down and
+# verified; an upload interrupted half way (GN_CP_STOP_AFTER) and a
+# download interrupted likewise resume (resumed_from > 0) and verify; plain
+# progress lines on stderr when it is not a terminal; bad paths refused;
+# after the release the workspace is gone on the provider. A real registry,
+# a provider (simulated GPU) and a requester over real sockets, real runc.
+set -euo pipefail
+src=${GN_SOURCE_DIR:?}
+export GN_BIN=${GN_BUILD_DIR:?}
+. "$src/scripts/lib/e2e.sh"
+
+gn_e2e_need_root_runc
+command -v jq >/dev/null || {
+  echo "SKIP: needs jq"
+  exit 77
+}
+gn_e2e_setup cp requester provider
+gn_e2e_registry e2e/busybox:1
+gn_e2e_compat_flags
+gn_e2e_start_provider "${gn_e2e_compat[@]}"
+gn_e2e_start_requester
+gn_e2e_wait_offer 30
+gn_e2e_rent --no-attest
+ws=$P/workspace/$lease
+[ -d "$ws" ] || fail "the lease's workspace $ws was not made at its start"
+ok "the lease's workspace exists on the provider from the lease's start"
+
+head -c 100000000 /dev/urandom >"$work/big.bin"
+want=$(sha256sum "$work/big.bin" | cut -d' ' -f1)
+
+# Upload, interrupted after ~30 MB, then resumed.
+GN_CP_STOP_AFTER=30000000 gn_cli "$R" cp "$work/big.bin" "$lease:in/big.bin" 2>"$work/stop.err" &&
+  fail "GN_CP_STOP_AFTER did not stop the upload"
+grep -q "stopped after" "$work/stop.err" || fail "no stop message: $(cat "$work/stop.err")"
+part=$(stat -c %s "$ws/in/big.bin")
+[ "$part" -ge 30000000 ] && [ "$part" -lt 100000000 ] || fail "the interrupted upload left $part bytes"
+ok "an upload stopped after $part bytes"
+
+t0=$(now_ms)
+out=$(gn_cli "$R" --json cp "$work/big.bin" "$lease:in/big.bin" 2>"$work/up.err") || fail "resumed upload: $(cat "$work/up.err")"
+t1=$(now_ms)
+[ "$(jq -r .sha256 <<<"$out")" = "$want" ] || fail "upload sha256: $out"
+[ "$(jq -r .resumed_from <<<"$out")" = "$part" ] || fail "the upload did not resume from $part: $out"
+[ "$(jq -r .bytes <<<"$out")" = 100000000 ] || fail "bytes: $out"
+grep -q '"event"' "$work/up.err" || fail "no JSON progress events on stderr: $(head -c 600 "$work/up.err")"
+ok "the upload resumed from $part and verified ($((t1 - t0)) ms for the rest)"
+
+# A whole upload, timed, with plain progress lines (stderr is a file).
+t0=$(now_ms)
+gn_cli "$R" cp "$work/big.bin" "$lease:big.bin" >"$work/up2.out" 2>"$work/up2.err" ||
+  fail "upload: $(cat "$work/up2.err")"
+t1=$(now_ms)
+grep -q "verified" "$work/up2.out" || fail "upload summary: $(cat "$work/up2.out")"
+[ "$(sha256sum "$ws/big.bin" | cut -d' ' -f1)" = "$want" ] || fail "the provider's copy differs"
+up_ms=$((t1 - t0))
+lines=$(grep -c . "$work/up2.err" || true)
+[ "$lines" -ge 1 ] || fail "no plain progress lines on stderr"
+ok "100 MB uploaded in $up_ms ms ($((100000 / (up_ms > 0 ? up_ms : 1))) MB/s), verified; $lines plain progress line(s)"
+
+# The job sees it at /workspace and writes a file back.
+out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c \
+  'sha256sum /workspace/big.bin; head -c 50000000 /workspace/big.bin >/workspace/out.bin; echo made') ||
+  fail "the job failed: $out"
+grep -q "^$want " <<<"$out" || fail "the job read another file: $out"
+ok "a job on the lease reads /workspace/big.bin with the same SHA-256"
+want_out=$(head -c 50000000 "$work/big.bin" | sha256sum | cut -d' ' -f1)
+
+# Download, interrupted, resumed, verified.
+GN_CP_STOP_AFTER=20000000 gn_cli "$R" cp "$lease:out.bin" "$work/out.bin" 2>/dev/null &&
+  fail "GN_CP_STOP_AFTER did not stop the download"
+[ -f "$work/out.bin.part" ] && [ ! -e "$work/out.bin" ] || fail "no partial download kept as out.bin.part"
+t0=$(now_ms)
+out=$(gn_cli "$R" --json cp "$lease:out.bin" "$work/out.bin" 2>/dev/null) || fail "resumed download"
+t1=$(now_ms)
+[ "$(jq -r .resumed_from <<<"$out")" -gt 0 ] || fail "the download did not resume: $out"
+[ "$(sha256sum "$work/out.bin" | cut -d' ' -f1)" = "$want_out" ] || fail "downloaded out.bin differs"
+[ ! -e "$work/out.bin.part" ] || fail "the partial file was left"
+ok "the job's out.bin downloaded, resumed from $(jq -r .resumed_from <<<"$out"), verified"
+
+mkdir "$work/dl"
+t0=$(now_ms)
+gn_cli "$R" cp "$lease:big.bin" "$work/dl/" >/dev/null 2>&1 || fail "download of big.bin"
+t1=$(now_ms)
+down_ms=$((t1 - t0))
+cmp -s "$work/big.bin" "$work/dl/big.bin" || fail "the downloaded big.bin differs"
+ok "100 MB downloaded in $down_ms ms ($((100000 / (down_ms > 0 ? down_ms : 1))) MB/s), verified"
+
+# Refusals: paths outside the workspace, a symbolic link the job planted.
+for bad in ../x /etc/passwd a/../../b; do
+  gn_cli "$R" cp "$work/big.bin" "$lease:$bad" 2>"$work/bad.err" && fail "cp to $bad was accepted"
+  grep -q "not a path in the workspace" "$work/bad.err" || fail "cp to $bad: $(cat "$work/bad.err")"
+done
+# (busybox's sh runs its applets itself: the image links only some of them)
+out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c 'ln -s /etc/shadow /workspace/evil' 2>&1) ||
+  fail "ln -s job: $out"
+gn_cli "$R" cp "$lease:evil" "$work/evil" 2>"$work/evil.err" && fail "a symlink was followed on download"
+grep -q "symbolic link" "$work/evil.err" || fail "symlink download: $(cat "$work/evil.err")"
+echo hi >"$work/hi.txt"
+before=$(sha256sum /etc/shadow)
+gn_cli "$R" cp "$work/hi.txt" "$lease:evil" 2>"$work/evil.err" && fail "a symlink was followed on upload"
+[ "$(sha256sum /etc/shadow)" = "$before" ] || fail "/etc/shadow changed"
+[ ! -e "$work/evil" ] && [ ! -e "$work/evil.part" ] || fail "something was downloaded through the link"
+ok "traversal paths and a planted symbolic link are refused; /etc/shadow untouched"
+
+gn_cli "$R" release "$lease" >/dev/null || fail "cannot release $lease"
+gone() { [ ! -e "$ws" ]; }
+gn_wait_until 30 "the workspace removed" gone || fail "the workspace $ws is still there after the release"
+gn_cli "$R" cp "$work/hi.txt" "$lease:hi.txt" 2>"$work/ended.err" && fail "cp after the release was accepted"
+grep -q "ended" "$work/ended.err" || fail "cp after the release: $(cat "$work/ended.err")"
+ok "after the release the workspace is gone and cp is refused"
+
+echo "$pass passed, 0 failed"
+echo "figures: up ${up_ms} ms, down ${down_ms} ms for 100 MB"
