@@ -102,6 +102,15 @@
     return e;
   }
 
+  // The top of a scale: a round number at or above v, so its quarters read well.
+  function niceCeil(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 1.2, 1.6, 2, 2.4, 3, 4, 5, 6, 8, 10])
+      if (m * p >= v)
+        return m * p;
+    return 10 * p;
+  }
+
   // series: [{name, colour, points: [[t_s, value], ...]}]; yMax fixes the
   // top of the scale (100 for percent), else the data's maximum sets it.
   function plot(svgEl, series, opts) {
@@ -126,6 +135,8 @@
       t0 = t1 - 10;
     if (vmax <= 0)
       vmax = 1;
+    else if (!opts.yMax)
+      vmax = niceCeil(vmax * 1.05);
     const x = (t) => PAD.left + (t - t0) / (t1 - t0) * (W - PAD.left - PAD.right);
     const y = (v) => PLOT_H - PAD.bottom - v / vmax * (PLOT_H - PAD.top - PAD.bottom);
     for (let i = 0; i <= 4; i++) {

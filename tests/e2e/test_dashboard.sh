@@ -191,15 +191,20 @@ ok "after the release: invoice $inv (accepted, settlement '$settled') on the pag
 shim=$GN_BIN/tests/libnvml_shim.so
 [ -f "$shim" ] || fail "the NVML test shim $shim is not built"
 pg=$(gn_free_port)
-export GN_NVML_LIB=$shim
+# The shim's device 0 is 37 % busy; every device draws GN_NVML_SHIM_POWER_MW.
+export GN_NVML_LIB=$shim GN_NVML_SHIM_POWER_MW=250000
 gn_node_start "$nodes/gpu" gpu --listen "127.0.0.1:$(gn_free_port)" --overlay off --dashboard-listen "$pg"
 gtok=$(cat "$nodes/gpu/dashboard.token")
+[ "$(code -H "Authorization: Bearer $gtok" "http://127.0.0.1:$pg/v1/history")" = 200 ] || fail "gpu node history"
+[ "$(jq -c '[.gpus[0].util_pct[-1], .gpus[0].power_w[-1], .gpu_info[0].simulated]' "$work/body")" = '[37,250,false]' ] ||
+  fail "NVML figures in the history: $(cat "$work/body")"
 browse "$work/dom3.html" --dump-dom "http://127.0.0.1:$pg/#token=$gtok"
 [ "$(polylines "$work/dom3.html" plot-util)" -ge 2 ] || fail "utilisation plot: $(grep -o '<svg id="plot-util".*</svg>' "$work/dom3.html" | head -c 600)"
-ok "NVML GPUs: the utilisation plot has $(polylines "$work/dom3.html" plot-util) points"
+[ "$(polylines "$work/dom3.html" plot-power)" -ge 2 ] || fail "power plot: $(grep -o '<svg id="plot-power".*</svg>' "$work/dom3.html" | head -c 600)"
+ok "NVML GPUs: 37 % and 250 W in the history; utilisation and power plots of $(polylines "$work/dom3.html" plot-util) and $(polylines "$work/dom3.html" plot-power) points"
 gn_node_stop "$nodes/gpu"
 gn_node_start "$nodes/gpu" gpu --listen "127.0.0.1:$(gn_free_port)" --overlay off --dashboard-listen "$pg"
-unset GN_NVML_LIB
+unset GN_NVML_LIB GN_NVML_SHIM_POWER_MW
 [ "$(cat "$nodes/gpu/dashboard.token")" = "$gtok" ] || fail "a new token after the restart"
 [ "$(code -H "Authorization: Bearer $gtok" "http://127.0.0.1:$pg/v1/status")" = 200 ] || fail "old token refused"
 ok "after a restart the same token still opens it"
