@@ -39,6 +39,54 @@ int gn__noise_cipher_encrypt(gn_noise_cipher *c, const uint8_t *ad, size_t ad_le
   return 0;
 }
 
+/* The ChaCha20-Poly1305 of RFC 8439 section 2.8 (what libsodium's _ietf
+ * AEAD computes) from libsodium's primitives, so that the plaintext may come
+ * in two pieces: the Poly1305 key from block 0 of the key stream, the
+ * plaintext XORed from block 1 on, then Poly1305 over the ciphertext, its
+ * padding to 16 bytes and the two lengths (the ad's is 0). The head and the
+ * start of pt share block 1, put together in a 64-byte scratch; the rest of
+ * pt goes from block 2 straight into out. */
+int gn__noise_cipher_encrypt_head(gn_noise_cipher *c, const uint8_t *head, size_t head_len, const uint8_t *pt,
+                                  size_t len, uint8_t *out) {
+  enum { BLOCK = 64 };
+  if (head_len > BLOCK || len > SIZE_MAX - BLOCK)
+    return GN_EINVAL;
+  size_t total = head_len + len;
+  if (!c->has_key) {
+    memmove(out + head_len, pt, len);
+    memmove(out, head, head_len);
+    return 0;
+  }
+  if (c->n == UINT64_MAX)
+    return GN_ETOOBIG;
+  uint8_t nonce[crypto_aead_chacha20poly1305_ietf_NPUBBYTES];
+  nonce_bytes(c->n, nonce);
+  uint8_t block0[BLOCK], first[BLOCK];
+  crypto_stream_chacha20_ietf(block0, sizeof(block0), nonce, c->k);
+  size_t from_pt = BLOCK - head_len < len ? BLOCK - head_len : len;
+  memcpy(first, head, head_len);
+  memcpy(first + head_len, pt, from_pt);
+  crypto_stream_chacha20_ietf_xor_ic(out, first, head_len + from_pt, nonce, 1, c->k);
+  if (len > from_pt)
+    crypto_stream_chacha20_ietf_xor_ic(out + BLOCK, pt + from_pt, len - from_pt, nonce, 2, c->k);
+  static const uint8_t zeros[16] = {0};
+  uint8_t lens[16];
+  memset(lens, 0, 8); /* the ad's length */
+  for (int i = 0; i < 8; i++)
+    lens[8 + i] = (uint8_t)((uint64_t)total >> (8 * i));
+  crypto_onetimeauth_poly1305_state st;
+  crypto_onetimeauth_poly1305_init(&st, block0);
+  crypto_onetimeauth_poly1305_update(&st, out, total);
+  crypto_onetimeauth_poly1305_update(&st, zeros, (16 - total % 16) % 16);
+  crypto_onetimeauth_poly1305_update(&st, lens, sizeof(lens));
+  crypto_onetimeauth_poly1305_final(&st, out + total);
+  sodium_memzero(&st, sizeof(st));
+  sodium_memzero(block0, sizeof(block0));
+  sodium_memzero(first, sizeof(first));
+  c->n++;
+  return 0;
+}
+
 int gn__noise_cipher_decrypt(gn_noise_cipher *c, const uint8_t *ad, size_t ad_len, const uint8_t *ct, size_t len,
                              uint8_t *out) {
   if (!c->has_key) {

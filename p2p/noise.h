@@ -29,6 +29,13 @@ typedef struct gn_noise_cipher {
  * key). GN_ETOOBIG when the nonce space is exhausted. */
 int gn__noise_cipher_encrypt(gn_noise_cipher *c, const uint8_t *ad, size_t ad_len, const uint8_t *pt, size_t len,
                              uint8_t *out);
+/* EncryptWithAd with an empty ad of head || pt without joining them first
+ * (head_len at most 64, GN_EINVAL past it): out gets head_len + len +
+ * GN_NOISE_TAGLEN bytes, the same as gn__noise_cipher_encrypt of the joined
+ * bytes. out must not overlap pt. Saves a copy of a large pt behind a small
+ * header. */
+int gn__noise_cipher_encrypt_head(gn_noise_cipher *c, const uint8_t *head, size_t head_len, const uint8_t *pt,
+                                  size_t len, uint8_t *out);
 /* DecryptWithAd: out gets len - GN_NOISE_TAGLEN bytes; GN_EPROTO on a bad tag
  * (the nonce then does not advance). */
 int gn__noise_cipher_decrypt(gn_noise_cipher *c, const uint8_t *ad, size_t ad_len, const uint8_t *ct, size_t len,

@@ -35,15 +35,24 @@ struct gn_session {
   uint8_t hash[GN_NOISE_HASHLEN]; /* the handshake hash, once up */
   uint64_t peer_version;          /* set when the payload's version was not ours */
 
-  /* the frame being read */
-  uint8_t frame[FRAME_HDR + GN_NOISE_MAX_MSG];
-  size_t frame_have;
-  /* the application message being reassembled */
-  gn_buf msg;
-  size_t msg_total;
+  /* The frame being read: its length prefix, then its body, which goes
+   * straight to where its plaintext belongs in rx (at body_at) and is
+   * decrypted there in place. */
+  uint8_t fhdr[FRAME_HDR];
+  size_t fhdr_have;
+  size_t flen, body_at, body_have;
+  /* The receive buffer: a handshake frame, or the message being reassembled
+   * as its frames' plaintext, the MSG_HDR size prefix first and each later
+   * frame's after the last. Its capacity is kept across messages (up to
+   * GN_SESSION_KEEP_MAX) so that a stream of large ones does not allocate. */
+  uint8_t *rx;
+  size_t rx_cap;
+  size_t msg_len, msg_total;
   bool msg_delivered;
+  uint64_t rx_big_ms; /* when a message last needed more than KEEP_SMALL */
+  size_t rx_grows;    /* times rx was (re)allocated: for tests */
 
-  uint8_t plain[GN_NOISE_MAX_MSG];
+  uint8_t plain[PAYLOAD_MAX];
   gn_buf out;
 };
 
@@ -94,7 +103,7 @@ int gn__session_new(const gn_session_cfg *cfg, gn_session **ret_s) {
 gn_session *gn__session_free(gn_session *s) {
   if (!s)
     return NULL;
-  gn_buf_done(&s->msg);
+  free(s->rx);
   gn_buf_done(&s->out);
   /* Keys, the handshake and any plaintext left in the buffers. */
   sodium_memzero(s, sizeof(*s));
@@ -114,26 +123,32 @@ static int session_fail(gn_session *s, int err) {
   return err;
 }
 
-/* Makes room for n more bytes of the message being received. The buffer
- * grows as bytes arrive, never from the announced size alone: doubling while
- * small, then by at most 1 MiB a step, and never past the message's size,
- * so what a peer makes us allocate stays within a step of what it sent. */
-static int msg_grow(gn_session *s, size_t n) {
-  size_t need = s->msg.len + n;
-  if (need <= s->msg.cap)
+/* Makes rx hold at least need bytes, and never more than limit. It grows
+ * as frames arrive, never from a message's announced size alone: doubling
+ * while small, then by at most 1 MiB a step, so what a peer makes us
+ * allocate stays within a step of what it sent. */
+static int rx_reserve(gn_session *s, size_t need, size_t limit) {
+  if (need <= s->rx_cap)
     return 0;
-  size_t step = s->msg.cap < (1u << 20) ? s->msg.cap : (1u << 20);
-  size_t cap = s->msg.cap + (step < 4096 ? 4096 : step);
+  size_t step = s->rx_cap < (1u << 20) ? s->rx_cap : (1u << 20);
+  size_t cap = s->rx_cap + (step < 4096 ? 4096 : step);
+  if (cap > limit)
+    cap = limit;
   if (cap < need)
     cap = need;
-  if (cap > s->msg_total)
-    cap = s->msg_total;
-  uint8_t *p = realloc(s->msg.data, cap);
+  uint8_t *p = realloc(s->rx, cap);
   if (!p)
     return GN_ENOMEM;
-  s->msg.data = p;
-  s->msg.cap = cap;
+  s->rx = p;
+  s->rx_cap = cap;
+  s->rx_grows++;
   return 0;
+}
+
+static void rx_release(gn_session *s) {
+  free(s->rx);
+  s->rx = NULL;
+  s->rx_cap = 0;
 }
 
 /* Makes room for n more bytes of output: exactly what is asked for once
@@ -315,14 +330,41 @@ static int on_handshake_frame(gn_session *s, const uint8_t *f, size_t n, gn_sess
   return handshake_finish(s);
 }
 
+/* A frame's length prefix is in: checks it against what may come now and
+ * makes room in rx for its body where its plaintext belongs. A later frame
+ * of a message is checked before a byte of it is taken, so a peer never
+ * makes rx grow past the message it announced. */
+static int frame_begin(gn_session *s) {
+  size_t at = 0, limit = GN_NOISE_MAX_MSG;
+  if (s->flen == 0)
+    return GN_EPROTO; /* no Noise message is empty */
+  if (s->state == ST_UP) {
+    if (s->flen < GN_NOISE_TAGLEN)
+      return GN_EPROTO;
+    if (s->msg_total) {
+      size_t pn = s->flen - GN_NOISE_TAGLEN;
+      /* A later frame of a message: some bytes, and no more than are due. */
+      if (pn == 0 || pn > s->msg_total - s->msg_len)
+        return GN_EPROTO;
+      at = MSG_HDR + s->msg_len;
+      limit = MSG_HDR + s->msg_total + GN_NOISE_TAGLEN;
+    }
+  }
+  s->body_at = at;
+  s->body_have = 0;
+  return rx_reserve(s, at + s->flen, limit);
+}
+
+/* f is the frame's ciphertext: in rx at body_at already, or still in the
+ * caller's bytes; either way its plaintext ends up in rx at body_at, which
+ * for a later frame of a message is right after the bytes before it. */
 static int on_transport_frame(gn_session *s, const uint8_t *f, size_t n, gn_session_event *ev) {
-  if (n < GN_NOISE_TAGLEN)
-    return GN_EPROTO;
-  int r = gn__noise_cipher_decrypt(&s->recv, NULL, 0, f, n, s->plain);
+  uint8_t *p = s->rx + s->body_at;
+  /* In place when f is p: the AEAD checks the tag before it decrypts. */
+  int r = gn__noise_cipher_decrypt(&s->recv, NULL, 0, f, n, p);
   if (r < 0)
     return r;
   size_t pn = n - GN_NOISE_TAGLEN;
-  const uint8_t *p = s->plain;
   if (s->msg_total == 0) {
     if (pn == 0) {
       /* A keepalive, between messages only. */
@@ -339,29 +381,26 @@ static int on_transport_frame(gn_session *s, const uint8_t *f, size_t n, gn_sess
       return GN_EPROTO;
     if (total > s->max_msg)
       return GN_ETOOBIG;
+    pn -= MSG_HDR;
+    if (pn > total)
+      return GN_EPROTO;
     s->msg_total = total;
+    s->msg_len = 0;
     s->msg_deadline_ms = 0;
     if (s->msg_timeout_ms) {
       uint64_t need_ms = s->msg_min_rate_bps ? (uint64_t)total * 1000u / s->msg_min_rate_bps : 0;
       s->msg_deadline_ms = s->now_ms + (need_ms > s->msg_timeout_ms ? need_ms : s->msg_timeout_ms);
     }
-    p += MSG_HDR;
-    pn -= MSG_HDR;
-  } else if (pn == 0) {
-    return GN_EPROTO;
   }
-  if (pn > s->msg_total - s->msg.len)
-    return GN_EPROTO;
-  if ((r = msg_grow(s, pn)) < 0)
-    return r;
-  memcpy(s->msg.data + s->msg.len, p, pn);
-  s->msg.len += pn;
-  if (s->msg.len < s->msg_total)
+  s->msg_len += pn;
+  if (s->msg_len < s->msg_total)
     return 0;
   s->last_rx_ms = s->now_ms;
+  if (MSG_HDR + s->msg_total + GN_NOISE_TAGLEN > GN_SESSION_KEEP_SMALL)
+    s->rx_big_ms = s->now_ms;
   ev->kind = GN_SESSION_EV_MESSAGE;
-  ev->msg = s->msg.data;
-  ev->msg_len = s->msg.len;
+  ev->msg = s->rx + MSG_HDR;
+  ev->msg_len = s->msg_total;
   s->msg_total = 0;
   s->msg_delivered = true;
   return 1;
@@ -374,31 +413,39 @@ int gn__session_feed(gn_session *s, const uint8_t *data, size_t len, size_t *ret
     return GN_ECLOSED;
   gn__session_trim(s);
   while (used < len) {
-    size_t want;
-    if (s->frame_have < FRAME_HDR) {
-      want = FRAME_HDR - s->frame_have;
-    } else {
-      size_t flen = (size_t)s->frame[0] << 8 | s->frame[1];
-      want = FRAME_HDR + flen - s->frame_have;
-    }
-    size_t take = want < len - used ? want : len - used;
-    memcpy(s->frame + s->frame_have, data + used, take);
-    s->frame_have += take;
-    used += take;
-    if (s->frame_have < FRAME_HDR || take < want)
+    if (s->fhdr_have < FRAME_HDR) {
+      size_t take = FRAME_HDR - s->fhdr_have < len - used ? FRAME_HDR - s->fhdr_have : len - used;
+      memcpy(s->fhdr + s->fhdr_have, data + used, take);
+      s->fhdr_have += take;
+      used += take;
+      if (s->fhdr_have < FRAME_HDR)
+        continue;
+      s->flen = (size_t)s->fhdr[0] << 8 | s->fhdr[1];
+      if ((r = frame_begin(s)) < 0)
+        goto fail;
       continue;
-    size_t flen = (size_t)s->frame[0] << 8 | s->frame[1];
-    if (flen == 0) {
-      r = GN_EPROTO; /* no Noise message is empty */
-      goto fail;
     }
-    if (s->frame_have < FRAME_HDR + flen)
-      continue; /* the header just completed */
-    s->frame_have = 0;
+    size_t want = s->flen - s->body_have;
+    const uint8_t *f;
+    if (s->body_have == 0 && len - used >= want) {
+      /* The whole frame is in the caller's bytes: decrypted from there. */
+      f = data + used;
+      used += want;
+    } else {
+      size_t take = want < len - used ? want : len - used;
+      memcpy(s->rx + s->body_at + s->body_have, data + used, take);
+      s->body_have += take;
+      used += take;
+      if (s->body_have < s->flen)
+        continue;
+      f = s->rx + s->body_at;
+    }
+    s->fhdr_have = 0;
+    s->body_have = 0;
     if (s->state == ST_HANDSHAKE)
-      r = on_handshake_frame(s, s->frame + FRAME_HDR, flen, ret_ev);
+      r = on_handshake_frame(s, f, s->flen, ret_ev);
     else
-      r = on_transport_frame(s, s->frame + FRAME_HDR, flen, ret_ev);
+      r = on_transport_frame(s, f, s->flen, ret_ev);
     if (r < 0)
       goto fail;
     if (r == 1) {
@@ -433,17 +480,15 @@ int gn__session_send(gn_session *s, const uint8_t *msg, size_t len) {
     uint8_t *body;
     if ((r = out_frame(s, pn + GN_NOISE_TAGLEN, &body)) < 0)
       return session_fail(s, r);
-    uint8_t *p = body;
+    /* Sealed straight from the caller's bytes into the output, the first
+     * frame's size prefix with them without a copy of the message. */
     if (first) {
-      p[0] = (uint8_t)(len >> 24);
-      p[1] = (uint8_t)(len >> 16);
-      p[2] = (uint8_t)(len >> 8);
-      p[3] = (uint8_t)len;
-      p += MSG_HDR;
+      uint8_t hdr[MSG_HDR] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+      r = gn__noise_cipher_encrypt_head(&s->send, hdr, MSG_HDR, msg + off, chunk, body);
+    } else {
+      r = gn__noise_cipher_encrypt(&s->send, NULL, 0, msg + off, pn, body);
     }
-    memcpy(p, msg + off, chunk);
-    /* In place: the AEAD allows the ciphertext to overwrite the plaintext. */
-    if ((r = gn__noise_cipher_encrypt(&s->send, NULL, 0, body, pn, body)) < 0)
+    if (r < 0)
       return session_fail(s, r);
     off += chunk;
     first = false;
@@ -493,6 +538,15 @@ int gn__session_tick(gn_session *s, uint64_t now_ms) {
       return session_fail(s, GN_ETIMEDOUT);
     if (s->msg_total && s->msg_deadline_ms && now_ms >= s->msg_deadline_ms)
       return session_fail(s, GN_ETIMEDOUT);
+    /* A large receive buffer kept for the next large message goes once none
+     * has come for a while, when no frame is half read: a peer's burst of
+     * big messages does not leave its memory held for good. */
+    if (s->rx_cap > GN_SESSION_KEEP_SMALL && s->fhdr_have == 0 && s->msg_total == 0 &&
+        now_ms - s->rx_big_ms >= GN_SESSION_KEEP_IDLE_MS) {
+      s->msg_delivered = false;
+      s->msg_len = 0;
+      rx_release(s);
+    }
   }
   return s->state == ST_CLOSED ? GN_ECLOSED : 0;
 }
@@ -506,16 +560,21 @@ void gn__session_set_time(gn_session *s, uint64_t now_ms) {
 void gn__session_trim(gn_session *s) {
   if (!s->msg_delivered)
     return;
-  /* The last event's message has been seen; keep the allocation unless it
-   * was large (a peer's one big message must not stay held for good). */
+  /* The last event's message has been seen; keep the allocation for the
+   * next one unless it is very large (a peer's one 8 MiB message must not
+   * stay held); gn__session_tick lets a large one go once idle. */
   s->msg_delivered = false;
-  s->msg.len = 0;
-  if (s->msg.cap > GN_SESSION_KEEP_MAX)
-    gn_buf_done(&s->msg);
+  s->msg_len = 0;
+  if (s->rx_cap > GN_SESSION_KEEP_MAX)
+    rx_release(s);
 }
 
 size_t gn__session_mem(const gn_session *s) {
-  return s->msg.cap + s->out.cap;
+  return s->rx_cap + s->out.cap;
+}
+
+size_t gn__session_rx_grows(const gn_session *s) {
+  return s->rx_grows;
 }
 
 bool gn__session_receiving(const gn_session *s) {

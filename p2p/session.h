@@ -15,9 +15,15 @@
 #define GN_SESSION_STATIC_PREFIX "gpunet-noise-static-v1"
 #define GN_SESSION_ADDR_MAX 64 /* with its NUL, like gn_offer.addr */
 #define GN_SESSION_HANDSHAKE_TIMEOUT_MS 10000
-/* A receive buffer up to this size is kept for the next message; a larger
- * one is freed once its message has been handed over. */
-#define GN_SESSION_KEEP_MAX 65536
+/* A receive buffer up to GN_SESSION_KEEP_MAX (one 4 MiB message and its
+ * framing) is kept for the next message, so a stream of large messages
+ * does not allocate for each; a larger one is freed once its message has
+ * been handed over. One above GN_SESSION_KEEP_SMALL (a 64 KiB message) is
+ * freed at a tick once no message that needed it came for
+ * GN_SESSION_KEEP_IDLE_MS. */
+#define GN_SESSION_KEEP_MAX ((4u << 20) + 65536u)
+#define GN_SESSION_KEEP_SMALL (128u * 1024u)
+#define GN_SESSION_KEEP_IDLE_MS 2000
 
 typedef struct gn_session gn_session;
 
@@ -60,7 +66,9 @@ gn_session *gn__session_free(gn_session *s);
 int gn__session_start(gn_session *s);
 /* Consumes bytes from data until it has an event (returns 1 and fills
  * ret_ev), or all are consumed (returns 0). *ret_used says how many bytes
- * were taken either way. A negative return closes the session for good. */
+ * were taken either way. A negative return closes the session for good.
+ * A message event's msg points into the session's receive buffer (no copy
+ * is made): valid until the next feed, trim or tick; send leaves it be. */
 int gn__session_feed(gn_session *s, const uint8_t *data, size_t len, size_t *ret_used, gn_session_event *ret_ev);
 /* Encrypts one application message (1..max_msg bytes) into the output. */
 int gn__session_send(gn_session *s, const uint8_t *msg, size_t len);
@@ -70,16 +78,20 @@ size_t gn__session_output_len(const gn_session *s);
 /* Queues a keepalive (an empty frame) once up; GN_ESTATE before. */
 int gn__session_keepalive(gn_session *s);
 /* GN_ETIMEDOUT (and the session closes) when the handshake is not done by
- * its deadline, or once up past the idle or message deadline above. */
+ * its deadline, or once up past the idle or message deadline above. Also
+ * frees a large idle receive buffer (GN_SESSION_KEEP_IDLE_MS). */
 int gn__session_tick(gn_session *s, uint64_t now_ms);
 /* The time feed and send take as now (gn__session_tick sets it too). */
 void gn__session_set_time(gn_session *s, uint64_t now_ms);
-/* Done with the last message event: a large receive buffer is freed now
- * rather than at the next feed (which does the same). */
+/* Done with the last message event: a receive buffer over
+ * GN_SESSION_KEEP_MAX is freed now rather than at the next feed (which does
+ * the same). */
 void gn__session_trim(gn_session *s);
 /* Bytes the session holds allocated for the message being received and for
  * output not yet taken: what a peer can make it keep. */
 size_t gn__session_mem(const gn_session *s);
+/* How many times the receive buffer was allocated or grown: for tests. */
+size_t gn__session_rx_grows(const gn_session *s);
 /* Whether part of a message has arrived and the rest has not. */
 bool gn__session_receiving(const gn_session *s);
 

@@ -932,6 +932,8 @@ static void on_tick(uv_timer_t *timer) {
       }
       continue;
     }
+    /* The tick may have let an idle receive buffer go. */
+    conn_account(c);
     if (c->retiring && now >= c->retire_deadline_ms) {
       conn_close(c, GN_ETIMEDOUT);
       continue;

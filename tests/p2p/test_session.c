@@ -613,7 +613,8 @@ static void test_session_receive_buffer_grows_with_bytes(void **state) {
   }
   assert_int_equal(r, 1);
   assert_int_equal(ev.msg_len, n);
-  assert_true(gn__session_mem(b.s) <= n);
+  /* the message, its 4-byte size prefix and the last frame's tag */
+  assert_true(gn__session_mem(b.s) <= n + 4 + GN_NOISE_TAGLEN);
   /* handed over: trimmed at once */
   gn__session_trim(b.s);
   assert_true(gn__session_mem(b.s) <= GN_SESSION_KEEP_MAX);
@@ -623,6 +624,266 @@ static void test_session_receive_buffer_grows_with_bytes(void **state) {
   deliver(&a, &b, 0);
   assert_int_equal(b.msgs, 1);
   assert_true(gn__session_mem(b.s) <= GN_SESSION_KEEP_MAX);
+  free(m);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* --- the receive path without copies (issue 10) -----------------------------*/
+
+/* Feeds data[0..len) to `to` as two calls split at k, recording events. */
+static void feed_split(side *to, const uint8_t *data, size_t len, size_t k) {
+  size_t cuts[3] = {0, k, len};
+  for (int part = 0; part < 2; part++) {
+    size_t pos = cuts[part], end = cuts[part + 1];
+    while (pos < end) {
+      size_t used = 0;
+      gn_session_event ev;
+      int r = gn__session_feed(to->s, data + pos, end - pos, &used, &ev);
+      assert_int_equal(r >= 0 ? 0 : r, 0);
+      pos += used;
+      if (r == 1 && ev.kind == GN_SESSION_EV_KEEPALIVE)
+        to->keepalives++;
+      if (r == 1 && ev.kind == GN_SESSION_EV_MESSAGE) {
+        to->msgs++;
+        to->last.len = 0;
+        assert_int_equal(gn_buf_append(&to->last, ev.msg, ev.msg_len), 0);
+      }
+    }
+  }
+}
+
+static void fill(uint8_t *p, size_t n, uint8_t seed) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (uint8_t)(i * 31 + seed + (i >> 8));
+}
+
+/* A stream of a message, a keepalive and another message, cut in two at
+ * every byte offset (the frame prefixes, bodies and tags included), gives
+ * the same two messages and keepalive every time. */
+static void test_session_stream_split_at_every_byte_decodes_identically(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  uint8_t m1[300], m2[41];
+  fill(m1, sizeof(m1), 1);
+  fill(m2, sizeof(m2), 2);
+  size_t len = 0;
+  for (size_t k = 0; k == 0 || k <= len; k++) {
+    assert_int_equal(gn__session_send(a.s, m1, sizeof(m1)), 0);
+    assert_int_equal(gn__session_keepalive(a.s), 0);
+    assert_int_equal(gn__session_send(a.s, m2, sizeof(m2)), 0);
+    gn_buf out = {0};
+    assert_int_equal(gn__session_take_output(a.s, &out), 0);
+    len = out.len;
+    b.msgs = b.keepalives = 0;
+    /* the first message is checked when the second has not yet replaced it */
+    size_t first_end = 2 + 4 + sizeof(m1) + GN_NOISE_TAGLEN;
+    feed_split(&b, out.data, first_end, k < first_end ? k : first_end);
+    assert_int_equal(b.msgs, 1);
+    assert_memory_equal(b.last.data, m1, sizeof(m1));
+    feed_split(&b, out.data + first_end, len - first_end, k > first_end ? k - first_end : 0);
+    assert_int_equal(b.msgs, 2);
+    assert_int_equal(b.keepalives, 1);
+    assert_int_equal(b.last.len, sizeof(m2));
+    assert_memory_equal(b.last.data, m2, sizeof(m2));
+    gn_buf_done(&out);
+  }
+  assert_true(len > 300);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* A message of two frames cut in two at every byte offset near where the
+ * frames begin and end (and at a stride elsewhere), so each frame is both
+ * decrypted straight from the fed bytes and gathered in the buffer first. */
+static void test_session_two_frame_message_split_near_frame_edges(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  size_t n = GN_NOISE_MAX_PAYLOAD - 4 + 700; /* 700 bytes in the second frame */
+  uint8_t *m = malloc(n);
+  assert_non_null(m);
+  fill(m, n, 3);
+  size_t edge = 2 + GN_NOISE_MAX_MSG; /* where the second frame starts */
+  size_t len = edge + 2 + 700 + GN_NOISE_TAGLEN, tried = 0;
+  for (size_t k = 0; k <= len; k++) {
+    bool near = k < 40 || (k + 40 > edge && k < edge + 40) || k + 40 > len;
+    if (!near && k % 4099 != 0)
+      continue;
+    assert_int_equal(gn__session_send(a.s, m, n), 0);
+    gn_buf out = {0};
+    assert_int_equal(gn__session_take_output(a.s, &out), 0);
+    assert_int_equal(out.len, len);
+    b.msgs = 0;
+    feed_split(&b, out.data, out.len, k);
+    assert_int_equal(b.msgs, 1);
+    assert_int_equal(b.last.len, n);
+    assert_memory_equal(b.last.data, m, n);
+    gn_buf_done(&out);
+    tried++;
+  }
+  assert_true(tried > 150);
+  free(m);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* After one 4 MiB message has grown the receive buffer, more 4 MiB
+ * messages and small ones between them use it as it is: no allocation. */
+static void test_session_large_messages_reuse_receive_buffer(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  size_t n = 4u << 20;
+  uint8_t *m = malloc(n);
+  assert_non_null(m);
+  fill(m, n, 4);
+  assert_int_equal(gn__session_send(a.s, m, n), 0);
+  deliver(&a, &b, 70000);
+  assert_int_equal(b.msgs, 1);
+  size_t grows = gn__session_rx_grows(b.s), mem = gn__session_mem(b.s);
+  assert_true(grows > 0);
+  assert_true(mem >= n && mem <= GN_SESSION_KEEP_MAX);
+  for (int i = 0; i < 3; i++) {
+    m[0] = (uint8_t)i;
+    assert_int_equal(gn__session_send(a.s, m, n), 0);
+    deliver(&a, &b, i == 1 ? 0 : 65536);
+    assert_int_equal(b.last.len, n);
+    assert_memory_equal(b.last.data, m, n);
+    assert_int_equal(gn__session_send(a.s, (const uint8_t *)"small", 5), 0);
+    deliver(&a, &b, 0);
+    assert_int_equal(b.last.len, 5);
+  }
+  assert_int_equal(b.msgs, 7);
+  assert_int_equal(gn__session_rx_grows(b.s), grows);
+  assert_int_equal(gn__session_mem(b.s), mem);
+  free(m);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* The buffer a 4 MiB message left is let go at the first tick after
+ * GN_SESSION_KEEP_IDLE_MS without another large message (small ones do not
+ * hold it), and the next messages still arrive. */
+static void test_session_idle_large_receive_buffer_is_released(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  size_t n = 4u << 20;
+  uint8_t *m = calloc(1, n);
+  assert_non_null(m);
+  gn__session_set_time(b.s, 5000);
+  assert_int_equal(gn__session_send(a.s, m, n), 0);
+  deliver(&a, &b, 0);
+  assert_int_equal(b.msgs, 1);
+  assert_true(gn__session_mem(b.s) >= n);
+  gn__session_set_time(b.s, 6000);
+  assert_int_equal(gn__session_send(a.s, (const uint8_t *)"small", 5), 0);
+  deliver(&a, &b, 0);
+  assert_int_equal(gn__session_tick(b.s, 5000 + GN_SESSION_KEEP_IDLE_MS - 1), 0);
+  assert_true(gn__session_mem(b.s) >= n);
+  assert_int_equal(gn__session_tick(b.s, 5000 + GN_SESSION_KEEP_IDLE_MS), 0);
+  assert_true(gn__session_mem(b.s) <= GN_SESSION_KEEP_SMALL);
+  assert_int_equal(gn__session_send(a.s, (const uint8_t *)"after", 5), 0);
+  deliver(&a, &b, 0);
+  assert_int_equal(b.msgs, 3);
+  assert_memory_equal(b.last.data, "after", 5);
+  free(m);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* Half a frame is in the buffer when the idle time passes: the tick keeps
+ * it, and the frame completes. */
+static void test_session_idle_release_waits_for_a_half_read_frame(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  size_t n = 4u << 20;
+  uint8_t *m = calloc(1, n);
+  assert_non_null(m);
+  gn__session_set_time(b.s, 5000);
+  assert_int_equal(gn__session_send(a.s, m, n), 0);
+  deliver(&a, &b, 0);
+  m[0] = 9;
+  assert_int_equal(gn__session_send(a.s, m, 1000), 0);
+  gn_buf out = {0};
+  assert_int_equal(gn__session_take_output(a.s, &out), 0);
+  size_t used;
+  gn_session_event ev;
+  assert_int_equal(gn__session_feed(b.s, out.data, 500, &used, &ev), 0);
+  assert_int_equal(gn__session_tick(b.s, 5000 + GN_SESSION_KEEP_IDLE_MS), 0);
+  assert_true(gn__session_mem(b.s) >= n);
+  assert_int_equal(gn__session_feed(b.s, out.data + 500, out.len - 500, &used, &ev), 1);
+  assert_int_equal(ev.msg_len, 1000);
+  assert_memory_equal(ev.msg, m, 1000);
+  assert_int_equal(gn__session_tick(b.s, 5000 + GN_SESSION_KEEP_IDLE_MS + 1), 0);
+  assert_true(gn__session_mem(b.s) <= GN_SESSION_KEEP_SMALL);
+  gn_buf_done(&out);
+  free(m);
+  free_side(&a);
+  free_side(&b);
+}
+
+/* One flipped bit in the second frame of a message closes the session with
+ * no message, whether the frame is decrypted straight from the fed bytes or
+ * gathered in the buffer and decrypted in place. */
+static void test_session_flipped_bit_in_later_frame_closes(void **state) {
+  (void)state;
+  size_t n = GN_NOISE_MAX_PAYLOAD + 100;
+  uint8_t *m = calloc(1, n);
+  assert_non_null(m);
+  for (int split = 0; split < 2; split++) {
+    side a, b;
+    handshake(&a, &b, 0);
+    assert_int_equal(gn__session_send(a.s, m, n), 0);
+    gn_buf out = {0};
+    assert_int_equal(gn__session_take_output(a.s, &out), 0);
+    out.data[2 + GN_NOISE_MAX_MSG + 2 + 50] ^= 0x10; /* second frame's body */
+    feed_split(&b, out.data, 2 + GN_NOISE_MAX_MSG, split ? 1000 : 0);
+    size_t pos = 2 + GN_NOISE_MAX_MSG, used;
+    gn_session_event ev;
+    int r = 0;
+    while (r == 0 && pos < out.len) {
+      size_t chunk = split ? 60 : out.len - pos;
+      r = gn__session_feed(b.s, out.data + pos, chunk < out.len - pos ? chunk : out.len - pos, &used, &ev);
+      pos += used;
+    }
+    assert_int_equal(r, GN_EPROTO);
+    assert_int_equal(b.msgs, 0);
+    assert_true(gn__session_is_closed(b.s));
+    gn_buf_done(&out);
+    free_side(&a);
+    free_side(&b);
+  }
+  free(m);
+}
+
+/* A later frame whose length prefix is more than the message still has to
+ * come is refused on its two prefix bytes, before any room is made for it. */
+static void test_session_later_frame_longer_than_due_is_refused_at_prefix(void **state) {
+  (void)state;
+  side a, b;
+  handshake(&a, &b, 0);
+  size_t n = GN_NOISE_MAX_PAYLOAD - 4 + 100; /* 100 bytes due after frame 1 */
+  uint8_t *m = calloc(1, n);
+  assert_non_null(m);
+  assert_int_equal(gn__session_send(a.s, m, n), 0);
+  gn_buf out = {0};
+  assert_int_equal(gn__session_take_output(a.s, &out), 0);
+  size_t used;
+  gn_session_event ev;
+  assert_int_equal(gn__session_feed(b.s, out.data, 2 + GN_NOISE_MAX_MSG, &used, &ev), 0);
+  assert_true(gn__session_receiving(b.s));
+  size_t mem = gn__session_mem(b.s), grows = gn__session_rx_grows(b.s);
+  uint8_t prefix[2] = {0, 100 + GN_NOISE_TAGLEN + 1};
+  assert_int_equal(gn__session_feed(b.s, prefix, 2, &used, &ev), GN_EPROTO);
+  assert_int_equal(used, 2);
+  assert_true(gn__session_is_closed(b.s));
+  assert_int_equal(gn__session_mem(b.s), mem);
+  assert_int_equal(gn__session_rx_grows(b.s), grows);
+  gn_buf_done(&out);
   free(m);
   free_side(&a);
   free_side(&b);
@@ -638,6 +899,13 @@ int main(void) {
       cmocka_unit_test(test_session_rejects_wrong_identity_signature),
       cmocka_unit_test(test_session_oversized_message_closes_receiver),
       cmocka_unit_test(test_session_handshake_times_out),
+      cmocka_unit_test(test_session_stream_split_at_every_byte_decodes_identically),
+      cmocka_unit_test(test_session_two_frame_message_split_near_frame_edges),
+      cmocka_unit_test(test_session_large_messages_reuse_receive_buffer),
+      cmocka_unit_test(test_session_idle_large_receive_buffer_is_released),
+      cmocka_unit_test(test_session_idle_release_waits_for_a_half_read_frame),
+      cmocka_unit_test(test_session_flipped_bit_in_later_frame_closes),
+      cmocka_unit_test(test_session_later_frame_longer_than_due_is_refused_at_prefix),
       cmocka_unit_test(test_session_send_before_up_is_refused),
       cmocka_unit_test(test_session_is_deterministic_with_injected_rng),
       cmocka_unit_test(test_session_checks_handshake_payload),
