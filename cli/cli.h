@@ -60,6 +60,10 @@ const cli_cmd *cli_find_cmd(const char *name);
  * ("cannot reach gpunetd...", the daemon's {"error"} message) and returns
  * CLI_FAIL. */
 int cli_call(cli *c, const char *method, const char *path, json_t *body, json_t **ret);
+typedef struct cli_progress cli_progress;
+/* cli_call showing p's progress (cli/progress.h; may be NULL) while the
+ * daemon has not answered: for requests that wait on peers. */
+int cli_call_waiting(cli *c, const char *method, const char *path, json_t *body, json_t **ret, cli_progress *p);
 /* The same, returning the raw bytes of the answer (NUL-terminated; *ret_len
  * excludes the NUL). Caller frees. */
 int cli_call_raw(cli *c, const char *method, const char *path, json_t *body, char **ret, size_t *ret_len);
@@ -132,6 +136,10 @@ typedef void (*cli_show_fn)(const json_t *j, const void *ctx);
 /* cli_call (body stolen), then the answer as JSON with --json, else show(j,
  * ctx). Returns CLI_OK or cli_call's failure. */
 int cli_show(cli *c, const char *method, const char *path, json_t *body, cli_show_fn show, const void *ctx);
+/* cli_show for a request that waits on peers: progress named what ("lease",
+ * "attest"), shown to people as label, while the daemon has not answered. */
+int cli_show_waiting(cli *c, const char *method, const char *path, json_t *body, cli_show_fn show, const void *ctx,
+                     const char *what, const char *label);
 
 /* What differs between the list commands (jobs, leases, offers...). */
 typedef struct cli_list_spec {

@@ -1,5 +1,6 @@
 /* gpunet commands of the market: offers, rent, leases and release. */
 #include "cli.h"
+#include "progress.h"
 
 #include <getopt.h>
 #include <gpunet/billing.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static void offer_row(cli_table *t, const json_t *of, size_t i) {
   (void)i;
@@ -154,13 +156,75 @@ static const struct option rent_longs[] = {{"gpu", required_argument, NULL, 'g'}
                                            {"max-price", required_argument, NULL, 'P'},
                                            {"max-spend", required_argument, NULL, 'M'},
                                            {"interval", required_argument, NULL, 'I'},
+                                           {"wait", required_argument, NULL, 'W'},
                                            {"help", no_argument, NULL, 'h'},
                                            {0}};
 const cli_opts cli_rent_opts = {":hn:", rent_longs};
 
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* rent --wait: polls the offer table (the daemon matches MODEL with the
+ * same filter as the rent) until an offer that the rent would take is
+ * there, with progress, or wait_s pass. */
+static int wait_for_offer(cli *c, const char *model, uint64_t count, bool allow_sim, uint64_t max_price, long wait_s) {
+  char spec[GN_FILTER_MAX_LEN + 1], err[256];
+  gn_filter f;
+  snprintf(spec, sizeof spec, "gpu=%s", model);
+  if (gn_filter_parse(spec, &f, err, sizeof err) < 0)
+    return cli_usage_error("rent", "--gpu: %s", err);
+  char *ef = cli_urlencode(spec), path[GN_FILTER_MAX_LEN * 3 + 32];
+  if (!ef)
+    return cli_fail("out of memory");
+  snprintf(path, sizeof path, "/v1/offers?filter=%s", ef);
+  free(ef);
+  char label[160];
+  snprintf(label, sizeof label, "Waiting for an offer of %s", model);
+  cli_progress *p =
+      cli_progress_start(cli_progress_mode_for(c->json), "offers", label, CLI_PROGRESS_NONE, 0, NULL, NULL);
+  uint64_t end = mono_ms() + (uint64_t)wait_s * 1000u;
+  size_t seen = 0;
+  for (;;) {
+    json_t *j;
+    int r = cli_call(c, "GET", path, NULL, &j);
+    if (r != CLI_OK) {
+      cli_progress_end(p, false, "cannot read the offer table");
+      return r;
+    }
+    size_t i, fit = 0;
+    const json_t *of;
+    seen = json_array_size(json_object_get(j, "offers"));
+    json_array_foreach(json_object_get(j, "offers"), i, of) {
+      if (!cli_bool(of, "own") && (uint64_t)cli_int(of, "gpus_free", 0) >= count &&
+          (allow_sim || !cli_bool(of, "simulated")) &&
+          (!max_price || (uint64_t)cli_int(of, "price_uper_hour", 0) <= max_price))
+        fit++;
+    }
+    json_decref(j);
+    char detail[96];
+    snprintf(detail, sizeof detail, "%zu offer%s of %s, %zu that fit%s", seen, seen == 1 ? "" : "s", model, fit,
+             fit == 1 ? "s" : "");
+    if (fit) {
+      cli_progress_end(p, true, detail);
+      return CLI_OK;
+    }
+    if (mono_ms() >= end) {
+      cli_progress_end(p, false, detail);
+      return cli_fail("no offer of %s (%llu free GPU%s%s%s) reached this node within %ld s (%zu offer%s of it seen)",
+                      model, (unsigned long long)count, count == 1 ? "" : "s", allow_sim ? "" : ", not simulated",
+                      max_price ? ", within --max-price" : "", wait_s, seen, seen == 1 ? "" : "s");
+    }
+    cli_progress_update(p, 0, 0, detail);
+    usleep(500 * 1000);
+  }
+}
+
 int cmd_rent(cli *c, int argc, char **argv) {
   const char *gpu = NULL, *hours_s = NULL;
-  long count = 1, interval_s = 0;
+  long count = 1, interval_s = 0, wait_s = 0;
   uint64_t max_price = 0, max_spend = 0;
   bool allow_sim = false, attest = true;
   int o;
@@ -206,6 +270,11 @@ int cmd_rent(cli *c, int argc, char **argv) {
         return cli_usage_error("rent", "--interval wants the seconds between debit notes, 1 to 86400, not '%s'",
                                optarg);
       break;
+    case 'W':
+      wait_s = strtol(optarg, &end, 10);
+      if (*end || end == optarg || wait_s < 1 || wait_s > 3600)
+        return cli_usage_error("rent", "--wait wants the seconds to wait for an offer, 1 to 3600, not '%s'", optarg);
+      break;
     case 'h':
       return cli_print_usage(cli_find_cmd("rent"));
     default:
@@ -222,6 +291,8 @@ int cmd_rent(cli *c, int argc, char **argv) {
     return ir;
   if (!hours_s)
     return cli_usage_error("rent", "missing --hours H");
+  if (wait_s && !gpu)
+    return cli_usage_error("rent", "--wait goes with --gpu MODEL (an OFFER is either known or not)");
   char *end;
   double hours = strtod(hours_s, &end);
   if (*end || end == hours_s || !(hours > 0))
@@ -241,6 +312,13 @@ int cmd_rent(cli *c, int argc, char **argv) {
     json_object_set_new(body, "max_spend_micro", json_integer((json_int_t)max_spend));
   if (interval_s)
     json_object_set_new(body, "interval_s", json_integer((json_int_t)interval_s));
+  if (wait_s) {
+    int wr = wait_for_offer(c, gpu, (uint64_t)count, allow_sim, max_price, wait_s);
+    if (wr != CLI_OK) {
+      json_decref(body);
+      return wr;
+    }
+  }
   /* Name who we negotiate with: for an offer, its provider (best effort:
    * if the lookup fails, the daemon's answer to the rent says why). */
   char who[128];
@@ -262,7 +340,9 @@ int cmd_rent(cli *c, int argc, char **argv) {
   }
   if (!c->json)
     fprintf(stderr, "negotiating lease with %s\xe2\x80\xa6\n", who);
-  return cli_show(c, "POST", "/v1/leases", body, show_rented, NULL);
+  char label[192];
+  snprintf(label, sizeof label, "Negotiating a lease%s", attest ? " (with attestation)" : "");
+  return cli_show_waiting(c, "POST", "/v1/leases", body, show_rented, NULL, "lease", label);
 }
 
 static void lease_row(cli_table *t, const json_t *l, size_t i) {

@@ -270,5 +270,8 @@ int cmd_attest(cli *c, int argc, char **argv) {
     return r;
   const char *target = argv[optind];
   fprintf(stderr, "challenging the GPU of %s\xe2\x80\xa6\n", target);
-  return cli_show(c, "POST", "/v1/attest", json_pack("{s:s}", "target", target), show_fields, NULL);
+  char label[160];
+  snprintf(label, sizeof label, "Attesting %s", target);
+  return cli_show_waiting(c, "POST", "/v1/attest", json_pack("{s:s}", "target", target), show_fields, NULL, "attest",
+                          label);
 }

@@ -1,6 +1,7 @@
 /* The gpunet command's only way to the daemon: HTTP/JSON over gpunetd's Unix
  * control socket with libcurl. */
 #include "cli.h"
+#include "progress.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -62,8 +63,17 @@ static int not_running(cli *c) {
               c->data_dir);
 }
 
-/* Performs the request; on success *ret holds the answer of a 2xx response. */
-static int call(cli *c, const char *method, const char *path, json_t *body, answer *ret) {
+/* libcurl calls this about once a second, and sooner while bytes move,
+ * even while the daemon has not answered yet: the wait's progress. */
+static int on_xfer(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+  (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+  cli_progress_update(ud, 0, 0, NULL);
+  return 0;
+}
+
+/* Performs the request; on success *ret holds the answer of a 2xx response.
+ * p (may be NULL) is updated while it waits. */
+static int call(cli *c, const char *method, const char *path, json_t *body, answer *ret, cli_progress *p) {
   char *payload = NULL;
   if (body) {
     payload = json_dumps(body, JSON_COMPACT);
@@ -99,6 +109,11 @@ static int call(cli *c, const char *method, const char *path, json_t *body, answ
   curl_easy_setopt(h, CURLOPT_TIMEOUT, CLI_TIMEOUT_S);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_USERAGENT, "gpunet/" GN_CLI_VERSION);
+  if (p) {
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xfer);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, p);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  }
   if (payload) {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
@@ -156,7 +171,7 @@ out:
 
 int cli_call_raw(cli *c, const char *method, const char *path, json_t *body, char **ret, size_t *ret_len) {
   answer a;
-  int rc = call(c, method, path, body, &a);
+  int rc = call(c, method, path, body, &a, NULL);
   if (rc != CLI_OK)
     return rc;
   *ret = a.data;
@@ -165,8 +180,12 @@ int cli_call_raw(cli *c, const char *method, const char *path, json_t *body, cha
 }
 
 int cli_call(cli *c, const char *method, const char *path, json_t *body, json_t **ret) {
+  return cli_call_waiting(c, method, path, body, ret, NULL);
+}
+
+int cli_call_waiting(cli *c, const char *method, const char *path, json_t *body, json_t **ret, cli_progress *p) {
   answer a;
-  int rc = call(c, method, path, body, &a);
+  int rc = call(c, method, path, body, &a, p);
   if (rc != CLI_OK)
     return rc;
   json_error_t jerr;

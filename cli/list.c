@@ -2,6 +2,7 @@
  * without options, request paths naming one object, and the list commands
  * (GET, then JSON, an empty hint or a table). */
 #include "cli.h"
+#include "progress.h"
 
 #include <getopt.h>
 #include <gpunet/base.h>
@@ -64,8 +65,16 @@ char *cli_path(const char *prefix, const char *id, const char *suffix) {
 }
 
 int cli_show(cli *c, const char *method, const char *path, json_t *body, cli_show_fn show, const void *ctx) {
+  return cli_show_waiting(c, method, path, body, show, ctx, NULL, NULL);
+}
+
+int cli_show_waiting(cli *c, const char *method, const char *path, json_t *body, cli_show_fn show, const void *ctx,
+                     const char *what, const char *label) {
   json_t *j;
-  int r = cli_call(c, method, path, body, &j);
+  cli_progress *p =
+      what ? cli_progress_start(cli_progress_mode_for(c->json), what, label, CLI_PROGRESS_NONE, 0, NULL, NULL) : NULL;
+  int r = cli_call_waiting(c, method, path, body, &j, p);
+  cli_progress_end(p, r == CLI_OK, NULL);
   if (r != CLI_OK)
     return r;
   if (c->json)

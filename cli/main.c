@@ -81,7 +81,7 @@ static const cli_cmd commands[] = {
     {"rent", cmd_rent, "lease GPUs from a provider",
      "Usage: gpunet rent (OFFER | --gpu MODEL) --hours H [--count N]\n"
      "                   [--max-price P] [--max-spend AMOUNT] [--interval S]\n"
-     "                   [--allow-simulated] [--no-attest]\n"
+     "                   [--allow-simulated] [--no-attest] [--wait S]\n"
      "Negotiates a signed lease for N GPUs (default 1) of an offer, or of the\n"
      "cheapest offer of MODEL, for at most H hours. Before signing, the\n"
      "provider's GPU is challenged unless --no-attest. Simulated GPUs are\n"
@@ -95,7 +95,10 @@ static const cli_cmd commands[] = {
      "                      invoice beyond it\n"
      "  --interval S        seconds between debit notes, 1..86400 (default 60;\n"
      "                      the provider refuses one outside its own bounds,\n"
-     "                      10..3600 unless configured otherwise)\n",
+     "                      10..3600 unless configured otherwise)\n"
+     "  --wait S            with --gpu: wait up to S seconds (1..3600) for an\n"
+     "                      offer of MODEL with N free GPUs to reach this node\n"
+     "                      before renting (a node just started knows none)\n",
      &cli_rent_opts},
     {"leases", cmd_leases, "list leases",
      "Usage: gpunet leases\n"

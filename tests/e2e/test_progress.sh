@@ -10,6 +10,12 @@
 # - --json (on a second provider, whose store is empty): every stderr line a
 #   JSON event, "pull" progress events with done <= total, bytes, the last a
 #   "done" event with done == total; stdout keeps the logs' JSON.
+# Other waits: `gpunet rent --gpu MODEL --wait S` for an offer nobody makes
+# shows "Waiting for an offer" lines and fails after S seconds with a clear
+# error (JSON: a "failed" event); with an offer there it rents. p2's way out
+# is delayed 400 ms, so negotiating a lease with it (with attestation) takes
+# over a second: `gpunet --json rent` reports "lease" progress events, the
+# last "done", and prints the lease on stdout.
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
@@ -22,20 +28,48 @@ t0=$(now_ms)
 gn_e2e_setup progress requester p1 p2 bootstrap
 hosts_init
 hosts_shape[hub]=2mbit
+hosts_shape[p2]=1gbit:400ms
+prov_extra_p1=(--price 0.40) # the cheapest: rent --gpu takes p1
 hosts_market 2
 
 two_offers() { [ "$(gn_cli "$R" --json offers | jq '[.offers[].provider] | unique | length')" = 2 ]; }
 gn_wait_until 60 "offers from two providers" two_offers || fail "the requester does not see both providers' offers"
 offers=$(gn_cli "$R" --json offers)
+# Waiting for an offer nobody makes: plain lines, then a clear failure.
+t_w=$(now_ms)
+if env -u GN_PROGRESS "$GN_BIN/gpunet" --data-dir "$R" rent --gpu "RTX 9999" --hours 1 --wait 3 \
+  >"$work/wait.out" 2>"$work/wait.err"; then
+  fail "rent --wait of a model nobody offers succeeded: $(cat "$work/wait.out")"
+fi
+waited=$(($(now_ms) - t_w))
+[ "$waited" -ge 3000 ] || fail "rent --wait 3 gave up after $waited ms"
+grep -q '^Waiting for an offer of RTX 9999: ' "$work/wait.err" || fail "no waiting line: $(cat "$work/wait.err")"
+grep -q 'no offer of RTX 9999 (1 free GPU, not simulated) reached this node within 3 s' "$work/wait.err" ||
+  fail "no clear error: $(cat "$work/wait.err")"
+"$GN_BIN/gpunet" --data-dir "$R" --json rent --gpu "RTX 9999" --hours 1 --wait 2 >"$work/waitj.out" 2>"$work/waitj.err" &&
+  fail "rent --wait (JSON) of a model nobody offers succeeded"
+grep -q '^gpunet: no offer of RTX 9999' "$work/waitj.err" || fail "no error after the events: $(cat "$work/waitj.err")"
+grep '^{' "$work/waitj.err" |
+  jq -se 'map(select(.what == "offers")) | last | .event == "failed" and (.detail | test("0 that fit"))' >/dev/null ||
+  fail "no failed offers event: $(cat "$work/waitj.err")"
+ok "rent --wait for an offer nobody makes: progress, gave up after $waited ms with a clear error, JSON failed event"
+
 declare -A lease_of=()
-for p in p1 p2; do
-  id=$(gn_cli "$nodes/$p" id)
-  offer=$(jq -r --arg p "$id" '.offers[] | select(.provider == $p) | .id' <<<"$offers" | head -n 1)
-  l=$(gn_cli "$R" --json rent "$offer" --hours 1 --allow-simulated | jq -r .lease.id)
-  [[ $l == l-* ]] || fail "rent of $p's offer gave no lease: $l"
-  lease_of[$p]=$l
-done
-ok "a lease on each provider: ${lease_of[*]}"
+id1=$(gn_cli "$nodes/p1" id)
+lease_of[p1]=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated --wait 30 2>/dev/null | jq -r .lease.id)
+[[ ${lease_of[p1]} == l-* ]] || fail "rent --gpu --wait with offers there gave no lease: ${lease_of[p1]}"
+[ "$(gn_cli "$R" --json leases | jq -r --arg l "${lease_of[p1]}" '.leases[] | select(.id == $l) | .peer')" = "$id1" ] ||
+  fail "rent --gpu did not take the cheapest offer, p1's"
+id2=$(gn_cli "$nodes/p2" id)
+offer=$(jq -r --arg p "$id2" '.offers[] | select(.provider == $p) | .id' <<<"$offers" | head -n 1)
+"$GN_BIN/gpunet" --data-dir "$R" --json rent "$offer" --hours 1 --allow-simulated >"$work/rent.out" 2>"$work/rent.err" ||
+  fail "rent of p2's offer failed: $(cat "$work/rent.err")"
+lease_of[p2]=$(jq -r .lease.id "$work/rent.out")
+[[ ${lease_of[p2]} == l-* ]] || fail "rent of p2's offer gave no lease: $(cat "$work/rent.out")"
+ok "a lease on each provider: p1 ${lease_of[p1]} (rent --gpu --wait, offers there), p2 ${lease_of[p2]}"
+jq -se 'map(select(.what == "lease")) | (length > 0) and (last | .event == "done" and .elapsed_s >= 1)' \
+  "$work/rent.err" >/dev/null || fail "no lease progress events from the slow provider: $(cat "$work/rent.err")"
+ok "negotiating with the delayed provider: $(jq -sc 'map(select(.what == "lease")) | last' "$work/rent.err")"
 
 # Plain lines: stderr is a file here, not a terminal.
 env -u GN_PROGRESS "$GN_BIN/gpunet" --data-dir "$R" run "${lease_of[p1]}" --image "$image" -f -- echo hello-plain \
