@@ -117,6 +117,9 @@ before=$(sqlite3 "$P/gpunet.db" "SELECT energy_uj / 1000 FROM node_leases WHERE 
 GN_NVML_LIB=$shim GN_NVML_SHIM_POWER_MW=250000 gn_node_start "$P" provider --listen "127.0.0.1:$p_prov" --provide \
   --price 0.50 --simulate-gpu "H100" --interval-min-s 2 --metrics-listen "$mp" "${gn_e2e_compat[@]}"
 [ "$(lease_field "$lease3" energy_mj)" -ge "$before" ] || fail "energy lost in the restart: $(lease_get "$lease3")"
+# The first lease's invoice, read back from the database after the restart.
+[ "$(gn_cli "$P" --json invoice show "$lease" | jq -r .invoice.energy_mj)" = "$mj" ] ||
+  fail "the first invoice after the restart: $(gn_cli "$P" --json invoice show "$lease")"
 more() { [ "$(lease_field "$lease3" energy_mj)" -ge $((before + 500000)) ]; }
 gn_wait_until 30 "energy measured after the restart" more || fail "no energy after the restart: $(lease_get "$lease3")"
 gn_cli "$R" release "$lease3" >/dev/null || fail "cannot release $lease3"
