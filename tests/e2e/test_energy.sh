@@ -26,7 +26,7 @@ shim=$GN_BUILD_DIR/tests/libnvml_shim.so
   echo "SKIP: the NVML test shim is not built ($shim)"
   exit 77
 }
-gn_e2e_setup energy requester provider
+gn_e2e_setup energy requester provider old
 gn_e2e_compat_flags
 export GN_RENT_TIMEOUT_MS=3000
 
@@ -138,5 +138,20 @@ secs3=$(jq -r .invoice.seconds <<<"$inv3")
 window3=$(jq -r '.invoice.end_s - .invoice.start_s' <<<"$inv3")
 [ "$ms3" -le "$window3" ] || fail "$ms3 s measured, more than the lease's $window3 s"
 ok "restart mid-lease: $before mJ saved at the kill, the invoice states $mj3 mJ over $ms3 s measured ($secs3 s billed, window $window3 s)"
+
+# A database of an older release (node_leases without the energy columns)
+# is migrated at start: the daemon starts and the columns are there.
+if command -v sqlite3 >/dev/null; then
+  mkdir -p "$nodes/old"
+  sqlite3 "$nodes/old/gpunet.db" "CREATE TABLE node_leases(id TEXT PRIMARY KEY, role INTEGER NOT NULL,
+    peer BLOB NOT NULL, agreement BLOB NOT NULL, state INTEGER NOT NULL, seconds INTEGER NOT NULL, end_s INTEGER,
+    end_reason TEXT, invoice_done INTEGER NOT NULL DEFAULT 0);" || fail "cannot write an old database"
+  gn_node_start "$nodes/old" old --listen "127.0.0.1:$(gn_free_port)"
+  cols=$(sqlite3 "$nodes/old/gpunet.db" "SELECT group_concat(name) FROM pragma_table_info('node_leases')")
+  for c in energy_uj energy_measured_ms energy_unmeasured_ms invoice_energy_mj invoice_energy_s; do
+    grep -q "\b$c\b" <<<"$cols" || fail "an old database lacks $c after the start: $cols"
+  done
+  ok "an older database gains the energy columns at start"
+fi
 
 echo "PASS ($pass checks)"
