@@ -6,6 +6,7 @@
  * removed), and a write far past the end of a file refused. */
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
+#include <gpunet/node.h>
 #include <gpunet/transport.h>
 #include <gpunet/wire.h>
 #include <setjmp.h>
@@ -192,6 +193,30 @@ static void test_wsmsg_decoder_refuses_hostile_bodies(void **state) {
   gn_wire_writer_done(&w);
 }
 
+/* The workspace budget is a config key and a flag, a size like store_max. */
+static void test_config_workspace_max(void **state) {
+  (void)state;
+  gn_config c;
+  char err[256] = "", path[] = "/tmp/gn-wsconf-XXXXXX";
+  gn_config_defaults(&c);
+  assert_int_equal(c.workspace_max_bytes, 10ull << 30);
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "workspace_max = 512M\n", 21), 21);
+  close(fd);
+  assert_int_equal(gn_config_load_file(&c, path, false, err, sizeof err), 0);
+  assert_int_equal(c.workspace_max_bytes, 512ull << 20);
+  const char *const argv[] = {"gpunetd", "--workspace-max", "2G", NULL};
+  assert_int_equal(gn_config_parse_args(&c, 3, (char *const *)argv, err, sizeof err), 0);
+  assert_int_equal(c.workspace_max_bytes, 2ull << 30);
+  const char *const bad[] = {"gpunetd", "--workspace-max", "lots", NULL};
+  assert_int_equal(gn_config_parse_args(&c, 3, (char *const *)bad, err, sizeof err), GN_EINVAL);
+  assert_non_null(strstr(err, "workspace_max"));
+  assert_int_equal(c.workspace_max_bytes, 2ull << 30);
+  unlink(path);
+  gn_config_done(&c);
+}
+
 /* --- a real provider --------------------------------------------------------------*/
 
 typedef struct world {
@@ -372,6 +397,7 @@ int main(void) {
       cmocka_unit_test(test_ws_path_norm_bounds_depth_and_length),
       cmocka_unit_test(test_wsmsg_round_trips),
       cmocka_unit_test(test_wsmsg_decoder_refuses_hostile_bodies),
+      cmocka_unit_test(test_config_workspace_max),
   };
   const struct CMUnitTest provider[] = {
       cmocka_unit_test(test_provider_answers_only_the_lease_holder),
