@@ -4,7 +4,9 @@
  * message reassembly, buffer growth and trimming, keepalives and its idle and
  * message deadlines all run on valid ciphertext as well as broken. Checks
  * what the receiver holds never passes its message limit plus a small slack,
- * and that a closed session stays closed. */
+ * that every message it hands over is byte for byte a prefix of what was
+ * sent (all sends take the start of one patterned body), and that a closed
+ * session stays closed. */
 #include <gpunet/identity.h>
 
 #include <stdlib.h>
@@ -12,6 +14,8 @@
 #include "../../p2p/session.h"
 
 #define MAX_MSG (1u << 20)
+
+static uint8_t *body;
 
 static void fixed_rng(void *ud, uint8_t *out, size_t len) {
   uint64_t *s = ud;
@@ -31,7 +35,8 @@ static bool feed(gn_session *s, const uint8_t *p, size_t n) {
     if (r < 0)
       return false;
     pos += used;
-    if (r == 1 && ev.kind == GN_SESSION_EV_MESSAGE && (ev.msg_len == 0 || ev.msg_len > MAX_MSG))
+    if (r == 1 && ev.kind == GN_SESSION_EV_MESSAGE &&
+        (ev.msg_len == 0 || ev.msg_len > MAX_MSG || memcmp(ev.msg, body, ev.msg_len) != 0))
       abort();
     if (r == 1)
       gn__session_trim(s);
@@ -48,11 +53,14 @@ static bool pump(gn_session *from, gn_session *to) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static gn_identity *ia, *ib;
-  static uint8_t *body;
   if ((!ia && gn_identity_generate(&ia) < 0) || (!ib && gn_identity_generate(&ib) < 0))
     return 0;
-  if (!body && !(body = calloc(1, 2 * MAX_MSG))) /* sends go up to 1.1 MB */
-    return 0;
+  if (!body) {
+    if (!(body = malloc(2 * MAX_MSG))) /* sends go up to 1.1 MB */
+      return 0;
+    for (size_t k = 0; k < 2 * MAX_MSG; k++)
+      body[k] = (uint8_t)(k * 31 + (k >> 9));
+  }
   uint64_t sa = 1, sb = 2, now = 1000;
   gn_session_cfg ca = {.initiator = true, .id = ia, .rng = fixed_rng, .rng_ud = &sa, .now_ms = now};
   gn_session_cfg cb = {.initiator = false,
