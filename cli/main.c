@@ -12,6 +12,9 @@
 #include <string.h>
 
 static int cmd_completion(cli *c, int argc, char **argv);
+/* cli/cmd_forward.c */
+int cmd_forward(cli *c, int argc, char **argv);
+extern const cli_opts cli_forward_opts;
 
 static const cli_cmd commands[] = {
     {"init", cmd_init, "create this node's identity and config",
@@ -222,6 +225,16 @@ static const cli_cmd commands[] = {
      "Stops a running job; for a training job, every rank, and releases its\n"
      "leases.\n",
      NULL},
+    {"forward", cmd_forward, "reach a port inside a lease's sandbox from here",
+     "Usage: gpunet forward LEASE [LOCAL_ADDR:]LOCAL_PORT:PORT [--job JOB]\n"
+     "Listens on LOCAL_ADDR:LOCAL_PORT (default address 127.0.0.1; port 0 picks\n"
+     "one) and carries each connection over the lease's session to 127.0.0.1:PORT\n"
+     "inside the job's sandbox (Jupyter, TensorBoard, an inference server).\n"
+     "Nothing is opened on the provider's host. Runs until Ctrl-C or the end of\n"
+     "the lease. A non-loopback LOCAL_ADDR lets anyone who reaches it in.\n"
+     "  --job JOB  the job to reach, when several run on the lease\n"
+     "--json: the forward as POST /v1/forwards made it.\n",
+     &cli_forward_opts},
     {"invoices", cmd_invoices, "list invoices",
      "Usage: gpunet invoices\n"
      "Lists the bills of this node's leases, as provider or requester: the\n"

@@ -5,6 +5,7 @@
 
 #include "api.h"
 #include "attest_net.h"
+#include "fwd.h"
 #include "dashboard.h"
 #include "exec.h"
 #include "node_internal.h"
@@ -458,6 +459,12 @@ static void on_message(gn_transport *t, const uint8_t peer[GN_PK_LEN], const gn_
   case GN_MSG_RELAY_CALL:
     gn__nat_on_message(n, peer, env);
     break;
+  case GN_MSG_FWD_OPEN:
+  case GN_MSG_FWD_DATA:
+  case GN_MSG_FWD_CREDIT:
+  case GN_MSG_FWD_CLOSE:
+    gn__fwd_on_message(n, peer, env);
+    break;
   default:
     gn_log_ratelimited("ignored-type", GN_LOG_DEBUG, "ignored message type %u", env->type);
   }
@@ -633,6 +640,7 @@ static void shutdown_node(gn_node *n) {
   gn__attest_shutdown(n);
   gn__settle_stop(n);
   gn__overlay_stop(n);
+  gn__fwd_close(n);
   gn__exec_close(n);
   uv_timer_stop(&n->tick_timer);
   uv_close((uv_handle_t *)&n->tick_timer, NULL);
@@ -835,6 +843,10 @@ int gn__node_main(int argc, char **argv) {
     fprintf(stderr, "gpunetd: cannot start NAT traversal: %s\n", gn_strerror(r));
     return 1;
   }
+  if ((r = gn__fwd_start(n)) < 0) {
+    fprintf(stderr, "gpunetd: cannot start port forwarding: %s\n", gn_strerror(r));
+    return 1;
+  }
   /* With partial views, PEERS entries feed the peer table and the passive
    * view instead of being dialled. */
   if (gn__overlay_view_of(n, n->id->pk))
@@ -863,6 +875,7 @@ int gn__node_main(int argc, char **argv) {
   gn__settle_register(n);
   gn__overlay_register(n);
   gn__nat_register(n);
+  gn__fwd_register(n);
   n->job_changed = gn__api_logs_wake;
   n->stop_provided_job = gn__provider_stop_job;
   if ((r = gn__settle_start(n, err, sizeof err)) < 0) {
@@ -906,6 +919,7 @@ int gn__node_main(int argc, char **argv) {
   gn__dash_free(n);
   gn__overlay_free(n);
   gn__nat_free(n);
+  gn__fwd_free(n);
   free(n->exec);
   n->exec = NULL;
   n->disc = gn_discovery_free(n->disc);

@@ -94,6 +94,7 @@ struct gn_node {
   struct gn__settle_glue *settle; /* settle.c: vouchers, the outbox and its driver */
   struct gn__overlay *overlay;    /* overlay.c: membership over UDP */
   struct gn__nat *nat;            /* nat.c: observed addresses, hole punching, relays */
+  struct gn__fwd *fwd;            /* fwd*.c: forwarded ports (gpunet forward) */
   struct gn__exec *exec;          /* exec_prov.c, exec_req.c: gpunet exec streams */
 };
 

@@ -347,6 +347,10 @@ int gn__rate_class_of(uint32_t type) {
   case GN_MSG_WS_DATA:
   case GN_MSG_WS_STAT:
   case GN_MSG_WS_STAT_REPLY:
+  case GN_MSG_FWD_OPEN: /* forwarded ports: paced by the sender (node/fwd.c) */
+  case GN_MSG_FWD_DATA:
+  case GN_MSG_FWD_CREDIT:
+  case GN_MSG_FWD_CLOSE:
     return GN__RC_BULK;
   case GN_MSG_RTT_ASK:
   case GN_MSG_RTT_REPORT:

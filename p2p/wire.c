@@ -109,6 +109,14 @@ const char *gn_msg_type_name(uint32_t type) {
     return "relay_status";
   case GN_MSG_RELAY_CALL:
     return "relay_call";
+  case GN_MSG_FWD_OPEN:
+    return "fwd_open";
+  case GN_MSG_FWD_DATA:
+    return "fwd_data";
+  case GN_MSG_FWD_CREDIT:
+    return "fwd_credit";
+  case GN_MSG_FWD_CLOSE:
+    return "fwd_close";
   case GN_MSG_WS_PUT:
     return "ws_put";
   case GN_MSG_WS_PUT_ACK:

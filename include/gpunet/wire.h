@@ -71,6 +71,11 @@ enum gn_msg_type {
   GN_MSG_EXEC_SIGNAL = 93, /* requester -> provider: INT, TERM or KILL */
   GN_MSG_EXEC_EXIT = 94,   /* provider -> requester: the process ended, or never started */
   GN_MSG_EXEC_CLOSE = 95,  /* requester -> provider: the renter went away, kill it */
+  /* forwarded ports: gpunet forward (docs/protocol.md §3.4) */
+  GN_MSG_FWD_OPEN = 96,   /* lease holder -> provider: a stream to a port in the sandbox */
+  GN_MSG_FWD_DATA = 97,   /* either way: bytes of one stream */
+  GN_MSG_FWD_CREDIT = 98, /* either way: flow-control credit */
+  GN_MSG_FWD_CLOSE = 99,  /* either way: half-close or reset */
   /* a lease's workspace: gpunet cp (docs/protocol.md §3.2) */
   GN_MSG_WS_PUT = 100,        /* lease holder -> provider: bytes into the lease's workspace (docs/protocol.md §3.2) */
   GN_MSG_WS_PUT_ACK = 101,    /* provider -> lease holder: written, or refused */
