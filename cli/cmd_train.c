@@ -4,6 +4,7 @@
  * prefix, the running cost and the final total. The logs of a training job
  * (`gpunet logs TRAINID [--rank R]`) are followed here too. */
 #include "train.h"
+#include "progress.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -323,10 +324,32 @@ static int collect_outputs(cli *c, const char *id, const json_t *t, const char *
   return rc;
 }
 
+/* The gang of leases being formed (planning, forming, attesting,
+ * restarting): members agreed of members asked, on stderr (cli/progress),
+ * ended when the group runs or ends. */
+static cli_progress *gang_progress(const cli *c, cli_progress *p, const char *st, const json_t *t) {
+  bool forming = strcmp(st, "planning") == 0 || strcmp(st, "forming") == 0 || strcmp(st, "attesting") == 0 ||
+                 strcmp(st, "restarting") == 0;
+  if (!forming) {
+    cli_progress_end(p, strcmp(st, "running") == 0 || strcmp(st, "collecting") == 0 || strcmp(st, "done") == 0, st);
+    return NULL;
+  }
+  size_t i, agreed = 0;
+  const json_t *m, *members = json_object_get(t, "members");
+  json_array_foreach(members, i, m) agreed += strcmp(str_or(m, "state", ""), "agreed") == 0;
+  if (!p)
+    p = cli_progress_start(cli_progress_mode_for(c->json), "gang", "Leasing the training group", CLI_PROGRESS_ITEMS,
+                           json_array_size(members), NULL, NULL);
+  char detail[64];
+  snprintf(detail, sizeof detail, "%s: %zu of %zu leases agreed", st, agreed, json_array_size(members));
+  cli_progress_update(p, agreed, json_array_size(members), detail);
+  return p;
+}
+
 /* Follows training id: progress (members agreeing, state) on `msg`, the
  * ranks' output on stdout when logs, the running cost, and the total. */
 static int follow_train(cli *c, const char *id, long only, bool logs, bool progress, bool follow, const char *outdir,
-                        json_t **ret_last) {
+                        cli_progress *gang, json_t **ret_last) {
   bool collected = false;
   int fin_rounds = 0; /* log rounds since the group ended: output sent just before the end still comes */
   int collect_rc = CLI_OK;
@@ -340,6 +363,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
   uint64_t cost_at = 0, settle_until = 0;
   int rc = CLI_FAIL;
   json_t *t = NULL;
+  /* gang: while the group's leases are formed (from before the plan) */
   for (;;) {
     json_decref(t);
     t = cli_train_get(c, id);
@@ -348,6 +372,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
       break;
     }
     const char *st = str_or(t, "state", "?");
+    cli_progress_clear(gang); /* member lines may follow on the same terminal */
     if (progress) {
       size_t i;
       const json_t *m;
@@ -379,6 +404,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
           fprintf(msg, "training %s: %s\n", id, st);
       }
       fflush(msg);
+      gang = gang_progress(c, gang, st, t);
     }
     snprintf(state, sizeof state, "%s", st);
     bool fin = state_final(st);
@@ -439,6 +465,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
     }
     usleep(TRAIN_POLL_US);
   }
+  cli_progress_end(gang, false, NULL); /* only when the follow ends while forming */
   free(f);
   if (ret_last)
     *ret_last = t;
@@ -448,7 +475,7 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
 }
 
 int cli_train_logs(cli *c, const char *id, long rank, bool follow) {
-  return follow_train(c, id, rank, true, false, follow, NULL, NULL);
+  return follow_train(c, id, rank, true, false, follow, NULL, NULL, NULL);
 }
 
 /* --- the command ----------------------------------------------------------------------*/
@@ -658,15 +685,23 @@ int cmd_train(cli *c, int argc, char **argv) {
     goto out;
   }
   json_t *j;
-  rc = cli_call(c, "POST", "/v1/train", body, &j);
+  /* One wait from the plan (round trips measured) to the group running. */
+  cli_progress *gang = cli_progress_start(cli_progress_mode_for(c->json), "gang", "Leasing the training group",
+                                          CLI_PROGRESS_ITEMS, 0, NULL, NULL);
+  cli_progress_update(gang, 0, 0, "planning: measuring round trips");
+  rc = cli_call_waiting(c, "POST", "/v1/train", body, &j, gang);
   body = NULL;
-  if (rc != CLI_OK)
+  if (rc != CLI_OK) {
+    cli_progress_end(gang, false, NULL);
     goto out;
+  }
+  cli_progress_clear(gang); /* the plan is printed next */
   const char *id0 = cli_str(j, "id");
   char id[64];
   snprintf(id, sizeof id, "%s", id0 ? id0 : "");
   if (!id[0]) {
     json_decref(j);
+    cli_progress_end(gang, false, NULL);
     rc = cli_fail("gpunetd did not name the training job");
     goto out;
   }
@@ -681,7 +716,7 @@ int cmd_train(cli *c, int argc, char **argv) {
   json_t *last = NULL;
   /* With --output the command stays to the end: the outputs are copied
    * before the leases go. */
-  rc = follow_train(c, id, -1, follow, true, follow || output, output, &last);
+  rc = follow_train(c, id, -1, follow, true, follow || output, output, gang, &last);
   if (c->json && last) {
     json_dumpf(last, stdout, JSON_COMPACT);
     fputc('\n', stdout);

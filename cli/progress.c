@@ -133,7 +133,7 @@ static void fmt_status(const cli_progress *p, uint64_t now, bool with_eta, char 
   char a[32], b[32], r[48] = "", eta[48] = "";
   size_t len = 0;
   buf[0] = '\0';
-  if (p->unit == CLI_PROGRESS_NONE) {
+  if (p->unit == CLI_PROGRESS_NONE || (p->unit == CLI_PROGRESS_ITEMS && !p->total)) {
     fmt_secs(now - p->start_ms, a, sizeof a);
     snprintf(buf, cap, "%s", a);
     return;
@@ -256,6 +256,14 @@ void cli_progress_update(cli_progress *p, uint64_t done, uint64_t total, const c
   p->shown = true;
   p->last_ms = now;
   p->detail_changed = false;
+}
+
+void cli_progress_clear(cli_progress *p) {
+  if (!p || p->mode != CLI_PROGRESS_BAR || !p->shown)
+    return;
+  fputs("\r\033[K", p->out);
+  fflush(p->out);
+  p->last_ms = 0; /* drawn again at the next update */
 }
 
 void cli_progress_end(cli_progress *p, bool ok, const char *detail) {

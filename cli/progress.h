@@ -45,6 +45,9 @@ cli_progress *cli_progress_start(cli_progress_mode mode, const char *what, const
 /* Where the wait stands: done out of total (total 0: unknown), detail a
  * short state for people ("waiting for 2 of 4 providers", may be NULL). */
 void cli_progress_update(cli_progress *p, uint64_t done, uint64_t total, const char *detail);
+/* Erases the bar (terminal mode) before other lines are printed on the
+ * same terminal; the next update draws it again. */
+void cli_progress_clear(cli_progress *p);
 /* Ends the wait (ok: done, and done counts as total when one is known;
  * else failed) and frees p. The bar is replaced by
  * a final line; nothing is printed if nothing was shown yet, unless failed

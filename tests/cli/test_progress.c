@@ -175,6 +175,28 @@ static void test_bar_redraws_one_line_and_ends_with_a_newline(void **state) {
   out_close(&o);
 }
 
+static void test_bar_clear_erases_and_next_update_redraws_at_once(void **state) {
+  (void)state;
+  out o;
+  out_open(&o);
+  fake_now = 0;
+  cli_progress *p = cli_progress_start(CLI_PROGRESS_BAR, "gang", "Leasing", CLI_PROGRESS_ITEMS, 0, o.f, clock_fn);
+  cli_progress_clear(p); /* nothing shown yet: nothing to erase */
+  assert_string_equal(out_text(&o), "");
+  fake_now = 1000;
+  cli_progress_update(p, 0, 0, "planning");
+  assert_non_null(strstr(out_text(&o), "Leasing | 1.0s  planning")); /* no total yet: elapsed time */
+  size_t before = strlen(out_text(&o));
+  cli_progress_clear(p);
+  assert_string_equal(out_text(&o) + before, "\r\033[K");
+  fake_now = 1010; /* within 100 ms of the last draw, yet drawn again */
+  cli_progress_update(p, 1, 2, "forming");
+  assert_non_null(strstr(out_text(&o) + before, "1/2  forming"));
+  cli_progress_end(p, true, "running");
+  assert_non_null(strstr(out_text(&o), "Leasing: done after 1.0s (2/2): running\n"));
+  out_close(&o);
+}
+
 static void test_mode_for_json_wins_then_environment(void **state) {
   (void)state;
   setenv("GN_PROGRESS", "plain", 1);
@@ -221,6 +243,7 @@ int main(void) {
       cmocka_unit_test(test_json_events_parse_and_carry_rate),
       cmocka_unit_test(test_json_failure_is_reported_even_when_quick),
       cmocka_unit_test(test_bar_redraws_one_line_and_ends_with_a_newline),
+      cmocka_unit_test(test_bar_clear_erases_and_next_update_redraws_at_once),
       cmocka_unit_test(test_mode_for_json_wins_then_environment),
       cmocka_unit_test(test_off_prints_nothing_even_on_failure),
       cmocka_unit_test(test_fmt_bytes),

@@ -30,7 +30,7 @@ hosts_init
 hosts_shape[hub]=2mbit
 hosts_shape[p2]=1gbit:400ms
 prov_extra_p1=(--price 0.40) # the cheapest: rent --gpu takes p1
-hosts_market 2
+hosts_market 2 2
 
 two_offers() { [ "$(gn_cli "$R" --json offers | jq '[.offers[].provider] | unique | length')" = 2 ]; }
 gn_wait_until 60 "offers from two providers" two_offers || fail "the requester does not see both providers' offers"
@@ -94,4 +94,18 @@ jq -se 'last | .event == "done" and .done == .total' <<<"$pulls" >/dev/null || f
 jq -se 'map(.data // "") | join("") | contains("hello-json")' "$work/json.out" >/dev/null ||
   fail "stdout lacks the logs' JSON: $(cat "$work/json.out")"
 ok "JSON progress: $(wc -l <<<"$pulls") pull events, last $(tail -n 1 <<<"$pulls")"
+# A gang of leases (gpunet train over p1 and the delayed p2): "Leasing the
+# training group" with leases agreed of asked, ended before the ranks run.
+if "$GN_BIN/gpunet" train --help >/dev/null 2>&1; then
+  timeout 180 "$GN_BIN/gpunet" --data-dir "$R" train --gpus 2 --per-node 1 --image "$image" --allow-simulated \
+    --max-price 0.50 --hours 1 -f -- sh -c 'echo "rank $RANK up"' >"$work/train.out" 2>"$work/train.err" ||
+    fail "gpunet train failed: $(tail -n 20 "$work/train.out" "$work/train.err")"
+  grep -Eq '^Leasing the training group: ([0-9.]+s, planning: measuring round trips|[0-2]/2, (forming|attesting): [0-2] of 2 leases agreed)$' \
+    "$work/train.err" || fail "no gang progress line: $(cat "$work/train.err")"
+  grep -Eq '^Leasing the training group: done after .* \(2/2\): (running|done)$' "$work/train.err" ||
+    fail "the gang progress did not end with 2/2: $(cat "$work/train.err")"
+  ok "gang lease progress: $(grep -c '^Leasing the training group' "$work/train.err") lines, ending '$(grep '^Leasing the training group: done' "$work/train.err")'"
+else
+  echo "SKIP: gang progress (this build has no gpunet train)"
+fi
 echo "$pass passed, 0 failed"
