@@ -713,8 +713,100 @@ static bool lease_jobs_live(gn_node *n, const char *lease_id) {
   return false;
 }
 
+/* --- what jobs write: the survey ------------------------------------------------
+ *
+ * A copy's writes are counted before they are made; what a job writes into
+ * /workspace itself is only seen afterwards. Every WS_SURVEY_S the
+ * workspaces of leases with running jobs are measured on the thread pool,
+ * and the jobs of a lease whose workspace is past the budget are stopped. */
+
+#define WS_SURVEY_S 10
+#define WS_SURVEY_MAX 64 /* leases measured by one survey */
+
+typedef struct ws_survey {
+  uv_work_t w;
+  gn_node *n;
+  size_t count;
+  struct {
+    char id[GN_LEASE_ID_STRLEN];
+    char dir[PATH_MAX];
+    uint64_t bytes;
+  } e[WS_SURVEY_MAX];
+} ws_survey;
+
+static bool ws_surveying;
+static int64_t ws_survey_s;
+
+static void survey_work(uv_work_t *w) {
+  ws_survey *s = w->data;
+  for (size_t i = 0; i < s->count; i++) {
+    int fd = open(s->e[i].dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    s->e[i].bytes = fd >= 0 ? gn__ws_usage(fd) : 0;
+    if (fd >= 0)
+      close(fd);
+  }
+}
+
+static void survey_after(uv_work_t *w, int status) {
+  ws_survey *s = w->data;
+  gn_node *n = s->n;
+  ws_surveying = false;
+  uint64_t cap = n->cfg.workspace_max_bytes;
+  for (size_t i = 0; status == 0 && i < s->count; i++) {
+    if (s->e[i].bytes <= cap)
+      continue;
+    for (gn_job *j = n->jobs; j; j = j->next) {
+      if (j->role != GN_ROLE_PROVIDER || strcmp(j->lease_id, s->e[i].id) != 0 ||
+          (j->state != GN_JOB_PULLING && j->state != GN_JOB_RUNNING) || j->stop_requested || !n->stop_provided_job)
+        continue;
+      gn__strf(j->error, sizeof j->error, "the lease's workspace passed its budget (%llu MiB): the job was stopped",
+               (unsigned long long)(cap >> 20));
+      gn_log(GN_LOG_WARN, "job %s: %s (%llu MiB in /workspace)", j->id, j->error,
+             (unsigned long long)(s->e[i].bytes >> 20));
+      n->stop_provided_job(n, j);
+    }
+  }
+  free(s);
+}
+
+static void survey_start(gn_node *n, int64_t now_s) {
+  if (ws_surveying || now_s - ws_survey_s < WS_SURVEY_S)
+    return;
+  ws_survey_s = now_s;
+  ws_survey *s = NULL;
+  for (gn_lease *l = n->leases; l; l = l->next) {
+    if (l->role != GN_ROLE_PROVIDER || l->state != GN_LEASE_ACTIVE)
+      continue;
+    bool running = false;
+    for (gn_job *j = n->jobs; j && !running; j = j->next)
+      running = j->role == GN_ROLE_PROVIDER && j->state == GN_JOB_RUNNING && strcmp(j->lease_id, l->id) == 0;
+    if (!running)
+      continue;
+    if (!s && !(s = calloc(1, sizeof *s)))
+      return;
+    if (s->count == WS_SURVEY_MAX)
+      break;
+    if (ws_dir(n, l->id, s->e[s->count].dir, sizeof s->e[s->count].dir) < 0)
+      continue;
+    gn__strf(s->e[s->count].id, sizeof s->e[s->count].id, "%s", l->id);
+    s->count++;
+  }
+  if (!s)
+    return;
+  s->n = n;
+  s->w.data = s;
+  if (uv_queue_work(n->loop, &s->w, survey_work, survey_after) < 0) {
+    free(s);
+    return;
+  }
+  ws_surveying = true;
+}
+
 void gn__ws_prov_tick(gn_node *n, int64_t now_s) {
-  if (!n->cfg.provide || n->stopping || now_s - ws_tick_s < WS_TICK_S)
+  if (!n->cfg.provide || n->stopping)
+    return;
+  survey_start(n, now_s);
+  if (now_s - ws_tick_s < WS_TICK_S)
     return;
   ws_tick_s = now_s;
   /* idle queues of leases that are over are forgotten */

@@ -343,13 +343,19 @@ void gn__ws_req_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_e
 void gn__ws_req_tick(gn_node *n, uint64_t now_ms) {
   for (ws_wait **pp = &waits; *pp;) {
     ws_wait *w = *pp;
-    if (w->n != n || now_ms < w->deadline_ms) {
+    gn_transport_peer_info in;
+    bool down = w->n == n && n->tp && gn_transport_get_peer_info(n->tp, w->peer, &in) < 0;
+    if (w->n != n || (now_ms < w->deadline_ms && !down)) {
       pp = &w->next;
       continue;
     }
     *pp = w->next;
-    gn_ctl_reply_error(w->req, 504, "the provider of lease %s did not answer in time (%u of %u parts)", w->lease_id,
-                       w->got, w->nchunks);
+    if (down) /* the answers went with the session: run the copy again to resume */
+      gn_ctl_reply_error(w->req, 502, "the session to the provider of lease %s went down (%u of %u parts answered)",
+                         w->lease_id, w->got, w->nchunks);
+    else
+      gn_ctl_reply_error(w->req, 504, "the provider of lease %s did not answer in time (%u of %u parts)", w->lease_id,
+                         w->got, w->nchunks);
     wait_free(w);
   }
 }

@@ -20,7 +20,8 @@ command -v jq >/dev/null || {
 gn_e2e_setup cp requester provider
 gn_e2e_registry e2e/busybox:1
 gn_e2e_compat_flags
-gn_e2e_start_provider "${gn_e2e_compat[@]}"
+# a workspace budget of 280 MiB: the copies below take 250 MB of it
+gn_e2e_start_provider --workspace-max 280M "${gn_e2e_compat[@]}"
 gn_e2e_start_requester
 gn_e2e_wait_offer 30
 gn_e2e_rent --no-attest
@@ -104,6 +105,18 @@ gn_cli "$R" cp "$work/hi.txt" "$lease:evil" 2>"$work/evil.err" && fail "a symlin
 [ "$(sha256sum /etc/shadow)" = "$before" ] || fail "/etc/shadow changed"
 [ ! -e "$work/evil" ] && [ ! -e "$work/evil.part" ] || fail "something was downloaded through the link"
 ok "traversal paths and a planted symbolic link are refused; /etc/shadow untouched"
+
+# The budget: a copy that would pass it is refused part way, and a job that
+# fills the workspace itself is stopped by the provider's survey.
+gn_cli "$R" cp "$work/big.bin" "$lease:third.bin" 2>"$work/full.err" && fail "a copy past the budget was accepted"
+grep -q "workspace is full (280 MiB)" "$work/full.err" || fail "copy past the budget: $(cat "$work/full.err")"
+ok "a copy past the workspace budget is refused: $(grep -m1 "workspace is full" "$work/full.err")"
+job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sh -c 'head -c 60000000 /dev/zero >/workspace/fill; sleep 120' |
+  jq -r .job.id)
+stopped() { gn_cli "$R" --json jobs | jq -e --arg j "$job" '.jobs[] | select(.id==$j) | select(.error // "" | test("workspace passed its budget"))' >/dev/null; }
+gn_wait_until 40 "the job filling the workspace stopped" stopped ||
+  fail "a job filling the workspace past its budget ran on: $(gn_cli "$R" --json jobs | jq -c --arg j "$job" '.jobs[] | select(.id==$j)')"
+ok "a job that fills the workspace past its budget is stopped"
 
 gn_cli "$R" release "$lease" >/dev/null || fail "cannot release $lease"
 gone() { [ ! -e "$ws" ]; }
