@@ -105,6 +105,13 @@ void cli_fmt_time(int64_t unix_s, char *buf, size_t cap);
 /* A node id shortened for tables: "gnabcdefghij…". */
 void cli_fmt_node(const char *node_id, char *buf, size_t cap);
 
+/* --- files (cli/fileio.c) ----------------------------------------------------*/
+
+/* Writes len bytes to path with mode, atomically: a new temporary file
+ * beside it (mkstemp), fsync, rename over path. 0 or -errno (nothing left
+ * behind on failure). */
+int cli_write_atomic(const char *path, const void *data, size_t len, unsigned mode);
+
 /* --- the common command skeleton (cli/list.c) --------------------------------*/
 
 /* Parses a command that takes only --help and exactly nargs positionals

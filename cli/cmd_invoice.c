@@ -110,36 +110,6 @@ static int invoice_show(cli *c, const char *id) {
   return r;
 }
 
-/* Writes data to path atomically: a temporary file beside it, then rename. */
-static int write_atomic(const char *path, const char *data, size_t len) {
-  char dir_buf[PATH_MAX], tmp[PATH_MAX + 32];
-  snprintf(dir_buf, sizeof(dir_buf), "%s", path);
-  const char *dir = dirname(dir_buf);
-  snprintf(tmp, sizeof(tmp), "%s/.gpunet-export-XXXXXX", dir);
-  int fd = mkstemp(tmp);
-  if (fd < 0)
-    return -errno;
-  int r = 0;
-  for (size_t off = 0; off < len && r == 0;) {
-    ssize_t n = write(fd, data + off, len - off);
-    if (n < 0 && errno != EINTR)
-      r = -errno;
-    else if (n > 0)
-      off += (size_t)n;
-  }
-  if (r == 0 && fchmod(fd, 0644) < 0)
-    r = -errno;
-  if (r == 0 && fsync(fd) < 0)
-    r = -errno;
-  if (close(fd) < 0 && r == 0)
-    r = -errno;
-  if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
-  if (r < 0)
-    unlink(tmp);
-  return r;
-}
-
 static int invoice_export(cli *c, const char *id, const char *out) {
   char *path = cli_path("/v1/invoices", id, "/export");
   if (!path)
@@ -151,7 +121,7 @@ static int invoice_export(cli *c, const char *id, const char *out) {
   if (r != CLI_OK)
     return r;
   /* Written as received: the document is the daemon's, byte for byte. */
-  int w = write_atomic(out, data, len);
+  int w = cli_write_atomic(out, data, len, 0644);
   free(data);
   if (w < 0)
     return cli_fail("cannot write %s: %s", out, strerror(-w));

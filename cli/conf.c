@@ -131,9 +131,8 @@ int cli_mkdirs(const char *dir) {
 }
 
 int cli_write_default_config(const char *path) {
-  char dir[PATH_MAX], tmp[PATH_MAX];
-  if (!path || !path[0] || snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir) ||
-      snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+  char dir[PATH_MAX];
+  if (!path || !path[0] || snprintf(dir, sizeof(dir), "%s", path) >= (int)sizeof(dir))
     return -ENAMETOOLONG;
   char *slash = strrchr(dir, '/');
   if (slash && slash != dir) {
@@ -142,30 +141,5 @@ int cli_write_default_config(const char *path) {
     if (r < 0)
       return r;
   }
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0)
-    return -errno;
-  int r = 0;
-  size_t off = 0, len = sizeof(default_conf) - 1;
-  while (off < len) {
-    ssize_t n = write(fd, default_conf + off, len - off);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      r = -errno;
-      break;
-    }
-    off += (size_t)n;
-  }
-  if (r == 0 && fchmod(fd, 0600) < 0)
-    r = -errno;
-  if (r == 0 && fsync(fd) < 0)
-    r = -errno;
-  if (close(fd) < 0 && r == 0)
-    r = -errno;
-  if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
-  if (r < 0)
-    unlink(tmp);
-  return r;
+  return cli_write_atomic(path, default_conf, sizeof(default_conf) - 1, 0600);
 }

@@ -80,36 +80,6 @@ static char *read_small(const char *path) {
   return buf;
 }
 
-static int write_atomic(const char *path, const char *text) {
-  char tmp[PATH_MAX + 16];
-  if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
-    return -ENAMETOOLONG;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return -errno;
-  size_t len = strlen(text), off = 0;
-  int r = 0;
-  while (off < len) {
-    ssize_t w = write(fd, text + off, len - off);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      r = -errno;
-      break;
-    }
-    off += (size_t)w;
-  }
-  if (r == 0 && (fchmod(fd, 0644) < 0 || fsync(fd) < 0))
-    r = -errno;
-  if (close(fd) < 0 && r == 0)
-    r = -errno;
-  if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
-  if (r < 0)
-    unlink(tmp);
-  return r;
-}
-
 int cli_init_systemd(cli *c, const char *unit_dir, const char *gpunetd, bool force) {
   char exe[PATH_MAX], dir[PATH_MAX], unit[PATH_MAX + 32];
   int r;
@@ -151,7 +121,7 @@ int cli_init_systemd(cli *c, const char *unit_dir, const char *gpunetd, bool for
                     unit);
   }
   free(old);
-  r = same ? 0 : write_atomic(unit, text);
+  r = same ? 0 : cli_write_atomic(unit, text, strlen(text), 0644);
   free(text);
   if (r < 0)
     return cli_fail("cannot write %s: %s", unit, strerror(-r));
