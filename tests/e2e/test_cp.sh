@@ -89,6 +89,22 @@ down_ms=$((t1 - t0))
 cmp -s "$work/big.bin" "$work/dl/big.bin" || fail "the downloaded big.bin differs"
 ok "100 MB downloaded in $down_ms ms ($((100000 / (down_ms > 0 ? down_ms : 1))) MB/s), verified"
 
+# A resume onto a partial copy of another file: the hashes differ, the copy
+# starts over once from 0 and verifies; the same for a stale download part.
+head -c 20000000 /dev/urandom >"$work/other.bin"
+head -c 20000000 "$work/big.bin" >"$work/small.bin"
+GN_CP_STOP_AFTER=5000000 gn_cli "$R" cp "$work/other.bin" "$lease:mix.bin" 2>/dev/null && fail "other.bin was not stopped"
+out=$(gn_cli "$R" --json cp "$work/small.bin" "$lease:mix.bin" 2>"$work/mix.err") || fail "mix: $(cat "$work/mix.err")"
+[ "$(jq -r .resumed_from <<<"$out")" -gt 0 ] || fail "the copy onto another file's part did not resume: $out"
+[ "$(jq -r .sha256 <<<"$out")" = "$(sha256sum "$work/small.bin" | cut -d' ' -f1)" ] || fail "mix sha256: $out"
+grep -q "does not match; copying" "$work/mix.err" || fail "no restart said: $(grep -v event "$work/mix.err")"
+cmp -s "$work/small.bin" "$ws/mix.bin" || fail "the provider's mix.bin differs from small.bin"
+head -c 1000000 /dev/urandom >"$work/stale.bin.part"
+out=$(gn_cli "$R" --json cp "$lease:mix.bin" "$work/stale.bin" 2>"$work/stale.err") || fail "stale part: $(cat "$work/stale.err")"
+cmp -s "$work/small.bin" "$work/stale.bin" || fail "a stale partial download was kept"
+grep -q "does not match; copying" "$work/stale.err" || fail "no restart said for the stale part"
+ok "a resume onto another file's partial copy (up and down) fails its hash check, starts over once and verifies"
+
 # Refusals: paths outside the workspace, a symbolic link the job planted.
 for bad in ../x /etc/passwd a/../../b; do
   gn_cli "$R" cp "$work/big.bin" "$lease:$bad" 2>"$work/bad.err" && fail "cp to $bad was accepted"
