@@ -537,6 +537,38 @@ uint64_t gn__api_earned_micro(gn_node *n) {
   return 0;
 }
 
+/* NVML's figures per GPU: each a gauge, a GPU's line only where NVML gave
+ * the figure. */
+static bool nvml_util(const gn_gpu_stats *s, double *v) {
+  *v = s->utilization_pct / 100.0;
+  return s->utilization_pct >= 0;
+}
+static bool nvml_power(const gn_gpu_stats *s, double *v) {
+  *v = s->power_mw / 1000.0;
+  return s->power_mw != 0;
+}
+static bool nvml_clock(const gn_gpu_stats *s, double *v) {
+  *v = (double)s->sm_clock_mhz * 1e6;
+  return s->sm_clock_mhz != 0;
+}
+static bool nvml_temp(const gn_gpu_stats *s, double *v) {
+  *v = s->temperature_c;
+  return s->temperature_c >= 0;
+}
+
+typedef struct nvml_metric {
+  const char *name, *help;
+  bool (*value)(const gn_gpu_stats *s, double *v);
+  int decimals;
+} nvml_metric;
+
+static const nvml_metric nvml_metrics[] = {
+    {"gpunet_gpu_utilization_ratio", "GPU busy time, 0 to 1 (NVML).", nvml_util, 2},
+    {"gpunet_gpu_power_watts", "GPU power draw (NVML).", nvml_power, 3},
+    {"gpunet_gpu_sm_clock_hertz", "GPU SM clock (NVML).", nvml_clock, 0},
+    {"gpunet_gpu_temperature_celsius", "GPU core temperature (NVML).", nvml_temp, 0},
+};
+
 static void metrics_gpus(gn_node *n, FILE *f) {
   fprintf(f, "# HELP gpunet_gpus GPUs on this node.\n# TYPE gpunet_gpus gauge\ngpunet_gpus %zu\n", n->gpus.count);
   if (!n->gpus.count)
@@ -566,36 +598,18 @@ static void metrics_gpus(gn_node *n, FILE *f) {
       have[i] = true, known++;
   if (!known)
     return;
-  fprintf(f, "# HELP gpunet_gpu_utilization_ratio GPU busy time, 0 to 1 (NVML).\n"
-             "# TYPE gpunet_gpu_utilization_ratio gauge\n");
-  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
-    if (have[i] && st[i].utilization_pct >= 0) {
-      fprintf(f, "gpunet_gpu_utilization_ratio{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
+  for (size_t m = 0; m < GN_ARRAY_SIZE(nvml_metrics); m++) {
+    const nvml_metric *nm = &nvml_metrics[m];
+    fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", nm->name, nm->help, nm->name);
+    for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++) {
+      double v;
+      if (!have[i] || !nm->value(&st[i], &v))
+        continue;
+      fprintf(f, "%s{gpu=\"%d\",uuid=\"", nm->name, n->gpus.items[i].index);
       prom_label(f, n->gpus.items[i].uuid);
-      fprintf(f, "\"} %.2f\n", st[i].utilization_pct / 100.0);
+      fprintf(f, "\"} %.*f\n", nm->decimals, v);
     }
-  fprintf(f, "# HELP gpunet_gpu_power_watts GPU power draw (NVML).\n# TYPE gpunet_gpu_power_watts gauge\n");
-  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
-    if (have[i] && st[i].power_mw) {
-      fprintf(f, "gpunet_gpu_power_watts{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
-      prom_label(f, n->gpus.items[i].uuid);
-      fprintf(f, "\"} %.3f\n", st[i].power_mw / 1000.0);
-    }
-  fprintf(f, "# HELP gpunet_gpu_sm_clock_hertz GPU SM clock (NVML).\n# TYPE gpunet_gpu_sm_clock_hertz gauge\n");
-  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
-    if (have[i] && st[i].sm_clock_mhz) {
-      fprintf(f, "gpunet_gpu_sm_clock_hertz{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
-      prom_label(f, n->gpus.items[i].uuid);
-      fprintf(f, "\"} %llu\n", (unsigned long long)st[i].sm_clock_mhz * 1000000ull);
-    }
-  fprintf(f, "# HELP gpunet_gpu_temperature_celsius GPU core temperature (NVML).\n"
-             "# TYPE gpunet_gpu_temperature_celsius gauge\n");
-  for (size_t i = 0; i < n->gpus.count && i < GN_ARRAY_SIZE(st); i++)
-    if (have[i] && st[i].temperature_c >= 0) {
-      fprintf(f, "gpunet_gpu_temperature_celsius{gpu=\"%d\",uuid=\"", n->gpus.items[i].index);
-      prom_label(f, n->gpus.items[i].uuid);
-      fprintf(f, "\"} %d\n", st[i].temperature_c);
-    }
+  }
 }
 
 /* SWIM membership by state, as GET /v1/status shows it. */

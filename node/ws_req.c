@@ -14,6 +14,10 @@
 #define WS_WAITS_PER_LEASE 4           /* control calls waiting on one lease */
 #define WS_WAITS_MAX 64                /* ... on all leases */
 #define WS_WAIT_MS 60000
+/* A plain WS_STAT is what a copy asks first, alone: a provider of a version
+ * without workspaces never answers it (and would count a flood of unknown
+ * types against the session), so the copy learns that soon. */
+#define WS_STAT_WAIT_MS 15000
 #define WS_HASH_WAIT_MS 280000 /* a hash of a large file takes a while (the CLI waits 300 s) */
 #define WS_CHUNKS (GN_WS_API_CHUNK / GN_WS_CHUNK)
 
@@ -160,8 +164,7 @@ static void api_stat(gn_ctl_req *req, void *ud) {
   if (!w)
     return;
   bool hash = h && strcmp(h, "1") == 0;
-  if (hash)
-    w->deadline_ms = gn_mono_ms() + WS_HASH_WAIT_MS;
+  w->deadline_ms = gn_mono_ms() + (hash ? WS_HASH_WAIT_MS : WS_STAT_WAIT_MS);
   int r = wait_send(n, w, 0, NULL, 0, hash);
   if (r < 0) {
     wait_free(w);
@@ -353,6 +356,11 @@ void gn__ws_req_tick(gn_node *n, uint64_t now_ms) {
     if (down) /* the answers went with the session: run the copy again to resume */
       gn_ctl_reply_error(w->req, 502, "the session to the provider of lease %s went down (%u of %u parts answered)",
                          w->lease_id, w->got, w->nchunks);
+    else if (w->type == GN_MSG_WS_STAT)
+      gn_ctl_reply_error(w->req, 504,
+                         "the provider of lease %s did not answer in time (a provider of a gpunet version without "
+                         "workspaces never does)",
+                         w->lease_id);
     else
       gn_ctl_reply_error(w->req, 504, "the provider of lease %s did not answer in time (%u of %u parts)", w->lease_id,
                          w->got, w->nchunks);

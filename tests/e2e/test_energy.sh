@@ -59,7 +59,20 @@ metric_above0() { awk -v v="$(metric)" 'BEGIN { exit !(v + 0 > 0) }'; }
 gn_wait_until 10 "energy counter above 0" metric_above0 || fail "gpunet_lease_energy_joules_total: '$(metric)'"
 curl -sf "http://127.0.0.1:$mp/metrics" >"$work/p.txt" || fail "GET /metrics"
 promtool check metrics <"$work/p.txt" >"$work/promtool.txt" 2>&1 || fail "promtool: $(cat "$work/promtool.txt")"
-ok "gpunet_lease_energy_joules_total $(metric) J, promtool passes"
+# NVML's per-GPU gauges, a line only where the shim gives the figure: power
+# on both of its GPUs; utilisation 37 % and 61 degrees on GPU 0 only (GPU 1
+# reports 101 % and a failing sensor); no clock (the shim has none); nothing
+# for the simulated H100 (GPU 2).
+[ "$(grep -c '^gpunet_gpu_power_watts{gpu="[01]",uuid="[^"]*"} 250.000$' "$work/p.txt")" = 2 ] ||
+  fail "power gauges: $(grep gpunet_gpu_power_watts "$work/p.txt")"
+[ "$(grep '^gpunet_gpu_utilization_ratio{' "$work/p.txt" | sed 's/uuid="[^"]*"/U/')" = 'gpunet_gpu_utilization_ratio{gpu="0",U} 0.37' ] ||
+  fail "utilisation gauges: $(grep gpunet_gpu_utilization_ratio "$work/p.txt")"
+[ "$(grep '^gpunet_gpu_temperature_celsius{' "$work/p.txt" | sed 's/uuid="[^"]*"/U/')" = 'gpunet_gpu_temperature_celsius{gpu="0",U} 61' ] ||
+  fail "temperature gauges: $(grep gpunet_gpu_temperature_celsius "$work/p.txt")"
+if grep -q '^gpunet_gpu_sm_clock_hertz{' "$work/p.txt"; then fail "a clock gauge the shim cannot give"; fi
+[ -z "$(grep '^gpunet_gpu_[a-z_]*{gpu="2"' "$work/p.txt" | grep -v '^gpunet_gpu_info\|^gpunet_gpu_leased')" ] ||
+  fail "NVML gauges for the simulated GPU: $(grep '{gpu="2"' "$work/p.txt")"
+ok "gpunet_lease_energy_joules_total $(metric) J, promtool passes, NVML gauges only where NVML gave them"
 
 billed() { [ "$(lease_field "$lease" seconds)" -ge 5 ]; }
 gn_wait_until 30 "five seconds metered" billed || fail "the lease did not meter: $(lease_get "$lease")"
