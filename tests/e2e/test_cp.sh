@@ -122,6 +122,18 @@ gn_cli "$R" cp "$work/hi.txt" "$lease:evil" 2>"$work/evil.err" && fail "a symlin
 [ ! -e "$work/evil" ] && [ ! -e "$work/evil.part" ] || fail "something was downloaded through the link"
 ok "traversal paths and a planted symbolic link are refused; /etc/shadow untouched"
 
+# A provider that does not answer (stopped here; one of an older version
+# without workspaces never does): the copy fails after 15 s, not 60.
+ppid=$(cat "$P/gpunetd.pid")
+kill -STOP "$ppid"
+t0=$(now_ms)
+gn_cli "$R" cp "$work/hi.txt" "$lease:hi.txt" 2>"$work/mute.err" && { kill -CONT "$ppid"; fail "cp to a stopped provider succeeded"; }
+t1=$(now_ms)
+kill -CONT "$ppid"
+grep -q "did not answer in time" "$work/mute.err" || fail "cp to a stopped provider: $(cat "$work/mute.err")"
+[ $((t1 - t0)) -lt 30000 ] || fail "cp to a stopped provider took $((t1 - t0)) ms"
+ok "a provider that does not answer: the copy fails after $((t1 - t0)) ms saying so"
+
 # The budget: a copy that would pass it is refused part way, and a job that
 # fills the workspace itself is stopped by the provider's survey.
 gn_cli "$R" cp "$work/big.bin" "$lease:third.bin" 2>"$work/full.err" && fail "a copy past the budget was accepted"
