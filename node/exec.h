@@ -2,7 +2,7 @@
  * stdio (or a terminal) carried over the lease's session. exec_prov.c is the
  * provider's side (runc exec on a PTY or pipes), exec_req.c the requester's
  * (a Unix socket for the CLI, gpunetd-exec.sock, relayed to the provider).
- * Wire format in docs/protocol.md §3.1. */
+ * Wire format in docs/protocol.md §3.3. */
 #ifndef GPUNET_NODE_EXEC_H
 #define GPUNET_NODE_EXEC_H
 

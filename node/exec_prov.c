@@ -1,7 +1,7 @@
 /* The provider's side of gpunet exec: an EXEC_OPEN signed by the lease
  * holder becomes `runc exec` into the lease's running job, on a PTY (tty)
  * or on socket pairs, its output sent back in EXEC_DATA chunks within the
- * requester's credit and its exit code in EXEC_EXIT (docs/protocol.md §3.1).
+ * requester's credit and its exit code in EXEC_EXIT (docs/protocol.md §3.3).
  *
  * For a terminal the daemon opens the PTY and hands the slave to runc as
  * stdin, stdout and stderr; runc relays it to the container's own console

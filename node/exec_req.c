@@ -2,7 +2,7 @@
  * DATA_DIR/gpunetd-exec.sock (0600, like the control socket) and speaks a
  * small framed protocol; the daemon signs the EXEC_OPEN as the lease holder
  * and relays stdin, resizes and signals to the provider, and output and the
- * exit code back (docs/protocol.md §3.1).
+ * exit code back (docs/protocol.md §3.3).
  *
  * Frames both ways: type (1 byte), length (4 bytes big-endian), payload (at
  * most 64 KiB). CLI -> daemon: 'o' the request (JSON {lease, job, cmd, env,

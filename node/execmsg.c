@@ -1,5 +1,5 @@
 /* Encoding and bounded decoding of the exec messages (an interactive process
- * in a lease's sandbox, docs/protocol.md §3.1), and the provider's admission
+ * in a lease's sandbox, docs/protocol.md §3.3), and the provider's admission
  * rules for EXEC_OPEN. */
 #include "execmsg.h"
 

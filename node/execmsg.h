@@ -1,5 +1,5 @@
 /* Bodies of the exec messages (EXEC_OPEN .. EXEC_CLOSE, docs/protocol.md
- * §3.1) with their limits, and the provider's admission rules for an
+ * §3.3) with their limits, and the provider's admission rules for an
  * EXEC_OPEN as a pure function of what it knows, so that every refusal is
  * tested without a daemon. Depends on nothing of the node. */
 #ifndef GPUNET_NODE_EXECMSG_H

@@ -65,7 +65,7 @@ enum gn_msg_type {
   GN_MSG_RELAY_RESERVE = 87,
   GN_MSG_RELAY_STATUS = 88,
   GN_MSG_RELAY_CALL = 89,
-  GN_MSG_EXEC_OPEN = 90,   /* requester -> provider: a process in a lease's sandbox (docs/protocol.md §3.1) */
+  GN_MSG_EXEC_OPEN = 90,   /* requester -> provider: a process in a lease's sandbox (docs/protocol.md §3.3) */
   GN_MSG_EXEC_DATA = 91,   /* either way: stdin, or the process's output */
   GN_MSG_EXEC_WINDOW = 92, /* either way: credit returned; requester: terminal size */
   GN_MSG_EXEC_SIGNAL = 93, /* requester -> provider: INT, TERM or KILL */
