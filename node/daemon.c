@@ -5,9 +5,9 @@
 
 #include "api.h"
 #include "attest_net.h"
-#include "fwd.h"
 #include "dashboard.h"
 #include "exec.h"
+#include "fwd.h"
 #include "node_internal.h"
 #include "overlay.h"
 #include "peer_rtt.h"

@@ -111,6 +111,8 @@ int gn__fwd_send(gn__fwd *f, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_wi
 
 /* fwd_req.c and fwd_prov.c. */
 void gn__fwd_req_on_open_refused(gn__fwd_stream *s, const char *reason);
+/* Bytes of a requester's stream: in from the sandbox, out to it. */
+void gn__fwd_req_count(gn__fwd_stream *s, uint64_t in, uint64_t out);
 void gn__fwd_req_check(gn__fwd *f);
 void gn__fwd_prov_check(gn__fwd *f);
 void gn__fwd_prov_on_open(gn__fwd *f, const uint8_t peer[GN_PK_LEN], const gn_fwdopen *m);

@@ -21,6 +21,7 @@ struct gn__fwd_forward {
   bool loopback;
   int64_t created_s;
   uint64_t streams_total, refused;
+  uint64_t bytes_in, bytes_out; /* received from the sandbox, sent to it */
   char last_error[GN_FWD_REASON_LEN];
   uv_tcp_t listener;
   bool closing;
@@ -39,6 +40,10 @@ static json_t *forward_json(const gn__fwd_forward *fw) {
                         fw->local, "port", (int)fw->port, "loopback", fw->loopback, "created_s",
                         (json_int_t)fw->created_s, "streams_open", (json_int_t)open, "streams_total",
                         (json_int_t)fw->streams_total, "refused", (json_int_t)fw->refused);
+  if (o) {
+    json_object_set_new(o, "bytes_in", json_integer((json_int_t)fw->bytes_in));
+    json_object_set_new(o, "bytes_out", json_integer((json_int_t)fw->bytes_out));
+  }
   if (o && fw->job_id[0])
     json_object_set_new(o, "job", json_string(fw->job_id));
   if (o && fw->last_error[0])
@@ -58,7 +63,7 @@ static void forward_remove(gn__fwd_forward *fw, const char *why) {
   for (gn__fwd_stream *s = f->streams, *next; s; s = next) {
     next = s->next;
     if (s->fw == fw)
-      gn__fwd_stream_reset(s, gn_transport_is_up(f->n->tp, s->peer), why);
+      gn__fwd_stream_reset(s, f->n->tp && gn_transport_is_up(f->n->tp, s->peer), why);
   }
   fw->closing = true;
   fw->listener.data = fw;
@@ -138,6 +143,13 @@ static void on_connection(uv_stream_t *server, int status) {
   /* Bytes the renter sends before the provider connected wait there,
    * within the window; a refusal resets the stream. */
   gn__fwd_stream_connected(s);
+}
+
+void gn__fwd_req_count(gn__fwd_stream *s, uint64_t in, uint64_t out) {
+  if (s->fw) {
+    s->fw->bytes_in += in;
+    s->fw->bytes_out += out;
+  }
 }
 
 void gn__fwd_req_on_open_refused(gn__fwd_stream *s, const char *reason) {

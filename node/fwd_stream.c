@@ -155,10 +155,12 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     gn__fwd_data_encode(&w, s->id, s->opener, (const uint8_t *)buf->base, (size_t)nread);
     gn__fwd_send(s->f, s->peer, GN_MSG_FWD_DATA, &w);
     gn_wire_writer_done(&w);
-    if (s->opener)
+    if (s->opener) {
       s->f->bytes_out += (uint64_t)nread;
-    else
+      gn__fwd_req_count(s, 0, (uint64_t)nread);
+    } else {
       s->f->bytes_in += (uint64_t)nread;
+    }
     update_reading(s);
   } else if (nread == UV_EOF) {
     uv_read_stop(st);
@@ -231,6 +233,8 @@ static void on_data(gn__fwd_stream *s, const uint8_t *data, size_t len) {
   }
   s->writes++;
   s->write_bytes += len;
+  if (s->opener)
+    gn__fwd_req_count(s, len, 0);
   if (s->opener)
     s->f->bytes_in += len;
   else

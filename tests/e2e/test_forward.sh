@@ -85,6 +85,7 @@ ok "the host's 127.0.0.1:$sport got no connection: the stream reached only the s
 
 # A renter that never reads while the sandbox sends 100 MB: the provider
 # holds at most a window of it (its RSS does not grow by the 100 MB).
+api /v1/forwards | jq '.forwards[0].bytes_in' >"$work/bytes0"
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$(cat "$1/gpunetd.pid")/status"; }
 p0=$(rss "$P")
 r0=$(rss "$R")
@@ -105,11 +106,23 @@ slow=$!
 sleep 4
 p1=$(rss "$P")
 r1=$(rss "$R")
+# What the requester received from the sandbox meanwhile: what the renter's
+# socket buffers took plus a window, far from the 100 MiB on offer.
+held=$(api /v1/forwards | jq '.forwards[0].bytes_in')
+b0=$(cat "$work/bytes0")
+[ $((held - b0)) -lt $((16 << 20)) ] || fail "$((held - b0)) bytes reached a renter that did not read"
 wait "$slow" || fail "the slow reader failed"
-[ $((p1 - p0)) -lt 20000 ] || fail "provider RSS grew by $((p1 - p0)) KiB while the renter did not read"
-[ $((r1 - r0)) -lt 20000 ] || fail "requester RSS grew by $((r1 - r0)) KiB while the renter did not read"
+# Under AddressSanitizer freed memory stays in its quarantine, so RSS
+# counts every byte that passed, not what is held: the bound is checked on
+# plain builds only.
+if grep -q '^GN_SANITIZE:BOOL=ON' "$GN_BIN/CMakeCache.txt" 2>/dev/null; then
+  echo "# sanitizer build: RSS +$((p1 - p0)) KiB (provider), +$((r1 - r0)) KiB (requester) not checked"
+else
+  [ $((p1 - p0)) -lt 20000 ] || fail "provider RSS grew by $((p1 - p0)) KiB while the renter did not read"
+  [ $((r1 - r0)) -lt 20000 ] || fail "requester RSS grew by $((r1 - r0)) KiB while the renter did not read"
+fi
 [ "$(cat "$work/huge.out")" -gt 104857600 ] || fail "the slow reader got $(cat "$work/huge.out") bytes, want 100 MiB and headers"
-ok "a renter that does not read: provider +$((p1 - p0)) KiB, requester +$((r1 - r0)) KiB RSS; then all 100 MiB arrive"
+ok "a renter that does not read: $(((held - b0) >> 10)) KiB of 100 MiB passed in 4 s, provider +$((p1 - p0)) KiB, requester +$((r1 - r0)) KiB RSS; then all of it arrives"
 
 # Many connections at once: the streams of one lease are capped at 16; the
 # rest are refused, and the forward goes on working.

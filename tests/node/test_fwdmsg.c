@@ -475,6 +475,116 @@ static void test_admit_caps_streams_per_lease_and_in_all(void **state) {
   assert_int_equal(gn__fwd_admit(&w->n, w->stranger, &o, &j, why, sizeof why), GN_EBUSY);
 }
 
+/* --- the provider's end on a real loop (no session: sends fail quietly) ---*/
+
+typedef struct live {
+  world w;
+  uv_loop_t loop;
+} live;
+
+static int live_setup(void **state) {
+  world_setup(state);
+  live *l = calloc(1, sizeof *l);
+  l->w = *(world *)*state;
+  free(*state);
+  l->w.lease.next = &l->w.other_lease;
+  l->w.job.next = &l->w.other_job;
+  l->w.n.leases = &l->w.lease;
+  l->w.n.jobs = &l->w.job;
+  assert_int_equal(uv_loop_init(&l->loop), 0);
+  l->w.n.loop = &l->loop;
+  strcpy(l->w.n.run_dir, "/nonexistent");
+  assert_int_equal(gn__fwd_start(&l->w.n), 0);
+  *state = l;
+  return 0;
+}
+
+static int live_teardown(void **state) {
+  live *l = *state;
+  gn__fwd_close(&l->w.n);
+  uv_run(&l->loop, UV_RUN_DEFAULT);
+  gn__fwd_free(&l->w.n);
+  assert_int_equal(uv_loop_close(&l->loop), 0);
+  free(l);
+  return 0;
+}
+
+static void deliver_open(live *l, const uint8_t *peer, const gn_fwdopen *m) {
+  gn_buf b = {0};
+  encode_open(m, &b);
+  gn_envelope env;
+  memset(&env, 0, sizeof env);
+  env.type = GN_MSG_FWD_OPEN;
+  memcpy(env.signer, peer, GN_PK_LEN);
+  env.body = b.data;
+  env.body_len = b.len;
+  gn__fwd_on_message(&l->w.n, peer, &env);
+  gn_buf_done(&b);
+}
+
+static void test_open_from_another_identity_connects_nothing(void **state) {
+  live *l = *state;
+  gn_fwdopen m = sample_open();
+  deliver_open(l, l->w.stranger, &m);
+  assert_int_equal(l->w.n.fwd->refused, 1);
+  assert_int_equal(l->w.n.fwd->opened, 0);
+  assert_int_equal(l->w.n.fwd->nstreams, 0);
+}
+
+static void test_open_without_a_container_connects_nothing(void **state) {
+  live *l = *state;
+  gn_fwdopen m = sample_open(); /* admitted, but run_dir holds no runtime state */
+  deliver_open(l, l->w.holder, &m);
+  assert_int_equal(l->w.n.fwd->refused, 1);
+  assert_int_equal(l->w.n.fwd->nstreams, 0);
+}
+
+static void test_stream_id_reuse_ends_the_open_stream(void **state) {
+  live *l = *state;
+  gn__fwd *f = l->w.n.fwd;
+  gn__fwd_stream *s = gn__fwd_stream_new(f, l->w.holder, 7, false);
+  assert_non_null(s);
+  strcpy(s->lease_id, l->w.lease.id);
+  gn_fwdopen m = sample_open(); /* stream 7 again */
+  deliver_open(l, l->w.holder, &m);
+  assert_int_equal(f->nstreams, 0);
+  assert_null(gn__fwd_stream_find(f, l->w.holder, 7, false));
+  assert_int_equal(f->opened, 0);
+  uv_run(&l->loop, UV_RUN_NOWAIT);
+}
+
+static void test_data_for_an_unknown_stream_is_dropped(void **state) {
+  live *l = *state;
+  gn__fwd *f = l->w.n.fwd;
+  gn__fwd_stream *s = gn__fwd_stream_new(f, l->w.holder, 7, false);
+  assert_non_null(s);
+  strcpy(s->lease_id, l->w.lease.id);
+  uint8_t data[100] = {0};
+  gn_wire_writer w;
+  gn_buf b = {0};
+  gn_wire_writer_init(&w);
+  /* Stream 8 is unknown; stream 7 from the stranger is not the holder's. */
+  const struct {
+    uint32_t id;
+    const uint8_t *peer;
+  } to[] = {{8, l->w.holder}, {7, l->w.stranger}};
+  for (size_t i = 0; i < 2; i++) {
+    gn__fwd_data_encode(&w, to[i].id, true, data, sizeof data);
+    assert_int_equal(gn_wire_writer_take(&w, &b), 0);
+    gn_envelope env;
+    memset(&env, 0, sizeof env);
+    env.type = GN_MSG_FWD_DATA;
+    env.body = b.data;
+    env.body_len = b.len;
+    gn__fwd_on_message(&l->w.n, to[i].peer, &env);
+    gn_buf_done(&b);
+  }
+  gn_wire_writer_done(&w);
+  assert_int_equal(s->win.recv_left, GN_FWD_WINDOW); /* nothing reached stream 7 */
+  assert_int_equal(s->writes, 0);
+  assert_int_equal(f->nstreams, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fwdopen_round_trip),
@@ -496,6 +606,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_admit_refuses_stopped_job, world_setup, world_teardown),
       cmocka_unit_test_setup_teardown(test_admit_refuses_stale_open, world_setup, world_teardown),
       cmocka_unit_test_setup_teardown(test_admit_caps_streams_per_lease_and_in_all, world_setup, world_teardown),
+      cmocka_unit_test_setup_teardown(test_open_from_another_identity_connects_nothing, live_setup, live_teardown),
+      cmocka_unit_test_setup_teardown(test_open_without_a_container_connects_nothing, live_setup, live_teardown),
+      cmocka_unit_test_setup_teardown(test_stream_id_reuse_ends_the_open_stream, live_setup, live_teardown),
+      cmocka_unit_test_setup_teardown(test_data_for_an_unknown_stream_is_dropped, live_setup, live_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
