@@ -67,6 +67,10 @@ int cli_call_waiting(cli *c, const char *method, const char *path, json_t *body,
 /* The same, returning the raw bytes of the answer (NUL-terminated; *ret_len
  * excludes the NUL). Caller frees. */
 int cli_call_raw(cli *c, const char *method, const char *path, json_t *body, char **ret, size_t *ret_len);
+/* Sends len bytes as an application/octet-stream body (gpunet cp's
+ * chunks) and returns the raw answer like cli_call_raw. */
+int cli_call_bytes(cli *c, const char *method, const char *path, const void *body, size_t len, char **ret,
+                   size_t *ret_len);
 /* Percent-encodes s for a URL query or path segment. Caller frees. */
 char *cli_urlencode(const char *s);
 

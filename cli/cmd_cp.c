@@ -131,17 +131,10 @@ static int stop_now(const cp_job *j, uint64_t sent) {
  * local one does. */
 static int upload_from(cp_job *j, int fd, uint64_t start, cli_progress *pg) {
   uint8_t *buf = malloc(CP_CHUNK);
-  char *b64 = malloc(sodium_base64_ENCODED_LEN(CP_CHUNK, sodium_base64_VARIANT_ORIGINAL));
   int r = CLI_OK;
-  uint64_t sent = 0;
-  char *lease = cli_urlencode(j->lease), put_path[256];
-  snprintf(put_path, sizeof put_path, "/v1/leases/%s/files", lease ? lease : "");
-  free(lease);
-  if (!buf || !b64) {
-    r = cli_fail("out of memory");
-    goto out;
-  }
-  uint64_t off = start;
+  uint64_t sent = 0, off = start;
+  if (!buf)
+    return cli_fail("out of memory");
   do { /* at least once: an empty file is one empty write */
     size_t want = j->size - off < CP_CHUNK ? (size_t)(j->size - off) : CP_CHUNK;
     ssize_t k = want ? pread(fd, buf, want, (off_t)off) : 0;
@@ -149,28 +142,28 @@ static int upload_from(cp_job *j, int fd, uint64_t start, cli_progress *pg) {
       continue;
     if (k < 0 || (size_t)k != want) {
       r = cli_fail("cannot read %s: %s", j->local, k < 0 ? strerror(errno) : "it got shorter");
-      goto out;
+      break;
     }
-    sodium_bin2base64(b64, sodium_base64_ENCODED_LEN(CP_CHUNK, sodium_base64_VARIANT_ORIGINAL), buf, (size_t)k,
-                      sodium_base64_VARIANT_ORIGINAL);
-    json_t *body = json_pack("{s:s, s:I, s:s}", "path", j->rpath, "offset", (json_int_t)off, "data", b64), *a = NULL;
-    if (!body) {
+    char q[64], *path, *ans = NULL;
+    size_t alen = 0;
+    snprintf(q, sizeof q, "&offset=%llu", (unsigned long long)off);
+    if (!(path = files_path(j, "", q))) {
       r = cli_fail("out of memory");
-      goto out;
+      break;
     }
-    if ((r = cli_call(j->c, "POST", put_path, body, &a)) != CLI_OK)
-      goto out;
-    json_decref(a);
+    r = cli_call_bytes(j->c, "POST", path, buf, (size_t)k, &ans, &alen);
+    free(path);
+    free(ans);
+    if (r != CLI_OK)
+      break;
     off += (uint64_t)k;
     sent += (uint64_t)k;
     cli_progress_update(pg, off, j->size, NULL);
     if ((r = stop_now(j, sent)) >= 0)
-      goto out;
+      break;
     r = CLI_OK;
   } while (off < j->size);
-out:
   free(buf);
-  free(b64);
   return r;
 }
 
@@ -237,27 +230,23 @@ static int download_from(cp_job *j, int fd, uint64_t start, cli_progress *pg) {
     char q[64];
     uint64_t want = j->size - off < CP_CHUNK ? j->size - off : CP_CHUNK;
     snprintf(q, sizeof q, "&offset=%llu&length=%llu", (unsigned long long)off, (unsigned long long)want);
-    char *path = files_path(j, "", q);
-    json_t *a = NULL;
+    char *path = files_path(j, "", q), *ans = NULL;
+    size_t len = 0;
     if (!path) {
       r = cli_fail("out of memory");
       break;
     }
-    r = cli_call(j->c, "GET", path, NULL, &a);
+    r = cli_call_raw(j->c, "GET", path, NULL, &ans, &len);
     free(path);
     if (r != CLI_OK)
       break;
-    const char *b64 = cli_str(a, "data");
-    size_t len = 0;
-    if (!b64 || cli_int(a, "offset", -1) != (int64_t)off ||
-        sodium_base642bin(buf, CP_CHUNK, b64, strlen(b64), NULL, &len, NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||
-        len > want) {
-      json_decref(a);
-      r = cli_fail("gpunetd sent a malformed chunk of %s:%s at offset %llu", j->lease, j->rpath,
-                   (unsigned long long)off);
+    if (len > want) {
+      free(ans);
+      r = cli_fail("gpunetd sent more of %s:%s than asked at offset %llu", j->lease, j->rpath, (unsigned long long)off);
       break;
     }
-    json_decref(a);
+    memcpy(buf, ans, len);
+    free(ans);
     if (len == 0) {
       r = cli_fail("%s:%s got shorter while it was copied (%llu bytes)", j->lease, j->rpath, (unsigned long long)off);
       break;

@@ -72,8 +72,10 @@ static int on_xfer(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ul
 }
 
 /* Performs the request; on success *ret holds the answer of a 2xx response.
- * p (may be NULL) is updated while it waits. */
-static int call(cli *c, const char *method, const char *path, json_t *body, answer *ret, cli_progress *p) {
+ * p (may be NULL) is updated while it waits. bytes (nbytes of them), when
+ * not NULL, are the body instead, sent as application/octet-stream. */
+static int call(cli *c, const char *method, const char *path, json_t *body, const void *bytes, size_t nbytes,
+                answer *ret, cli_progress *p) {
   char *payload = NULL;
   if (body) {
     payload = json_dumps(body, JSON_COMPACT);
@@ -93,7 +95,8 @@ static int call(cli *c, const char *method, const char *path, json_t *body, answ
   char url[2048];
   snprintf(url, sizeof(url), "http://gpunetd%s", path);
   CURL *h = curl_easy_init();
-  struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+  struct curl_slist *hdrs =
+      curl_slist_append(NULL, bytes ? "Content-Type: application/octet-stream" : "Content-Type: application/json");
   hdrs = curl_slist_append(hdrs, "Accept: application/json");
   if (!h || !hdrs) {
     rc = fail(c, "out of memory");
@@ -114,7 +117,10 @@ static int call(cli *c, const char *method, const char *path, json_t *body, answ
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, p);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
   }
-  if (payload) {
+  if (bytes) {
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, bytes);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)nbytes);
+  } else if (payload) {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
   } else if (strcmp(method, "POST") == 0) {
@@ -171,7 +177,7 @@ out:
 
 int cli_call_raw(cli *c, const char *method, const char *path, json_t *body, char **ret, size_t *ret_len) {
   answer a;
-  int rc = call(c, method, path, body, &a, NULL);
+  int rc = call(c, method, path, body, NULL, 0, &a, NULL);
   if (rc != CLI_OK)
     return rc;
   *ret = a.data;
@@ -183,9 +189,20 @@ int cli_call(cli *c, const char *method, const char *path, json_t *body, json_t 
   return cli_call_waiting(c, method, path, body, ret, NULL);
 }
 
+int cli_call_bytes(cli *c, const char *method, const char *path, const void *body, size_t len, char **ret,
+                   size_t *ret_len) {
+  answer a;
+  int rc = call(c, method, path, NULL, body ? body : "", len, &a, NULL);
+  if (rc != CLI_OK)
+    return rc;
+  *ret = a.data;
+  *ret_len = a.len;
+  return CLI_OK;
+}
+
 int cli_call_waiting(cli *c, const char *method, const char *path, json_t *body, json_t **ret, cli_progress *p) {
   answer a;
-  int rc = call(c, method, path, body, &a, p);
+  int rc = call(c, method, path, body, NULL, 0, &a, p);
   if (rc != CLI_OK)
     return rc;
   json_error_t jerr;

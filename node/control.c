@@ -53,6 +53,7 @@ struct gn_ctl_req {
   gn_buf body;
   json_t *json;
   bool too_big;
+  bool raw;       /* an application/octet-stream body, kept as bytes (gn_ctl_req_raw_body) */
   bool owed;      /* a handler holds the req and has not replied yet */
   bool answered;  /* a response (r->resp, or NULL if none could be made) is set */
   bool suspended; /* the connection waits for that reply */
@@ -253,6 +254,15 @@ void gn_ctl_reply_error(gn_ctl_req *r, unsigned status, const char *fmt, ...) {
   struct MHD_Response *resp = resp_errorv(fmt, ap);
   va_end(ap);
   req_respond(r, status, resp);
+}
+
+void gn_ctl_reply_bytes(gn_ctl_req *r, unsigned status, const void *data, size_t len) {
+  req_respond(r, status, resp_from("application/octet-stream", data ? data : "", data ? len : 0));
+}
+
+const uint8_t *gn_ctl_req_raw_body(const gn_ctl_req *r, size_t *ret_len) {
+  *ret_len = r->raw ? r->body.len : 0;
+  return r->raw ? r->body.data : NULL;
 }
 
 void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type, const char *text) {
@@ -535,7 +545,11 @@ static enum MHD_Result ctl_on_access(void *cls, struct MHD_Connection *conn, con
     req_answer(r, MHD_HTTP_CONTENT_TOO_LARGE, resp_error("request body over %d bytes", GN_CTL_MAX_BODY));
     return req_queue(r);
   }
-  if (r->body.len) {
+  const char *ct =
+      r->body.len ? MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE) : NULL;
+  if (ct && strncmp(ct, "application/octet-stream", 24) == 0) {
+    r->raw = true;
+  } else if (r->body.len) {
     json_error_t jerr;
     r->json = json_loadb((const char *)r->body.data, r->body.len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!r->json) {

@@ -174,8 +174,9 @@ static void api_stat(gn_ctl_req *req, void *ud) {
   waits = w;
 }
 
-/* GET /v1/leases/:id/files?path=P&offset=N[&length=M]: {offset, length,
- * data (base64), eof, size}, at most GN_WS_API_CHUNK bytes (M's default). */
+/* GET /v1/leases/:id/files?path=P&offset=N[&length=M]: the bytes from N
+ * (application/octet-stream), at most M (and GN_WS_API_CHUNK, M's
+ * default); fewer where the file ends. */
 static void api_get(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
   char path[GN_WS_PATH_MAX];
@@ -205,53 +206,39 @@ static void api_get(gn_ctl_req *req, void *ud) {
   waits = w;
 }
 
-/* POST /v1/leases/:id/files {path, offset, data (base64, at most
- * GN_WS_API_CHUNK bytes)}: written at offset, the file then ends after
- * them; {offset, length, size}. */
+/* POST /v1/leases/:id/files?path=P&offset=N with the bytes (at most
+ * GN_WS_API_CHUNK) as an application/octet-stream body: written at offset,
+ * the file then ends after them; {offset, length, size}. */
 static void api_put(gn_ctl_req *req, void *ud) {
   gn_node *n = ud;
-  const json_t *b = gn_ctl_req_body(req);
   char path[GN_WS_PATH_MAX];
-  const json_t *jp = json_object_get(b, "path"), *jo = json_object_get(b, "offset"), *jd = json_object_get(b, "data");
-  if (!json_is_string(jp) || !json_is_integer(jo) || !json_is_string(jd) || json_integer_value(jo) < 0 ||
-      (uint64_t)json_integer_value(jo) > GN_WS_OFFSET_MAX)
-    return gn_ctl_reply_error(req, 400, "the body is {path, offset, data}: a path, a number of bytes and base64");
-  if (!path_ok(req, json_string_value(jp), path, sizeof path))
+  uint64_t offset = 0;
+  size_t len = 0;
+  const uint8_t *data = gn_ctl_req_raw_body(req, &len);
+  if (!path_ok(req, gn_ctl_req_query(req, "path"), path, sizeof path))
     return;
-  size_t b64len = json_string_length(jd), len = 0;
-  if (b64len > sodium_base64_ENCODED_LEN(GN_WS_API_CHUNK, sodium_base64_VARIANT_ORIGINAL))
-    return gn_ctl_reply_error(req, 413, "data is over %u bytes", GN_WS_API_CHUNK);
-  uint8_t *data = malloc(GN_WS_API_CHUNK);
-  if (!data)
-    return gn_ctl_reply_error(req, 500, "out of memory");
-  if (sodium_base642bin(data, GN_WS_API_CHUNK, json_string_value(jd), b64len, NULL, &len, NULL,
-                        sodium_base64_VARIANT_ORIGINAL) != 0) {
-    free(data);
-    return gn_ctl_reply_error(req, 400, "data is not base64 of at most %u bytes", GN_WS_API_CHUNK);
-  }
+  const char *qo = gn_ctl_req_query(req, "offset");
+  if (!qo || !number_ok(qo, GN_WS_OFFSET_MAX, &offset))
+    return gn_ctl_reply_error(req, 400, "offset is a number of bytes");
+  if (len > GN_WS_API_CHUNK)
+    return gn_ctl_reply_error(req, 413, "at most %u bytes a call", GN_WS_API_CHUNK);
   gn_lease *l = route_lease(req, n);
-  if (!l) {
-    free(data);
+  if (!l)
     return;
-  }
   /* An empty write (an empty file) is one request too. */
   unsigned k = len ? (unsigned)((len + GN_WS_CHUNK - 1) / GN_WS_CHUNK) : 1;
-  ws_wait *w = wait_new(req, n, l, GN_MSG_WS_PUT, path, (uint64_t)json_integer_value(jo), k);
-  if (!w) {
-    free(data);
+  ws_wait *w = wait_new(req, n, l, GN_MSG_WS_PUT, path, offset, k);
+  if (!w)
     return;
-  }
   for (unsigned i = 0; i < k; i++) {
     size_t off = (size_t)i * GN_WS_CHUNK, part = len - off < GN_WS_CHUNK ? len - off : GN_WS_CHUNK;
     w->lens[i] = part;
-    int r = wait_send(n, w, i, data + off, part, false);
+    int r = wait_send(n, w, i, part ? data + off : NULL, part, false);
     if (r < 0) {
-      free(data);
       wait_free(w);
       return gn_ctl_reply_error(req, 502, "cannot reach the provider of lease %s: %s", l->id, gn_strerror(r));
     }
   }
-  free(data);
   w->next = waits;
   waits = w;
 }
@@ -289,17 +276,7 @@ static void wait_answer(ws_wait *w) {
     if (w->lens[i] < GN_WS_CHUNK)
       break;
   }
-  size_t cap = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
-  char *b64 = malloc(cap);
-  if (!b64) {
-    gn_ctl_reply_error(w->req, 500, "out of memory");
-    return;
-  }
-  sodium_bin2base64(b64, cap, len ? w->buf : (const uint8_t *)"", len, sodium_base64_VARIANT_ORIGINAL);
-  gn_ctl_reply_json(w->req, 200,
-                    json_pack("{s:I, s:I, s:s, s:b, s:I}", "offset", (json_int_t)w->offset, "length", (json_int_t)len,
-                              "data", b64, "eof", w->offset + len >= w->size, "size", (json_int_t)w->size));
-  free(b64);
+  gn_ctl_reply_bytes(w->req, 200, w->buf, len);
 }
 
 void gn__ws_req_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {

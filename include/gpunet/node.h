@@ -89,12 +89,18 @@ const char *gn_ctl_req_query(const gn_ctl_req *r, const char *name);
  * GN_CTL_MAX_BODY are answered 413 and invalid JSON 400 before any handler
  * runs. Owned by the req. */
 const json_t *gn_ctl_req_body(const gn_ctl_req *r);
+/* A body sent as Content-Type: application/octet-stream is not parsed: its
+ * bytes (at most GN_CTL_MAX_BODY; *ret_len 0 and NULL for any other body,
+ * or none). Owned by the req. */
+const uint8_t *gn_ctl_req_raw_body(const gn_ctl_req *r, size_t *ret_len);
 
 /* Replies. Each one ends the req (see "Request lifetime" above). */
 void gn_ctl_reply_json(gn_ctl_req *r, unsigned status, json_t *body /* reference stolen */);
 /* Body {"error": "<formatted message>"}. */
 void gn_ctl_reply_error(gn_ctl_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void gn_ctl_reply_text(gn_ctl_req *r, unsigned status, const char *content_type, const char *text);
+/* len bytes as application/octet-stream (copied). */
+void gn_ctl_reply_bytes(gn_ctl_req *r, unsigned status, const void *data, size_t len);
 
 /* --- configuration (node/config.c) ----------------------------------------
  *

@@ -46,7 +46,10 @@ t1=$(now_ms)
 [ "$(jq -r .sha256 <<<"$out")" = "$want" ] || fail "upload sha256: $out"
 [ "$(jq -r .resumed_from <<<"$out")" = "$part" ] || fail "the upload did not resume from $part: $out"
 [ "$(jq -r .bytes <<<"$out")" = 100000000 ] || fail "bytes: $out"
-grep -q '"event"' "$work/up.err" || fail "no JSON progress events on stderr: $(head -c 600 "$work/up.err")"
+# (progress stays quiet for a wait's first second: looked for only when slower)
+if [ $((t1 - t0)) -ge 2000 ]; then
+  grep -q '"event"' "$work/up.err" || fail "no JSON progress events on stderr: $(head -c 600 "$work/up.err")"
+fi
 ok "the upload resumed from $part and verified ($((t1 - t0)) ms for the rest)"
 
 # A whole upload, timed, with plain progress lines (stderr is a file).
@@ -58,7 +61,7 @@ grep -q "verified" "$work/up2.out" || fail "upload summary: $(cat "$work/up2.out
 [ "$(sha256sum "$ws/big.bin" | cut -d' ' -f1)" = "$want" ] || fail "the provider's copy differs"
 up_ms=$((t1 - t0))
 lines=$(grep -c . "$work/up2.err" || true)
-[ "$lines" -ge 1 ] || fail "no plain progress lines on stderr"
+[ "$lines" -ge 1 ] || [ $((t1 - t0)) -lt 2000 ] || fail "no plain progress lines on stderr in $((t1 - t0)) ms"
 ok "100 MB uploaded in $up_ms ms ($((100000 / (up_ms > 0 ? up_ms : 1))) MB/s), verified; $lines plain progress line(s)"
 
 # The job sees it at /workspace and writes a file back.

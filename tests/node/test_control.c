@@ -55,6 +55,19 @@ static void on_body(gn_ctl_req *r, void *ud) {
   gn_ctl_reply_json(r, 201, json_pack("{s:O}", "got", (json_t *)b));
 }
 
+/* Echoes an application/octet-stream body back as bytes; 400 without one. */
+static void on_bytes(gn_ctl_req *r, void *ud) {
+  fixture *f = ud;
+  size_t len = 0;
+  const uint8_t *b = gn_ctl_req_raw_body(r, &len);
+  atomic_fetch_add(&f->handler_calls, 1);
+  if (!b) {
+    gn_ctl_reply_error(r, 400, "no bytes");
+    return;
+  }
+  gn_ctl_reply_bytes(r, 200, b, len);
+}
+
 static void on_slow_timer(uv_timer_t *t) {
   fixture *f = t->data;
   gn_ctl_reply_json(f->slow_req, 202, json_pack("{s:b}", "late", 1));
@@ -129,6 +142,7 @@ static int setup(void **state) {
   assert_int_equal(gn_ctl_new(&f->loop, f->sock, &f->ctl), 0);
   assert_int_equal(gn_ctl_route(f->ctl, "GET", "/v1/echo/:id/logs", on_echo, f), 0);
   assert_int_equal(gn_ctl_route(f->ctl, "POST", "/v1/body", on_body, f), 0);
+  assert_int_equal(gn_ctl_route(f->ctl, "POST", "/v1/bytes", on_bytes, f), 0);
   assert_int_equal(gn_ctl_route(f->ctl, "GET", "/v1/slow", on_slow, f), 0);
   assert_int_equal(gn_ctl_route(f->ctl, "GET", "/v1/hold", on_hold, f), 0);
   assert_int_equal(gn_ctl_route(f->ctl, "GET", "/v1/text", on_text, f), 0);
@@ -162,10 +176,17 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud) {
   return size * n;
 }
 
-static reply request(fixture *f, const char *method, const char *path, const char *body, size_t body_len,
-                     long timeout_ms) {
+static reply request_as(fixture *f, const char *method, const char *path, const char *body, size_t body_len,
+                        long timeout_ms, const char *content_type) {
   reply r = {0};
   CURL *c = curl_easy_init();
+  char ct[128];
+  struct curl_slist *hdrs = NULL;
+  if (content_type) {
+    snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+    hdrs = curl_slist_append(NULL, ct);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+  }
   char url[512];
   snprintf(url, sizeof(url), "http://gpunetd%s", path);
   curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, f->sock);
@@ -181,8 +202,14 @@ static reply request(fixture *f, const char *method, const char *path, const cha
   r.rc = curl_easy_perform(c);
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
   curl_easy_cleanup(c);
+  curl_slist_free_all(hdrs);
   gn_buf_append(&r.body, "", 1);
   return r;
+}
+
+static reply request(fixture *f, const char *method, const char *path, const char *body, size_t body_len,
+                     long timeout_ms) {
+  return request_as(f, method, path, body, body_len, timeout_ms, NULL);
 }
 
 static json_t *reply_json(reply *r) {
@@ -230,6 +257,25 @@ static void test_ctl_post_body_reaches_handler(void **state) {
   assert_int_equal(json_integer_value(json_object_get(got, "hours")), 2);
   assert_string_equal(jstr(got, "gpu"), "rtx4090");
   json_decref(j);
+  gn_buf_done(&r.body);
+}
+
+/* A body sent as application/octet-stream reaches the handler as bytes (NULs
+ * and all, not parsed as JSON) and gn_ctl_reply_bytes answers bytes; the
+ * same bytes as any other type are still refused as invalid JSON. */
+static void test_ctl_octet_stream_body_and_bytes_reply(void **state) {
+  fixture *f = *state;
+  static const char bin[] = {'\x00', '{', '\xff', 'x', '\x00', '\n'};
+  reply r = request_as(f, "POST", "/v1/bytes", bin, sizeof bin, 0, "application/octet-stream");
+  assert_int_equal(r.status, 200);
+  assert_int_equal(r.body.len, sizeof bin + 1); /* request() appends a NUL */
+  assert_memory_equal(r.body.data, bin, sizeof bin);
+  gn_buf_done(&r.body);
+  r = request_as(f, "POST", "/v1/bytes", bin, sizeof bin, 0, "application/json");
+  assert_int_equal(r.status, 400);
+  gn_buf_done(&r.body);
+  r = request_as(f, "POST", "/v1/bytes", "{}", 2, 0, "application/json");
+  assert_int_equal(r.status, 400); /* a JSON body is no raw body */
   gn_buf_done(&r.body);
 }
 
@@ -557,6 +603,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ctl_get_passes_params_and_query, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_missing_query_is_null, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_post_body_reaches_handler, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ctl_octet_stream_body_and_bytes_reply, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_unknown_path_is_404, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_wrong_method_is_405, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ctl_body_over_limit_is_413, setup, teardown),
