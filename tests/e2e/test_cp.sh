@@ -108,6 +108,17 @@ cmp -s "$work/small.bin" "$work/stale.bin" || fail "a stale partial download was
 grep -q "does not match; copying" "$work/stale.err" || fail "no restart said for the stale part"
 ok "a resume onto another file's partial copy (up and down) fails its hash check, starts over once and verifies"
 
+: >"$work/empty"
+gn_cli "$R" cp "$work/empty" "$lease:sub/dir/empty" >/dev/null 2>&1 || fail "upload of an empty file"
+[ -f "$ws/sub/dir/empty" ] && [ ! -s "$ws/sub/dir/empty" ] || fail "the empty file is not there, empty"
+gn_cli "$R" cp "$lease:sub/dir/empty" "$work/empty2" >/dev/null 2>&1 || fail "download of an empty file"
+[ -f "$work/empty2" ] && [ ! -s "$work/empty2" ] || fail "the downloaded empty file"
+gn_cli "$R" cp "$lease:sub" "$work/sub" 2>"$work/dir.err" && fail "a directory was copied"
+grep -q "directories are not copied" "$work/dir.err" || fail "directory: $(cat "$work/dir.err")"
+gn_cli "$R" cp "$work/dl" "$lease:dl" 2>"$work/dir.err" && fail "a local directory was copied"
+grep -q "directories are not copied" "$work/dir.err" || fail "local directory: $(cat "$work/dir.err")"
+ok "an empty file goes both ways (its directories made); a directory is refused saying to use tar"
+
 # Refusals: paths outside the workspace, a symbolic link the job planted.
 for bad in ../x /etc/passwd a/../../b; do
   gn_cli "$R" cp "$work/big.bin" "$lease:$bad" 2>"$work/bad.err" && fail "cp to $bad was accepted"
