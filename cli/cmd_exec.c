@@ -26,6 +26,9 @@
 static struct termios saved_tio;
 static bool raw_on;
 static int sig_pipe[2] = {-1, -1};
+/* A signal that ends us while a write to our stdout is stuck (nobody
+ * reads it): the loop cannot pass it on, so it ends the session. */
+static volatile sig_atomic_t term_sig;
 
 static void tty_restore(void) {
   if (raw_on) {
@@ -36,6 +39,8 @@ static void tty_restore(void) {
 
 static void on_signal(int sig) {
   int e = errno;
+  if (sig != SIGWINCH)
+    term_sig = sig;
   unsigned char b = (unsigned char)sig;
   if (sig_pipe[1] >= 0 && write(sig_pipe[1], &b, 1) < 0) {
   }
@@ -70,6 +75,8 @@ static bool write_all(int fd, const void *p, size_t n) {
   const char *b = p;
   while (n) {
     ssize_t k = write(fd, b, n);
+    if (k < 0 && errno == EINTR && term_sig)
+      return false;
     if (k < 0 && errno == EINTR)
       continue;
     if (k < 0 && errno == EAGAIN) {
@@ -181,6 +188,7 @@ static int exec_session(cli *c, const char *lease, const char *job, json_t *cmd,
                                 (unsigned char)cols};
           out_frame(&q, 'w', w, 4);
         } else if (s == SIGINT || s == SIGTERM) {
+          term_sig = 0;              /* handled here */
           out_frame(&q, 's', &s, 1); /* the remote process gets it; its exit ends us */
         } else if (s == SIGHUP || s == SIGQUIT) {
           rc = 128 + s; /* closing the connection ends the remote process */
@@ -226,8 +234,9 @@ static int exec_session(cli *c, const char *lease, const char *job, json_t *cmd,
         if (in_len - off < 5 + len)
           break;
         const char *p = (const char *)h + 5;
-        if (h[0] == 'd' || h[0] == 'f') {
-          write_all(h[0] == 'd' ? STDOUT_FILENO : STDERR_FILENO, p, len);
+        if ((h[0] == 'd' || h[0] == 'f') && !write_all(h[0] == 'd' ? STDOUT_FILENO : STDERR_FILENO, p, len)) {
+          rc = term_sig ? 128 + term_sig : EXEC_FAIL; /* closing ends the remote process */
+          goto out;
         } else if (h[0] == 'x' && len >= 4) {
           int32_t code = (int32_t)((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]);
           tty_restore();

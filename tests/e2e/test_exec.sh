@@ -50,9 +50,14 @@ ok "typing into the shell: echo \$((6*7)) prints 42"
 $tm send-keys -t s 'stty size' Enter
 gn_wait_until 10 "30 100" has '^30 100' || fail "the first size is not 30 100: $(pane)"
 $tm resize-window -t s -x 120 -y 40
-sleep 0.5
-$tm send-keys -t s 'clear; stty size' Enter
-gn_wait_until 10 "40 120" has '^40 120' || fail "the size after resize-window is not 40 120: $(pane)"
+# The new size travels to the container's terminal while we type: asked
+# again until it shows (or 20 s pass).
+resized() {
+  $tm send-keys -t s 'clear; stty size' Enter
+  sleep 1
+  has '^40 120'
+}
+gn_wait_until 20 "40 120" resized || fail "the size after resize-window is not 40 120: $(pane)"
 ok "the terminal's size follows: 30 100, then 40 120 after tmux resize-window"
 
 $tm send-keys -t s 'clear; sleep 100' Enter
@@ -72,6 +77,9 @@ gn_wait_until 20 "the keeper job to stop" test "$(running_jobs)" = 0 ||
 ok "the keeper job is stopped when the shell ends"
 
 # --- exec from scripts, into a running job ----------------------------------
+# execs_of CMD: how many exec streams of argv[0] CMD the provider started.
+execs_of() { grep -c "^.* exec [0-9]* on job .*: $1\$" "$P/gpunetd.log" || true; }
+exec_started() { [ "$(execs_of "$1")" -ge "$2" ]; }
 job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sh -c 'trap "exit 0" TERM; while :; do sleep 1; done' |
   jq -r .job.id)
 running() { [ "$(running_jobs)" = 1 ]; }
@@ -96,10 +104,39 @@ gn_cli "$R" exec -i "$lease" -- cat <"$work/big" >"$work/big.out" || fail "exec 
 cmp -s "$work/big" "$work/big.out" || fail "1 MiB through exec -i cat came back different ($(stat -c %s "$work/big.out") bytes)"
 ok "1 MiB through exec -i cat comes back byte for byte (flow control both ways)"
 
+# A renter that stops reading stops the process, not a buffer: its stdout
+# is a fifo nobody reads (held open here so that opening it does not
+# block), the command writes 32 KiB blocks and counts them in a file.
+mkfifo "$work/stuck"
+exec 3<>"$work/stuck"
+"$GN_BIN/gpunet" --data-dir "$R" exec "$lease" -- \
+  sh -c 'i=0; while :; do i=$((i+1)); echo $i >/tmp/blocks; dd if=/dev/zero bs=32k count=1 2>/dev/null; done' \
+  >"$work/stuck" &
+stuck_pid=$!
+blocks() { gn_cli "$R" exec "$lease" -- cat /tmp/blocks; }
+started() { [ -n "$(blocks)" ]; }
+gn_wait_until 30 "the writer to start" started
+sleep 3
+b1=$(blocks)
+sleep 2
+b2=$(blocks)
+[ "$b1" = "$b2" ] || fail "the writer went on while nobody read: $b1 then $b2 blocks of 32 KiB"
+[ "$b1" -le 128 ] || fail "the writer got $b1 blocks of 32 KiB (over 4 MiB) out before it was stopped"
+# SIGTERM ends a gpunet stuck writing its stdout (it cannot pass it on).
+kill $stuck_pid
+set +e
+wait $stuck_pid
+rc=$?
+set -e
+exec 3<&-
+[ $rc = 143 ] || fail "gpunet exec stuck on its stdout exited $rc after SIGTERM, not 143"
+ok "a renter that stops reading stops the process after $b1 blocks of 32 KiB (the window plus socket buffers); SIGTERM ends it (143)"
+
 set +e
 "$GN_BIN/gpunet" --data-dir "$R" exec "$lease" -- sleep 100 & # not gn_cli: $! must be gpunet itself
 pid=$!
-sleep 1.5
+gn_wait_until 30 "the provider to start sleep" exec_started sleep 1
+sleep 0.5 # runc's signal handlers
 kill -INT $pid
 t0=$(now_ms)
 wait $pid
@@ -131,7 +168,7 @@ ok "an unknown job is refused with a reason (125)"
 set +e
 gn_cli "$R" exec "$lease" -- sleep 100 2>"$work/lease-end.err" &
 pid=$!
-sleep 1.5
+gn_wait_until 30 "the provider to start sleep" exec_started sleep 2
 gn_cli "$R" release "$lease" >/dev/null
 t0=$(now_ms)
 wait $pid
