@@ -5,6 +5,8 @@
  * direction flag that keeps two nodes renting from each other apart. */
 #include "execmsg.h"
 
+#include <gpunet/sandbox.h>
+
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -371,6 +373,50 @@ static void test_execmsg_says_its_direction(void **state) {
   assert_string_equal(m.reason, "interrupted");
 }
 
+/* The runtime's command line (sandbox/runtime.c): the container's own
+ * process settings, no new privileges, the tty and env as asked, the
+ * command after the id; hostile ids and env entries refused. */
+static void test_runtime_argv_exec(void **state) {
+  (void)state;
+  gn_runtime rt = {.kind = GN_RUNTIME_RUNC};
+  snprintf(rt.path, sizeof rt.path, "/usr/sbin/runc");
+  char *env[] = {"TERM=xterm", NULL};
+  char *cmd[] = {"sh", "-c", "--help", NULL};
+  char **v = NULL;
+  assert_int_equal(gn_runtime_argv_exec(&rt, "/run/x", "gn-j-0123456789ab", true, "/run/x/exec-1.pid", env, cmd, &v),
+                   0);
+  const char *want[] = {"/usr/sbin/runc",
+                        "--root",
+                        "/run/x",
+                        "exec",
+                        "--no-new-privs",
+                        "--tty",
+                        "--pid-file",
+                        "/run/x/exec-1.pid",
+                        "--env",
+                        "TERM=xterm",
+                        "gn-j-0123456789ab",
+                        "sh",
+                        "-c",
+                        "--help",
+                        NULL};
+  for (size_t i = 0; want[i]; i++)
+    assert_string_equal(v[i], want[i]);
+  assert_null(v[sizeof want / sizeof want[0] - 1]);
+  v = gn_argv_free(v);
+  assert_int_equal(gn_runtime_argv_exec(&rt, "/run/x", "gn-j-0123456789ab", false, NULL, NULL, cmd, &v), 0);
+  assert_string_equal(v[4], "--no-new-privs");
+  assert_string_equal(v[5], "gn-j-0123456789ab"); /* no --tty, no pid file, no env */
+  v = gn_argv_free(v);
+  char *bad_env[] = {"=x", NULL};
+  char *no_cmd[] = {NULL};
+  assert_int_equal(gn_runtime_argv_exec(&rt, "/run/x", "../x", false, NULL, NULL, cmd, &v), GN_EINVAL);
+  assert_int_equal(gn_runtime_argv_exec(&rt, "/run/x", "--help", false, NULL, NULL, cmd, &v), GN_EINVAL);
+  assert_int_equal(gn_runtime_argv_exec(&rt, "/run/x", "c1", false, NULL, bad_env, cmd, &v), GN_EINVAL);
+  assert_int_equal(gn_runtime_argv_exec(&rt, "/run/x", "c1", false, NULL, NULL, no_cmd, &v), GN_EINVAL);
+  assert_null(v);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_execopen_round_trips),
@@ -386,6 +432,7 @@ int main(void) {
       cmocka_unit_test(test_execopen_refuses_bad_ids_and_sizes),
       cmocka_unit_test(test_execmsg_bounds),
       cmocka_unit_test(test_execmsg_says_its_direction),
+      cmocka_unit_test(test_runtime_argv_exec),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
