@@ -278,8 +278,10 @@ static const cli_cmd commands[] = {
     {"completion", cmd_completion, "print a shell completion script",
      "Usage: gpunet completion bash\n"
      "Prints a bash completion script for gpunet, made from its own table of\n"
-     "commands and options: it completes the commands, and each command's\n"
-     "options after --. Load it in the running shell with\n"
+     "commands and options: it completes the commands, each command's\n"
+     "options after --, invoice's subcommands, and the lease, job or invoice\n"
+     "a command names first, asked of gpunetd as you press TAB. Load it in\n"
+     "the running shell with\n"
      "  source <(gpunet completion bash)\n"
      "or install it for every shell:\n"
      "  gpunet completion bash > ~/.local/share/bash-completion/completions/gpunet\n",
@@ -305,8 +307,39 @@ static void print_longs(const cli_cmd *cmd, bool values_only) {
 
 /* The bash completion function, written from the command table above and
  * each command's getopt_long options, so that it cannot fall behind them. */
+/* `gpunet completion ids leases|jobs|invoices`, for the script's own use:
+ * the ids to offer (the leases this node rents and are active, its jobs,
+ * its invoices), one a line; nothing, and exit 0, when gpunetd does not
+ * answer. */
+static int completion_ids(cli *c, const char *kind) {
+  const char *path = strcmp(kind, "leases") == 0     ? "/v1/leases"
+                     : strcmp(kind, "jobs") == 0     ? "/v1/jobs"
+                     : strcmp(kind, "invoices") == 0 ? "/v1/invoices"
+                                                     : NULL;
+  if (!path)
+    return cli_usage_error("completion", "ids of leases, jobs or invoices, not '%.40s'", kind);
+  json_t *j = NULL;
+  c->quiet = true;
+  if (cli_call(c, "GET", path, NULL, &j) != CLI_OK)
+    return CLI_OK;
+  size_t i, shown = 0;
+  const json_t *o;
+  json_array_foreach(json_object_get(j, kind), i, o) {
+    const char *id = cli_str(o, "id"), *role = cli_str(o, "role"), *state = cli_str(o, "state");
+    if (!id || (role && strcmp(role, "requester") != 0) ||
+        (strcmp(kind, "leases") == 0 && state && strcmp(state, "active") != 0))
+      continue;
+    if (++shown > 500)
+      break;
+    printf("%s\n", id);
+  }
+  json_decref(j);
+  return CLI_OK;
+}
+
 static int cmd_completion(cli *c, int argc, char **argv) {
-  (void)c;
+  if (argc == 3 && strcmp(argv[1], "ids") == 0)
+    return completion_ids(c, argv[2]);
   int r = cli_simple_args(argc, argv, 1, "shell (bash)");
   if (r >= 0)
     return r;
@@ -315,13 +348,17 @@ static int cmd_completion(cli *c, int argc, char **argv) {
   printf("# bash completion for gpunet %s, written by `gpunet completion bash`\n"
          "# from its own command table.\n"
          "_gpunet() {\n"
-         "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd='' i\n"
+         "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd='' ci=0 i\n"
+         "  local dd=()\n"
          "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
          "    case ${COMP_WORDS[i]} in\n"
          "    --) [[ -n $cmd ]] && return 0 ;; # the job's command follows\n"
-         "    --data-dir) ((i++)) ;;\n"
+         "    --data-dir)\n"
+         "      [[ -z $cmd ]] && dd=(--data-dir \"${COMP_WORDS[i + 1]}\")\n"
+         "      ((i++))\n"
+         "      ;;\n"
          "    -*) ;;\n"
-         "    *) [[ -z $cmd ]] && cmd=${COMP_WORDS[i]} ;;\n"
+         "    *) [[ -z $cmd ]] && cmd=${COMP_WORDS[i]} && ci=$i ;;\n"
          "    esac\n"
          "  done\n"
          "  if [[ $prev == --data-dir ]]; then\n"
@@ -359,6 +396,29 @@ static int cmd_completion(cli *c, int argc, char **argv) {
   printf("  esac\n"
          "  # A value of an option: files (or nothing) by bash's default.\n"
          "  [[ -n $prev && \" $values \" == *\" $prev \"* ]] && return 0\n"
+         "  # The first word after the command: ids from gpunetd, or a subcommand.\n"
+         "  if [[ $cur != -* ]] && ((COMP_CWORD == ci + 1)); then\n"
+         "    local kind=''\n"
+         "    case $cmd in\n"
+         "    exec | shell | forward | run | release) kind='leases' ;;\n"
+         "    logs | stop) kind='jobs' ;;\n"
+         "    invoice)\n"
+         "      COMPREPLY=($(compgen -W \"show export audit\" -- \"$cur\"))\n"
+         "      return 0\n"
+         "      ;;\n"
+         "    esac\n"
+         "    if [[ -n $kind ]]; then\n"
+         "      COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${dd[@]}\" completion ids \"$kind\" 2>/dev/null)\" "
+         "-- \"$cur\"))\n"
+         "      return 0\n"
+         "    fi\n"
+         "  fi\n"
+         "  if [[ $cmd == invoice && $cur != -* ]] && ((COMP_CWORD == ci + 2)) &&\n"
+         "    [[ ${COMP_WORDS[ci + 1]} == show || ${COMP_WORDS[ci + 1]} == export ]]; then\n"
+         "    COMPREPLY=($(compgen -W \"$(\"${COMP_WORDS[0]}\" \"${dd[@]}\" completion ids invoices 2>/dev/null)\" -- "
+         "\"$cur\"))\n"
+         "    return 0\n"
+         "  fi\n"
          "  if [[ $cur == -* ]]; then\n"
          "    COMPREPLY=($(compgen -W \"$flags --help --json --data-dir\" -- \"$cur\"))\n"
          "  fi\n"

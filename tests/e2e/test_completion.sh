@@ -65,6 +65,43 @@ mkdir "$tmp/dirA" "$tmp/dirB" && touch "$tmp/fileC"
 [ -z "$(offer "gpunet run l-1 --image busybox -- --")" ] || fail "completed gpunet options inside the job's command"
 echo "ok: option values, --data-dir and a job's command"
 
+# The first word after a command that names a lease or job: ids asked of
+# the gpunetd of the --data-dir given before the command (a stand-in
+# `gpunet` on PATH answers here, logging how it was asked; the real answer
+# is checked in e2e_test_progress); invoice's subcommands, then invoice ids.
+mkdir "$tmp/bin"
+cat >"$tmp/bin/gpunet" <<STUB
+#!/bin/sh
+echo "\$*" >>"$tmp/asked"
+case "\$*" in
+*"completion ids leases") printf 'l-0123456789abcdef\nl-fedcba9876543210\n' ;;
+*"completion ids jobs") echo j-0123456789ab ;;
+*"completion ids invoices") echo i-0123456789abcdef ;;
+esac
+STUB
+chmod +x "$tmp/bin/gpunet"
+PATH=$tmp/bin:$PATH
+[ "$(offer "gpunet --data-dir /srv/gn exec l-0")" = l-0123456789abcdef ] ||
+  fail "gpunet exec l-0<TAB>: $(offer "gpunet --data-dir /srv/gn exec l-0")"
+grep -qx -- '--data-dir /srv/gn completion ids leases' "$tmp/asked" || fail "asked: $(cat "$tmp/asked")"
+for c in shell forward run release; do
+  [ "$(offer "gpunet $c " | wc -l)" = 2 ] || fail "gpunet $c <TAB>: $(offer "gpunet $c ")"
+done
+[ "$(offer "gpunet logs ")" = j-0123456789ab ] || fail "gpunet logs <TAB>: $(offer "gpunet logs ")"
+[ "$(offer "gpunet invoice ")" = "$(printf 'audit\nexport\nshow')" ] || fail "gpunet invoice <TAB>: $(offer "gpunet invoice ")"
+[ "$(offer "gpunet invoice show ")" = i-0123456789abcdef ] || fail "invoice show <TAB>: $(offer "gpunet invoice show ")"
+: >"$tmp/asked"
+[ -z "$(offer "gpunet exec l-0123456789abcdef ")" ] && [ ! -s "$tmp/asked" ] ||
+  fail "ids offered past the first word: $(offer "gpunet exec l-0123456789abcdef ")"
+echo "ok: lease, job and invoice ids from the node of --data-dir, invoice's subcommands"
+# The real `gpunet completion ids` with no daemon: nothing, exit 0; a kind
+# it does not know: a usage error.
+[ -z "$("$G" --data-dir "$tmp/d" completion ids leases)" ] || fail "ids without a daemon printed something"
+set +e
+"$G" --data-dir "$tmp/d" completion ids peers >/dev/null 2>&1; rc=$?
+set -e
+[ $rc = 2 ] || fail "completion ids peers: rc $rc"
+
 set +e
 "$G" --data-dir "$tmp/d" completion zsh >"$tmp/out" 2>"$tmp/err"; rc=$?
 set -e

@@ -67,6 +67,9 @@ offer=$(jq -r --arg p "$id2" '.offers[] | select(.provider == $p) | .id' <<<"$of
 lease_of[p2]=$(jq -r .lease.id "$work/rent.out")
 [[ ${lease_of[p2]} == l-* ]] || fail "rent of p2's offer gave no lease: $(cat "$work/rent.out")"
 ok "a lease on each provider: p1 ${lease_of[p1]} (rent --gpu --wait, offers there), p2 ${lease_of[p2]}"
+# Tab completion's ids (gpunet completion ids): both active leases.
+[ "$("$GN_BIN/gpunet" --data-dir "$R" completion ids leases | sort)" = "$(printf '%s\n' "${lease_of[@]}" | sort)" ] ||
+  fail "completion ids leases: $("$GN_BIN/gpunet" --data-dir "$R" completion ids leases)"
 jq -se 'map(select(.what == "lease")) | (length > 0) and (last | .event == "done" and .elapsed_s >= 1)' \
   "$work/rent.err" >/dev/null || fail "no lease progress events from the slow provider: $(cat "$work/rent.err")"
 ok "negotiating with the delayed provider: $(jq -sc 'map(select(.what == "lease")) | last' "$work/rent.err")"
