@@ -10,10 +10,8 @@
 #include <string.h>
 
 void gn__execopen_done(gn_execopen *o) {
-  for (uint32_t i = 0; i < o->argc; i++)
-    free(o->argv[i]);
-  for (uint32_t i = 0; i < o->envc; i++)
-    free(o->env[i]);
+  gn__jobmsg_strv_free(o->argv, o->argc);
+  gn__jobmsg_strv_free(o->env, o->envc);
   o->argc = o->envc = 0;
 }
 
@@ -28,12 +26,9 @@ static bool strv_ok(char *const *v, uint32_t n, uint32_t min) {
 
 int gn__execopen_encode(const gn_execopen *o, gn_wire_writer *w) {
   if (!gn_id_valid(o->lease_id) || !gn_id_valid(o->job_id) || !strv_ok(o->argv, o->argc, 1) ||
-      !strv_ok(o->env, o->envc, 0) ||
+      !strv_ok(o->env, o->envc, 0) || !gn__jobmsg_env_valid(o->env, o->envc) ||
       (o->tty && (o->rows < 1 || o->cols < 1 || o->rows > GN_EXEC_MAX_DIM || o->cols > GN_EXEC_MAX_DIM)))
     return GN_EINVAL;
-  for (uint32_t i = 0; i < o->envc; i++)
-    if (!gn_env_entry_valid(o->env[i]))
-      return GN_EINVAL;
   gn_wire_put_map(w, 12);
   gn_wire_put_str(w, "v");
   gn_wire_put_u64(w, GN_PROTO_VERSION);
@@ -43,14 +38,8 @@ int gn__execopen_encode(const gn_execopen *o, gn_wire_writer *w) {
   gn_wire_put_str(w, o->lease_id);
   gn_wire_put_str(w, "job_id");
   gn_wire_put_str(w, o->job_id);
-  gn_wire_put_str(w, "cmd");
-  gn_wire_put_array(w, o->argc);
-  for (uint32_t i = 0; i < o->argc; i++)
-    gn_wire_put_str(w, o->argv[i]);
-  gn_wire_put_str(w, "env");
-  gn_wire_put_array(w, o->envc);
-  for (uint32_t i = 0; i < o->envc; i++)
-    gn_wire_put_str(w, o->env[i]);
+  gn__jobmsg_strv_put(w, "cmd", o->argv, o->argc);
+  gn__jobmsg_strv_put(w, "env", o->env, o->envc);
   gn_wire_put_str(w, "tty");
   gn_wire_put_bool(w, o->tty);
   gn_wire_put_str(w, "rows");
@@ -64,36 +53,6 @@ int gn__execopen_encode(const gn_execopen *o, gn_wire_writer *w) {
   gn_wire_put_str(w, "expires_s");
   gn_wire_put_i64(w, o->expires_s);
   return 0;
-}
-
-/* Copies an array of strings out of the document, bounded in count and
- * length; on failure frees what it copied. */
-static int get_strv(const msgpack_object *map, const char *key, char **out, uint32_t *ret_n) {
-  const msgpack_object_array *a;
-  int r = gn_wire_get_array(map, key, GN_EXEC_MAX_ARGS, &a);
-  if (r < 0)
-    return r;
-  uint32_t n = 0;
-  for (; n < a->size; n++) {
-    const msgpack_object *o = &a->ptr[n];
-    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > GN_EXEC_MAX_ARG_LEN ||
-        (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))) {
-      r = o->type == MSGPACK_OBJECT_STR && o->via.str.size > GN_EXEC_MAX_ARG_LEN ? GN_ETOOBIG : GN_EINVAL;
-      goto fail;
-    }
-    out[n] = o->via.str.size ? strndup(o->via.str.ptr, o->via.str.size) : strdup("");
-    if (!out[n]) {
-      r = GN_ENOMEM;
-      goto fail;
-    }
-  }
-  out[n] = NULL;
-  *ret_n = n;
-  return 0;
-fail:
-  for (uint32_t i = 0; i < n; i++)
-    free(out[i]);
-  return r;
 }
 
 int gn__execopen_decode(const uint8_t *body, size_t len, gn_execopen *ret) {
@@ -130,16 +89,15 @@ int gn__execopen_decode(const uint8_t *body, size_t len, gn_execopen *ret) {
   }
   o.rows = o.tty ? (uint16_t)rows : 0;
   o.cols = o.tty ? (uint16_t)cols : 0;
-  if ((r = get_strv(m, "cmd", o.argv, &o.argc)) < 0)
+  /* An entry over GN_EXEC_MAX_ARG_LEN is GN_ETOOBIG here, as EXEC_OPEN has
+   * always answered; the manifest's decoder keeps GN_EINVAL. */
+  if ((r = gn__jobmsg_strv_get(m, "cmd", GN_EXEC_MAX_ARGS, GN_EXEC_MAX_ARG_LEN, GN_ETOOBIG, o.argv, &o.argc)) < 0)
     goto out;
-  if ((r = get_strv(m, "env", o.env, &o.envc)) < 0) {
+  if ((r = gn__jobmsg_strv_get(m, "env", GN_EXEC_MAX_ARGS, GN_EXEC_MAX_ARG_LEN, GN_ETOOBIG, o.env, &o.envc)) < 0) {
     gn__execopen_done(&o);
     goto out;
   }
-  bool env_ok = true;
-  for (uint32_t i = 0; i < o.envc; i++)
-    env_ok = env_ok && gn_env_entry_valid(o.env[i]);
-  if (o.argc == 0 || !env_ok) {
+  if (o.argc == 0 || !gn__jobmsg_env_valid(o.env, o.envc)) {
     gn__execopen_done(&o);
     r = GN_EINVAL;
     goto out;

@@ -10,11 +10,63 @@
 
 #include <stdio.h>
 
+void gn__jobmsg_strv_free(char **v, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    free(v[i]);
+}
+
+void gn__jobmsg_strv_put(gn_wire_writer *w, const char *key, char *const *v, uint32_t n) {
+  gn_wire_put_str(w, key);
+  gn_wire_put_array(w, n);
+  for (uint32_t i = 0; i < n; i++)
+    gn_wire_put_str(w, v[i]);
+}
+
+int gn__jobmsg_strv_get(const msgpack_object *map, const char *key, uint32_t max_n, size_t max_len, int too_long,
+                        char **out, uint32_t *ret_n) {
+  const msgpack_object_array *a;
+  int r = gn_wire_get_array(map, key, max_n, &a);
+  if (r < 0)
+    return r;
+  uint32_t n = 0;
+  for (; n < a->size; n++) {
+    const msgpack_object *o = &a->ptr[n];
+    if (o->type != MSGPACK_OBJECT_STR) {
+      r = GN_EINVAL;
+      goto fail;
+    }
+    if (o->via.str.size > max_len) {
+      r = too_long;
+      goto fail;
+    }
+    if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size)) {
+      r = GN_EINVAL;
+      goto fail;
+    }
+    out[n] = o->via.str.size ? strndup(o->via.str.ptr, o->via.str.size) : strdup("");
+    if (!out[n]) {
+      r = GN_ENOMEM;
+      goto fail;
+    }
+  }
+  out[n] = NULL;
+  *ret_n = n;
+  return 0;
+fail:
+  gn__jobmsg_strv_free(out, n);
+  return r;
+}
+
+bool gn__jobmsg_env_valid(char *const *env, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (!gn_env_entry_valid(env[i]))
+      return false;
+  return true;
+}
+
 void gn__jobman_done(gn_jobman *m) {
-  for (uint32_t i = 0; i < m->argc; i++)
-    free(m->argv[i]);
-  for (uint32_t i = 0; i < m->envc; i++)
-    free(m->env[i]);
+  gn__jobmsg_strv_free(m->argv, m->argc);
+  gn__jobmsg_strv_free(m->env, m->envc);
   m->argc = m->envc = 0;
   sodium_memzero(m->net.private_key, sizeof m->net.private_key);
 }
@@ -29,14 +81,8 @@ int gn__jobman_encode(const gn_jobman *m, gn_wire_writer *w) {
   gn_wire_put_str(w, m->lease_id);
   gn_wire_put_str(w, "image");
   gn_wire_put_str(w, m->image);
-  gn_wire_put_str(w, "cmd");
-  gn_wire_put_array(w, m->argc);
-  for (uint32_t i = 0; i < m->argc; i++)
-    gn_wire_put_str(w, m->argv[i]);
-  gn_wire_put_str(w, "env");
-  gn_wire_put_array(w, m->envc);
-  for (uint32_t i = 0; i < m->envc; i++)
-    gn_wire_put_str(w, m->env[i]);
+  gn__jobmsg_strv_put(w, "cmd", m->argv, m->argc);
+  gn__jobmsg_strv_put(w, "env", m->env, m->envc);
   gn_wire_put_str(w, "memory_mib");
   gn_wire_put_u64(w, m->memory_mib);
   gn_wire_put_str(w, "pids");
@@ -144,36 +190,6 @@ static int get_net(const msgpack_object *o, gn_jobman_net *t) {
   return 0;
 }
 
-/* Copies an array of strings out of the document, bounded in count and
- * length; on failure frees what it copied. */
-static int get_strv(const msgpack_object *map, const char *key, char **out, uint32_t *ret_n) {
-  const msgpack_object_array *a;
-  int r = gn_wire_get_array(map, key, GN_JOB_MAX_ARGS, &a);
-  if (r < 0)
-    return r;
-  uint32_t n = 0;
-  for (; n < a->size; n++) {
-    const msgpack_object *o = &a->ptr[n];
-    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size > GN_JOB_MAX_ARG_LEN ||
-        (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))) {
-      r = GN_EINVAL;
-      goto fail;
-    }
-    out[n] = o->via.str.size ? strndup(o->via.str.ptr, o->via.str.size) : strdup("");
-    if (!out[n]) {
-      r = GN_ENOMEM;
-      goto fail;
-    }
-  }
-  out[n] = NULL;
-  *ret_n = n;
-  return 0;
-fail:
-  for (uint32_t i = 0; i < n; i++)
-    free(out[i]);
-  return r;
-}
-
 int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
   gn_wire_doc doc;
   gn_jobman m;
@@ -211,9 +227,9 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
     goto out;
   }
   m.pids = (uint32_t)pids;
-  if ((r = get_strv(o, "cmd", m.argv, &m.argc)) < 0)
+  if ((r = gn__jobmsg_strv_get(o, "cmd", GN_JOB_MAX_ARGS, GN_JOB_MAX_ARG_LEN, GN_EINVAL, m.argv, &m.argc)) < 0)
     goto out;
-  if ((r = get_strv(o, "env", m.env, &m.envc)) < 0) {
+  if ((r = gn__jobmsg_strv_get(o, "env", GN_JOB_MAX_ARGS, GN_JOB_MAX_ARG_LEN, GN_EINVAL, m.env, &m.envc)) < 0) {
     gn__jobman_done(&m);
     goto out;
   }
@@ -247,10 +263,7 @@ int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
       goto out;
     }
   }
-  bool env_ok = true;
-  for (uint32_t i = 0; i < m.envc; i++)
-    env_ok = env_ok && gn_env_entry_valid(m.env[i]);
-  if (m.argc == 0 || !env_ok) {
+  if (m.argc == 0 || !gn__jobmsg_env_valid(m.env, m.envc)) {
     gn__jobman_done(&m);
     r = GN_EINVAL;
     goto out;

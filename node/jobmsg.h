@@ -68,6 +68,22 @@ typedef struct gn_jobman {
   uint64_t seed_size;
 } gn_jobman;
 
+/* An argv or env list as the manifest and EXEC_OPEN carry it: n strings,
+ * each malloc'd, then a NULL. gn__jobmsg_strv_free frees the n strings of v
+ * (not v itself). */
+void gn__jobmsg_strv_free(char **v, uint32_t n);
+/* Writes key and then v as an array of n strings. */
+void gn__jobmsg_strv_put(gn_wire_writer *w, const char *key, char *const *v, uint32_t n);
+/* Copies the array of strings at key out of the document into out (max_n + 1
+ * slots, NULL-terminated): at most max_n entries of at most max_len bytes,
+ * none holding a NUL. An entry too long is too_long (GN_EINVAL or
+ * GN_ETOOBIG, as the message's tests say), any other bad entry GN_EINVAL;
+ * on failure what was copied is freed and *ret_n is not written. */
+int gn__jobmsg_strv_get(const msgpack_object *map, const char *key, uint32_t max_n, size_t max_len, int too_long,
+                        char **out, uint32_t *ret_n);
+/* Whether every one of the n entries is a valid KEY=VALUE (gn_env_entry_valid). */
+bool gn__jobmsg_env_valid(char *const *env, uint32_t n);
+
 /* Frees the strings and wipes the net section's private key. */
 void gn__jobman_done(gn_jobman *m);
 /* GN_EINVAL (nothing written) for what the decoder would refuse of the
