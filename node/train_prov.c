@@ -8,6 +8,7 @@
  * a crash removes what it left. */
 #include "train_prov.h"
 
+#include "du.h"
 #include "node_internal.h"
 #include "util.h"
 
@@ -875,32 +876,6 @@ typedef struct out_survey {
   } e[64];
 } out_survey;
 
-static uint64_t tree_bytes(int dirfd, int depth, uint64_t *entries) {
-  DIR *d = fdopendir(dirfd);
-  if (!d) {
-    close(dirfd);
-    return 0;
-  }
-  uint64_t sum = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && *entries < OUTPUT_MAX_ENTRIES * 4) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-      continue;
-    struct stat st;
-    (*entries)++;
-    if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    sum += (uint64_t)st.st_blocks * 512;
-    if (S_ISDIR(st.st_mode) && depth < OUTPUT_MAX_DEPTH) {
-      int fd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd >= 0)
-        sum += tree_bytes(fd, depth + 1, entries);
-    }
-  }
-  closedir(d);
-  return sum;
-}
-
 static void survey_work(uv_work_t *w) {
   out_survey *s = w->data;
   pthread_mutex_lock(&output_lock);
@@ -910,9 +885,8 @@ static void survey_work(uv_work_t *w) {
       unlink(s->e[i].tar);
       continue;
     }
-    uint64_t entries = 0;
     int fd = open(s->e[i].dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    s->e[i].bytes = fd >= 0 ? tree_bytes(fd, 0, &entries) : 0;
+    s->e[i].bytes = fd >= 0 ? gn__du_tree(fd, OUTPUT_MAX_DEPTH, OUTPUT_MAX_ENTRIES * 4) : 0;
     struct stat st;
     if (stat(s->e[i].tar, &st) == 0)
       s->e[i].bytes += (uint64_t)st.st_size;

@@ -3,6 +3,7 @@
  * holder (WS_PUT/WS_GET/WS_STAT) one request at a time per lease on the
  * thread pool, never through a link, within the workspace budget; removed
  * once the lease has ended and its jobs are gone. */
+#include "du.h"
 #include "node_internal.h"
 #include "ws.h"
 
@@ -149,36 +150,9 @@ out:
   return r;
 }
 
-static uint64_t tree_usage(int dirfd, int depth, uint64_t *entries) {
-  DIR *d = fdopendir(dirfd);
-  if (!d) {
-    close(dirfd);
-    return 0;
-  }
-  uint64_t sum = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && *entries < GN_WS_WALK_ENTRIES) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-      continue;
-    (*entries)++;
-    struct stat st;
-    if (fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    sum += (uint64_t)st.st_blocks * 512;
-    if (S_ISDIR(st.st_mode) && depth < GN_WS_WALK_DEPTH) {
-      int fd = openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd >= 0)
-        sum += tree_usage(fd, depth + 1, entries);
-    }
-  }
-  closedir(d);
-  return sum;
-}
-
 uint64_t gn__ws_usage(int root) {
-  uint64_t entries = 0;
   int fd = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  return fd >= 0 ? tree_usage(fd, 0, &entries) : 0;
+  return fd >= 0 ? gn__du_tree(fd, GN_WS_WALK_DEPTH, GN_WS_WALK_ENTRIES) : 0;
 }
 
 int gn__ws_write(int root, const char *path, uint64_t offset, const uint8_t *data, size_t len, const gn_ws_limits *lim,
