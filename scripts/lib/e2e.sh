@@ -23,6 +23,28 @@ gn_e2e_need_root_runc() {
   fi
 }
 
+# gn_e2e_need_tools CMD...: exits 77 (skip, naming them: "needs curl and
+# jq") unless every CMD is on PATH.
+gn_e2e_need_tools() {
+  local c list=$1 i
+  for c in "$@"; do
+    command -v "$c" >/dev/null && continue
+    for ((i = 2; i < $#; i++)); do list+=", ${!i}"; done
+    [ $# -gt 1 ] && list+=" and ${!#}"
+    echo "SKIP: needs $list"
+    exit 77
+  done
+}
+
+# gn_e2e_need_promtool: exits 77 unless promtool (the metrics tests' format
+# check) is on PATH.
+gn_e2e_need_promtool() {
+  command -v promtool >/dev/null || {
+    echo "SKIP: needs promtool (Debian package prometheus; scripts/deps installs it)"
+    exit 77
+  }
+}
+
 # gn_e2e_setup TAG NODE...: makes the work folder $work
 # (/tmp/gn-e2e-TAG-XXXXXX, mode 711: jobs run as unprivileged uids and must
 # reach their roots below), the nodes' data dirs go under $nodes (R and P

@@ -16,10 +16,7 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/e2e.sh"
 
 gn_e2e_need_root_runc
-command -v curl >/dev/null && command -v jq >/dev/null && command -v python3 >/dev/null || {
-  echo "SKIP: needs curl, jq and python3"
-  exit 77
-}
+gn_e2e_need_tools curl jq python3
 command -v chromium >/dev/null || {
   echo "SKIP: needs headless Chromium (Debian package chromium; scripts/deps installs it)"
   exit 77

@@ -13,14 +13,8 @@ export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/e2e.sh"
 
 gn_e2e_need_root_runc
-command -v curl >/dev/null && command -v jq >/dev/null || {
-  echo "SKIP: needs curl and jq"
-  exit 77
-}
-command -v promtool >/dev/null || {
-  echo "SKIP: needs promtool (Debian package prometheus; scripts/deps installs it)"
-  exit 77
-}
+gn_e2e_need_tools curl jq
+gn_e2e_need_promtool
 shim=$GN_BUILD_DIR/tests/libnvml_shim.so
 [ -f "$shim" ] || {
   echo "SKIP: the NVML test shim is not built ($shim)"

@@ -11,14 +11,8 @@ src=${GN_SOURCE_DIR:?}
 export GN_BIN=${GN_BUILD_DIR:?}
 . "$src/scripts/lib/e2e.sh"
 
-command -v curl >/dev/null && command -v jq >/dev/null || {
-  echo "SKIP: needs curl and jq"
-  exit 77
-}
-command -v promtool >/dev/null || {
-  echo "SKIP: needs promtool (Debian package prometheus; scripts/deps installs it)"
-  exit 77
-}
+gn_e2e_need_tools curl jq
+gn_e2e_need_promtool
 
 gn_e2e_setup metrics m bare wide
 M=$nodes/m
