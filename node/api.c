@@ -690,9 +690,8 @@ static void api_metrics(gn_ctl_req *req, void *ud) {
   free(text);
 }
 
-int gn__api_metrics_listen(gn_node *n) {
-  char host[64];
-  gn__strf(host, sizeof host, "%s", n->cfg.metrics_listen);
+int gn__api_listen_split(const char *listen, char *host, size_t cap, const char **ret_ip, int *ret_port) {
+  gn__strf(host, cap, "%s", listen);
   char *colon = strrchr(host, ':');
   if (!colon)
     return GN_EINVAL;
@@ -704,8 +703,19 @@ int gn__api_metrics_listen(gn_node *n) {
     host[hl - 1] = '\0';
     ip = host + 1;
   }
-  int r = gn_ctl_new_tcp(n->loop, ip, port, &n->metrics_ctl);
+  *ret_ip = ip;
+  *ret_port = port;
+  return 0;
+}
+
+int gn__api_metrics_listen(gn_node *n) {
+  char host[64];
+  const char *ip;
+  int port;
+  int r = gn__api_listen_split(n->cfg.metrics_listen, host, sizeof host, &ip, &port);
   if (r < 0)
+    return r;
+  if ((r = gn_ctl_new_tcp(n->loop, ip, port, &n->metrics_ctl)) < 0)
     return r;
   if ((r = gn_ctl_route(n->metrics_ctl, "GET", "/metrics", api_metrics, n)) < 0)
     return r;

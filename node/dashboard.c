@@ -429,19 +429,11 @@ static int dash_routes(gn_node *n, struct gn__dash *d) {
 int gn__dash_start(gn_node *n, char *err, size_t cap) {
   const char *listen = n->cfg.dashboard_listen;
   char host[64];
-  gn__strf(host, sizeof host, "%s", listen);
-  char *colon = strrchr(host, ':');
-  if (!colon) {
+  const char *ip;
+  int port;
+  if (gn__api_listen_split(listen, host, sizeof host, &ip, &port) < 0) {
     gn__strf(err, cap, "dashboard_listen must be PORT or IP:PORT, not '%s'", listen);
     return GN_EINVAL;
-  }
-  *colon = '\0';
-  int port = atoi(colon + 1);
-  const char *ip = host;
-  size_t hl = strlen(host);
-  if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
-    host[hl - 1] = '\0';
-    ip = host + 1;
   }
   struct gn__dash *d = calloc(1, sizeof *d);
   if (!d) {
