@@ -58,22 +58,12 @@ int gn__execopen_encode(const gn_execopen *o, gn_wire_writer *w) {
 int gn__execopen_decode(const uint8_t *body, size_t len, gn_execopen *ret) {
   gn_wire_doc doc;
   gn_execopen o;
-  uint64_t v = 0, rows = 0, cols = 0;
+  uint64_t rows = 0, cols = 0;
   memset(&o, 0, sizeof o);
-  int r = gn_wire_decode(body, len, &doc);
+  int r = gn__jobmsg_decode_versioned(body, len, &doc);
   if (r < 0)
     return r;
   const msgpack_object *m = doc.root;
-  if (m->type != MSGPACK_OBJECT_MAP) {
-    r = GN_EINVAL;
-    goto out;
-  }
-  if ((r = gn_wire_get_u64(m, "v", &v)) < 0)
-    goto out;
-  if (v != GN_PROTO_VERSION) {
-    r = GN_EVERSION;
-    goto out;
-  }
   if ((r = gn_wire_get_u32(m, "sid", &o.sid)) < 0 ||
       (r = gn_wire_get_str(m, "lease_id", o.lease_id, sizeof o.lease_id)) < 0 ||
       (r = gn_wire_get_str(m, "job_id", o.job_id, sizeof o.job_id)) < 0 ||

@@ -64,6 +64,24 @@ bool gn__jobmsg_env_valid(char *const *env, uint32_t n) {
   return true;
 }
 
+int gn__jobmsg_decode_versioned(const uint8_t *body, size_t len, gn_wire_doc *ret_doc) {
+  gn_wire_doc doc;
+  uint64_t v = 0;
+  int r = gn_wire_decode(body, len, &doc);
+  if (r < 0)
+    return r;
+  if (doc.root->type != MSGPACK_OBJECT_MAP)
+    r = GN_EINVAL;
+  else if ((r = gn_wire_get_u64(doc.root, "v", &v)) == 0 && v != GN_PROTO_VERSION)
+    r = GN_EVERSION;
+  if (r < 0) {
+    gn_wire_doc_done(&doc);
+    return r;
+  }
+  *ret_doc = doc;
+  return 0;
+}
+
 void gn__jobman_done(gn_jobman *m) {
   gn__jobmsg_strv_free(m->argv, m->argc);
   gn__jobmsg_strv_free(m->env, m->envc);
@@ -193,22 +211,12 @@ static int get_net(const msgpack_object *o, gn_jobman_net *t) {
 int gn__jobman_decode(const uint8_t *body, size_t len, gn_jobman *ret) {
   gn_wire_doc doc;
   gn_jobman m;
-  uint64_t v = 0, pids = 0;
+  uint64_t pids = 0;
   memset(&m, 0, sizeof m);
-  int r = gn_wire_decode(body, len, &doc);
+  int r = gn__jobmsg_decode_versioned(body, len, &doc);
   if (r < 0)
     return r;
   const msgpack_object *o = doc.root;
-  if (o->type != MSGPACK_OBJECT_MAP) {
-    r = GN_EINVAL;
-    goto out;
-  }
-  if ((r = gn_wire_get_u64(o, "v", &v)) < 0)
-    goto out;
-  if (v != GN_PROTO_VERSION) {
-    r = GN_EVERSION;
-    goto out;
-  }
   if ((r = gn_wire_get_str(o, "job_id", m.job_id, sizeof m.job_id)) < 0 ||
       (r = gn_wire_get_str(o, "lease_id", m.lease_id, sizeof m.lease_id)) < 0 ||
       (r = gn_wire_get_str(o, "image", m.image, sizeof m.image)) < 0 ||

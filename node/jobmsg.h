@@ -84,6 +84,13 @@ int gn__jobmsg_strv_get(const msgpack_object *map, const char *key, uint32_t max
 /* Whether every one of the n entries is a valid KEY=VALUE (gn_env_entry_valid). */
 bool gn__jobmsg_env_valid(char *const *env, uint32_t n);
 
+/* Decodes a body that carries the protocol version (a manifest, an
+ * EXEC_OPEN): GN_EINVAL when its root is not a map, gn_wire_get_u64's error
+ * when "v" is missing or no number, GN_EVERSION when it is not
+ * GN_PROTO_VERSION; on failure nothing is kept. The caller owns *ret_doc
+ * (gn_wire_doc_done). */
+int gn__jobmsg_decode_versioned(const uint8_t *body, size_t len, gn_wire_doc *ret_doc);
+
 /* Frees the strings and wipes the net section's private key. */
 void gn__jobman_done(gn_jobman *m);
 /* GN_EINVAL (nothing written) for what the decoder would refuse of the
