@@ -29,6 +29,8 @@ struct gn__exec_client;
 struct gn__exec {
   struct gn__exec_pstream *pstreams; /* provider: streams we run */
   uint32_t pstream_count;
+  struct gn__exec_waiting *waiting; /* provider: opens waiting for their job's container */
+  uint32_t waiting_count;
   uint32_t pid_seq;    /* provider: names the pid files */
   uv_pipe_t *listener; /* requester: gpunetd-exec.sock */
   char sock_path[4200];

@@ -26,6 +26,21 @@
 #define STALL_MS 60000           /* output waiting and no credit for this long: killed */
 #define IDLE_MS (30 * 60 * 1000) /* nothing either way for this long: killed */
 #define KILL_WAIT_MS 10000       /* a killed runc that does not end: its handles closed anyway */
+/* A job is "running" once its runtime is started, a moment before the
+ * runtime has made the container: an EXEC_OPEN in between waits (held, at
+ * most WAITING_MAX at once, WAITING_PER_PEER of one peer) until the
+ * container is there, at most START_WAIT_MS. */
+#define START_WAIT_MS 10000
+#define WAITING_MAX 16
+#define WAITING_PER_PEER 4
+
+typedef struct gn__exec_waiting {
+  struct gn__exec_waiting *next;
+  uint8_t peer[GN_PK_LEN];
+  gn_envelope env; /* its body points at body[] */
+  uint64_t since_ms;
+  uint8_t body[];
+} waiting;
 
 typedef struct gn__exec_pstream pstream;
 
@@ -340,7 +355,30 @@ out:
   return r;
 }
 
-static void on_open(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env) {
+/* Holds env for a retry by the tick; false when WAITING_MAX are held or
+ * out of memory. */
+static bool open_wait(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, uint64_t since_ms) {
+  unsigned of_peer = 0;
+  for (const waiting *w = n->exec->waiting; w; w = w->next)
+    of_peer += memcmp(w->peer, peer, GN_PK_LEN) == 0;
+  if (n->exec->waiting_count >= WAITING_MAX || of_peer >= WAITING_PER_PEER)
+    return false;
+  waiting *w = malloc(sizeof *w + env->body_len);
+  if (!w)
+    return false;
+  memcpy(w->peer, peer, GN_PK_LEN);
+  w->env = *env;
+  memcpy(w->body, env->body, env->body_len);
+  w->env.body = w->body;
+  w->since_ms = since_ms;
+  w->next = n->exec->waiting;
+  n->exec->waiting = w;
+  n->exec->waiting_count++;
+  return true;
+}
+
+/* since_ms: when the EXEC_OPEN first arrived (it may have waited since). */
+static void on_open(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env, uint64_t since_ms) {
   gn_execopen o;
   char reason[300];
   int r = gn__execopen_decode(env->body, env->body_len, &o);
@@ -377,6 +415,15 @@ static void on_open(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope
     r = GN_EUNSUPPORTED;
   } else {
     r = gn__exec_admit(&o, &c, reason, sizeof reason);
+  }
+  pid_t init_pid;
+  if (r == 0 && gn__job_container_pid(n, j, &init_pid) < 0) {
+    if (gn_mono_ms() - since_ms < START_WAIT_MS && open_wait(n, peer, env, since_ms)) {
+      gn__execopen_done(&o);
+      return; /* the tick tries again */
+    }
+    gn__strf(reason, sizeof reason, "the job's container has not started");
+    r = GN_EBUSY;
   }
   if (r == 0) { /* remembered before anything runs, as a manifest's */
     sqlite3_prepare_v2(n->db, "INSERT INTO job_nonces(nonce, expires_s) VALUES(?, ?)", -1, &st, NULL);
@@ -461,7 +508,7 @@ void gn__exec_prov_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
   if (!n->exec)
     return;
   if (env->type == GN_MSG_EXEC_OPEN) {
-    on_open(n, peer, env);
+    on_open(n, peer, env, gn_mono_ms());
     return;
   }
   gn_execmsg m;
@@ -515,6 +562,16 @@ void gn__exec_prov_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const g
 }
 
 void gn__exec_prov_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
+  for (waiting **pw = n->exec ? &n->exec->waiting : NULL; pw && *pw;) {
+    waiting *w = *pw;
+    if (memcmp(w->peer, peer, GN_PK_LEN) != 0) {
+      pw = &w->next;
+      continue;
+    }
+    *pw = w->next;
+    n->exec->waiting_count--;
+    free(w);
+  }
   for (pstream *s = n->exec ? n->exec->pstreams : NULL; s; s = s->next)
     if (memcmp(s->peer, peer, GN_PK_LEN) == 0) {
       s->peer_gone = true;
@@ -522,7 +579,23 @@ void gn__exec_prov_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
     }
 }
 
+/* Each held open is tried again: run, held again, or refused. */
+static void waiting_retry(gn_node *n) {
+  waiting *w = n->exec ? n->exec->waiting : NULL;
+  if (!w)
+    return;
+  n->exec->waiting = NULL;
+  n->exec->waiting_count = 0;
+  while (w) {
+    waiting *next = w->next;
+    on_open(n, w->peer, &w->env, w->since_ms);
+    free(w);
+    w = next;
+  }
+}
+
 void gn__exec_prov_tick(gn_node *n, uint64_t now_ms) {
+  waiting_retry(n);
   for (pstream *s = n->exec ? n->exec->pstreams : NULL, *next; s; s = next) {
     next = s->next; /* stream_finish frees nothing before the closes finish */
     if (s->finished)
@@ -550,6 +623,14 @@ void gn__exec_prov_tick(gn_node *n, uint64_t now_ms) {
 }
 
 void gn__exec_prov_close(gn_node *n) {
+  for (waiting *w = n->exec ? n->exec->waiting : NULL, *next; w; w = next) {
+    next = w->next;
+    free(w);
+  }
+  if (n->exec) {
+    n->exec->waiting = NULL;
+    n->exec->waiting_count = 0;
+  }
   for (pstream *s = n->exec ? n->exec->pstreams : NULL; s; s = s->next)
     stream_kill(s, "the provider shuts down");
 }

@@ -75,27 +75,6 @@ int gn__fwd_admit(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_fwdopen *m
   return 0;
 }
 
-/* The pid of the job's container init, from the runtime's state (runc:
- * STATE/ID/state.json init_process_pid; crun: STATE/ID/status pid). */
-static int container_pid(gn_node *n, const gn_job *j, pid_t *ret) {
-  static const char *const files[][2] = {{"state.json", "init_process_pid"}, {"status", "pid"}};
-  if (!j->container_id[0] || !gn_id_valid(j->container_id))
-    return GN_ENOTFOUND;
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    char path[sizeof n->run_dir + 160];
-    gn__strf(path, sizeof path, "%s/%s/%s", n->run_dir, j->container_id, files[i][0]);
-    json_t *o = json_load_file(path, 0, NULL);
-    json_t *v = o ? json_object_get(o, files[i][1]) : NULL;
-    json_int_t pid = json_is_integer(v) ? json_integer_value(v) : 0;
-    json_decref(o);
-    if (pid > 1 && pid < (1 << 22)) {
-      *ret = (pid_t)pid;
-      return 0;
-    }
-  }
-  return GN_ENOTFOUND;
-}
-
 /* A TCP socket made inside pid's network namespace: the loop thread enters
  * it for the socket() call alone and comes straight back. A socket stays in
  * the namespace it was made in, so its connect reaches the sandbox's
@@ -182,7 +161,7 @@ void gn__fwd_prov_on_open(gn__fwd *f, const uint8_t peer[GN_PK_LEN], const gn_fw
   int r = gn__fwd_admit(n, peer, m, &j, why, sizeof why);
   pid_t pid = 0;
   int fd = -1;
-  if (r == 0 && container_pid(n, j, &pid) < 0) {
+  if (r == 0 && gn__job_container_pid(n, j, &pid) < 0) {
     gn__strf(why, sizeof why, "job %s has no running container yet", j->id);
     r = GN_ENOTFOUND;
   }

@@ -349,6 +349,25 @@ json_t *gn__job_json(const gn_job *j) {
   return o;
 }
 
+int gn__job_container_pid(const gn_node *n, const gn_job *j, pid_t *ret) {
+  static const char *const files[][2] = {{"state.json", "init_process_pid"}, {"status", "pid"}};
+  if (!j->container_id[0] || !gn_id_valid(j->container_id))
+    return GN_ENOTFOUND;
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char path[sizeof n->run_dir + 160];
+    gn__strf(path, sizeof path, "%s/%s/%s", n->run_dir, j->container_id, files[i][0]);
+    json_t *o = json_load_file(path, 0, NULL);
+    json_t *v = o ? json_object_get(o, files[i][1]) : NULL;
+    json_int_t pid = json_is_integer(v) ? json_integer_value(v) : 0;
+    json_decref(o);
+    if (pid > 1 && pid < (1 << 22)) {
+      *ret = (pid_t)pid;
+      return 0;
+    }
+  }
+  return GN_ENOTFOUND;
+}
+
 void gn__job_pull_json(const gn_job *j, json_t *o) {
   uint64_t total = j->pull_total, done = j->pull_done;
   if (j->state != GN_JOB_PULLING || !total)

@@ -169,6 +169,10 @@ void gn__node_persist_energy(gn_node *n, const gn_lease *l);
  * figure so far. */
 void gn__lease_energy_json(const gn_lease *l, json_t *o);
 void gn__node_persist_job(gn_node *n, const gn_job *j);
+/* Provider: the pid of job j's container init, from the runtime's state
+ * (runc: RUN_DIR/ID/state.json init_process_pid; crun: RUN_DIR/ID/status
+ * pid); GN_ENOTFOUND while the runtime has not made the container yet. */
+int gn__job_container_pid(const gn_node *n, const gn_job *j, pid_t *ret);
 /* Sets "pull": {done, total} (bytes) on o while j's image is pulled and its
  * size is known. */
 void gn__job_pull_json(const gn_job *j, json_t *o);

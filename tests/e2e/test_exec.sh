@@ -25,6 +25,23 @@ gn_cli "$R" run "$lease" --image "$image" -f -- true >/dev/null || fail "first j
 
 running_jobs() { gn_cli "$R" --json jobs | jq '[.jobs[] | select(.state=="running")] | length'; }
 
+# --- an exec as soon as the job is said to run -----------------------------
+# The provider says "running" once it started the runtime, a moment before
+# the runtime has made the container: an exec that arrives in between waits
+# for the container (at most 10 s) instead of failing. Five times, each exec
+# sent the moment the job shows running.
+for i in 1 2 3 4 5; do
+  job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sleep 60 | jq -r .job.id)
+  job_running() { [ "$(gn_cli "$R" --json jobs | jq -r --arg j "$job" '.jobs[] | select(.id == $j) | .state')" = running ]; }
+  for _ in $(seq 600); do job_running && break; sleep 0.05; done
+  out=$(gn_cli "$R" exec "$lease" --job "$job" -- echo "ready-$i" 2>&1) || fail "exec right after job $job ran (try $i): $out"
+  [ "$out" = "ready-$i" ] || fail "exec right after the job ran printed: $out"
+  gn_cli "$R" stop "$job" >/dev/null
+  job_stopped() { ! job_running; }
+  gn_wait_until 20 "job $job stopped" job_stopped || fail "job $job did not stop"
+done
+ok "an exec sent the moment a job shows running ran, 5 times of 5"
+
 # --- an interactive shell in tmux ------------------------------------------
 # (Without tmux these checks are left out, said so, and the rest runs.)
 if ! command -v tmux >/dev/null; then

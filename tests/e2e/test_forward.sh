@@ -48,6 +48,9 @@ while True:
 ' "$sport" "$work/decoy.log" &
 decoy_pid=$!
 gn_wait_until 10 "the decoy to listen" bash -c "exec 3<>/dev/tcp/127.0.0.1/$sport" || fail "the decoy did not listen"
+# The probe's connection is logged by the decoy when it gets to it (later,
+# under load): wait for that line before clearing the log.
+gn_wait_until 10 "the decoy to log the probe" test -s "$work/decoy.log" || fail "the decoy did not log the probe"
 rm -f "$work/decoy.log" # the probe above
 
 # /tmp is a 64 MiB tmpfs: the 100 MiB below are made by a CGI script.
