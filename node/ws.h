@@ -1,7 +1,8 @@
 /* A lease's workspace (issue 10 item 3; docs/protocol.md §3.2,
  * docs/sandbox.md "The workspace"): a writable directory on the provider,
- * DATA_DIR/workspace/LEASE, mounted at /workspace in every job of the
- * lease and removed when the lease has ended; `gpunet cp` copies files in
+ * DATA_DIR/workspace/LEASE/upper, seen through an overlay view that every
+ * job of the lease binds at /workspace (so no job's mountinfo shows the
+ * data dir's path), and removed when the lease has ended; `gpunet cp` copies files in
  * and out of it over the lease's session. ws_prov.c is the provider's side
  * (the file operations, run on the thread pool one at a time per lease,
  * and the glue), ws_req.c the requester's (the control routes). */
@@ -57,20 +58,23 @@ int gn__ws_stat(int root, const char *path, bool hash, uint64_t hash_max, bool *
 /* --- provider glue (ws_prov.c) -------------------------------------------- */
 
 /* At a lease's start (on the loop): makes its workspace, owned by the
- * lease's host uid (uid_base) when it has a user namespace (userns). */
+ * lease's host uid (uid_base) when it has a user namespace (userns), and
+ * mounts its view where gpunetd has its own mount namespace. */
 void gn__ws_lease_start(gn_node *n, const char *lease_id, uint32_t uid_base, bool userns);
 /* WS_PUT, WS_GET, WS_STAT from peer: answered only to the lease's
  * requester while the lease is active (anyone else, or an ended lease,
  * gets nothing); the work is queued per lease on the thread pool. */
 void gn__ws_prov_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_envelope *env);
-/* The worker's part of a job's preparation: makes the workspace if it is
- * missing and adds its bind at /workspace to spec, after the binds spec
+/* The worker's part of a job's preparation: makes the workspace (and its
+ * view) if it is missing and adds the view's bind at /workspace to spec
+ * (the directory's own without a view), after the binds spec
  * already has (copied into binds, bind_cap entries; path_buf holds the
  * source). GN_* with err on failure. */
 int gn__ws_prepare(gn_job *j, gn_bundle_spec *spec, gn_bundle_bind *binds, size_t bind_cap, char *path_buf,
                    size_t path_cap, char *err, size_t err_cap);
 /* Every tick: workspaces of leases that are not active and whose jobs are
- * gone are removed (on the thread pool), those an earlier run left too. */
+ * gone are removed (on the thread pool; the view detached first), those an
+ * earlier run left too. */
 void gn__ws_prov_tick(gn_node *n, int64_t now_s);
 
 /* --- requester glue (ws_req.c) ---------------------------------------------*/

@@ -1,5 +1,7 @@
-/* The provider's side of a lease's workspace: DATA_DIR/workspace/LEASE,
- * mounted at /workspace in the lease's jobs, written and read by the lease
+/* The provider's side of a lease's workspace: its files kept in
+ * DATA_DIR/workspace/LEASE/upper and, where gpunetd has its own mount
+ * namespace, seen through an overlay "view" at GN_DATA_ALIAS_DIR/ws/LEASE
+ * that the lease's jobs bind at /workspace; written and read by the lease
  * holder (WS_PUT/WS_GET/WS_STAT) one request at a time per lease on the
  * thread pool, never through a link, within the workspace budget; removed
  * once the lease has ended and its jobs are gone. */
@@ -12,8 +14,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -334,7 +338,6 @@ typedef struct ws_op {
   uint8_t *data; /* WS_PUT: the bytes; WS_GET: what was read */
   size_t len;
   gn_ws_limits lim;
-  char dir[PATH_MAX];
   /* results */
   int rc;
   uint64_t size;
@@ -361,33 +364,142 @@ static unsigned ws_removals;
 static int64_t ws_tick_s;
 static char ws_removing[WS_REMOVALS_MAX][GN_LEASE_ID_STRLEN];
 
-static int ws_dir(const gn_node *n, const char *lease_id, char *buf, size_t cap) {
+/* DATA_DIR/workspace/LEASE: the lease's storage, upper (the files) and
+ * work (the overlay's work dir) beside each other on one file system. */
+static int ws_base(const gn_node *n, const char *lease_id, char *buf, size_t cap) {
   char parent[PATH_MAX];
   if (gn__pathf(parent, sizeof parent, "%s/workspace", n->cfg.data_dir) < 0)
     return GN_ETOOBIG;
   return gn_path_join(buf, cap, parent, NULL, lease_id, NULL);
 }
 
-static int ws_make(const gn_node *n, const char *dir, uint32_t uid_base, bool userns) {
+/* The view: an overlay whose only writable layer is the storage's upper
+ * dir, over the empty lower dir, mounted in gpunetd's own mount namespace
+ * (provider.c, data_alias_setup) beside the data dir's alias. A job's bind
+ * of the storage itself would show the data dir's host path in the job's
+ * /proc/self/mountinfo (a bind mount's root field is the directory's path
+ * from its file system's root, whatever path the bind used); an overlay's
+ * root is "/" and its options name only the alias. Every bind of the view
+ * shares the one overlay, so the jobs of a lease see each other's files,
+ * and the daemon reads and writes the files through it too: changing an
+ * overlay's upper dir underneath it is undefined. The views die with the
+ * namespace; after a restart a resumed lease's view is mounted again on
+ * first need. lock makes one view per lease; view_off is set when the
+ * kernel refuses an overlay: plain binds of the upper dir from then on. */
+static pthread_mutex_t ws_view_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool ws_view_off;
+
+static int ws_view_path(const gn_node *n, const char *lease_id, char *buf, size_t cap) {
+  const char *slash = strrchr(n->data_alias, '/'); /* the alias is GN_DATA_ALIAS_DIR/data */
+  if (!n->data_alias[0] || !slash)
+    return GN_EINVAL;
+  return gn__pathf(buf, cap, "%.*s/ws/%s", (int)(slash - n->data_alias), n->data_alias, lease_id);
+}
+
+static bool ws_view_mounted(const char *view) {
   char parent[PATH_MAX];
-  gn__strf(parent, sizeof parent, "%s/workspace", n->cfg.data_dir);
-  if (mkdir(parent, 0711) < 0 && errno != EEXIST)
-    return -errno;
-  if (mkdir(dir, 0700) < 0) {
-    if (errno != EEXIST)
-      return -errno;
-    return 0;
+  struct stat a, b;
+  gn__strf(parent, sizeof parent, "%s", view);
+  char *slash = strrchr(parent, '/');
+  if (!slash)
+    return false;
+  *slash = 0;
+  return stat(view, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+/* Mounts the view of the storage at base; false (errno set) when it cannot. */
+static bool ws_view_mount(const gn_node *n, const char *base, const char *view) {
+  char parent[PATH_MAX], opts[3 * PATH_MAX];
+  const char *rel = base + strlen(n->cfg.data_dir), *slash = strrchr(n->data_alias, '/');
+  gn__strf(parent, sizeof parent, "%s", view);
+  *strrchr(parent, '/') = 0;
+  if (gn__pathf(opts, sizeof opts, "lowerdir=%.*s/empty,upperdir=%s%s/upper,workdir=%s%s/work",
+                (int)(slash - n->data_alias), n->data_alias, n->data_alias, rel, n->data_alias, rel) < 0 ||
+      strpbrk(rel, ",:\\")) {
+    errno = ENAMETOOLONG;
+    return false;
   }
-  if (userns && chown(dir, uid_base, uid_base) < 0)
-    return -errno;
-  return 0;
+  if ((mkdir(parent, 0711) < 0 && errno != EEXIST) || (mkdir(view, 0711) < 0 && errno != EEXIST))
+    return false;
+  if (mount("overlay", view, "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+    int e = errno;
+    rmdir(view);
+    errno = e;
+    return false;
+  }
+  return true;
+}
+
+/* The lease's files as the daemon reaches them, into ret_dir (PATH_MAX):
+ * the view, mounted here if it is not yet, or the upper dir without one.
+ * With create the storage is made first, its upper dir owned by owner
+ * (unless (uid_t)-1); without, a missing storage is -ENOENT. ret_bind
+ * (PATH_MAX, or NULL) gets the path a job's runtime binds at /workspace.
+ * Blocking: on the pool, or at a lease's start. */
+static int ws_open(const gn_node *n, const char *lease_id, bool create, uid_t owner, char *ret_dir, char *ret_bind) {
+  char base[PATH_MAX], upper[PATH_MAX], work[PATH_MAX], view[PATH_MAX];
+  int r = ws_base(n, lease_id, base, sizeof base);
+  if (r < 0 || (r = gn__pathf(upper, sizeof upper, "%s/upper", base)) < 0 ||
+      (r = gn__pathf(work, sizeof work, "%s/work", base)) < 0)
+    return r < 0 ? r : GN_ETOOBIG;
+  pthread_mutex_lock(&ws_view_lock);
+  if (create) {
+    char parent[PATH_MAX];
+    gn__strf(parent, sizeof parent, "%s/workspace", n->cfg.data_dir);
+    if ((mkdir(parent, 0711) < 0 && errno != EEXIST) || (mkdir(base, 0700) < 0 && errno != EEXIST)) {
+      r = -errno;
+      goto out;
+    }
+    if (mkdir(upper, 0700) == 0) {
+      if (owner != (uid_t)-1 && chown(upper, owner, owner) < 0) {
+        r = -errno;
+        goto out;
+      }
+    } else if (errno != EEXIST) {
+      r = -errno;
+      goto out;
+    }
+  }
+  struct stat st;
+  if (lstat(upper, &st) < 0) {
+    r = -errno;
+    goto out;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    r = GN_EINVAL;
+    goto out;
+  }
+  gn__strf(ret_dir, PATH_MAX, "%s", upper);
+  if (ws_view_path(n, lease_id, view, sizeof view) == 0) {
+    bool mounted = ws_view_mounted(view);
+    if (!mounted && !ws_view_off) {
+      mounted = (mkdir(work, 0700) == 0 || errno == EEXIST) && ws_view_mount(n, base, view);
+      if (!mounted) {
+        ws_view_off = true;
+        gn_log(GN_LOG_WARN,
+               "no overlay for the leases' workspaces (%s): jobs bind the directory itself, and can read the "
+               "data dir's path in their mountinfo",
+               strerror(errno));
+      }
+    }
+    if (mounted)
+      gn__strf(ret_dir, PATH_MAX, "%s", view);
+  }
+  if (ret_bind) {
+    size_t k = strlen(n->cfg.data_dir);
+    if (strcmp(ret_dir, upper) != 0)
+      gn__strf(ret_bind, PATH_MAX, "%s", ret_dir);
+    else if (gn__pathf(ret_bind, PATH_MAX, "%s%s", n->data_alias[0] ? n->data_alias : n->cfg.data_dir, upper + k) < 0)
+      r = GN_ETOOBIG;
+  }
+out:
+  pthread_mutex_unlock(&ws_view_lock);
+  return r;
 }
 
 void gn__ws_lease_start(gn_node *n, const char *lease_id, uint32_t uid_base, bool userns) {
   char dir[PATH_MAX];
-  int r = ws_dir(n, lease_id, dir, sizeof dir);
-  if (r == 0)
-    r = ws_make(n, dir, uid_base, userns);
+  int r = ws_open(n, lease_id, true, userns ? (uid_t)uid_base : (uid_t)-1, dir, NULL);
   if (r < 0)
     gn_log(GN_LOG_WARN, "lease %s: cannot make its workspace: %s", lease_id, gn_strerror(r));
 }
@@ -432,25 +544,21 @@ static void ws_reply(gn_node *n, const ws_op *op) {
 static void op_work(uv_work_t *w) {
   ws_op *op = w->data;
   ws_lease *wl = op->wl;
-  int root = open(op->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (root < 0 && errno == ENOENT && op->type == GN_MSG_WS_PUT) {
-    /* a lease resumed after a restart: made here, owned by the daemon's
-     * user until its next job gives it to the lease's (gn__ws_prepare) */
-    char parent[PATH_MAX];
-    gn__strf(parent, sizeof parent, "%s", op->dir);
-    char *slash = strrchr(parent, '/');
-    if (slash)
-      *slash = 0;
-    if ((mkdir(parent, 0711) == 0 || errno == EEXIST) && (mkdir(op->dir, 0700) == 0 || errno == EEXIST))
-      root = open(op->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  }
+  char dir[PATH_MAX];
+  /* A PUT to a lease resumed after a restart makes the storage, owned by
+   * the daemon's user until the lease's next job gives it to the lease's
+   * (gn__ws_prepare). */
+  int r = ws_open(wl->n, wl->id, op->type == GN_MSG_WS_PUT, (uid_t)-1, dir, NULL);
+  int root = r < 0 ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (r == 0 && root < 0)
+    r = -errno;
   if (root < 0) {
-    op->rc = -errno;
-    if (op->type == GN_MSG_WS_STAT && op->rc == -ENOENT) {
+    op->rc = r;
+    if (op->type == GN_MSG_WS_STAT && r == -ENOENT) {
       op->rc = 0;
       op->exists = false;
     } else {
-      gn__strf(op->reason, sizeof op->reason, "the lease's workspace cannot be opened: %s", strerror(errno));
+      gn__strf(op->reason, sizeof op->reason, "the lease's workspace cannot be opened: %s", gn_strerror(r));
     }
     return;
   }
@@ -591,7 +699,8 @@ void gn__ws_prov_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   op->len = env->type == GN_MSG_WS_PUT ? m.data_len : 0;
   op->lim.cap_bytes = n->cfg.workspace_max_bytes;
   op->lim.reserve_bytes = n->cfg.disk_reserve_bytes;
-  if (ws_dir(n, m.lease_id, op->dir, sizeof op->dir) < 0) {
+  char base[PATH_MAX];
+  if (ws_base(n, m.lease_id, base, sizeof base) < 0) {
     free(op->data);
     free(op);
     refuse(n, peer, env->type, &m, "the lease's workspace has no path on this provider");
@@ -613,17 +722,17 @@ int gn__ws_prepare(gn_job *j, gn_bundle_spec *spec, gn_bundle_bind *binds, size_
                    size_t path_cap, char *err, size_t err_cap) {
   gn_node *n = j->node;
   char dir[PATH_MAX];
-  int r = ws_dir(n, j->lease_id, dir, sizeof dir);
-  if (r < 0 || spec->n_rw_binds + 1 > bind_cap) {
+  if (spec->n_rw_binds + 1 > bind_cap || path_cap < PATH_MAX) {
     gn__strf(err, err_cap, "the job's /workspace has no path");
-    return r < 0 ? r : GN_ETOOBIG;
+    return GN_ETOOBIG;
   }
-  if ((r = ws_make(n, dir, j->uid_base, j->id_count > 0)) < 0) {
+  int r = ws_open(n, j->lease_id, true, j->id_count > 0 ? (uid_t)j->uid_base : (uid_t)-1, dir, path_buf);
+  if (r < 0) {
     gn__strf(err, err_cap, "cannot make the lease's workspace: %s", gn_strerror(r));
     return r;
   }
   /* Made by a write before this job (after a restart): the lease's user
-   * gets it now. */
+   * gets it now (through the view: its root is the upper dir's). */
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) < 0 ||
@@ -635,11 +744,6 @@ int gn__ws_prepare(gn_job *j, gn_bundle_spec *spec, gn_bundle_bind *binds, size_
     return r;
   }
   close(fd);
-  size_t k = strlen(n->cfg.data_dir);
-  if (gn__pathf(path_buf, path_cap, "%s%s", n->data_alias[0] ? n->data_alias : n->cfg.data_dir, dir + k) < 0) {
-    gn__strf(err, err_cap, "the job's /workspace path is too long");
-    return GN_ETOOBIG;
-  }
   for (size_t i = 0; i < spec->n_rw_binds; i++)
     binds[i] = spec->rw_binds[i];
   binds[spec->n_rw_binds] = (gn_bundle_bind){path_buf, "/workspace"};
@@ -655,11 +759,25 @@ typedef struct ws_rm {
   gn_node *n;
   char id[GN_LEASE_ID_STRLEN];
   char dir[PATH_MAX];
+  char view[PATH_MAX]; /* empty without a mount namespace of our own */
   int rc;
 } ws_rm;
 
+/* The view goes first: the storage is never removed from under a mounted
+ * overlay. Storages an earlier run left have no view (it died with that
+ * run's namespace): umount2 then fails, which is fine. */
 static void rm_work(uv_work_t *w) {
   ws_rm *q = w->data;
+  if (q->view[0]) {
+    pthread_mutex_lock(&ws_view_lock);
+    bool stuck = umount2(q->view, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT;
+    q->rc = stuck ? -errno : 0;
+    if (!stuck)
+      rmdir(q->view);
+    pthread_mutex_unlock(&ws_view_lock);
+    if (stuck)
+      return;
+  }
   q->rc = gn_rm_tree(q->dir);
 }
 
@@ -703,7 +821,6 @@ typedef struct ws_survey {
   size_t count;
   struct {
     char id[GN_LEASE_ID_STRLEN];
-    char dir[PATH_MAX];
     uint64_t bytes;
   } e[WS_SURVEY_MAX];
 } ws_survey;
@@ -713,8 +830,11 @@ static int64_t ws_survey_s;
 
 static void survey_work(uv_work_t *w) {
   ws_survey *s = w->data;
+  char dir[PATH_MAX];
   for (size_t i = 0; i < s->count; i++) {
-    int fd = open(s->e[i].dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = ws_open(s->n, s->e[i].id, false, (uid_t)-1, dir, NULL) < 0
+                 ? -1
+                 : open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     s->e[i].bytes = fd >= 0 ? gn__ws_usage(fd) : 0;
     if (fd >= 0)
       close(fd);
@@ -760,7 +880,8 @@ static void survey_start(gn_node *n, int64_t now_s) {
       return;
     if (s->count == WS_SURVEY_MAX)
       break;
-    if (ws_dir(n, l->id, s->e[s->count].dir, sizeof s->e[s->count].dir) < 0)
+    char base[PATH_MAX];
+    if (ws_base(n, l->id, base, sizeof base) < 0)
       continue;
     gn__strf(s->e[s->count].id, sizeof s->e[s->count].id, "%s", l->id);
     s->count++;
@@ -822,7 +943,8 @@ void gn__ws_prov_tick(gn_node *n, int64_t now_s) {
       break;
     q->n = n;
     gn__strf(q->id, sizeof q->id, "%s", e->d_name);
-    if (gn_path_join(q->dir, sizeof q->dir, parent, NULL, e->d_name, NULL) < 0) {
+    if (gn_path_join(q->dir, sizeof q->dir, parent, NULL, e->d_name, NULL) < 0 ||
+        (n->data_alias[0] && ws_view_path(n, e->d_name, q->view, sizeof q->view) < 0)) {
       free(q);
       continue;
     }

@@ -5,7 +5,11 @@
 # verified; an upload interrupted half way (GN_CP_STOP_AFTER) and a
 # download interrupted likewise resume (resumed_from > 0) and verify; plain
 # progress lines on stderr when it is not a terminal; bad paths refused;
-# after the release the workspace is gone on the provider. A real registry,
+# a job's mountinfo does not show the provider's data dir (the workspace is
+# an overlay view, not a bind of the directory); two jobs of the lease
+# running at once see each other's files, cp reads a running job's file and
+# a running job sees a cp upload; after the release the workspace is gone
+# on the provider. A real registry,
 # a provider (simulated GPU) and a requester over real sockets, real runc.
 set -euo pipefail
 src=${GN_SOURCE_DIR:?}
@@ -26,7 +30,8 @@ gn_e2e_start_requester
 gn_e2e_wait_offer 30
 gn_e2e_rent --no-attest
 ws=$P/workspace/$lease
-[ -d "$ws" ] || fail "the lease's workspace $ws was not made at its start"
+wsf=$ws/upper # the files (read here only; the provider writes them through its view)
+[ -d "$wsf" ] || fail "the lease's workspace $ws was not made at its start"
 ok "the lease's workspace exists on the provider from the lease's start"
 
 head -c 100000000 /dev/urandom >"$work/big.bin"
@@ -36,7 +41,7 @@ want=$(sha256sum "$work/big.bin" | cut -d' ' -f1)
 GN_CP_STOP_AFTER=30000000 gn_cli "$R" cp "$work/big.bin" "$lease:in/big.bin" 2>"$work/stop.err" &&
   fail "GN_CP_STOP_AFTER did not stop the upload"
 grep -q "stopped after" "$work/stop.err" || fail "no stop message: $(cat "$work/stop.err")"
-part=$(stat -c %s "$ws/in/big.bin")
+part=$(stat -c %s "$wsf/in/big.bin")
 [ "$part" -ge 30000000 ] && [ "$part" -lt 100000000 ] || fail "the interrupted upload left $part bytes"
 ok "an upload stopped after $part bytes"
 
@@ -58,7 +63,7 @@ gn_cli "$R" cp "$work/big.bin" "$lease:big.bin" >"$work/up2.out" 2>"$work/up2.er
   fail "upload: $(cat "$work/up2.err")"
 t1=$(now_ms)
 grep -q "verified" "$work/up2.out" || fail "upload summary: $(cat "$work/up2.out")"
-[ "$(sha256sum "$ws/big.bin" | cut -d' ' -f1)" = "$want" ] || fail "the provider's copy differs"
+[ "$(sha256sum "$wsf/big.bin" | cut -d' ' -f1)" = "$want" ] || fail "the provider's copy differs"
 up_ms=$((t1 - t0))
 lines=$(grep -c . "$work/up2.err" || true)
 [ "$lines" -ge 1 ] || [ $((t1 - t0)) -lt 2000 ] || fail "no plain progress lines on stderr in $((t1 - t0)) ms"
@@ -71,6 +76,33 @@ out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c \
 grep -q "^$want " <<<"$out" || fail "the job read another file: $out"
 ok "a job on the lease reads /workspace/big.bin with the same SHA-256"
 want_out=$(head -c 50000000 "$work/big.bin" | sha256sum | cut -d' ' -f1)
+
+# What a job learns of the host through /workspace: not the data dir's path.
+out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c 'cat /proc/self/mountinfo') || fail "mountinfo job: $out"
+grep -q " /workspace " <<<"$out" || fail "no /workspace in the job's mountinfo: $out"
+grep -q "$work" <<<"$out" && fail "the job's mountinfo shows the provider's data dir: $(grep -m1 "$work" <<<"$out" | cut -c1-200)"
+ok "a job's mountinfo has /workspace without the provider's data dir: $(grep -m1 " /workspace " <<<"$out" | cut -d' ' -f4-9)"
+
+# Two jobs of the lease at once share /workspace both ways, a cp download
+# reads what a running job wrote, and a running job sees a cp upload.
+waitfor='i=0; while [ ! -s "$1" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done'
+ja=$(gn_cli "$R" --json run "$lease" --image "$image" -- sh -c "f() { $waitfor; }; echo from-a >/workspace/a.txt;
+  f /workspace/b.txt; cat /workspace/b.txt >/workspace/a-saw-b.txt; f /workspace/up.txt;
+  cat /workspace/up.txt >/workspace/a-saw-up.txt; sleep 300" | jq -r .job.id)
+jb=$(gn_cli "$R" --json run "$lease" --image "$image" -- sh -c "f() { $waitfor; }; echo from-b >/workspace/b.txt;
+  f /workspace/a.txt; cat /workspace/a.txt >/workspace/b-saw-a.txt; sleep 300" | jq -r .job.id)
+[ -n "$ja" ] && [ "$ja" != null ] && [ -n "$jb" ] && [ "$jb" != null ] || fail "the two jobs did not start: $ja $jb"
+got() { rm -f "$work/got"; gn_cli "$R" cp "$lease:$1" "$work/got" >/dev/null 2>&1 && [ "$(cat "$work/got")" = "$2" ]; }
+gn_wait_until 60 "job A's a-saw-b.txt" got a-saw-b.txt from-b || fail "job A did not see job B's file"
+gn_wait_until 60 "job B's b-saw-a.txt" got b-saw-a.txt from-a || fail "job B did not see job A's file"
+got a.txt from-a || fail "cp of a running job's a.txt: $(cat "$work/got" 2>&1)"
+ok "two running jobs of the lease see each other's files; cp reads a running job's file"
+echo up-bytes >"$work/up.txt"
+gn_cli "$R" cp "$work/up.txt" "$lease:up.txt" >/dev/null 2>&1 || fail "upload of up.txt"
+gn_wait_until 60 "job A's a-saw-up.txt" got a-saw-up.txt up-bytes || fail "the running job did not see the cp upload"
+gn_cli "$R" stop "$ja" >/dev/null
+gn_cli "$R" stop "$jb" >/dev/null
+ok "a running job sees a file uploaded with cp"
 
 # Download, interrupted, resumed, verified.
 GN_CP_STOP_AFTER=20000000 gn_cli "$R" cp "$lease:out.bin" "$work/out.bin" 2>/dev/null &&
@@ -101,7 +133,7 @@ out=$(gn_cli "$R" --json cp "$work/small.bin" "$lease:mix.bin" 2>"$work/mix.err"
 [ "$(jq -r .resumed_from <<<"$out")" -gt 0 ] || fail "the copy onto another file's part did not resume: $out"
 [ "$(jq -r .sha256 <<<"$out")" = "$(sha256sum "$work/small.bin" | cut -d' ' -f1)" ] || fail "mix sha256: $out"
 grep -q "does not match; copying" "$work/mix.err" || fail "no restart said: $(grep -v event "$work/mix.err")"
-cmp -s "$work/small.bin" "$ws/mix.bin" || fail "the provider's mix.bin differs from small.bin"
+cmp -s "$work/small.bin" "$wsf/mix.bin" || fail "the provider's mix.bin differs from small.bin"
 head -c 1000000 /dev/urandom >"$work/stale.bin.part"
 out=$(gn_cli "$R" --json cp "$lease:mix.bin" "$work/stale.bin" 2>"$work/stale.err") || fail "stale part: $(cat "$work/stale.err")"
 cmp -s "$work/small.bin" "$work/stale.bin" || fail "a stale partial download was kept"
@@ -110,7 +142,7 @@ ok "a resume onto another file's partial copy (up and down) fails its hash check
 
 : >"$work/empty"
 gn_cli "$R" cp "$work/empty" "$lease:sub/dir/empty" >/dev/null 2>&1 || fail "upload of an empty file"
-[ -f "$ws/sub/dir/empty" ] && [ ! -s "$ws/sub/dir/empty" ] || fail "the empty file is not there, empty"
+[ -f "$wsf/sub/dir/empty" ] && [ ! -s "$wsf/sub/dir/empty" ] || fail "the empty file is not there, empty"
 gn_cli "$R" cp "$lease:sub/dir/empty" "$work/empty2" >/dev/null 2>&1 || fail "download of an empty file"
 [ -f "$work/empty2" ] && [ ! -s "$work/empty2" ] || fail "the downloaded empty file"
 gn_cli "$R" cp "$lease:sub" "$work/sub" 2>"$work/dir.err" && fail "a directory was copied"

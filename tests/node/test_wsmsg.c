@@ -311,8 +311,10 @@ static bool wait_reply(tn_inbox *in, uint32_t type, uint64_t timeout_ms, gn_wsms
   return true;
 }
 
+/* The files as they lie on disk (upper: the daemon writes them through its
+ * view, ws_prov.c; the test only looks). */
 static void ws_path(const char *name, char *out, size_t cap) {
-  snprintf(out, cap, "%s/workspace/%s/%s", W.dir, W.lease, name);
+  snprintf(out, cap, "%s/workspace/%s/upper/%s", W.dir, W.lease, name);
 }
 
 static void test_provider_answers_only_the_lease_holder(void **state) {
