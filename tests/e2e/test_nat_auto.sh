@@ -95,8 +95,9 @@ free_gpu() { # REQUESTER PROVIDER: its offer there shows a free GPU
 rent() { # REQUESTER PROVIDER
   local out l
   wait_for 60 "$1 sees no free GPU in $2's offer" free_gpu "$1" "$2"
-  out=$(gn_cli "${dir[$1]}" --json rent "$(offer_of "$1" "$2")" --hours 1 --allow-simulated --no-attest 2>&1) ||
-    fail "$1 cannot rent from $2: $out"
+  # stderr apart: with --json it carries progress events (one JSON object a line)
+  out=$(gn_cli "${dir[$1]}" --json rent "$(offer_of "$1" "$2")" --hours 1 --allow-simulated --no-attest \
+    2>"$work/rent-$1-$2.err") || fail "$1 cannot rent from $2: $out $(cat "$work/rent-$1-$2.err")"
   l=$(jq -r .lease.id <<<"$out")
   [[ $l == l-* ]] || fail "$1 cannot rent from $2: $out"
   lease[$1-$2]=$l
