@@ -104,6 +104,8 @@ void cli_fmt_real(double v, char *buf, size_t cap);
 void cli_fmt_price(uint64_t micro, const char *currency, char *buf, size_t cap);
 /* 3725 -> "1h02m"; 45 -> "45s"; 200 -> "3m20s"; 90000 -> "1d01h". */
 void cli_fmt_duration(int64_t seconds, char *buf, size_t cap);
+/* The monotonic clock in milliseconds, for waits and rates. */
+uint64_t cli_mono_ms(void);
 /* UTC Unix seconds -> local "YYYY-MM-DD HH:MM:SS" ("-" for 0). */
 void cli_fmt_time(int64_t unix_s, char *buf, size_t cap);
 /* A node id shortened for tables: "gnabcdefghij…". */

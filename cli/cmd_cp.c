@@ -38,12 +38,6 @@ typedef struct cp_job {
   char sha256[65];         /* hex, of both sides once verified */
 } cp_job;
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* "LEASE:PATH" -> lease, path (may be empty); false when s names a local
  * file (no ':' before the first '/', or not a lease id before it). */
 static bool split_remote(const char *s, char *lease, size_t lcap, char *path, size_t pcap) {
@@ -368,11 +362,11 @@ int cmd_cp(cli *c, int argc, char **argv) {
     if (k == 0 || j.rpath[k - 1] == '/') /* L: or L:dir/ -> the local file's name there */
       snprintf(j.rpath + k, sizeof j.rpath - k, "%s", base_name(j.local));
   }
-  uint64_t t0 = now_ms();
+  uint64_t t0 = cli_mono_ms();
   r = down ? do_download(&j) : do_upload(&j);
   if (r != CLI_OK)
     return r;
-  double secs = (double)(now_ms() - t0) / 1000.0;
+  double secs = (double)(cli_mono_ms() - t0) / 1000.0;
   if (c->json)
     return cli_print_json_new(json_pack("{s:s, s:s, s:s, s:I, s:s, s:f, s:I}", "direction", down ? "down" : "up",
                                         "lease", j.lease, "path", j.rpath, "bytes", (json_int_t)j.size, "sha256",

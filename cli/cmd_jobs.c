@@ -123,12 +123,6 @@ static int job_outcome(cli *c, const char *job_id) {
 #define CLI_LOGS_EARLY_MS 50
 #define CLI_LOGS_PAUSE_US (200 * 1000)
 
-static uint64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* The image pull's progress while the job is "pending" or "pulling" (bytes
  * once the provider knows the image's size); ended when the job moves on. */
 static cli_progress *pull_progress(const cli *c, cli_progress *p, const char *state, const json_t *pull) {
@@ -157,7 +151,7 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
     char path[1024];
     snprintf(path, sizeof(path), "%s?offset=%lld&wait_ms=%d", base, offset, follow ? CLI_LOGS_WAIT_MS : 0);
     json_t *j;
-    uint64_t asked_ms = mono_ms();
+    uint64_t asked_ms = cli_mono_ms();
     if ((rc = cli_call(c, "GET", path, NULL, &j)) != CLI_OK)
       break;
     const char *data = cli_str(j, "data");
@@ -192,7 +186,7 @@ int cli_follow_logs(cli *c, const char *job_id, bool follow) {
       rc = have_code ? exit_code_of(code) : job_outcome(c, job_id);
       break;
     }
-    if (!progressed && mono_ms() - asked_ms < CLI_LOGS_EARLY_MS)
+    if (!progressed && cli_mono_ms() - asked_ms < CLI_LOGS_EARLY_MS)
       usleep(CLI_LOGS_PAUSE_US);
   }
   cli_progress_end(pull, rc == CLI_OK, NULL);

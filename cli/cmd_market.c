@@ -161,12 +161,6 @@ static const struct option rent_longs[] = {{"gpu", required_argument, NULL, 'g'}
                                            {0}};
 const cli_opts cli_rent_opts = {":hn:", rent_longs};
 
-static uint64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* rent --wait: polls the offer table (the daemon matches MODEL with the
  * same filter as the rent) until an offer that the rent would take is
  * there, with progress, or wait_s pass. */
@@ -185,7 +179,7 @@ static int wait_for_offer(cli *c, const char *model, uint64_t count, bool allow_
   snprintf(label, sizeof label, "Waiting for an offer of %s", model);
   cli_progress *p =
       cli_progress_start(cli_progress_mode_for(c->json), "offers", label, CLI_PROGRESS_NONE, 0, NULL, NULL);
-  uint64_t end = mono_ms() + (uint64_t)wait_s * 1000u;
+  uint64_t end = cli_mono_ms() + (uint64_t)wait_s * 1000u;
   size_t seen = 0;
   for (;;) {
     json_t *j;
@@ -211,7 +205,7 @@ static int wait_for_offer(cli *c, const char *model, uint64_t count, bool allow_
       cli_progress_end(p, true, detail);
       return CLI_OK;
     }
-    if (mono_ms() >= end) {
+    if (cli_mono_ms() >= end) {
       cli_progress_end(p, false, detail);
       return cli_fail("no offer of %s (%llu free GPU%s%s%s) reached this node within %ld s (%zu offer%s of it seen)",
                       model, (unsigned long long)count, count == 1 ? "" : "s", allow_sim ? "" : ", not simulated",

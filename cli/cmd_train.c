@@ -30,12 +30,6 @@
 #define TRAIN_MAX_PRICE_MICRO ((uint64_t)INT64_MAX / 1024)
 #define TRAIN_MAX_SPEND_MICRO ((uint64_t)INT64_MAX / 1024)
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* A whole number in [lo, hi], nothing else. */
 static bool parse_uint(const char *v, long lo, long hi, long *ret) {
   char *end;
@@ -425,13 +419,14 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
     if (logs)
       logs_round(c, f, t, only, fin || !follow);
     long long now_cost = cli_int(t, "cost_micro", 0);
-    if (progress && now_cost != cost && (now_ms() - cost_at >= TRAIN_COST_EVERY_S * 1000u || fin) && now_cost > 0) {
+    if (progress && now_cost != cost && (cli_mono_ms() - cost_at >= TRAIN_COST_EVERY_S * 1000u || fin) &&
+        now_cost > 0) {
       char m[48];
       cli_fmt_money((uint64_t)now_cost, str_or(t, "currency", ""), m, sizeof m);
       fprintf(msg, "training %s: cost so far %s\n", id, m);
       fflush(msg);
       cost = now_cost;
-      cost_at = now_ms();
+      cost_at = cli_mono_ms();
     }
     if (!follow && !fin && !(progress && strcmp(st, "running") == 0)) {
       if (!progress) { /* a snapshot of the logs */
@@ -444,9 +439,9 @@ static int follow_train(cli *c, const char *id, long only, bool logs, bool progr
     }
     if (fin) {
       if (!settle_until)
-        settle_until = now_ms() + TRAIN_SETTLE_WAIT_S * 1000u;
+        settle_until = cli_mono_ms() + TRAIN_SETTLE_WAIT_S * 1000u;
       fin_rounds++;
-      if ((cli_has_int(t, "total_micro") && (fin_rounds >= 3 || !logs)) || now_ms() >= settle_until ||
+      if ((cli_has_int(t, "total_micro") && (fin_rounds >= 3 || !logs)) || cli_mono_ms() >= settle_until ||
           (!progress && (fin_rounds >= 3 || !follow))) {
         if (progress) {
           char m[48];

@@ -301,3 +301,9 @@ void cli_fmt_node(const char *node_id, char *buf, size_t cap) {
   else
     snprintf(buf, cap, "%.12s\xe2\x80\xa6", node_id); /* "…" */
 }
+
+uint64_t cli_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}

@@ -70,7 +70,7 @@ echo "ok: option values, --data-dir and a job's command"
 # `gpunet` on PATH answers here, logging how it was asked; the real answer
 # is checked in e2e_test_progress); invoice's subcommands, then invoice ids.
 mkdir "$tmp/bin"
-cat >"$tmp/bin/gpunet" <<STUB
+cat >"$tmp/bin/gpunet" <<EOS
 #!/bin/sh
 echo "\$*" >>"$tmp/asked"
 case "\$*" in
@@ -78,7 +78,7 @@ case "\$*" in
 *"completion ids jobs") echo j-0123456789ab ;;
 *"completion ids invoices") echo i-0123456789abcdef ;;
 esac
-STUB
+EOS
 chmod +x "$tmp/bin/gpunet"
 PATH=$tmp/bin:$PATH
 [ "$(offer "gpunet --data-dir /srv/gn exec l-0")" = l-0123456789abcdef ] ||
