@@ -606,18 +606,18 @@ void gn__exec_prov_tick(gn_node *n, uint64_t now_ms) {
       stream_kill(s, "the lease ended");
     else if (!j || j->state != GN_JOB_RUNNING)
       stream_kill(s, "the job ended");
-    else if (s->stalled_ms && now_ms - s->stalled_ms > STALL_MS)
+    else if (s->stalled_ms && gn_ms_since(now_ms, s->stalled_ms) > STALL_MS)
       stream_kill(s, "stalled: the requester read no output for 60 s");
-    else if (now_ms - s->activity_ms > IDLE_MS)
+    else if (gn_ms_since(now_ms, s->activity_ms) > IDLE_MS)
       stream_kill(s, "idle for 30 minutes");
     if (s->finished)
       continue;
     /* Output is drained after the end while it flows (read or credited);
      * then the rest is given up: something of it holds the output open. */
     uint64_t last = s->exited_ms > s->activity_ms ? s->exited_ms : s->activity_ms;
-    if (s->exited && now_ms - last > EXIT_DRAIN_MS)
+    if (s->exited && gn_ms_since(now_ms, last) > EXIT_DRAIN_MS)
       stream_finish(s);
-    else if (s->killed && !s->exited && now_ms - s->killed_ms > KILL_WAIT_MS)
+    else if (s->killed && !s->exited && gn_ms_since(now_ms, s->killed_ms) > KILL_WAIT_MS)
       stream_finish(s);
   }
 }

@@ -478,7 +478,7 @@ void gn__exec_req_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
 
 void gn__exec_req_tick(gn_node *n, uint64_t now_ms) {
   for (client *c = n->exec ? n->exec->clients : NULL; c; c = c->next)
-    if (c->opened && !c->started && !c->ended && now_ms - c->open_ms > OPEN_TIMEOUT_MS)
+    if (c->opened && !c->started && !c->ended && gn_ms_since(now_ms, c->open_ms) > OPEN_TIMEOUT_MS)
       client_end(c, -1, "the provider did not answer the exec request within 20 s");
 }
 

@@ -2026,7 +2026,7 @@ static void disk_check(gn_node *n, int64_t now_s) {
 static void pull_progress_tick(gn_node *n, uint64_t now_ms) {
   for (gn_job *j = n->jobs; j; j = j->next) {
     if (j->role != GN_ROLE_PROVIDER || j->state != GN_JOB_PULLING || !j->pull_total ||
-        j->pull_done == j->pull_sent_done || now_ms - j->pull_sent_ms < 1000)
+        j->pull_done == j->pull_sent_done || gn_ms_since(now_ms, j->pull_sent_ms) < 1000)
       continue;
     const gn_lease *l = job_lease(n, j);
     if (l)

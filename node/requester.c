@@ -766,7 +766,7 @@ static bool run_tag_get(gn_node *n, gn_imageref *ref) {
     return false;
   for (size_t i = 0; i < RUN_TAG_CACHE; i++) {
     const run_tag *t = &run_tags[i];
-    if (t->n == n && now - t->asked_ms < RUN_TAG_TTL_MS && strcmp(t->ref, key) == 0) {
+    if (t->n == n && gn_ms_since(now, t->asked_ms) < RUN_TAG_TTL_MS && strcmp(t->ref, key) == 0) {
       memcpy(ref->digest, t->digest, sizeof ref->digest);
       return true;
     }

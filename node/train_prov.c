@@ -1406,7 +1406,7 @@ static void seed_tick(gn_node *n) {
     train_rank *late = NULL;
     pthread_mutex_lock(&ranks_lock);
     for (train_rank *t = ranks; t && !late; t = t->next)
-      if (t->seed_state == SEED_FETCHING && now - t->seed_last_ms > wait)
+      if (t->seed_state == SEED_FETCHING && gn_ms_since(now, t->seed_last_ms) > wait)
         late = t;
     pthread_mutex_unlock(&ranks_lock);
     if (!late)

@@ -858,7 +858,7 @@ static void seed_finish(train *t) {
 static void seed_step(train *t, uint64_t now) {
   if (!t->seeding)
     return;
-  bool pending = false, over = now - t->seed_start_ms >= TRAIN_SEED_FETCH_MS;
+  bool pending = false, over = gn_ms_since(now, t->seed_start_ms) >= TRAIN_SEED_FETCH_MS;
   for (uint32_t r = 0; r < t->nsf; r++) {
     seed_fetch *f = &t->sf[r];
     if (f->st == SEED_DONE || f->st == SEED_FAILED)
@@ -869,7 +869,7 @@ static void seed_step(train *t, uint64_t now) {
     }
     if (f->st == SEED_WAIT) {
       gn_job *j = gn__job_find(t->n, f->job_id);
-      if (j && j->state < GN_JOB_EXITED && now - t->seed_start_ms < TRAIN_SEED_STOP_WAIT_MS) {
+      if (j && j->state < GN_JOB_EXITED && gn_ms_since(now, t->seed_start_ms) < TRAIN_SEED_STOP_WAIT_MS) {
         pending = true;
         continue;
       }
@@ -895,7 +895,7 @@ static void seed_step(train *t, uint64_t now) {
         seed_fail(t, r, "cannot reach its provider: %s", gn_strerror(rc));
         continue;
       }
-    } else if (now - f->last_heard_ms >= TRAIN_SEED_IDLE_MS) {
+    } else if (gn_ms_since(now, f->last_heard_ms) >= TRAIN_SEED_IDLE_MS) {
       seed_fail(t, r, "its provider sent nothing for %u s", TRAIN_SEED_IDLE_MS / 1000);
       continue;
     } else if (f->retry_at_ms && now >= f->retry_at_ms) {
@@ -1403,7 +1403,7 @@ static void watch(train *t, uint64_t now_ms) {
       GANG_CALL(t, gn_gang_lost(t->g, now_ms, mi.lease_id, reason, out));
       return;
     }
-    if (m < GN_GANG_MAX_MEMBERS && t->down_since[m] && now_ms - t->down_since[m] >= TRAIN_PEER_GRACE_MS &&
+    if (m < GN_GANG_MAX_MEMBERS && t->down_since[m] && gn_ms_since(now_ms, t->down_since[m]) >= TRAIN_PEER_GRACE_MS &&
         !gn_transport_is_up(t->n->tp, mi.offer.provider)) {
       char reason[160];
       gn__strf(reason, sizeof reason, "its provider has been unreachable for %u s", TRAIN_PEER_GRACE_MS / 1000);
@@ -1898,7 +1898,7 @@ static void attest_step(train *t) {
   gn_node *n = t->n;
   uint64_t now = gn_mono_ms();
   for (size_t c = 0; c < t->ncand;) {
-    if (t->att[c] == ATT_ASKING && now - t->att_at[c] >= TRAIN_ATTEST_MS) {
+    if (t->att[c] == ATT_ASKING && gn_ms_since(now, t->att_at[c]) >= TRAIN_ATTEST_MS) {
       char why[96];
       gn__strf(why, sizeof why, "its attestation did not finish within %u s", TRAIN_ATTEST_MS / 1000);
       drop_cand(t, c, why);

@@ -565,7 +565,7 @@ static void op_work(uv_work_t *w) {
   switch (op->type) {
   case GN_MSG_WS_PUT: {
     uint64_t now = gn_mono_ms();
-    if (!wl->walked || now - wl->walked_ms >= WS_WALK_EVERY_MS) {
+    if (!wl->walked || gn_ms_since(now, wl->walked_ms) >= WS_WALK_EVERY_MS) {
       wl->used = gn__ws_usage(root);
       wl->walked = true;
       wl->walked_ms = now;

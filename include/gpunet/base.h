@@ -105,6 +105,13 @@ static inline uint64_t gn_mono_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Milliseconds from THEN to NOW, 0 when THEN is later: a stamp taken during
+ * a tick is later than the tick's own NOW, and unsigned subtraction would
+ * make it look ages old. */
+static inline uint64_t gn_ms_since(uint64_t now, uint64_t then) {
+  return now > then ? now - then : 0;
+}
+
 /* UTC Unix seconds: what records carry. */
 static inline int64_t gn_unix_s(void) {
   return (int64_t)time(NULL);

@@ -42,6 +42,34 @@ for i in 1 2 3 4 5; do
 done
 ok "an exec sent the moment a job shows running ran, 5 times of 5"
 
+# The same wait made certain: the container's runtime state is hidden while
+# an exec (with and without a terminal) arrives, and shown again 1.5 s later.
+# The exec is held, opened by the provider's tick once the state is back,
+# and then runs to its end (a stream opened during a tick once looked 30
+# minutes idle to that tick's older clock reading and was killed at once).
+for tty in "" -t; do
+  job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sleep 60 | jq -r .job.id)
+  gn_wait_until 30 "job $job running" job_running || fail "job $job did not run"
+  # (The runtime writes its state a moment after the job shows running.)
+  have_state() { compgen -G "$P/run/*/state.json" >/dev/null; }
+  gn_wait_until 10 "the runtime's state of job $job" have_state || fail "no runtime state for job $job under $P/run"
+  state=$(ls -t "$P"/run/*/state.json | head -1)
+  mv "$state" "$state.hidden"
+  t0=$(date +%s%N)
+  (sleep 1.5 && mv "$state.hidden" "$state") &
+  hider=$!
+  out=$(gn_cli "$R" exec $tty "$lease" --job "$job" -- sh -c 'sleep 0.3; echo held-exec' </dev/null 2>&1) ||
+    fail "an exec held for the container (${tty:-no tty}) failed: $out"
+  wait "$hider"
+  t1=$(date +%s%N)
+  [ "$(printf '%s' "$out" | tr -d '\r')" = held-exec ] || fail "the held exec (${tty:-no tty}) printed: $out"
+  [ $(((t1 - t0) / 1000000)) -ge 1500 ] || fail "the exec did not wait for the container (${tty:-no tty})"
+  ! grep -q "idle for 30 minutes" "$P/gpunetd.log" || fail "a held exec was killed as idle: $(grep idle "$P/gpunetd.log")"
+  gn_cli "$R" stop "$job" >/dev/null
+  gn_wait_until 20 "job $job stopped" job_stopped || fail "job $job did not stop"
+done
+ok "an exec that arrives before the container exists waits for it and runs (with and without a terminal)"
+
 # --- an interactive shell in tmux ------------------------------------------
 # (Without tmux these checks are left out, said so, and the rest runs.)
 if ! command -v tmux >/dev/null; then
