@@ -1,6 +1,7 @@
 /* JOB_STATUS's pull progress (node/jobmsg.c): optional, both fields or
  * none, numbers only. */
 #include "jobmsg.h"
+#include "records.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -71,11 +72,41 @@ static void test_status_with_half_or_mistyped_pull_progress_is_refused(void **st
   assert_true(decode_status("pulling", 1, 10, 1, -1, &m) < 0);
 }
 
+/* What the renter's API shows of a pull (gn__job_pull_json): a provider
+ * that claims more pulled than its total is shown at the total, never
+ * past it; nothing while the total is unknown or once the job runs. */
+static void test_pull_json_clamps_a_provider_claiming_more_than_the_total(void **state) {
+  (void)state;
+  static gn_job j; /* static: the record is large */
+  memset(&j, 0, sizeof j);
+  j.state = GN_JOB_PULLING;
+  j.pull_total = 100;
+  j.pull_done = 5000;
+  json_t *o = json_object();
+  gn__job_pull_json(&j, o);
+  json_t *p = json_object_get(o, "pull");
+  assert_non_null(p);
+  assert_int_equal(json_integer_value(json_object_get(p, "done")), 100);
+  assert_int_equal(json_integer_value(json_object_get(p, "total")), 100);
+  json_decref(o);
+
+  o = json_object();
+  j.pull_total = 0; /* not known yet */
+  gn__job_pull_json(&j, o);
+  assert_null(json_object_get(o, "pull"));
+  j.pull_total = 100;
+  j.state = GN_JOB_RUNNING;
+  gn__job_pull_json(&j, o);
+  assert_null(json_object_get(o, "pull"));
+  json_decref(o);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_with_pull_progress_decodes_both_fields),
       cmocka_unit_test(test_status_without_pull_progress_has_none),
       cmocka_unit_test(test_status_with_half_or_mistyped_pull_progress_is_refused),
+      cmocka_unit_test(test_pull_json_clamps_a_provider_claiming_more_than_the_total),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
