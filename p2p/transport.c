@@ -702,7 +702,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       if (is_use_class(cls))
         c->last_use_ms = uv_now(c->t->loop);
       gn_envelope env;
-      int er = gn_envelope_open(ev.msg, ev.msg_len, &env);
+      int er = gn_envelope_open_from(ev.msg, ev.msg_len, gn__session_peer(c->s), &env);
       if (er == GN_EVERSION) {
         /* Say which version we speak, then close. */
         uint64_t v = 0;

@@ -167,4 +167,19 @@ int gn_envelope_seal(const gn_identity *id, uint32_t type, const uint8_t *body, 
  * ret->body points into buf. Never re-encodes. */
 int gn_envelope_open(const uint8_t *buf, size_t len, gn_envelope *ret);
 
+/* Session-bound types: the bulk bytes of a stream between two nodes
+ * (EXEC_DATA, FWD_DATA, WS_PUT, WS_DATA; docs/protocol.md §1.5). Sent
+ * straight over the Noise session, which is keyed to their author, they may
+ * go unsigned: gn_envelope_seal_bound writes 64 zero bytes where the
+ * signature goes (GN_EINVAL for any other type). Such an envelope is
+ * accepted only by gn_envelope_open_from, from the session whose peer is
+ * its signer; gn_envelope_open, and every envelope kept, embedded or
+ * relayed, refuses it as a bad signature. */
+bool gn_msg_type_session_bound(uint32_t type);
+int gn_envelope_seal_bound(const gn_identity *id, uint32_t type, const uint8_t *body, size_t body_len, gn_buf *ret);
+/* gn_envelope_open for an envelope that came straight over a session with
+ * peer: an unsigned one of a session-bound type signed in peer's name is
+ * accepted unverified; anything else is verified as gn_envelope_open does. */
+int gn_envelope_open_from(const uint8_t *buf, size_t len, const uint8_t peer[GN_PK_LEN], gn_envelope *ret);
+
 #endif

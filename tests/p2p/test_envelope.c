@@ -188,6 +188,68 @@ static void test_envelope_seal_rejects_oversized_body(void **state) {
   free(body);
 }
 
+/* Session-bound envelopes (docs/protocol.md §1.5): the bulk data types may
+ * go unsigned over the session of their signer, and nowhere else. */
+static void test_bound_envelope_opens_only_from_its_signers_session(void **state) {
+  (void)state;
+  gn_buf b = {0};
+  gn_envelope env;
+  assert_int_equal(gn_envelope_seal_bound(id, GN_MSG_FWD_DATA, (const uint8_t *)"bytes", 5, &b), 0);
+  assert_int_equal(gn_envelope_open_from(b.data, b.len, id->pk, &env), 0);
+  assert_int_equal(env.type, GN_MSG_FWD_DATA);
+  assert_memory_equal(env.signer, id->pk, GN_PK_LEN);
+  assert_int_equal(env.body_len, 5);
+  assert_memory_equal(env.body, "bytes", 5);
+  static const uint8_t zero[GN_SIG_LEN];
+  assert_memory_equal(env.sig, zero, GN_SIG_LEN);
+  /* Not from a session: kept, embedded or relayed, it is a bad signature. */
+  assert_int_equal(gn_envelope_open(b.data, b.len, &env), GN_ESIG);
+  /* Over another node's session: the signer is not the peer. */
+  gn_identity *other = NULL;
+  assert_int_equal(gn_identity_generate(&other), 0);
+  assert_int_equal(gn_envelope_open_from(b.data, b.len, other->pk, &env), GN_ESIG);
+  gn_identity_free(other);
+  assert_int_equal(gn_envelope_open_from(b.data, b.len, NULL, &env), GN_EINVAL);
+  gn_buf_done(&b);
+}
+
+static void test_bound_types_are_the_bulk_data_alone(void **state) {
+  (void)state;
+  const uint32_t bound[] = {GN_MSG_EXEC_DATA, GN_MSG_FWD_DATA, GN_MSG_WS_PUT, GN_MSG_WS_DATA};
+  for (size_t i = 0; i < sizeof bound / sizeof bound[0]; i++)
+    assert_true(gn_msg_type_session_bound(bound[i]));
+  /* What opens a stream, grants or ends one, and everything else is signed. */
+  const uint32_t signed_only[] = {GN_MSG_OFFER,     GN_MSG_JOB_MANIFEST, GN_MSG_EXEC_OPEN, GN_MSG_EXEC_SIGNAL,
+                                  GN_MSG_EXEC_EXIT, GN_MSG_FWD_OPEN,     GN_MSG_FWD_CLOSE, GN_MSG_WS_GET,
+                                  GN_MSG_WS_STAT,   GN_MSG_DEBIT_NOTE,   GN_MSG_ERROR,     0};
+  gn_buf b = {0};
+  for (size_t i = 0; i < sizeof signed_only / sizeof signed_only[0]; i++) {
+    assert_false(gn_msg_type_session_bound(signed_only[i]));
+    assert_int_equal(gn_envelope_seal_bound(id, signed_only[i], (const uint8_t *)"x", 1, &b), GN_EINVAL);
+    assert_int_equal(b.len, 0);
+  }
+}
+
+/* An envelope of a signed type with its signature zeroed (a hostile peer
+ * trying the unsigned form for a manifest) is refused even from its own
+ * session; a bound type may still come signed (and must then verify). */
+static void test_unsigned_form_of_a_signed_type_is_refused(void **state) {
+  (void)state;
+  gn_buf b = {0};
+  gn_envelope env;
+  seal(GN_MSG_JOB_MANIFEST, "run me", &b);
+  /* The signature is the last 64 bytes of the encoding. */
+  memset(b.data + b.len - GN_SIG_LEN, 0, GN_SIG_LEN);
+  assert_int_equal(gn_envelope_open_from(b.data, b.len, id->pk, &env), GN_ESIG);
+  gn_buf_done(&b);
+
+  seal(GN_MSG_WS_PUT, "chunk", &b);
+  assert_int_equal(gn_envelope_open_from(b.data, b.len, id->pk, &env), 0);
+  b.data[b.len - 1] ^= 1; /* a bad signature on a bound type is still bad */
+  assert_int_equal(gn_envelope_open_from(b.data, b.len, id->pk, &env), GN_ESIG);
+  gn_buf_done(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_envelope_seal_open_roundtrip),
@@ -197,6 +259,9 @@ int main(void) {
       cmocka_unit_test(test_envelope_open_rejects_bad_shapes),
       cmocka_unit_test(test_envelope_open_never_reencodes),
       cmocka_unit_test(test_envelope_seal_rejects_oversized_body),
+      cmocka_unit_test(test_bound_envelope_opens_only_from_its_signers_session),
+      cmocka_unit_test(test_bound_types_are_the_bulk_data_alone),
+      cmocka_unit_test(test_unsigned_form_of_a_signed_type_is_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

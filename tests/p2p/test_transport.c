@@ -339,6 +339,37 @@ static void test_transport_bad_signature_closes_session(void **state) {
   node_pair_done(&a, &b);
 }
 
+/* The bulk data types may go unsigned over their signer's own session
+ * (docs/protocol.md §1.5): delivered; the same unsigned form in another
+ * node's name over that session is a forgery and ends it. */
+static void test_transport_unsigned_bulk_data_only_in_the_senders_name(void **state) {
+  (void)state;
+  node a, b;
+  node_init(&a);
+  node_init(&b);
+  connect_pair(&a, &b);
+  gn_buf e = {0};
+  assert_int_equal(gn_envelope_seal_bound(b.id, GN_MSG_FWD_DATA, (const uint8_t *)"\x80", 1, &e), 0);
+  assert_int_equal(gn_transport_send(b.t, a.id->pk, e.data, e.len), 0);
+  assert_true(run_until(one_msg, &a));
+  assert_int_equal(a.last_type, GN_MSG_FWD_DATA);
+  assert_memory_equal(a.last_peer, b.id->pk, GN_PK_LEN);
+  gn_buf_done(&e);
+
+  gn_identity *c = NULL;
+  assert_int_equal(gn_identity_generate(&c), 0);
+  assert_int_equal(gn_envelope_seal_bound(c, GN_MSG_FWD_DATA, (const uint8_t *)"\x80", 1, &e), 0);
+  int before = a.msgs;
+  assert_int_equal(gn_transport_send(b.t, a.id->pk, e.data, e.len), 0);
+  node *ns[2] = {&a, &b};
+  assert_true(run_until(both_down, ns));
+  assert_int_equal(a.msgs, before);
+  assert_false(gn_transport_is_up(a.t, b.id->pk));
+  gn_identity_free(c);
+  gn_buf_done(&e);
+  node_pair_done(&a, &b);
+}
+
 static bool got_error_and_down(void *arg) {
   node *n = arg;
   return n->msgs >= 1 && n->downs >= 1;
@@ -1939,6 +1970,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transport_handshake_times_out, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_dial_refuses_another_key, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_bad_signature_closes_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transport_unsigned_bulk_data_only_in_the_senders_name, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_unknown_version_answers_error_then_closes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_incomplete_messages_stay_within_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transport_stalled_message_times_out, setup, teardown),
