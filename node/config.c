@@ -37,6 +37,7 @@ typedef enum {
   KEY_STORE_MAX,
   KEY_DISK_RESERVE,
   KEY_WORKSPACE_MAX,
+  KEY_WORKSPACE_FS,
   KEY_REGISTRY_ALLOW,
   KEY_ALLOW_UNENFORCED_LIMITS,
   KEY_ALLOW_NO_USERNS,
@@ -97,6 +98,7 @@ static const struct {
     [KEY_STORE_MAX] = {"store_max", "store-max", false},
     [KEY_DISK_RESERVE] = {"disk_reserve", "disk-reserve", false},
     [KEY_WORKSPACE_MAX] = {"workspace_max", "workspace-max", false},
+    [KEY_WORKSPACE_FS] = {"workspace_fs", "workspace-fs", false},
     [KEY_REGISTRY_ALLOW] = {"registry_allow", "registry-allow", false},
     [KEY_ALLOW_UNENFORCED_LIMITS] = {"allow_unenforced_limits", "allow-unenforced-limits", true},
     [KEY_ALLOW_NO_USERNS] = {"allow_no_userns", "allow-no-userns", true},
@@ -635,6 +637,13 @@ static int cfg_set(gn_config *cfg, cfg_key key, const char *v, char *err, size_t
                                  : &cfg->disk_reserve_bytes) = bytes;
     return 0;
   }
+  case KEY_WORKSPACE_FS:
+    if (strcmp(v, "auto") && strcmp(v, "dir")) {
+      snprintf(err, cap, "bad workspace_fs '%.60s' (known: auto, an ext4 image per lease where the host can; dir)", v);
+      return GN_EINVAL;
+    }
+    cfg->workspace_fs_dir = strcmp(v, "dir") == 0;
+    return 0;
   case KEY_REGISTRY_ALLOW:
     return add_registry_allow(cfg, v, err, cap);
   case KEY_PRICE:

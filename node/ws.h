@@ -33,6 +33,10 @@
 typedef struct gn_ws_limits {
   uint64_t cap_bytes;     /* the workspace's budget (config workspace_max) */
   uint64_t reserve_bytes; /* free space the write must leave on the file system (disk_reserve) */
+  /* The file system that reserve is kept on when it is not the one the
+   * workspace is on (a lease's own file system): the data dir. NULL: the
+   * workspace's. */
+  const char *reserve_path;
 } gn_ws_limits;
 
 /* Bytes the tree under root holds on disk (st_blocks), the walk bounded by

@@ -1,10 +1,12 @@
-/* The provider's side of a lease's workspace: its files kept in
- * DATA_DIR/workspace/LEASE/upper and, where gpunetd has its own mount
- * namespace, seen through an overlay "view" at GN_DATA_ALIAS_DIR/ws/LEASE
- * that the lease's jobs bind at /workspace; written and read by the lease
- * holder (WS_PUT/WS_GET/WS_STAT) one request at a time per lease on the
- * thread pool, never through a link, within the workspace budget; removed
- * once the lease has ended and its jobs are gone. */
+/* The provider's side of a lease's workspace: its files kept in a file
+ * system of workspace_max bytes made for the lease (DATA_DIR/workspace/
+ * LEASE/fs.img, see "A file system per lease") or, where the host cannot
+ * make one, in DATA_DIR/workspace/LEASE/upper seen through an overlay
+ * "view" at GN_DATA_ALIAS_DIR/ws/LEASE; the lease's jobs bind it at
+ * /workspace; written and read by the lease holder (WS_PUT/WS_GET/WS_STAT)
+ * one request at a time per lease on the thread pool, never through a
+ * link, within the workspace budget; removed once the lease has ended and
+ * its jobs are gone. */
 #include "du.h"
 #include "node_internal.h"
 #include "ws.h"
@@ -17,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -187,7 +190,8 @@ int gn__ws_write(int root, const char *path, uint64_t offset, const uint8_t *dat
     goto out;
   }
   struct statvfs vfs;
-  if (growth && fstatvfs(fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < lim->reserve_bytes + growth) {
+  if (growth && (lim->reserve_path ? statvfs(lim->reserve_path, &vfs) : fstatvfs(fd, &vfs)) == 0 &&
+      (uint64_t)vfs.f_bavail * vfs.f_frsize < lim->reserve_bytes + growth) {
     r = -ENOSPC;
     gn__strf(reason, cap, "the provider's disk is down to its free-space reserve: nothing more can be written");
     goto out;
@@ -198,7 +202,10 @@ int gn__ws_write(int root, const char *path, uint64_t offset, const uint8_t *dat
       continue;
     if (k <= 0) {
       r = k < 0 ? -errno : GN_EIO;
-      gn__strf(reason, cap, "cannot write %s: %s", shown, gn_strerror(r));
+      if (r == -ENOSPC || r == -EDQUOT) /* the lease's own file system is full */
+        gn__strf(reason, cap, "the lease's workspace is full (%llu MiB)", (unsigned long long)(lim->cap_bytes >> 20));
+      else
+        gn__strf(reason, cap, "cannot write %s: %s", shown, gn_strerror(r));
       goto out;
     }
     done += (size_t)k;
@@ -430,6 +437,172 @@ static bool ws_view_mount(const gn_node *n, const char *base, const char *view) 
   return true;
 }
 
+/* --- a file system per lease ---------------------------------------------------
+ *
+ * With workspace_fs = auto (the default) a lease's storage is
+ * DATA_DIR/workspace/LEASE/fs.img: a sparse file of workspace_max bytes
+ * holding an ext4 file system (mkfs.ext4: no journal, no blocks reserved,
+ * an inode per 64 KiB), mounted by mount(8) through a loop device at
+ * .../LEASE/fs in gpunetd's own mount namespace. Both are named by the data
+ * dir's alias, so the loop device's backing file (readable in a job's
+ * /sys) names no host path, and a job's bind of fs/upper shows only
+ * "/upper" of the loop device in its mountinfo: no overlay view is needed.
+ * A job's writes then stop at the budget as they are made (ENOSPC): no
+ * survey is needed to catch them and no number of entries hides any. The
+ * mount dies with the namespace (the loop device is let go with it); after
+ * a restart it is mounted again on first need. Where the host cannot make
+ * one (no alias, no mkfs.ext4, no loop device, a budget under 16 MiB),
+ * the first lease says so once and the directory layout is used, with the
+ * survey. A lease keeps the layout it started with. */
+#define WS_IMAGE_MIN (16ull << 20)
+static bool ws_image_off; /* under ws_view_lock */
+
+/* The alias path (PATH_MAX) of host, a path under the data dir. */
+static int alias_of(const gn_node *n, const char *host, char *buf) {
+  size_t k = strlen(n->cfg.data_dir);
+  if (!n->data_alias[0] || strncmp(host, n->cfg.data_dir, k) != 0)
+    return GN_EINVAL;
+  return gn__pathf(buf, PATH_MAX, "%s%s", n->data_alias, host + k);
+}
+
+/* The first of /usr/sbin, /sbin, /usr/bin, /bin that has name. */
+static bool find_tool(const char *name, char *buf, size_t cap) {
+  static const char *const dirs[] = {"/usr/sbin", "/sbin", "/usr/bin", "/bin"};
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+    if (gn__pathf(buf, cap, "%s/%s", dirs[i], name) == 0 && access(buf, X_OK) == 0)
+      return true;
+  return false;
+}
+
+/* Runs argv (argv[0] a tool's name), its stderr kept; 0 when it exits 0,
+ * else GN_EIO with the tool and the start of what it said in err. */
+static int run_tool(char **argv, char *err, size_t cap) {
+  char path[64];
+  const char *name = argv[0];
+  if (!find_tool(name, path, sizeof path)) {
+    gn__strf(err, cap, "no %s on this host", name);
+    return GN_ENOTFOUND;
+  }
+  argv[0] = path;
+  int efd = memfd_create("gn-ws-tool", MFD_CLOEXEC), code = -1;
+  int r = gn_runtime_exec_io(argv, -1, -1, efd, &code);
+  argv[0] = (char *)name;
+  if (r == 0 && code == 0) {
+    if (efd >= 0)
+      close(efd);
+    return 0;
+  }
+  char said[160] = "";
+  ssize_t k = efd >= 0 ? pread(efd, said, sizeof said - 1, 0) : -1;
+  said[k > 0 ? k : 0] = 0;
+  said[strcspn(said, "\n")] = 0;
+  if (efd >= 0)
+    close(efd);
+  gn__strf(err, cap, "%s %s (%s)", name, r < 0 ? "could not run" : "failed", said[0] ? said : gn_strerror(r));
+  return GN_EIO;
+}
+
+/* Makes the image at img (an alias path) of bytes bytes. */
+static int ws_image_make(const char *img, uint64_t bytes, char *err, size_t cap) {
+  int fd = open(img, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0) {
+    gn__strf(err, cap, "cannot make %s: %s", "the image file", strerror(errno));
+    if (fd >= 0) {
+      close(fd);
+      unlink(img);
+    }
+    return -errno;
+  }
+  close(fd);
+  uint64_t inodes = bytes / 65536;
+  inodes = inodes < 4096 ? 4096 : inodes > (1u << 20) ? (1u << 20) : inodes;
+  char n_inodes[24], path[PATH_MAX];
+  gn__strf(n_inodes, sizeof n_inodes, "%llu", (unsigned long long)inodes);
+  gn__strf(path, sizeof path, "%s", img);
+  char *argv[] = {"mkfs.ext4",
+                  "-q",
+                  "-F",
+                  "-m",
+                  "0",
+                  "-O",
+                  "^has_journal",
+                  "-N",
+                  n_inodes,
+                  "-E",
+                  "lazy_itable_init=1,nodiscard",
+                  "-L",
+                  "gpunet-ws",
+                  path,
+                  NULL};
+  int r = run_tool(argv, err, cap);
+  if (r < 0)
+    unlink(img);
+  return r;
+}
+
+/* Mounts the image img at dir (alias paths) unless it is mounted there. The
+ * inode tables are left as mkfs.ext4 wrote them (noinit_itable): the sparse
+ * file reads as zeros where nothing was written. */
+static int ws_image_mount(const char *img, const char *dir, char *err, size_t cap) {
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+    gn__strf(err, cap, "cannot make its mount point: %s", strerror(errno));
+    return -errno;
+  }
+  if (ws_view_mounted(dir))
+    return 0;
+  char a[PATH_MAX], b[PATH_MAX];
+  gn__strf(a, sizeof a, "%s", img);
+  gn__strf(b, sizeof b, "%s", dir);
+  char *argv[] = {"mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,noinit_itable", a, b, NULL};
+  return run_tool(argv, err, cap);
+}
+
+/* The image layout of the storage at base (a host path), when the lease
+ * has it or, with create, gets it now: ret_upper (PATH_MAX) is the upper
+ * dir inside the mounted image. 0: the image is in use; 1: the lease keeps
+ * the directory layout; < 0: the image cannot be used now. */
+static int ws_image_open(const gn_node *n, const char *base, bool create, uid_t owner, char *ret_upper) {
+  char host[PATH_MAX], img[PATH_MAX], fs[PATH_MAX], err[256] = "";
+  struct stat st;
+  if (gn__pathf(host, sizeof host, "%s/upper", base) < 0 || lstat(host, &st) == 0)
+    return 1; /* made as a directory: it stays one */
+  if (gn__pathf(host, sizeof host, "%s/fs.img", base) < 0 || alias_of(n, host, img) < 0)
+    return 1;
+  if (gn__pathf(host, sizeof host, "%s/fs", base) < 0 || alias_of(n, host, fs) < 0)
+    return 1;
+  int r = 0;
+  bool have = lstat(img, &st) == 0;
+  if (have && !S_ISREG(st.st_mode))
+    return GN_EINVAL;
+  if (!have) {
+    if (!create)
+      return -ENOENT;
+    if (ws_image_off || n->cfg.workspace_fs_dir || n->cfg.workspace_max_bytes < WS_IMAGE_MIN)
+      return 1;
+    if ((r = ws_image_make(img, n->cfg.workspace_max_bytes, err, sizeof err)) < 0) {
+      ws_image_off = true;
+      gn_log(GN_LOG_WARN,
+             "no file system per lease for the workspaces (%s): directories are used, and what jobs write "
+             "there is measured every 10 s",
+             err);
+      return 1;
+    }
+  }
+  if ((r = ws_image_mount(img, fs, err, sizeof err)) < 0) {
+    gn_log_ratelimited("ws-mount", GN_LOG_WARN, "cannot mount a lease's workspace: %s", err);
+    return r;
+  }
+  if (gn__pathf(ret_upper, PATH_MAX, "%s/upper", fs) < 0)
+    return GN_ETOOBIG;
+  if (mkdir(ret_upper, 0700) == 0) {
+    if (owner != (uid_t)-1 && chown(ret_upper, owner, owner) < 0)
+      return -errno;
+  } else if (errno != EEXIST) {
+    return -errno;
+  }
+  return 0;
+}
+
 /* The lease's files as the daemon reaches them, into ret_dir (PATH_MAX):
  * the view, mounted here if it is not yet, or the upper dir without one.
  * With create the storage is made first, its upper dir owned by owner
@@ -450,6 +623,15 @@ static int ws_open(const gn_node *n, const char *lease_id, bool create, uid_t ow
       r = -errno;
       goto out;
     }
+  }
+  int img = ws_image_open(n, base, create, owner, ret_dir);
+  if (img <= 0) {
+    r = img;
+    if (r == 0 && ret_bind)
+      gn__strf(ret_bind, PATH_MAX, "%s", ret_dir);
+    goto out;
+  }
+  if (create) {
     if (mkdir(upper, 0700) == 0) {
       if (owner != (uid_t)-1 && chown(upper, owner, owner) < 0) {
         r = -errno;
@@ -699,6 +881,7 @@ void gn__ws_prov_on_message(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_
   op->len = env->type == GN_MSG_WS_PUT ? m.data_len : 0;
   op->lim.cap_bytes = n->cfg.workspace_max_bytes;
   op->lim.reserve_bytes = n->cfg.disk_reserve_bytes;
+  op->lim.reserve_path = n->cfg.data_dir; /* the workspace may be a file system of its own */
   char base[PATH_MAX];
   if (ws_base(n, m.lease_id, base, sizeof base) < 0) {
     free(op->data);
@@ -760,6 +943,7 @@ typedef struct ws_rm {
   char id[GN_LEASE_ID_STRLEN];
   char dir[PATH_MAX];
   char view[PATH_MAX]; /* empty without a mount namespace of our own */
+  char fs[PATH_MAX];   /* where its image is mounted (alias path); empty likewise */
   int rc;
 } ws_rm;
 
@@ -777,6 +961,12 @@ static void rm_work(uv_work_t *w) {
     pthread_mutex_unlock(&ws_view_lock);
     if (stuck)
       return;
+  }
+  /* The lease's file system (detached: the loop device is let go once the
+   * last user is gone; nothing else may still hold it, its jobs are over). */
+  if (q->fs[0] && umount2(q->fs, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT) {
+    q->rc = -errno;
+    return;
   }
   q->rc = gn_rm_tree(q->dir);
 }
@@ -943,8 +1133,11 @@ void gn__ws_prov_tick(gn_node *n, int64_t now_s) {
       break;
     q->n = n;
     gn__strf(q->id, sizeof q->id, "%s", e->d_name);
+    char fs_host[PATH_MAX];
     if (gn_path_join(q->dir, sizeof q->dir, parent, NULL, e->d_name, NULL) < 0 ||
-        (n->data_alias[0] && ws_view_path(n, e->d_name, q->view, sizeof q->view) < 0)) {
+        (n->data_alias[0] && ws_view_path(n, e->d_name, q->view, sizeof q->view) < 0) ||
+        gn__pathf(fs_host, sizeof fs_host, "%s/fs", q->dir) < 0 ||
+        (n->data_alias[0] && alias_of(n, fs_host, q->fs) < 0)) {
       free(q);
       continue;
     }

@@ -167,6 +167,10 @@ typedef struct gn_config {
   uint64_t disk_reserve_bytes; /* free space kept on the data dir's disk (the ledger's room), default 1 GiB */
   /* One lease's workspace (gpunet cp, /workspace; node/ws_prov.c): default 10 GiB. */
   uint64_t workspace_max_bytes;
+  /* workspace_fs = dir: a plain directory per lease, its jobs' writes
+   * measured every 10 s; auto (default): an ext4 image of workspace_max per
+   * lease, mounted through a loop device, where the host can make one. */
+  bool workspace_fs_dir;
   /* Loopback or private registries jobs may pull from ("127.0.0.1", "10.0.0.0/8"), NULL-terminated. */
   char *registry_allow[GN_CONFIG_MAX_REGISTRY_ALLOW + 1];
   size_t registry_allow_count;

@@ -30,8 +30,16 @@ gn_e2e_start_requester
 gn_e2e_wait_offer 30
 gn_e2e_rent --no-attest
 ws=$P/workspace/$lease
-wsf=$ws/upper # the files (read here only; the provider writes them through its view)
-[ -d "$wsf" ] || fail "the lease's workspace $ws was not made at its start"
+# The workspace is a file system of its own (an ext4 image of the budget,
+# mounted in gpunetd's mount namespace only): its files are read here
+# through that namespace (read only; the provider writes them).
+[ -f "$ws/fs.img" ] || fail "the lease's workspace $ws has no file system image at its start"
+[ "$(stat -c %s "$ws/fs.img")" = $((280 << 20)) ] || fail "the image is not the budget's size: $(stat -c %s "$ws/fs.img")"
+inws() { nsenter -t "$(cat "$P/gpunetd.pid")" -m -- "$@"; }
+wsf=/run/gpunet/data/workspace/$lease/fs/upper
+inws test -d "$wsf" || fail "the lease's workspace is not mounted in the provider's namespace"
+[ -z "$(ls -A "$ws/fs")" ] || fail "the lease's files show on the host's path: $(ls -A "$ws/fs")"
+ok "the lease's workspace is a 280 MiB file system of its own, mounted for the provider alone"
 ok "the lease's workspace exists on the provider from the lease's start"
 
 head -c 100000000 /dev/urandom >"$work/big.bin"
@@ -41,7 +49,7 @@ want=$(sha256sum "$work/big.bin" | cut -d' ' -f1)
 GN_CP_STOP_AFTER=30000000 gn_cli "$R" cp "$work/big.bin" "$lease:in/big.bin" 2>"$work/stop.err" &&
   fail "GN_CP_STOP_AFTER did not stop the upload"
 grep -q "stopped after" "$work/stop.err" || fail "no stop message: $(cat "$work/stop.err")"
-part=$(stat -c %s "$wsf/in/big.bin")
+part=$(inws stat -c %s "$wsf/in/big.bin")
 [ "$part" -ge 30000000 ] && [ "$part" -lt 100000000 ] || fail "the interrupted upload left $part bytes"
 ok "an upload stopped after $part bytes"
 
@@ -63,7 +71,7 @@ gn_cli "$R" cp "$work/big.bin" "$lease:big.bin" >"$work/up2.out" 2>"$work/up2.er
   fail "upload: $(cat "$work/up2.err")"
 t1=$(now_ms)
 grep -q "verified" "$work/up2.out" || fail "upload summary: $(cat "$work/up2.out")"
-[ "$(sha256sum "$wsf/big.bin" | cut -d' ' -f1)" = "$want" ] || fail "the provider's copy differs"
+[ "$(inws sha256sum "$wsf/big.bin" | cut -d' ' -f1)" = "$want" ] || fail "the provider's copy differs"
 up_ms=$((t1 - t0))
 lines=$(grep -c . "$work/up2.err" || true)
 [ "$lines" -ge 1 ] || [ $((t1 - t0)) -lt 2000 ] || fail "no plain progress lines on stderr in $((t1 - t0)) ms"
@@ -78,9 +86,10 @@ ok "a job on the lease reads /workspace/big.bin with the same SHA-256"
 want_out=$(head -c 50000000 "$work/big.bin" | sha256sum | cut -d' ' -f1)
 
 # What a job learns of the host through /workspace: not the data dir's path.
-out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c 'cat /proc/self/mountinfo') || fail "mountinfo job: $out"
+out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c 'cat /proc/self/mountinfo; cat /sys/block/loop*/loop/backing_file 2>/dev/null') ||
+  fail "mountinfo job: $out"
 grep -q " /workspace " <<<"$out" || fail "no /workspace in the job's mountinfo: $out"
-grep -q "$work" <<<"$out" && fail "the job's mountinfo shows the provider's data dir: $(grep -m1 "$work" <<<"$out" | cut -c1-200)"
+grep -q "$work" <<<"$out" && fail "the job's mountinfo or a loop device's backing file shows the provider's data dir: $(grep -m1 "$work" <<<"$out" | cut -c1-200)"
 ok "a job's mountinfo has /workspace without the provider's data dir: $(grep -m1 " /workspace " <<<"$out" | cut -d' ' -f4-9)"
 
 # Two jobs of the lease at once share /workspace both ways, a cp download
@@ -133,7 +142,7 @@ out=$(gn_cli "$R" --json cp "$work/small.bin" "$lease:mix.bin" 2>"$work/mix.err"
 [ "$(jq -r .resumed_from <<<"$out")" -gt 0 ] || fail "the copy onto another file's part did not resume: $out"
 [ "$(jq -r .sha256 <<<"$out")" = "$(sha256sum "$work/small.bin" | cut -d' ' -f1)" ] || fail "mix sha256: $out"
 grep -q "does not match; copying" "$work/mix.err" || fail "no restart said: $(grep -v event "$work/mix.err")"
-cmp -s "$work/small.bin" "$wsf/mix.bin" || fail "the provider's mix.bin differs from small.bin"
+inws cat "$wsf/mix.bin" | cmp -s "$work/small.bin" - || fail "the provider's mix.bin differs from small.bin"
 head -c 1000000 /dev/urandom >"$work/stale.bin.part"
 out=$(gn_cli "$R" --json cp "$lease:mix.bin" "$work/stale.bin" 2>"$work/stale.err") || fail "stale part: $(cat "$work/stale.err")"
 cmp -s "$work/small.bin" "$work/stale.bin" || fail "a stale partial download was kept"
@@ -142,7 +151,7 @@ ok "a resume onto another file's partial copy (up and down) fails its hash check
 
 : >"$work/empty"
 gn_cli "$R" cp "$work/empty" "$lease:sub/dir/empty" >/dev/null 2>&1 || fail "upload of an empty file"
-[ -f "$wsf/sub/dir/empty" ] && [ ! -s "$wsf/sub/dir/empty" ] || fail "the empty file is not there, empty"
+inws test -f "$wsf/sub/dir/empty" && ! inws test -s "$wsf/sub/dir/empty" || fail "the empty file is not there, empty"
 gn_cli "$R" cp "$lease:sub/dir/empty" "$work/empty2" >/dev/null 2>&1 || fail "download of an empty file"
 [ -f "$work/empty2" ] && [ ! -s "$work/empty2" ] || fail "the downloaded empty file"
 gn_cli "$R" cp "$lease:sub" "$work/sub" 2>"$work/dir.err" && fail "a directory was copied"
@@ -181,16 +190,22 @@ grep -q "did not answer in time" "$work/mute.err" || fail "cp to a stopped provi
 ok "a provider that does not answer: the copy fails after $((t1 - t0)) ms saying so"
 
 # The budget: a copy that would pass it is refused part way, and a job that
-# fills the workspace itself is stopped by the provider's survey.
+# writes past it itself is refused by its file system as it writes (the
+# directory layout's survey, which stops such a job instead, is
+# e2e_test_workspace_fs's).
 gn_cli "$R" cp "$work/big.bin" "$lease:third.bin" 2>"$work/full.err" && fail "a copy past the budget was accepted"
 grep -q "workspace is full (280 MiB)" "$work/full.err" || fail "copy past the budget: $(cat "$work/full.err")"
 ok "a copy past the workspace budget is refused: $(grep -m1 "workspace is full" "$work/full.err")"
-job=$(gn_cli "$R" --json run "$lease" --image "$image" -- sh -c 'head -c 60000000 /dev/zero >/workspace/fill; sleep 120' |
-  jq -r .job.id)
-stopped() { gn_cli "$R" --json jobs | jq -e --arg j "$job" '.jobs[] | select(.id==$j) | select(.error // "" | test("workspace passed its budget"))' >/dev/null; }
-gn_wait_until 40 "the job filling the workspace stopped" stopped ||
-  fail "a job filling the workspace past its budget ran on: $(gn_cli "$R" --json jobs | jq -c --arg j "$job" '.jobs[] | select(.id==$j)')"
-ok "a job that fills the workspace past its budget is stopped"
+out=$(gn_cli "$R" run "$lease" --image "$image" -f -- sh -c \
+  'head -c 60000000 /dev/zero >/workspace/fill || echo FILL-REFUSED; echo size=$(wc -c </workspace/fill); df -k /workspace | tail -1' 2>&1) ||
+  fail "the filling job failed: $out"
+grep -q "^FILL-REFUSED" <<<"$out" ||
+  fail "a job writing past the workspace's budget was not refused: $out"
+size=$(sed -n 's/^size=//p' <<<"$out")
+[ -n "$size" ] && [ "$size" -lt 60000000 ] || fail "the refused write left $size bytes"
+used=$(inws du -sk "$wsf" | cut -f1)
+[ "$used" -le $((280 << 10)) ] || fail "the workspace holds $used KiB, past its 280 MiB"
+ok "a job writing past the budget is refused by the lease's file system ($((size >> 20)) MiB of 57 written, $((used >> 10)) MiB used)"
 
 gn_cli "$R" release "$lease" >/dev/null || fail "cannot release $lease"
 gone() { [ ! -e "$ws" ]; }

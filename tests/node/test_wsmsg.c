@@ -213,6 +213,18 @@ static void test_config_workspace_max(void **state) {
   assert_int_equal(gn_config_parse_args(&c, 3, (char *const *)bad, err, sizeof err), GN_EINVAL);
   assert_non_null(strstr(err, "workspace_max"));
   assert_int_equal(c.workspace_max_bytes, 2ull << 30);
+  /* workspace_fs: auto (a file system per lease) unless dir is asked */
+  assert_false(c.workspace_fs_dir);
+  const char *const dir[] = {"gpunetd", "--workspace-fs", "dir", NULL};
+  assert_int_equal(gn_config_parse_args(&c, 3, (char *const *)dir, err, sizeof err), 0);
+  assert_true(c.workspace_fs_dir);
+  const char *const bad_fs[] = {"gpunetd", "--workspace-fs", "xfs", NULL};
+  assert_int_equal(gn_config_parse_args(&c, 3, (char *const *)bad_fs, err, sizeof err), GN_EINVAL);
+  assert_non_null(strstr(err, "bad workspace_fs 'xfs'"));
+  assert_true(c.workspace_fs_dir); /* unchanged */
+  const char *const autofs[] = {"gpunetd", "--workspace-fs", "auto", NULL};
+  assert_int_equal(gn_config_parse_args(&c, 3, (char *const *)autofs, err, sizeof err), 0);
+  assert_false(c.workspace_fs_dir);
   unlink(path);
   gn_config_done(&c);
 }
@@ -311,10 +323,18 @@ static bool wait_reply(tn_inbox *in, uint32_t type, uint64_t timeout_ms, gn_wsms
   return true;
 }
 
-/* The files as they lie on disk (upper: the daemon writes them through its
- * view, ws_prov.c; the test only looks). */
+/* The files as they lie on disk (the test only looks): in the lease's own
+ * file system, mounted at the data dir's alias in the provider's mount
+ * namespace (reached through /proc/PID/root), or, where the host could not
+ * make one, in the upper dir the daemon writes through its view
+ * (ws_prov.c). */
 static void ws_path(const char *name, char *out, size_t cap) {
-  snprintf(out, cap, "%s/workspace/%s/upper/%s", W.dir, W.lease, name);
+  struct stat st;
+  snprintf(out, cap, "/proc/%d/root/run/gpunet/data/workspace/%s/fs/upper", (int)W.daemon, W.lease);
+  if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+    snprintf(out, cap, "/proc/%d/root/run/gpunet/data/workspace/%s/fs/upper/%s", (int)W.daemon, W.lease, name);
+  else
+    snprintf(out, cap, "%s/workspace/%s/upper/%s", W.dir, W.lease, name);
 }
 
 static void test_provider_answers_only_the_lease_holder(void **state) {
@@ -323,7 +343,7 @@ static void test_provider_answers_only_the_lease_holder(void **state) {
     skip();
   gn_wsmsg r;
   gn_buf keep = {0};
-  char path[256];
+  char path[512];
   /* another identity, over its own session, on the holder's lease */
   send_req(W.other_tp, W.other_id, GN_MSG_WS_PUT, 1, "planted", 0, "from a stranger");
   send_req(W.other_tp, W.other_id, GN_MSG_WS_STAT, 2, "planted", 0, NULL);
@@ -360,7 +380,7 @@ static void test_provider_refuses_a_write_far_past_the_end(void **state) {
   assert_non_null(strstr(r.reason, "past the end"));
   gn__wsmsg_done(&r);
   gn_buf_done(&keep);
-  char path[256];
+  char path[512];
   struct stat st;
   ws_path("sparse", path, sizeof path);
   assert_int_equal(stat(path, &st), 0);
