@@ -579,7 +579,12 @@ static int ws_image_open(const gn_node *n, const char *base, bool create, uid_t 
       return -ENOENT;
     if (ws_image_off || n->cfg.workspace_fs_dir || n->cfg.workspace_max_bytes < WS_IMAGE_MIN)
       return 1;
-    if ((r = ws_image_make(img, n->cfg.workspace_max_bytes, err, sizeof err)) < 0) {
+    if ((r = ws_image_make(img, n->cfg.workspace_max_bytes, err, sizeof err)) == 0 &&
+        (r = ws_image_mount(img, fs, err, sizeof err)) < 0) {
+      unlink(img); /* made but not mountable here: no lease can have one */
+      rmdir(fs);
+    }
+    if (r < 0) {
       ws_image_off = true;
       gn_log(GN_LOG_WARN,
              "no file system per lease for the workspaces (%s): directories are used, and what jobs write "
@@ -587,8 +592,7 @@ static int ws_image_open(const gn_node *n, const char *base, bool create, uid_t 
              err);
       return 1;
     }
-  }
-  if ((r = ws_image_mount(img, fs, err, sizeof err)) < 0) {
+  } else if ((r = ws_image_mount(img, fs, err, sizeof err)) < 0) {
     gn_log_ratelimited("ws-mount", GN_LOG_WARN, "cannot mount a lease's workspace: %s", err);
     return r;
   }
