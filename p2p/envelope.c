@@ -1,5 +1,7 @@
 /* Signed envelopes: every peer-to-peer message is a body signed by its
- * author, verified over the exact bytes carried (never re-encoded). */
+ * author, verified over the exact bytes carried (never re-encoded); the
+ * bulk bytes of a stream (session-bound types) may instead go unsigned over
+ * their author's own session, and are accepted only from it. */
 #include <gpunet/wire.h>
 
 #include <sodium.h>
