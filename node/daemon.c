@@ -168,6 +168,7 @@ static void load_state(gn_node *n) {
       struct stat sb;
       if (stat(j->log_path, &sb) == 0)
         j->log_len = (uint64_t)sb.st_size;
+      j->log_sent = j->log_len; /* what an earlier run sent is not known: not sent again */
       j->next = n->jobs;
       n->jobs = j;
     }

@@ -861,6 +861,13 @@ void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
   lease_end_local(n, l, reason); /* if the machine did not already */
 }
 
+/* A job's log to its lease holder, chunk by chunk in order (log_sent). */
+#define JOB_LOG_PUSH_MAX (1u << 20)   /* sent from the file in one go (output, a tick) */
+#define JOB_LOG_FINISH_MAX (4u << 20) /* at the job's end, before its status */
+#define JOB_LOG_REWIND (4u << 20)     /* sent again after a lost session */
+
+static gn_lease *job_lease(gn_node *n, gn_job *j);
+
 void gn__provider_peer_up(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_PROVIDER && l->prov && memcmp(l->peer, peer, GN_PK_LEN) == 0) {
@@ -874,6 +881,17 @@ void gn__provider_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   for (gn_lease *l = n->leases; l; l = l->next)
     if (l->role == GN_ROLE_PROVIDER && l->prov && memcmp(l->peer, peer, GN_PK_LEN) == 0)
       PROV_CALL(n, l, gn_lease_prov_peer(l->prov, lease_now(), false, out));
+  /* What the lost session was still carrying (the end of a log, a final
+   * status) is sent again once a session is up: the holder keeps only what
+   * it lacks of a chunk, and takes a status twice alike. */
+  for (gn_job *j = n->jobs; j; j = j->next) {
+    const gn_lease *l = j->role == GN_ROLE_PROVIDER ? job_lease(n, j) : NULL;
+    if (!l || l->state != GN_LEASE_ACTIVE || memcmp(l->peer, peer, GN_PK_LEN) != 0)
+      continue;
+    j->log_sent = j->log_sent > JOB_LOG_REWIND ? j->log_sent - JOB_LOG_REWIND : 0;
+    if (j->finished)
+      j->status_due = true;
+  }
 }
 
 /* The lease id a billing message names ("" if it has none). */
@@ -1232,15 +1250,18 @@ bool gn__provider_busy(const gn_node *n) {
 /* The job is over: tell the lease holder at once, then delete the container
  * and the bundle on the thread pool; its budget and the lease's uid range
  * are released only once they are gone. */
+static void job_status_when_logged(gn_node *n, gn_job *j, const gn_lease *l);
+
 static void job_finish(gn_node *n, gn_job *j) {
   if (j->finished)
     return;
   j->finished = true;
   j->ended_s = gn_unix_s();
-  /* The lease holder waits on this: told first, then the (unsynced) row. */
+  /* The lease holder waits on this: told first (after the rest of the
+   * log), then the (unsynced) row. */
   gn_lease *l = job_lease(n, j);
   if (l && n->tp)
-    send_job_status(n, j, l);
+    job_status_when_logged(n, j, l);
   gn__node_persist_job(n, j);
   gn_log(GN_LOG_INFO, "job %s %s%s%s (exit code %d)", j->id, gn__job_state_name(j->state), j->error[0] ? ": " : "",
          j->error, j->exit_code);
@@ -1278,6 +1299,56 @@ static void on_job_handle_closed(uv_handle_t *h) {
     job_finish(j->node, j);
 }
 
+static int send_log_chunk(gn_node *n, const gn_job *j, const gn_lease *l, uint64_t offset, const uint8_t *data,
+                          size_t len) {
+  gn_wire_writer w;
+  gn_wire_writer_init(&w);
+  gn_wire_put_map(&w, 4);
+  gn_wire_put_str(&w, "job_id");
+  gn_wire_put_str(&w, j->id);
+  gn_wire_put_str(&w, "lease_id");
+  gn_wire_put_str(&w, j->lease_id);
+  gn_wire_put_str(&w, "offset");
+  gn_wire_put_u64(&w, offset);
+  gn_wire_put_str(&w, "data");
+  gn_wire_put_bin(&w, data, len);
+  int r = gn__node_send(n, l->peer, GN_MSG_JOB_LOG, &w);
+  gn_wire_writer_done(&w);
+  return r;
+}
+
+/* Sends the log from log_sent on, read back from its file, at most max
+ * bytes now (the rest on the next tick), while the session is up. */
+static void job_log_push(gn_node *n, gn_job *j, const gn_lease *l, size_t max) {
+  if (j->log_sent >= j->log_len || !peer_is_up(n, l->peer))
+    return;
+  int fd = open(j->log_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  static uint8_t chunk[GN_JOB_LOG_CHUNK];
+  for (size_t sent = 0; j->log_sent < j->log_len && sent < max;) {
+    uint64_t left = j->log_len - j->log_sent;
+    ssize_t k = pread(fd, chunk, left < sizeof chunk ? (size_t)left : sizeof chunk, (off_t)j->log_sent);
+    if (k <= 0 || send_log_chunk(n, j, l, j->log_sent, chunk, (size_t)k) < 0)
+      break;
+    j->log_sent += (uint64_t)k;
+    sent += (size_t)k;
+  }
+  close(fd);
+}
+
+/* The ended job's status, once the holder has been sent the whole log
+ * (else the tick sends it when it has). */
+static void job_status_when_logged(gn_node *n, gn_job *j, const gn_lease *l) {
+  job_log_push(n, j, l, JOB_LOG_FINISH_MAX);
+  if (j->log_sent >= j->log_len && peer_is_up(n, l->peer)) {
+    j->status_due = false;
+    send_job_status(n, j, l);
+  } else {
+    j->status_due = true;
+  }
+}
+
 static void on_job_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)h;
   (void)suggested;
@@ -1310,21 +1381,16 @@ static void on_job_output(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   uint64_t offset = j->log_len;
   gn__job_append_log(j, (const uint8_t *)buf->base, (size_t)nread);
   gn_lease *l = job_lease(n, j);
-  if (!l || !peer_is_up(n, l->peer))
+  if (!l)
     return;
-  gn_wire_writer w;
-  gn_wire_writer_init(&w);
-  gn_wire_put_map(&w, 4);
-  gn_wire_put_str(&w, "job_id");
-  gn_wire_put_str(&w, j->id);
-  gn_wire_put_str(&w, "lease_id");
-  gn_wire_put_str(&w, j->lease_id);
-  gn_wire_put_str(&w, "offset");
-  gn_wire_put_u64(&w, offset);
-  gn_wire_put_str(&w, "data");
-  gn_wire_put_bin(&w, buf->base, (size_t)nread);
-  gn__node_send(n, l->peer, GN_MSG_JOB_LOG, &w);
-  gn_wire_writer_done(&w);
+  /* In order: straight from the buffer when nothing is behind, else from
+   * the file (what was read while the session was down goes first). */
+  if (j->log_sent == offset && j->log_len == offset + (uint64_t)nread && peer_is_up(n, l->peer)) {
+    if (send_log_chunk(n, j, l, offset, (const uint8_t *)buf->base, (size_t)nread) == 0)
+      j->log_sent = j->log_len;
+  } else {
+    job_log_push(n, j, l, JOB_LOG_PUSH_MAX);
+  }
 }
 
 static void job_runtime_ended(gn_job *j, int exit_code) {
@@ -2063,9 +2129,26 @@ static void lease_energy_sample(gn_node *n, gn_lease *l, uint64_t now_ms) {
   }
 }
 
+/* Logs behind (read while the session was down, or past what one go
+ * sends) and the statuses that wait for them. */
+static void job_log_tick(gn_node *n) {
+  for (gn_job *j = n->jobs; j; j = j->next) {
+    if (j->role != GN_ROLE_PROVIDER || (j->log_sent >= j->log_len && !j->status_due))
+      continue;
+    gn_lease *l = job_lease(n, j);
+    if (!l || !peer_is_up(n, l->peer))
+      continue;
+    if (j->status_due)
+      job_status_when_logged(n, j, l);
+    else
+      job_log_push(n, j, l, JOB_LOG_PUSH_MAX);
+  }
+}
+
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   gn__provider_kill_again(n, now_ms);
   pull_progress_tick(n, now_ms);
+  job_log_tick(n);
   if (n->cfg.provide) {
     disk_check(n, now_s);
     gn__train_tick(n, now_s); /* /output's budget, ended leases' outputs */

@@ -150,6 +150,14 @@ struct gn_job {
    * Requester: what the provider last said, for progress only. */
   _Atomic uint64_t pull_done, pull_total;
   uint64_t pull_sent_done, pull_sent_ms;
+  /* Provider: the bytes of the log handed to the session for the lease
+   * holder, in order from 0. Output read while the session is down is sent
+   * from the log file once it is up again, and the job's final status
+   * waits for it (status_due): the holder has the whole log when it hears
+   * the job ended. A lost session may have taken the last bytes handed to
+   * it: they are sent again (the holder keeps what it lacks of a chunk). */
+  uint64_t log_sent;
+  bool status_due;
 };
 
 /* Opens (creating) DATA_DIR/gpunet.db with the records' tables. */

@@ -1037,12 +1037,13 @@ static void on_job_status(gn_node *n, const uint8_t peer[GN_PK_LEN], const gn_en
       goto out;
     }
   }
+  bool was_over = j->state >= GN_JOB_EXITED; /* a status sent again after a lost session */
   j->state = st;
   j->exit_code = (int)m.exit_code;
   gn__strf(j->error, sizeof j->error, "%s", m.reason);
   if (m.digest[0])
     gn__strf(j->digest, sizeof j->digest, "%s", m.digest);
-  if (j->state >= GN_JOB_EXITED)
+  if (j->state >= GN_JOB_EXITED && !(was_over && j->ended_s))
     j->ended_s = gn_unix_s();
   gn__node_persist_job(n, j);
   gn_pending *p = gn__pending_take(n, GN_PENDING_JOB, j->id);
