@@ -865,6 +865,7 @@ void gn__provider_end_lease(gn_node *n, gn_lease *l, const char *reason) {
 #define JOB_LOG_PUSH_MAX (1u << 20)   /* sent from the file in one go (output, a tick) */
 #define JOB_LOG_FINISH_MAX (4u << 20) /* at the job's end, before its status */
 #define JOB_LOG_REWIND (4u << 20)     /* sent again after a lost session */
+#define JOB_LOG_RECENT_S 120          /* ... for jobs running or ended this recently */
 
 static gn_lease *job_lease(gn_node *n, gn_job *j);
 
@@ -884,9 +885,11 @@ void gn__provider_peer_down(gn_node *n, const uint8_t peer[GN_PK_LEN]) {
   /* What the lost session was still carrying (the end of a log, a final
    * status) is sent again once a session is up: the holder keeps only what
    * it lacks of a chunk, and takes a status twice alike. */
+  int64_t now_s = gn_unix_s();
   for (gn_job *j = n->jobs; j; j = j->next) {
     const gn_lease *l = j->role == GN_ROLE_PROVIDER ? job_lease(n, j) : NULL;
-    if (!l || l->state != GN_LEASE_ACTIVE || memcmp(l->peer, peer, GN_PK_LEN) != 0)
+    if (!l || l->state != GN_LEASE_ACTIVE || memcmp(l->peer, peer, GN_PK_LEN) != 0 ||
+        (j->finished && now_s - j->ended_s > JOB_LOG_RECENT_S)) /* long over: delivered before */
       continue;
     j->log_sent = j->log_sent > JOB_LOG_REWIND ? j->log_sent - JOB_LOG_REWIND : 0;
     if (j->finished)
