@@ -85,8 +85,7 @@ int gn__exec_send(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_w
   gn_buf body = {0}, env = {0};
   int r = gn_wire_writer_take(w, &body);
   if (r == 0)
-    r = (gn_msg_type_session_bound(type) ? gn_envelope_seal_bound : gn_envelope_seal)(n->id, type, body.data, body.len,
-                                                                                      &env);
+    r = gn_envelope_seal_for_session(n->id, type, body.data, body.len, &env);
   if (r == 0)
     r = n->tp && gn_transport_is_up(n->tp, peer) ? gn_transport_send(n->tp, peer, env.data, env.len) : GN_ECLOSED;
   gn_buf_done(&body);

@@ -449,7 +449,7 @@ int gn__node_send(gn_node *n, const uint8_t peer[GN_PK_LEN], uint32_t type, gn_w
     return GN_ECLOSED;
   int r = gn_wire_writer_take(body, &b);
   if (r == 0)
-    r = (gn_msg_type_session_bound(type) ? gn_envelope_seal_bound : gn_envelope_seal)(n->id, type, b.data, b.len, &env);
+    r = gn_envelope_seal_for_session(n->id, type, b.data, b.len, &env);
   if (r == 0)
     r = gn_transport_send(n->tp, peer, env.data, env.len);
   if (r < 0) {

@@ -76,6 +76,11 @@ int gn_envelope_seal_bound(const gn_identity *id, uint32_t type, const uint8_t *
   return seal(id, type, body, body_len, false, ret);
 }
 
+int gn_envelope_seal_for_session(const gn_identity *id, uint32_t type, const uint8_t *body, size_t body_len,
+                                 gn_buf *ret) {
+  return seal(id, type, body, body_len, !gn_msg_type_session_bound(type), ret);
+}
+
 /* peer: the other end of the session the bytes came over, or NULL. */
 static int open_env(const uint8_t *buf, size_t len, const uint8_t *peer, gn_envelope *ret) {
   gn_wire_doc doc;

@@ -177,6 +177,10 @@ int gn_envelope_open(const uint8_t *buf, size_t len, gn_envelope *ret);
  * relayed, refuses it as a bad signature. */
 bool gn_msg_type_session_bound(uint32_t type);
 int gn_envelope_seal_bound(const gn_identity *id, uint32_t type, const uint8_t *body, size_t body_len, gn_buf *ret);
+/* What a node sends straight over a session: sealed unsigned when type is
+ * session-bound, signed otherwise. */
+int gn_envelope_seal_for_session(const gn_identity *id, uint32_t type, const uint8_t *body, size_t body_len,
+                                 gn_buf *ret);
 /* gn_envelope_open for an envelope that came straight over a session with
  * peer: an unsigned one of a session-bound type signed in peer's name is
  * accepted unverified; anything else is verified as gn_envelope_open does. */
