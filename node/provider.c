@@ -1359,41 +1359,47 @@ static void on_job_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init(slab, sizeof slab);
 }
 
-static void on_job_output(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  gn_job *j = s->data;
+/* Appends output to the job's log and sends it (gn_out_emit: lines whole,
+ * as outmerge.c hands them over). */
+static void job_log_add(void *ctx, const uint8_t *data, size_t len) {
+  gn_job *j = ctx;
   gn_node *n = j->node;
-  if (nread < 0) {
-    uv_close((uv_handle_t *)s, on_job_handle_closed);
-    return;
-  }
-  if (nread == 0)
-    return;
   /* A job that prints without end must not fill the provider's disk, nor
    * the requester's: past GN_JOB_LOG_MAX its output is dropped, once said. */
   static const char cut[] = "\n[gpunet: output beyond 64 MiB dropped]\n";
   static const char full[] = "\n[gpunet: the provider's disk is down to its reserve; output dropped]\n";
-  if (j->log_cut)
+  if (j->log_cut || len == 0)
     return;
-  if (j->log_len + (uint64_t)nread > GN_JOB_LOG_MAX || n->disk_low) {
-    const char *why = n->disk_low ? full : cut;
-    size_t len = n->disk_low ? sizeof full - 1 : sizeof cut - 1;
-    memcpy(buf->base, why, len);
-    nread = (ssize_t)len;
+  if (j->log_len + (uint64_t)len > GN_JOB_LOG_MAX || n->disk_low) {
+    data = (const uint8_t *)(n->disk_low ? full : cut);
+    len = n->disk_low ? sizeof full - 1 : sizeof cut - 1;
     j->log_cut = true;
   }
   uint64_t offset = j->log_len;
-  gn__job_append_log(j, (const uint8_t *)buf->base, (size_t)nread);
+  gn__job_append_log(j, data, len);
   gn_lease *l = job_lease(n, j);
   if (!l)
     return;
   /* In order: straight from the buffer when nothing is behind, else from
    * the file (what was read while the session was down goes first). */
-  if (j->log_sent == offset && j->log_len == offset + (uint64_t)nread && peer_is_up(n, l->peer)) {
-    if (send_log_chunk(n, j, l, offset, (const uint8_t *)buf->base, (size_t)nread) == 0)
+  if (j->log_sent == offset && j->log_len == offset + (uint64_t)len && peer_is_up(n, l->peer)) {
+    if (send_log_chunk(n, j, l, offset, data, len) == 0)
       j->log_sent = j->log_len;
   } else {
     job_log_push(n, j, l, JOB_LOG_PUSH_MAX);
   }
+}
+
+static void on_job_output(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  gn_job *j = s->data;
+  gn_out_partial *held = &j->out_held[s == (uv_stream_t *)&j->err_pipe];
+  if (nread < 0) {
+    gn__out_flush(held, 0, 1, job_log_add, j);
+    uv_close((uv_handle_t *)s, on_job_handle_closed);
+    return;
+  }
+  if (nread > 0)
+    gn__out_take(held, (const uint8_t *)buf->base, (size_t)nread, gn_mono_ms(), job_log_add, j);
 }
 
 static void job_runtime_ended(gn_job *j, int exit_code) {
@@ -2134,8 +2140,11 @@ static void lease_energy_sample(gn_node *n, gn_lease *l, uint64_t now_ms) {
 
 /* Logs behind (read while the session was down, or past what one go
  * sends) and the statuses that wait for them. */
-static void job_log_tick(gn_node *n) {
+static void job_log_tick(gn_node *n, uint64_t now_ms) {
   for (gn_job *j = n->jobs; j; j = j->next) {
+    if (j->role == GN_ROLE_PROVIDER)
+      for (int i = 0; i < 2; i++) /* the end of a line held too long */
+        gn__out_flush(&j->out_held[i], now_ms, 0, job_log_add, j);
     if (j->role != GN_ROLE_PROVIDER || (j->log_sent >= j->log_len && !j->status_due))
       continue;
     gn_lease *l = job_lease(n, j);
@@ -2151,7 +2160,7 @@ static void job_log_tick(gn_node *n) {
 void gn__provider_tick(gn_node *n, uint64_t now_ms, int64_t now_s) {
   gn__provider_kill_again(n, now_ms);
   pull_progress_tick(n, now_ms);
-  job_log_tick(n);
+  job_log_tick(n, now_ms);
   if (n->cfg.provide) {
     disk_check(n, now_s);
     gn__train_tick(n, now_s); /* /output's budget, ended leases' outputs */

@@ -6,6 +6,7 @@
 #define GPUNET_NODE_RECORDS_H
 
 #include "jobmsg.h"
+#include "outmerge.h"
 
 #include <gpunet/billing.h>
 #include <gpunet/identity.h>
@@ -116,6 +117,7 @@ struct gn_job {
   pid_t pid;
   uv_pipe_t out_pipe;
   uv_pipe_t err_pipe;
+  gn_out_partial out_held[2]; /* the unfinished line of stdout, of stderr (outmerge.h) */
   char work_err[512];
   int work_rc;
   bool proc_running;
