@@ -15,6 +15,8 @@
 #include <gpunet/transport.h>
 #include <gpunet/wire.h>
 
+#include "free_port.h"
+
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <jansson.h>
@@ -146,17 +148,12 @@ static inline int tn_wait_msg(uv_loop_t *loop, tn_inbox *in, uint32_t type, bool
   return w.found;
 }
 
-/* A port the kernel just handed out on 127.0.0.1, so tests running side by
- * side do not pick the same one. */
+/* A free port on 127.0.0.1 for a daemon the test starts (free_port.h:
+ * below the ephemeral range, so no outgoing connection takes it first). */
 static inline int tn_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  assert_true(fd >= 0);
-  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
+  int port = gn_test_free_port();
+  assert_true(port > 0);
+  return port;
 }
 
 /* The gpunetd built beside the tests (GN_BUILD_DIR, set by ctest). */

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "free_port.h"
+
 /* The repository root: GN_SOURCE_DIR from ctest, else derived from this
  * file's path. */
 static inline const char *th_source_dir(void) {
@@ -32,16 +34,7 @@ static inline const char *th_source_dir(void) {
 }
 
 static inline int th_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
-    if (fd >= 0)
-      close(fd);
-    return -1;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
+  return gn_test_free_port(); /* free_port.h: below the ephemeral range */
 }
 
 /* Runs a shell command, captures up to cap-1 bytes of its stdout (trailing
