@@ -66,6 +66,25 @@ gn_node_stop() {
   rm -f "$dir/gpunetd.pid"
 }
 
+# gn_node_kill DIR: kills gpunetd in DIR with SIGKILL (a crash: nothing
+# flushed, nothing ended) and returns once the process is gone, reaped when
+# it is this shell's child. Until then its listening socket may still hold
+# the port a restart binds: the kernel closes a dead process's files after
+# it tears down its namespaces (a test that waited for its mounts to go
+# restarted into "Address already in use").
+gn_node_kill() {
+  local dir=$1 pid
+  [ -f "$dir/gpunetd.pid" ] || return 0
+  pid=$(cat "$dir/gpunetd.pid")
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for _ in $(seq 200); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  rm -f "$dir/gpunetd.pid"
+}
+
 # gn_wait_until TIMEOUT_S WHAT CMD...: runs CMD every 0.2 s until it succeeds.
 gn_wait_until() {
   local limit=$1 what=$2

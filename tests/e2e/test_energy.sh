@@ -118,8 +118,7 @@ lease3=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --no-attest --interv
 [[ $lease3 == l-* ]] || fail "rent of the shim's GPU gave no lease: $lease3"
 three_s() { [ "$(lease_field "$lease3" energy_measured_s)" != null ] && [ "$(lease_field "$lease3" energy_measured_s)" -ge 3 ]; }
 gn_wait_until 30 "three seconds measured" three_s || fail "no energy measured: $(lease_get "$lease3")"
-kill -9 "$(cat "$P/gpunetd.pid")"
-sleep 0.5
+gn_node_kill "$P"
 before=$(sqlite3 "$P/gpunet.db" "SELECT energy_uj / 1000 FROM node_leases WHERE id = '$lease3'" 2>/dev/null || echo 0)
 GN_NVML_LIB=$shim GN_NVML_SHIM_POWER_MW=250000 gn_node_start "$P" provider --listen "127.0.0.1:$p_prov" --provide \
   --price 0.50 --simulate-gpu "H100" --interval-min-s 2 --metrics-listen "$mp" "${gn_e2e_compat[@]}"

@@ -84,9 +84,8 @@ n=$(grep -c 'sync(' "$work/fsyncs" || true)
 ok "after job rows, the provider's ledger ticks still fsync ($n fsyncs in 3.5 s)"
 
 # Killed, not stopped: nothing gets a chance to flush or to checkpoint.
-kill -9 "$(cat "$R/gpunetd.pid")"
-sleep 0.2
-rm -f "$R/gpunetd.pid" "$R/gpunetd.sock"
+gn_node_kill "$R"
+rm -f "$R/gpunetd.sock"
 gn_node_start "$R" requester "${req_args[@]}"
 row=$(gn_cli "$R" --json jobs | jq -c --arg j "$job" '.jobs[] | select(.id==$j) | {state, exit_code}')
 [ "$row" = '{"state":"exited","exit_code":7}' ] || fail "job $job after kill -9 of the requester: '$row'"

@@ -259,7 +259,7 @@ ok "a lease ends by itself at its maximum duration and bills exactly that"
 # second, the requester checking and countersigning it.
 lease2=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated | jq -r .lease.id)
 sleep 3
-kill -9 "$(cat "$P/gpunetd.pid")"
+gn_node_kill "$P"
 sleep 1
 crash_ticks=$(sqlite3 "$P/gpunet.db" "SELECT count(*) FROM ticks WHERE lease_id='$lease2'")
 [ "$crash_ticks" -ge 2 ] || fail "only $crash_ticks ticks durable after 3 s"
@@ -283,7 +283,7 @@ ok "provider crash: the lease resumed after the restart; $secs2 s invoiced and c
 # the requester watches it again, releases it and settles every second.
 lease4=$(gn_cli "$R" --json rent --gpu "RTX 4090" --hours 1 --allow-simulated --no-attest | jq -r .lease.id)
 sleep 2
-kill -9 "$(cat "$R/gpunetd.pid")"
+gn_node_kill "$R"
 sleep 2
 gn_node_start "$R" requester --listen "127.0.0.1:$p_req" --bootstrap "127.0.0.1:$p_boot"
 [ "$(gn_cli "$R" --json leases | jq -r --arg l "$lease4" '.leases[] | select(.id==$l) | .state')" = active ] ||

@@ -74,7 +74,7 @@ ok "a copy into the full workspace is refused (\"$(grep -o "the lease's workspac
 # A provider that crashes (a clean stop ends its leases) and restarts: the
 # image is mounted again on first need, the files in it; the dead daemon's
 # loop device went with its mount namespace.
-kill -9 "$(cat "$P/gpunetd.pid")"
+gn_node_kill "$P"
 gone_loop() { [ "$(loops)" = 0 ]; }
 gn_wait_until 10 "the stopped provider's loop device let go" gone_loop || fail "a loop device outlived the provider: $(losetup -a)"
 gn_node_start "$P" provider "${prov_args[@]}"
